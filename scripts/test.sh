@@ -1,0 +1,23 @@
+#!/bin/sh
+# The test command: install build dependencies (Debian), build in build/
+# with warnings as errors, run the whole suite, print one summary line.
+# Extra arguments go to configure (e.g. --enable-sanitizers, --without-cuda).
+set -e
+cd "$(dirname "$0")/.."
+sh scripts/deps.sh
+./bootstrap
+mkdir -p build
+cd build
+../configure --enable-werror "$@"
+make -j"$(nproc)"
+status=0
+make -j"$(nproc)" check || status=$?
+if [ -f test-suite.log ]; then
+	p=$(sed -n 's/^# PASS: *//p' test-suite.log | head -1)
+	f=$(sed -n 's/^# FAIL: *//p' test-suite.log | head -1)
+	s=$(sed -n 's/^# SKIP: *//p' test-suite.log | head -1)
+	e=$(sed -n 's/^# ERROR: *//p' test-suite.log | head -1)
+	[ "$status" -ne 0 ] && cat test-suite.log
+	echo "tests: ${p:-0} passed, $(( ${f:-0} + ${e:-0} )) failed, ${s:-0} skipped"
+fi
+exit $status

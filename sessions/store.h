@@ -1,0 +1,122 @@
+/*
+ * store.h: conversations, their messages (with exact token ids and per-turn
+ * stats) and incremental KV-cache snapshots in one SQLite database.
+ *
+ * A conversation on disk is always a consistent prefix of what was said:
+ * every turn (messages, tokens, stats, snapshot chunk) is one transaction.
+ * Snapshot chunks hold only the cache positions added since the previous
+ * chunk, with a checksum, the position range, the cache type and the model
+ * fingerprint; a rewind drops the chunks past the new end.
+ */
+#ifndef KVC_STORE_H
+#define KVC_STORE_H
+
+#include "kvc.h"
+
+struct sess_store;
+
+/* Open (creating and migrating as needed) the database at path. WAL, foreign keys on. */
+int sess_open(struct sess_store **out, const char *path, char *err, size_t errlen);
+void sess_close(struct sess_store *st);
+
+struct sess_conv {
+	int64_t id;
+	char *title;
+	char *model_fp;		/* engine fingerprint it was created with */
+	char *template_name;	/* chat family name */
+	char *system;		/* system prompt, or NULL */
+	char *settings;		/* sampler settings as "name=value;..." text */
+	int64_t created, updated;	/* unix seconds */
+	int n_msgs;
+	int n_tokens;		/* tokens in the stored stream */
+};
+void sess_conv_clear(struct sess_conv *c);	/* frees the strings */
+
+int sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
+    const char *template_name, const char *system, const char *settings,
+    int64_t *id_out, char *err, size_t errlen);
+/* By numeric id or exact title (most recent if several). KVC_ENOTFOUND if none. */
+int sess_conv_find(struct sess_store *st, const char *id_or_title, int64_t *id_out,
+    char *err, size_t errlen);
+int sess_conv_latest(struct sess_store *st, int64_t *id_out, char *err, size_t errlen);
+int sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *err, size_t errlen);
+/* Most recently updated first; caller frees with sess_conv_list_free. */
+int sess_conv_list(struct sess_store *st, struct sess_conv **out, int *n, char *err, size_t errlen);
+void sess_conv_list_free(struct sess_conv *v, int n);
+int sess_conv_rename(struct sess_store *st, int64_t id, const char *title, char *err, size_t errlen);
+int sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, char *err, size_t errlen);
+int sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err, size_t errlen);
+int sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen);
+
+/* Per-turn figures kept with an assistant message. */
+struct sess_stats {
+	double ttft_ms;
+	int prefill_tokens;	/* computed */
+	int reused_tokens;
+	double prefill_tps;
+	int gen_tokens;
+	double decode_tps;
+};
+
+enum sess_role { SESS_SYSTEM = 0, SESS_USER = 1, SESS_ASSISTANT = 2 };
+
+struct sess_msg {
+	int64_t id;
+	enum sess_role role;
+	char *text;
+	int32_t *ids;		/* exact tokens this message added to the stream */
+	int n_ids;
+	bool interrupted;
+	struct sess_stats stats;
+	int64_t created;
+};
+/* Messages of a conversation in order; free with sess_msgs_free. */
+int sess_msgs_load(struct sess_store *st, int64_t conv, struct sess_msg **out, int *n,
+    char *err, size_t errlen);
+void sess_msgs_free(struct sess_msg *v, int n);
+
+/* A snapshot chunk: cache positions [pos0, pos1) serialised by eng_seq_kv_save. */
+struct sess_chunk {
+	int pos0, pos1;
+	const char *kv_type;	/* "f16" / "f32" */
+	const char *model_fp;
+	const void *blob;
+	size_t len;
+};
+
+/*
+ * One turn, one transaction: append msgs[0..n) to conversation conv and,
+ * if chunk != NULL, its snapshot chunk. On any failure nothing is written.
+ */
+int sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+    const struct sess_chunk *chunk, char *err, size_t errlen);
+
+/*
+ * Rewind: keep the first keep_msgs messages; drop chunks with pos1 > n_pos
+ * (the stream's new length). One transaction.
+ */
+int sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    char *err, size_t errlen);
+
+/*
+ * Read the conversation's chunks in position order, verifying each checksum;
+ * fn is called once per chunk (blob valid only during the call). Stops and
+ * returns fn's value if non-zero; KVC_ECORRUPT on a checksum mismatch or a
+ * gap; KVC_ENOTFOUND if the chunks were saved with another model_fp/kv_type.
+ * *n_pos_out (if not NULL) receives the end of the last chunk read.
+ */
+int sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
+    const char *kv_type,
+    int (*fn)(void *arg, int pos0, int pos1, const void *blob, size_t len),
+    void *arg, int *n_pos_out, char *err, size_t errlen);
+/* Drop all chunks of a conversation (after a rebuild with another model). */
+int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen);
+
+/*
+ * Claim the conversation for this process (a row naming our pid, checked for
+ * liveness). KVC_EBUSY with a message if another live process holds it.
+ */
+int sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen);
+void sess_conv_unlock(struct sess_store *st, int64_t conv);
+
+#endif

@@ -1,0 +1,10 @@
+/* cmd_generate.c: placeholder until the owning module lands. */
+#include <stdio.h>
+#include "cli.h"
+
+int
+cmd_generate(int argc, char **argv)
+{
+	fprintf(stderr, "kvchat: %s: not built yet\n", argv[0]);
+	return 1;
+}

@@ -1,0 +1,17 @@
+/* cmd_tokenize.c: placeholder until the owning module lands. */
+#include <stdio.h>
+#include "cli.h"
+
+int
+cmd_tokenize(int argc, char **argv)
+{
+	fprintf(stderr, "kvchat: %s: not built yet\n", argv[0]);
+	return 1;
+}
+
+int
+cmd_detokenize(int argc, char **argv)
+{
+	fprintf(stderr, "kvchat: %s: not built yet\n", argv[0]);
+	return 1;
+}

@@ -1,0 +1,1 @@
+/* gguf.c: being written */

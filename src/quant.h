@@ -1,0 +1,75 @@
+/*
+ * quant.h: the weight formats kvchat computes with: F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K. Block layouts are ggml's (part of the GGUF format);
+ * all multi-byte fields are little-endian, fp16 scales are IEEE half.
+ *
+ * Dot products work directly on quantised blocks: a weight matrix is never
+ * dequantised whole.
+ */
+#ifndef KVC_QUANT_H
+#define KVC_QUANT_H
+
+#include "kvc.h"
+#include "gguf.h"
+
+#define QK4_0 32
+#define QK8_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;		/* 18 bytes */
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;		/* 34 bytes */
+typedef struct {
+	uint16_t d;			/* super-block scale for the 6-bit scales */
+	uint16_t dmin;			/* super-block scale for the 6-bit mins */
+	uint8_t scales[K_SCALE_SIZE];	/* 8 (scale, min) pairs, 6 bits each */
+	uint8_t qs[QK_K / 2];		/* 4-bit quants */
+} block_q4_K;								/* 144 bytes */
+typedef struct {
+	uint16_t d;
+	uint16_t dmin;
+	uint8_t scales[K_SCALE_SIZE];
+	uint8_t qh[QK_K / 8];		/* 5th bit of each quant */
+	uint8_t qs[QK_K / 2];		/* low 4 bits */
+} block_q5_K;								/* 176 bytes */
+typedef struct {
+	uint8_t ql[QK_K / 2];		/* low 4 bits */
+	uint8_t qh[QK_K / 4];		/* high 2 bits */
+	int8_t scales[QK_K / 16];	/* 8-bit scale per 16 values */
+	uint16_t d;			/* super-block scale */
+} block_q6_K;								/* 210 bytes */
+
+float kvc_fp16_to_f32(uint16_t h);
+uint16_t kvc_f32_to_fp16(float f);	/* round to nearest even */
+float kvc_bf16_to_f32(uint16_t h);
+uint16_t kvc_f32_to_bf16(float f);	/* round to nearest even */
+
+/* True for the weight types kvchat computes with. */
+bool q_supported(enum ggml_type t);
+
+/* dst[0..n) = dequantised src; n a multiple of the type's block size. */
+void q_dequant_row(enum ggml_type t, const void *src, float *dst, int64_t n);
+
+/*
+ * Quantise n floats (multiple of the block size) into dst. Used by the
+ * fixture generator and tests; not on any hot path. Returns 0 or KVC_EUNSUPPORTED.
+ */
+int q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n);
+
+/* sum_i row[i] * x[i] over n elements, row in type t. */
+float q_dot(enum ggml_type t, const void *row, const float *x, int64_t n);
+
+/*
+ * y[tok * n_out + r] = dot(W row r, x[tok * n_in ...]) for rows r in [r0, r1)
+ * and tokens tok in [0, n_tok). W rows are row_bytes apart. Each weight row is
+ * read once from memory and used for all tokens (prefill reuses it from cache).
+ * Threads split [0, n_out) between them and call this on their own range.
+ */
+void q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
+    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1);
+
+/* Which SIMD path q_dot/q_matmul_rows use on this CPU ("avx2+fma" or "scalar"). */
+const char *q_simd_name(void);
+
+#endif

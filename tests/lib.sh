@@ -1,0 +1,17 @@
+# tests/lib.sh: helpers for kvchat's shell tests (sourced).
+# The test environment sets KVCHAT, top_srcdir, top_builddir, SHARED_DATA.
+set -u
+T_PASS=0
+T_FAIL=0
+TMPD=$(mktemp -d "${TMPDIR:-/tmp}/kvchat-test.XXXXXX")
+trap 'rm -rf "$TMPD"' EXIT
+export HOME="$TMPD/home" XDG_DATA_HOME="$TMPD/data" XDG_STATE_HOME="$TMPD/state" XDG_CONFIG_HOME="$TMPD/config"
+mkdir -p "$HOME"
+
+ok() { T_PASS=$((T_PASS + 1)); }
+fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL: $*" >&2; }
+# check DESCRIPTION COMMAND...: passes when the command succeeds
+check() { d=$1; shift; if "$@"; then ok; else fail "$d"; fi; }
+skip() { echo "SKIP: $*"; exit 77; }
+have_shared() { [ -f "${SHARED_DATA:-/nonexistent}/SOURCES.md" ]; }
+done_testing() { echo "$T_PASS passed, $T_FAIL failed"; [ "$T_FAIL" -eq 0 ]; }
