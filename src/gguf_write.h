@@ -32,6 +32,18 @@ int gguf_w_raw(struct gguf_writer *w, const char *key, enum gguf_type type, cons
 int gguf_w_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
     uint32_t n_dims, const int64_t *ne, const void *data, size_t nbytes);
 
+/*
+ * Streaming, for models too large to hold in memory: declare tensors with
+ * data == NULL (nbytes is still given), then gguf_w_stream_open writes the
+ * header and tensor infos to path.tmp, gguf_w_stream_data appends each
+ * declared tensor's bytes in declaration order (possibly in several pieces),
+ * and gguf_w_stream_close checks every tensor was complete and renames the
+ * file into place.
+ */
+int gguf_w_stream_open(struct gguf_writer *w, const char *path, char *err, size_t errlen);
+int gguf_w_stream_data(struct gguf_writer *w, const void *data, size_t nbytes, char *err, size_t errlen);
+int gguf_w_stream_close(struct gguf_writer *w, char *err, size_t errlen);
+
 /* general.alignment used for padding (default 32). */
 void gguf_w_set_alignment(struct gguf_writer *w, uint32_t align);
 
