@@ -278,10 +278,52 @@ test_real_vocab(const char *dir)
 	}
 }
 
+/* Seeds for the fuzzer: small valid files covering every value kind. */
+static int
+write_seeds(const char *dir)
+{
+	char path[4096];
+	const char *strs[] = { "<s>", "\xe2\x96\x81" "a" };
+	float fv[] = { 0.5f };
+	float td[32] = { 1 };
+	int64_t ne[2] = { 32, 1 };
+
+	for (int k = 0; k < 3; k++) {
+		struct gguf_writer *w = gguf_writer_new();
+		void *mem;
+		size_t len;
+		FILE *fp;
+
+		gguf_w_str(w, "general.architecture", "llama");
+		gguf_w_u32(w, "llama.block_count", 1);
+		if (k >= 1) {
+			gguf_w_arr_str(w, "tokenizer.ggml.tokens", strs, 2);
+			gguf_w_arr_f32(w, "tokenizer.ggml.scores", fv, 1);
+			gguf_w_bool(w, "b", true);
+		}
+		if (k == 2) {
+			gguf_w_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, ne, td, sizeof td);
+			gguf_w_tensor(w, "q", GGML_TYPE_Q8_0, 1, ne, td, 34);
+		}
+		gguf_w_to_mem(w, &mem, &len);
+		gguf_writer_free(w);
+		snprintf(path, sizeof path, "%s/seed%d.gguf", dir, k);
+		if ((fp = fopen(path, "wb")) == NULL)
+			return 1;
+		fwrite(mem, 1, len, fp);
+		fclose(fp);
+		free(mem);
+	}
+	return 0;
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
 	const char *dir = test_shared_data();
+
+	if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0)
+		return write_seeds(argv[2]);
 
 	test_roundtrip();
 	test_crafted();
