@@ -15,8 +15,16 @@
 
 struct sess_store;
 
-/* Open (creating and migrating as needed) the database at path. WAL, foreign keys on. */
+/*
+ * Open (creating and migrating as needed) the database at path. WAL, foreign keys on.
+ * Missing parent directories are created (mode 0700). Every commit is fsynced
+ * (synchronous=FULL): a turn acknowledged survives a SIGKILL and a power loss.
+ * Returns KVC_EUNSUPPORTED for a schema newer than SESS_SCHEMA_VERSION,
+ * KVC_EFORMAT for a file that is not a (kvchat) SQLite database, KVC_EBUSY when
+ * another process keeps it locked, KVC_EIO otherwise.
+ */
 int sess_open(struct sess_store **out, const char *path, char *err, size_t errlen);
+/* Releases the conversation locks taken through st; NULL is a no-op. */
 void sess_close(struct sess_store *st);
 
 struct sess_conv {
@@ -109,6 +117,14 @@ int sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
     const char *kv_type,
     int (*fn)(void *arg, int pos0, int pos1, const void *blob, size_t len),
     void *arg, int *n_pos_out, char *err, size_t errlen);
+/*
+ * Also: no chunks at all returns 0 with *n_pos_out = 0. On KVC_ECORRUPT or an
+ * fn error, *n_pos_out is the end of the last chunk fn accepted, so the caller
+ * can keep those positions and recompute only the rest. fn must not call back
+ * into the store. sess_turn_commit refuses (KVC_EINVAL) a chunk whose pos0 is
+ * not the end of the stored snapshot or whose model_fp/kv_type differ from it.
+ */
+
 /* Drop all chunks of a conversation (after a rebuild with another model). */
 int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 
@@ -118,5 +134,29 @@ int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t err
  */
 int sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 void sess_conv_unlock(struct sess_store *st, int64_t conv);
+
+/* --- Additions (store engineer) --- */
+
+/* Schema version this build writes (PRAGMA user_version). */
+#define SESS_SCHEMA_VERSION 1
+
+/* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
+uint64_t sess_checksum(const void *p, size_t n);
+
+/*
+ * PRAGMA integrity_check and foreign_key_check, plus: every conversation's
+ * chunks are contiguous from 0 and complete. 0 or KVC_ECORRUPT with the first
+ * problem found.
+ */
+int sess_check(struct sess_store *st, char *err, size_t errlen);
+
+/* The underlying connection, for tests and diagnostics (sqlite3 *). */
+struct sqlite3 *sess_sqlite(struct sess_store *st);
+
+/*
+ * Largest data BLOB per kv_chunks row (default 64 MiB, clamped to
+ * [1, 256 MiB]); a bigger chunk is stored as several rows. For tests.
+ */
+void sess_set_part_max(struct sess_store *st, size_t bytes);
 
 #endif

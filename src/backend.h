@@ -30,7 +30,7 @@ struct kvc_backend_i {
 	/* Prepare to run m (which must outlive the context). */
 	int (*init)(void **ctx, const struct kvc_model *m,
 	    const struct kvc_backend_params *p, char *err, size_t errlen);
-	void (*free)(void *ctx);
+	void (*free)(void *ctx);	/* after every kv of ctx was destroyed */
 
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type

@@ -16,5 +16,7 @@ int cmd_chat(int argc, char **argv);		/* repl.c: the default command */
 /* Prints kvchat's usage to f. */
 #include <stdio.h>
 void cli_usage(FILE *f);
+/* Prints the full --help text (options, REPL commands, files, environment) to f. */
+void cli_help(FILE *f);
 
 #endif

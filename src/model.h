@@ -29,6 +29,7 @@ struct kvc_hparams {
 	float rope_theta;	/* <arch>.rope.freq_base */
 	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
 	bool rope_neox;		/* qwen2/qwen3: rotate (i, i + d/2); llama: adjacent pairs (2i, 2i+1) */
+	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
 };
 
 /* One weight matrix or vector, pointing into the GGUF mapping. */

@@ -72,4 +72,22 @@ void q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
 /* Which SIMD path q_dot/q_matmul_rows use on this CPU ("avx2+fma" or "scalar"). */
 const char *q_simd_name(void);
 
+/*
+ * Explicit choice of kernel, for tests and benchmarks: Q_SIMD_AUTO is what
+ * q_dot/q_matmul_rows use (AVX2 when the CPU has AVX2+FMA+F16C, else
+ * scalar); Q_SIMD_AVX2 on a CPU without it runs the scalar kernels.
+ * Both paths compute the same sums in a different order.
+ */
+enum q_simd { Q_SIMD_AUTO = 0, Q_SIMD_SCALAR = 1, Q_SIMD_AVX2 = 2 };
+bool q_simd_available(enum q_simd s);
+float q_dot_simd(enum q_simd s, enum ggml_type t, const void *row, const float *x, int64_t n);
+void q_matmul_rows_simd(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1);
+
+/* Bytes of n elements of a supported type; 0 if unsupported or n is not a multiple of the block. */
+size_t q_row_bytes(enum ggml_type t, int64_t n);
+/* Elements per block of a supported type (1 for F32/F16/BF16, 32, 256); 0 if unsupported. */
+int64_t q_block_elems(enum ggml_type t);
+
 #endif

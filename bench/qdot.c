@@ -1,0 +1,152 @@
+/*
+ * qdot: throughput of q_matmul_rows per weight type, in GB/s of weight
+ * bytes, for a matrix much larger than the caches (decode: one token) and
+ * for a batch (prefill-like: n_tok tokens, GFLOP/s). Threads split the rows
+ * as the CPU backend does.
+ *
+ *   bench/qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]
+ */
+#include "config.h"
+
+#include "quant.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct job {
+	enum q_simd simd;
+	enum ggml_type t;
+	const uint8_t *W;
+	size_t rb;
+	const float *x;
+	int n_tok;
+	int64_t n_in, n_out, r0, r1;
+	float *y;
+};
+
+static void *
+run(void *arg)
+{
+	struct job *j = arg;
+
+	q_matmul_rows_simd(j->simd, j->t, j->W, j->rb, j->x, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
+	return NULL;
+}
+
+static double
+matmul(struct job *base, int nt)
+{
+	pthread_t th[64];
+	struct job jobs[64];
+	int64_t per = (base->n_out + nt - 1) / nt;
+	bool made[64] = {false};
+	double t0 = kvc_now();
+
+	for (int i = 0; i < nt; i++) {
+		jobs[i] = *base;
+		jobs[i].r0 = i * per;
+		jobs[i].r1 = (i + 1) * per < base->n_out ? (i + 1) * per : base->n_out;
+		if (i > 0)
+			made[i] = pthread_create(&th[i], NULL, run, &jobs[i]) == 0;
+		if (i > 0 && !made[i])
+			run(&jobs[i]);
+	}
+	run(&jobs[0]);
+	for (int i = 1; i < nt; i++)
+		if (made[i])
+			pthread_join(th[i], NULL);
+	return kvc_now() - t0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const enum ggml_type types[] = {
+		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+		GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	};
+	static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"};
+	size_t mib = 256;
+	int64_t n_in = 4096;
+	int nt = 1, batch = 16, reps = 3, o;
+	enum q_simd simd = Q_SIMD_AUTO;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--scalar") == 0) {
+			simd = Q_SIMD_SCALAR;
+			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+			argc--;
+			i--;
+		}
+	}
+	while ((o = getopt(argc, argv, "s:n:t:b:r:")) != -1) {
+		switch (o) {
+		case 's': mib = (size_t)atol(optarg); break;
+		case 'n': n_in = atol(optarg); break;
+		case 't': nt = atoi(optarg); break;
+		case 'b': batch = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]\n");
+			return 2;
+		}
+	}
+	if (nt < 1 || nt > 64 || n_in % 256 != 0 || batch < 1) {
+		fprintf(stderr, "qdot: need 1 <= threads <= 64, N_IN a multiple of 256, batch >= 1\n");
+		return 2;
+	}
+	float *x = malloc((size_t)n_in * (size_t)batch * sizeof *x), *w = malloc((size_t)n_in * sizeof *w);
+	uint64_t s = 88172645463325252ull;
+	for (int64_t i = 0; i < n_in * batch; i++) {
+		s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+		x[i] = (float)(s >> 40) / 16777216.0f - 0.5f;
+	}
+	printf("simd %s, %d thread(s), n_in %lld, %zu MiB of weights per type, batch %d\n",
+	    simd == Q_SIMD_SCALAR ? "scalar (forced)" : q_simd_name(), nt, (long long)n_in, mib, batch);
+	printf("type   decode GB/s  decode rows/ms  batch GFLOP/s\n");
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum ggml_type t = types[ti];
+		size_t rb = q_row_bytes(t, n_in);
+		int64_t n_out = (int64_t)((mib << 20) / rb);
+		uint8_t *W = malloc((size_t)n_out * rb);
+		float *y = malloc((size_t)n_out * (size_t)batch * sizeof *y);
+		if (W == NULL || y == NULL) {
+			fprintf(stderr, "qdot: out of memory\n");
+			return 1;
+		}
+		/* 16 distinct random rows, repeated: the bytes differ in cache lines, not in content */
+		for (int r = 0; r < 16 && r < n_out; r++) {
+			for (int64_t i = 0; i < n_in; i++) {
+				s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+				w[i] = (float)(s >> 40) / 16777216.0f - 0.5f;
+			}
+			q_quantize_row(t, w, W + (size_t)r * rb, n_in);
+		}
+		for (int64_t r = 16; r < n_out; r++)
+			memcpy(W + (size_t)r * rb, W + (size_t)(r % 16) * rb, rb);
+		struct job j = {simd, t, W, rb, x, 1, n_in, n_out, 0, n_out, y};
+		double best = 1e30, bestb = 1e30;
+		for (int r = 0; r < reps; r++) {
+			double tt = matmul(&j, nt);
+			best = tt < best ? tt : best;
+		}
+		/* batch on a slice that stays cache-resident per row but still streams */
+		j.n_tok = batch;
+		int64_t rows_b = n_out / 8 > 0 ? n_out / 8 : n_out;
+		j.n_out = rows_b;
+		for (int r = 0; r < reps; r++) {
+			double tt = matmul(&j, nt);
+			bestb = tt < bestb ? tt : bestb;
+		}
+		printf("%-5s  %10.2f  %14.1f  %13.2f\n", names[ti], (double)n_out * (double)rb / best / 1e9,
+		    (double)n_out / best / 1e3, 2.0 * (double)rows_b * (double)n_in * batch / bestb / 1e9);
+		free(W);
+		free(y);
+	}
+	free(x);
+	free(w);
+	return 0;
+}

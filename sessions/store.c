@@ -1,0 +1,668 @@
+/*
+ * store.c: conversations and their messages; a turn (messages + snapshot
+ * chunk) as one transaction; rewinds.
+ */
+#include "store_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Shared by the conversation queries; n_tokens = bytes of ids / 4. */
+#define CONV_COLUMNS \
+	"c.id, c.title, c.model_fp, c.template, c.system, c.settings, c.created, c.updated, " \
+	"(SELECT count(*) FROM messages m WHERE m.conv_id = c.id), " \
+	"(SELECT coalesce(sum(length(m.tokens)), 0) / 4 FROM messages m WHERE m.conv_id = c.id)"
+
+/* Bumps the recency order: the most recently used conversation comes first. */
+#define TOUCH_SQL \
+	"UPDATE conversations SET updated = ?2, " \
+	"touched = (SELECT coalesce(max(touched), 0) + 1 FROM conversations) WHERE id = ?1"
+
+static char *
+dup_col(sqlite3_stmt *s, int i, bool *oom)
+{
+	const unsigned char *t = sqlite3_column_text(s, i);
+	char *r;
+
+	if (t == NULL)
+		return NULL;
+	r = strdup((const char *)t);
+	if (r == NULL)
+		*oom = true;
+	return r;
+}
+
+void
+sess_conv_clear(struct sess_conv *c)
+{
+	if (c == NULL)
+		return;
+	free(c->title);
+	free(c->model_fp);
+	free(c->template_name);
+	free(c->system);
+	free(c->settings);
+	memset(c, 0, sizeof *c);
+}
+
+static int
+conv_from_row(sqlite3_stmt *s, struct sess_conv *c)
+{
+	bool oom = false;
+
+	memset(c, 0, sizeof *c);
+	c->id = sqlite3_column_int64(s, 0);
+	c->title = dup_col(s, 1, &oom);
+	c->model_fp = dup_col(s, 2, &oom);
+	c->template_name = dup_col(s, 3, &oom);
+	c->system = dup_col(s, 4, &oom);
+	c->settings = dup_col(s, 5, &oom);
+	c->created = sqlite3_column_int64(s, 6);
+	c->updated = sqlite3_column_int64(s, 7);
+	c->n_msgs = sqlite3_column_int(s, 8);
+	c->n_tokens = sqlite3_column_int(s, 9);
+	if (oom) {
+		sess_conv_clear(c);
+		return KVC_ENOMEM;
+	}
+	return KVC_OK;
+}
+
+static int
+oom(struct sess_store *st, const char *what, char *err, size_t errlen)
+{
+	kvc_err(err, errlen, "%s: %s: out of memory", st->path, what);
+	return KVC_ENOMEM;
+}
+
+int
+sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
+    const char *template_name, const char *system, const char *settings,
+    int64_t *id_out, char *err, size_t errlen)
+{
+	static const char what[] = "cannot create conversation";
+	sqlite3_stmt *s = NULL;
+	int64_t now = sess_time();
+	int rc, ret;
+
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_prepare(st, &s,
+	    "INSERT INTO conversations (title, model_fp, template, system, settings, "
+	    "created, updated, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, "
+	    "(SELECT coalesce(max(touched), 0) + 1 FROM conversations))", what, err, errlen);
+	if (ret == KVC_OK) {
+		sqlite3_bind_text(s, 1, title ? title : "", -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, model_fp ? model_fp : "", -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, template_name ? template_name : "", -1, SQLITE_STATIC);
+		if (system)
+			sqlite3_bind_text(s, 4, system, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 5, settings ? settings : "", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 6, now);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_DONE)
+			ret = sess_db_fail(st, rc, what, err, errlen);
+		else if (id_out)
+			*id_out = sqlite3_last_insert_rowid(st->db);
+	}
+	sqlite3_finalize(s);
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	return sess_tx_commit(st, what, err, errlen);
+}
+
+/* Runs a one-row, one-integer lookup; KVC_ENOTFOUND when no row. */
+static int
+lookup_id(struct sess_store *st, const char *sql, const char *text, int64_t num,
+    int64_t *id_out, const char *what, char *err, size_t errlen)
+{
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	ret = sess_prepare(st, &s, sql, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	if (text)
+		sqlite3_bind_text(s, 1, text, -1, SQLITE_STATIC);
+	else if (sqlite3_bind_parameter_count(s) > 0)
+		sqlite3_bind_int64(s, 1, num);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*id_out = sqlite3_column_int64(s, 0);
+	else if (rc == SQLITE_DONE)
+		ret = KVC_ENOTFOUND;
+	else
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int
+sess_conv_find(struct sess_store *st, const char *id_or_title, int64_t *id_out,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot look up conversation";
+	const char *p;
+	int ret;
+
+	if (id_or_title == NULL || *id_or_title == '\0') {
+		kvc_err(err, errlen, "no conversation name or id given");
+		return KVC_EINVAL;
+	}
+	for (p = id_or_title; *p >= '0' && *p <= '9'; p++)
+		;
+	/* A numeric id first; a conversation may still be titled "2024". */
+	if (*p == '\0' && p - id_or_title <= 18) {
+		ret = lookup_id(st, "SELECT id FROM conversations WHERE id = ?1", NULL,
+		    strtoll(id_or_title, NULL, 10), id_out, what, err, errlen);
+		if (ret != KVC_ENOTFOUND)
+			return ret;
+	}
+	ret = lookup_id(st, "SELECT id FROM conversations WHERE title = ?1 "
+	    "ORDER BY touched DESC, id DESC LIMIT 1", id_or_title, 0, id_out, what, err, errlen);
+	if (ret == KVC_ENOTFOUND)
+		kvc_err(err, errlen, "no conversation with id or title '%s'", id_or_title);
+	return ret;
+}
+
+int
+sess_conv_latest(struct sess_store *st, int64_t *id_out, char *err, size_t errlen)
+{
+	int ret = lookup_id(st, "SELECT id FROM conversations ORDER BY touched DESC, id DESC "
+	    "LIMIT 1", NULL, 0, id_out, "cannot look up conversations", err, errlen);
+
+	if (ret == KVC_ENOTFOUND)
+		kvc_err(err, errlen, "no saved conversations yet");
+	return ret;
+}
+
+int
+sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *err, size_t errlen)
+{
+	static const char what[] = "cannot read conversation";
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	memset(out, 0, sizeof *out);
+	ret = sess_prepare(st, &s, "SELECT " CONV_COLUMNS " FROM conversations c WHERE c.id = ?1",
+	    what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		ret = conv_from_row(s, out);
+		if (ret != KVC_OK)
+			oom(st, what, err, errlen);
+	} else if (rc == SQLITE_DONE) {
+		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+		ret = KVC_ENOTFOUND;
+	} else {
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int
+sess_conv_list(struct sess_store *st, struct sess_conv **out, int *n, char *err, size_t errlen)
+{
+	static const char what[] = "cannot list conversations";
+	struct sess_conv *v = NULL, *nv;
+	int cap = 0, used = 0, rc, ret;
+	sqlite3_stmt *s;
+
+	*out = NULL;
+	*n = 0;
+	ret = sess_prepare(st, &s, "SELECT " CONV_COLUMNS " FROM conversations c "
+	    "ORDER BY c.touched DESC, c.id DESC", what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (used == cap) {
+			cap = cap ? cap * 2 : 16;
+			nv = realloc(v, (size_t)cap * sizeof *v);
+			if (nv == NULL) {
+				ret = oom(st, what, err, errlen);
+				break;
+			}
+			v = nv;
+		}
+		if (conv_from_row(s, &v[used]) != KVC_OK) {
+			ret = oom(st, what, err, errlen);
+			break;
+		}
+		used++;
+	}
+	if (ret == KVC_OK && rc != SQLITE_DONE)
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	sqlite3_finalize(s);
+	if (ret != KVC_OK) {
+		sess_conv_list_free(v, used);
+		return ret;
+	}
+	*out = v;
+	*n = used;
+	return KVC_OK;
+}
+
+void
+sess_conv_list_free(struct sess_conv *v, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		sess_conv_clear(&v[i]);
+	free(v);
+}
+
+/* UPDATE conversations SET <column> = text; KVC_ENOTFOUND if no such id. */
+static int
+conv_set(struct sess_store *st, int64_t id, const char *sql, const char *text,
+    const char *what, char *err, size_t errlen)
+{
+	sqlite3_stmt *s = NULL;
+	int rc, ret;
+
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_prepare(st, &s, sql, what, err, errlen);
+	if (ret == KVC_OK) {
+		sqlite3_bind_int64(s, 1, id);
+		if (text)
+			sqlite3_bind_text(s, 2, text, -1, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_DONE) {
+			ret = sess_db_fail(st, rc, what, err, errlen);
+		} else if (sqlite3_changes(st->db) == 0) {
+			kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+			ret = KVC_ENOTFOUND;
+		}
+	}
+	sqlite3_finalize(s);
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	return sess_tx_commit(st, what, err, errlen);
+}
+
+int
+sess_conv_rename(struct sess_store *st, int64_t id, const char *title, char *err, size_t errlen)
+{
+	return conv_set(st, id, "UPDATE conversations SET title = ?2 WHERE id = ?1",
+	    title ? title : "", "cannot rename conversation", err, errlen);
+}
+
+int
+sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, char *err,
+    size_t errlen)
+{
+	return conv_set(st, id, "UPDATE conversations SET system = ?2 WHERE id = ?1", system,
+	    "cannot set the system prompt", err, errlen);
+}
+
+int
+sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err,
+    size_t errlen)
+{
+	return conv_set(st, id, "UPDATE conversations SET settings = ?2 WHERE id = ?1",
+	    settings ? settings : "", "cannot save settings", err, errlen);
+}
+
+/* Title of conversation id (malloc'ed) inside the current transaction. */
+static int
+conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
+    char *err, size_t errlen)
+{
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	*title = NULL;
+	ret = sess_prepare(st, &s, "SELECT title FROM conversations WHERE id = ?1",
+	    what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		const unsigned char *t = sqlite3_column_text(s, 0);
+
+		*title = strdup(t ? (const char *)t : "");
+		if (*title == NULL)
+			ret = oom(st, what, err, errlen);
+	} else if (rc == SQLITE_DONE) {
+		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+		ret = KVC_ENOTFOUND;
+	} else {
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int
+sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
+    char *err, size_t errlen)
+{
+	return conv_title(st, id, title, what, err, errlen);
+}
+
+int
+sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
+{
+	static const char what[] = "cannot delete conversation";
+	sqlite3_stmt *s = NULL;
+	char *title = NULL;
+	int rc, ret;
+
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = conv_title(st, id, &title, what, err, errlen);
+	/* Pulling it from under another process would fail its next turn. */
+	if (ret == KVC_OK)
+		ret = sess_lock_check(st, id, title, err, errlen);
+	if (ret == KVC_OK)
+		ret = sess_prepare(st, &s, "DELETE FROM conversations WHERE id = ?1",
+		    what, err, errlen);
+	if (ret == KVC_OK) {
+		sqlite3_bind_int64(s, 1, id);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_DONE)
+			ret = sess_db_fail(st, rc, what, err, errlen);
+	}
+	sqlite3_finalize(s);
+	free(title);
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	ret = sess_tx_commit(st, what, err, errlen);
+	if (ret == KVC_OK)
+		sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
+	return ret;
+}
+
+static int
+touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t errlen)
+{
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	ret = sess_prepare(st, &s, TOUCH_SQL, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, conv);
+	sqlite3_bind_int64(s, 2, sess_time());
+	rc = sqlite3_step(s);
+	if (rc != SQLITE_DONE)
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+/* Token ids as little-endian int32, whatever the host order. */
+static unsigned char *
+encode_ids(const int32_t *ids, int n)
+{
+	unsigned char *b = malloc((size_t)n * 4 + 1), *p = b;
+	int i;
+
+	if (b == NULL)
+		return NULL;
+	for (i = 0; i < n; i++, p += 4) {
+		uint32_t u = (uint32_t)ids[i];
+
+		p[0] = (unsigned char)u;
+		p[1] = (unsigned char)(u >> 8);
+		p[2] = (unsigned char)(u >> 16);
+		p[3] = (unsigned char)(u >> 24);
+	}
+	return b;
+}
+
+static int
+check_msgs(struct sess_store *st, const struct sess_msg *msgs, int n, char *err, size_t errlen)
+{
+	int i;
+
+	if (n < 0 || (n > 0 && msgs == NULL))
+		goto bad;
+	for (i = 0; i < n; i++) {
+		if ((int)msgs[i].role < SESS_SYSTEM || (int)msgs[i].role > SESS_ASSISTANT ||
+		    msgs[i].n_ids < 0 || msgs[i].n_ids > (1 << 28) ||
+		    (msgs[i].n_ids > 0 && msgs[i].ids == NULL))
+			goto bad;
+	}
+	return KVC_OK;
+bad:
+	kvc_err(err, errlen, "%s: cannot save turn: invalid message", st->path);
+	return KVC_EINVAL;
+}
+
+static int
+insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+    const char *what, char *err, size_t errlen)
+{
+	sqlite3_stmt *s = NULL;
+	int64_t seq, now = sess_time();
+	int i, rc, ret;
+
+	if (n == 0)
+		return KVC_OK;
+	ret = lookup_id(st, "SELECT coalesce(max(seq) + 1, 0) FROM messages WHERE conv_id = ?1",
+	    NULL, conv, &seq, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = sess_prepare(st, &s,
+		    "INSERT INTO messages (conv_id, seq, role, text, tokens, interrupted, "
+		    "ttft_ms, prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, "
+		    "created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+		    what, err, errlen);
+	for (i = 0; ret == KVC_OK && i < n; i++) {
+		const struct sess_msg *m = &msgs[i];
+		unsigned char *blob = encode_ids(m->ids, m->n_ids);
+
+		if (blob == NULL) {
+			ret = oom(st, what, err, errlen);
+			break;
+		}
+		sqlite3_bind_int64(s, 1, conv);
+		sqlite3_bind_int64(s, 2, seq + i);
+		sqlite3_bind_int(s, 3, (int)m->role);
+		sqlite3_bind_text(s, 4, m->text ? m->text : "", -1, SQLITE_STATIC);
+		sqlite3_bind_blob(s, 5, blob, m->n_ids * 4, SQLITE_STATIC);
+		sqlite3_bind_int(s, 6, m->interrupted ? 1 : 0);
+		sqlite3_bind_double(s, 7, m->stats.ttft_ms);
+		sqlite3_bind_int(s, 8, m->stats.prefill_tokens);
+		sqlite3_bind_int(s, 9, m->stats.reused_tokens);
+		sqlite3_bind_double(s, 10, m->stats.prefill_tps);
+		sqlite3_bind_int(s, 11, m->stats.gen_tokens);
+		sqlite3_bind_double(s, 12, m->stats.decode_tps);
+		sqlite3_bind_int64(s, 13, m->created ? m->created : now);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_DONE)
+			ret = sess_db_fail(st, rc, what, err, errlen);
+		sqlite3_reset(s);
+		sqlite3_clear_bindings(s);
+		free(blob);
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int
+sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+    const struct sess_chunk *chunk, char *err, size_t errlen)
+{
+	static const char what[] = "cannot save turn";
+	char *title = NULL;
+	int ret;
+
+	ret = check_msgs(st, msgs, n, err, errlen);
+	if (ret == KVC_OK && chunk)
+		ret = sess_chunk_check(st, chunk, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = conv_title(st, conv, &title, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
+	if (ret == KVC_OK && chunk)
+		ret = sess_chunk_write(st, conv, title, chunk, err, errlen);
+	if (ret == KVC_OK)
+		ret = touch(st, conv, what, err, errlen);
+	free(title);
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	return sess_tx_commit(st, what, err, errlen);
+}
+
+int
+sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot rewind conversation";
+	static const char *const sql[] = {
+		"DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE conv_id = ?1 "
+		"ORDER BY seq LIMIT -1 OFFSET ?2)",
+		/* A chunk straddling the new end goes whole; the caller re-snapshots. */
+		"DELETE FROM kv_chunks WHERE conv_id = ?1 AND pos1 > ?2",
+	};
+	sqlite3_stmt *s;
+	char *title = NULL;
+	int i, rc, ret;
+
+	if (keep_msgs < 0 || n_pos < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
+		return KVC_EINVAL;
+	}
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = conv_title(st, conv, &title, what, err, errlen);
+	free(title);
+	for (i = 0; ret == KVC_OK && i < 2; i++) {
+		ret = sess_prepare(st, &s, sql[i], what, err, errlen);
+		if (ret != KVC_OK)
+			break;
+		sqlite3_bind_int64(s, 1, conv);
+		sqlite3_bind_int(s, 2, i == 0 ? keep_msgs : n_pos);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_DONE)
+			ret = sess_db_fail(st, rc, what, err, errlen);
+		sqlite3_finalize(s);
+	}
+	if (ret == KVC_OK)
+		ret = touch(st, conv, what, err, errlen);
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	return sess_tx_commit(st, what, err, errlen);
+}
+
+static int32_t *
+decode_ids(const unsigned char *p, int n)
+{
+	int32_t *v = malloc((size_t)n * sizeof *v + 1);
+	int i;
+
+	if (v == NULL)
+		return NULL;
+	for (i = 0; i < n; i++, p += 4)
+		v[i] = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+		    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+	return v;
+}
+
+int
+sess_msgs_load(struct sess_store *st, int64_t conv, struct sess_msg **out, int *n,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot read messages";
+	struct sess_msg *v = NULL, *nv, *m;
+	int cap = 0, used = 0, rc, ret, nb;
+	sqlite3_stmt *s;
+	bool no_mem = false;
+
+	*out = NULL;
+	*n = 0;
+	ret = sess_prepare(st, &s, "SELECT id, role, text, tokens, interrupted, ttft_ms, "
+	    "prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, created "
+	    "FROM messages WHERE conv_id = ?1 ORDER BY seq", what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, conv);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (used == cap) {
+			cap = cap ? cap * 2 : 16;
+			nv = realloc(v, (size_t)cap * sizeof *v);
+			if (nv == NULL) {
+				ret = oom(st, what, err, errlen);
+				break;
+			}
+			v = nv;
+		}
+		m = &v[used];
+		memset(m, 0, sizeof *m);
+		m->id = sqlite3_column_int64(s, 0);
+		m->role = (enum sess_role)sqlite3_column_int(s, 1);
+		m->text = dup_col(s, 2, &no_mem);
+		nb = sqlite3_column_bytes(s, 3);
+		used++;
+		if (nb % 4 != 0) {
+			kvc_err(err, errlen, "%s: %s: conversation %lld, message %lld: token "
+			    "list of %d bytes is not a multiple of 4", st->path, what,
+			    (long long)conv, (long long)m->id, nb);
+			ret = KVC_ECORRUPT;
+			break;
+		}
+		m->n_ids = nb / 4;
+		m->ids = decode_ids(sqlite3_column_blob(s, 3), m->n_ids);
+		m->interrupted = sqlite3_column_int(s, 4) != 0;
+		m->stats.ttft_ms = sqlite3_column_double(s, 5);
+		m->stats.prefill_tokens = sqlite3_column_int(s, 6);
+		m->stats.reused_tokens = sqlite3_column_int(s, 7);
+		m->stats.prefill_tps = sqlite3_column_double(s, 8);
+		m->stats.gen_tokens = sqlite3_column_int(s, 9);
+		m->stats.decode_tps = sqlite3_column_double(s, 10);
+		m->created = sqlite3_column_int64(s, 11);
+		if (m->text == NULL)
+			no_mem = true;
+		if (no_mem || m->ids == NULL) {
+			ret = oom(st, what, err, errlen);
+			break;
+		}
+	}
+	if (ret == KVC_OK && rc != SQLITE_DONE)
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	sqlite3_finalize(s);
+	if (ret != KVC_OK) {
+		sess_msgs_free(v, used);
+		return ret;
+	}
+	*out = v;
+	*n = used;
+	return KVC_OK;
+}
+
+void
+sess_msgs_free(struct sess_msg *v, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		free(v[i].text);
+		free(v[i].ids);
+	}
+	free(v);
+}

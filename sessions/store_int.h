@@ -1,0 +1,58 @@
+/*
+ * store_int.h: what the files of the sessions module share and nobody else
+ * sees: the store handle, SQLite error mapping, write transactions.
+ */
+#ifndef KVC_STORE_INT_H
+#define KVC_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "store.h"
+
+struct sess_store {
+	sqlite3 *db;
+	char *path;		/* as given to sess_open, prefixes every error */
+	size_t part_max;	/* bytes of chunk data per kv_chunks row */
+	int64_t *locked;	/* conversations locked through this handle */
+	int n_locked, cap_locked;
+};
+
+/*
+ * Turn SQLite's state after a failed call (rc) into a KVC_E* code and the
+ * line "PATH: WHAT: reason". Call before rolling back: that resets errmsg.
+ */
+int sess_db_fail(struct sess_store *st, int rc, const char *what, char *err, size_t errlen);
+
+/*
+ * BEGIN IMMEDIATE, retried while another process holds the write lock past
+ * busy_timeout (a big chunk can take seconds to write). 0 or sess_db_fail's code.
+ */
+int sess_tx_begin(struct sess_store *st, const char *what, char *err, size_t errlen);
+int sess_tx_commit(struct sess_store *st, const char *what, char *err, size_t errlen);
+/* Safe to call whether or not SQLite already rolled back on its own. */
+void sess_tx_rollback(struct sess_store *st);
+
+/* sqlite3_prepare_v2 with sess_db_fail on error. */
+int sess_prepare(struct sess_store *st, sqlite3_stmt **out, const char *sql,
+    const char *what, char *err, size_t errlen);
+
+/* Unix seconds. */
+int64_t sess_time(void);
+
+/* Migrations and connection settings (schema.c). */
+int sess_schema_setup(struct sess_store *st, char *err, size_t errlen);
+
+/* Title of conversation id (malloc'ed); KVC_ENOTFOUND with a message if none. */
+int sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
+    char *err, size_t errlen);
+
+/* Chunks (chunks.c): argument checks, and the write inside a turn's transaction. */
+int sess_chunk_check(struct sess_store *st, const struct sess_chunk *c, char *err, size_t errlen);
+int sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
+    const struct sess_chunk *c, char *err, size_t errlen);
+
+/* Lock rows (lock.c): KVC_EBUSY with a message if a live other process holds conv. */
+int sess_lock_check(struct sess_store *st, int64_t conv, const char *title,
+    char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,649 @@
+/*
+ * quant.c: half-precision conversions, ggml block formats (dequantise,
+ * quantise), and the portable dot products plus the dispatch to the SIMD
+ * kernels in quant_avx2.c.
+ */
+#include "quant_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- half precision ---------------------------------------------------- */
+
+static inline uint32_t
+f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float
+bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+float
+kvc_fp16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+
+	if (e == 0) {
+		/* zero or subnormal: m * 2^-24, exact in float */
+		float v = (float)m * (1.0f / 16777216.0f);
+		return (h & 0x8000) ? -v : v;
+	}
+	if (e == 31)	/* inf, nan (payload kept) */
+		return bits_f32(sign | 0x7f800000 | (m << 13));
+	return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+}
+
+uint16_t
+kvc_f32_to_fp16(float f)
+{
+	uint32_t x = f32_bits(f);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+	uint32_t e, m, h, rem, half, shift;
+
+	x &= 0x7fffffff;
+	if (x >= 0x7f800000) {
+		if (x == 0x7f800000)
+			return sign | 0x7c00;
+		return sign | 0x7e00 | ((x >> 13) & 0x3ff);	/* quiet nan */
+	}
+	/* 65520 is halfway between 65504 (odd mantissa) and 2^16: ties go up */
+	if (x >= 0x477ff000)
+		return sign | 0x7c00;
+	e = x >> 23;
+	m = x & 0x7fffff;
+	if (e >= 113) {		/* normal half */
+		h = ((e - 112) << 10) | (m >> 13);
+		rem = m & 0x1fff;
+		if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+			h++;	/* a carry into the exponent is still right */
+		return sign | (uint16_t)h;
+	}
+	if (e < 102)		/* below 2^-25: rounds to zero */
+		return sign;
+	/* subnormal half: value = (m | 2^23) * 2^(e-150), in units of 2^-24 */
+	m |= 0x800000;
+	shift = 126 - e;	/* 14..24 */
+	h = m >> shift;
+	rem = m & ((1u << shift) - 1);
+	half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (h & 1)))
+		h++;
+	return sign | (uint16_t)h;
+}
+
+float
+kvc_bf16_to_f32(uint16_t h)
+{
+	return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t
+kvc_f32_to_bf16(float f)
+{
+	uint32_t x = f32_bits(f);
+
+	if ((x & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((x >> 16) | 0x40);	/* quiet nan */
+	return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+/* ---- types ------------------------------------------------------------- */
+
+bool
+q_supported(enum ggml_type t)
+{
+	switch (t) {
+	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
+	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0:
+	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+		return true;
+	default:
+		return false;
+	}
+}
+
+int64_t
+q_block_elems(enum ggml_type t)
+{
+	switch (t) {
+	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
+	case GGML_TYPE_Q8_0: return QK8_0;
+	case GGML_TYPE_Q4_0: return QK4_0;
+	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
+	default: return 0;
+	}
+}
+
+static size_t
+block_bytes(enum ggml_type t)
+{
+	switch (t) {
+	case GGML_TYPE_F32: return 4;
+	case GGML_TYPE_F16: case GGML_TYPE_BF16: return 2;
+	case GGML_TYPE_Q8_0: return sizeof(block_q8_0);
+	case GGML_TYPE_Q4_0: return sizeof(block_q4_0);
+	case GGML_TYPE_Q4_K: return sizeof(block_q4_K);
+	case GGML_TYPE_Q5_K: return sizeof(block_q5_K);
+	case GGML_TYPE_Q6_K: return sizeof(block_q6_K);
+	default: return 0;
+	}
+}
+
+size_t
+q_row_bytes(enum ggml_type t, int64_t n)
+{
+	int64_t b = q_block_elems(t);
+
+	if (b == 0 || n < 0 || n % b != 0)
+		return 0;
+	return (size_t)(n / b) * block_bytes(t);
+}
+
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+_Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
+_Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+/* quant_avx2.c addresses fields by these byte offsets */
+_Static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 &&
+    offsetof(block_q6_K, d) == 208, "block_q6_K offsets");
+_Static_assert(offsetof(block_q5_K, qh) == 16 && offsetof(block_q5_K, qs) == 48, "block_q5_K offsets");
+_Static_assert(offsetof(block_q4_K, qs) == 16, "block_q4_K offsets");
+
+/* ---- dequantisation, one block ----------------------------------------- */
+
+static void
+deq_q8_0(const block_q8_0 *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d);
+
+	for (int i = 0; i < QK8_0; i++)
+		y[i] = d * (float)b->qs[i];
+}
+
+static void
+deq_q4_0(const block_q4_0 *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d);
+
+	for (int i = 0; i < QK4_0 / 2; i++) {
+		y[i] = d * (float)((b->qs[i] & 0xF) - 8);
+		y[i + QK4_0 / 2] = d * (float)((b->qs[i] >> 4) - 8);
+	}
+}
+
+static void
+deq_q4_k(const block_q4_K *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d), dmin = kvc_fp16_to_f32(b->dmin);
+	const uint8_t *q = b->qs;
+
+	/* 4 chunks of 64: low nibbles are sub-block 2c, high nibbles 2c+1 */
+	for (int c = 0; c < 4; c++, q += 32, y += 64) {
+		uint8_t s0, m0, s1, m1;
+		q_k_scale_min(2 * c, b->scales, &s0, &m0);
+		q_k_scale_min(2 * c + 1, b->scales, &s1, &m1);
+		float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
+		for (int l = 0; l < 32; l++) {
+			y[l] = d0 * (float)(q[l] & 0xF) - n0;
+			y[l + 32] = d1 * (float)(q[l] >> 4) - n1;
+		}
+	}
+}
+
+static void
+deq_q5_k(const block_q5_K *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d), dmin = kvc_fp16_to_f32(b->dmin);
+	const uint8_t *q = b->qs;
+
+	/* as Q4_K; bit 2c / 2c+1 of qh[l] is the 5th bit of chunk c's values */
+	for (int c = 0; c < 4; c++, q += 32, y += 64) {
+		uint8_t s0, m0, s1, m1;
+		q_k_scale_min(2 * c, b->scales, &s0, &m0);
+		q_k_scale_min(2 * c + 1, b->scales, &s1, &m1);
+		float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
+		for (int l = 0; l < 32; l++) {
+			int h0 = (b->qh[l] >> (2 * c)) & 1, h1 = (b->qh[l] >> (2 * c + 1)) & 1;
+			y[l] = d0 * (float)((q[l] & 0xF) | (h0 << 4)) - n0;
+			y[l + 32] = d1 * (float)((q[l] >> 4) | (h1 << 4)) - n1;
+		}
+	}
+}
+
+static void
+deq_q6_k(const block_q6_K *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d);
+	const uint8_t *ql = b->ql, *qh = b->qh;
+	const int8_t *sc = b->scales;
+
+	/* 2 halves of 128: ql 64 bytes, qh 32 bytes, 8 scales (one per 16) each */
+	for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, y += 128) {
+		for (int l = 0; l < 32; l++) {
+			int is = l / 16;
+			int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+			int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+			int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+			int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+			y[l] = d * (float)sc[is] * (float)q1;
+			y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+			y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+			y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+		}
+	}
+}
+
+/*
+ * Dequantise block i of a row of quantised type t into y[0..block). Rows
+ * need not be aligned (tests use odd addresses): the block is copied to an
+ * aligned local first.
+ */
+static void
+deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
+{
+	union {
+		block_q8_0 q8_0;
+		block_q4_0 q4_0;
+		block_q4_K q4_k;
+		block_q5_K q5_k;
+		block_q6_K q6_k;
+	} b;
+	size_t bs = block_bytes(t);
+
+	memcpy(&b, (const uint8_t *)src + (size_t)i * bs, bs);
+	switch (t) {
+	case GGML_TYPE_Q8_0: deq_q8_0(&b.q8_0, y); break;
+	case GGML_TYPE_Q4_0: deq_q4_0(&b.q4_0, y); break;
+	case GGML_TYPE_Q4_K: deq_q4_k(&b.q4_k, y); break;
+	case GGML_TYPE_Q5_K: deq_q5_k(&b.q5_k, y); break;
+	case GGML_TYPE_Q6_K: deq_q6_k(&b.q6_k, y); break;
+	default: break;
+	}
+}
+
+void
+q_dequant_row(enum ggml_type t, const void *src, float *dst, int64_t n)
+{
+	const uint8_t *p = src;
+	int64_t bs = q_block_elems(t);
+
+	switch (t) {
+	case GGML_TYPE_F32:
+		memcpy(dst, src, (size_t)n * sizeof(float));
+		return;
+	case GGML_TYPE_F16:
+	case GGML_TYPE_BF16:
+		for (int64_t i = 0; i < n; i++) {
+			uint16_t h;
+			memcpy(&h, p + 2 * i, 2);	/* rows may be unaligned */
+			dst[i] = t == GGML_TYPE_F16 ? kvc_fp16_to_f32(h) : kvc_bf16_to_f32(h);
+		}
+		return;
+	default:
+		if (bs == 0)
+			return;
+		for (int64_t i = 0; i < n / bs; i++)
+			deq_block(t, src, i, dst + i * bs);
+	}
+}
+
+/* ---- quantisation (fixtures and tests only) ----------------------------- */
+
+static int
+nearest_int(float f)
+{
+	return (int)lrintf(f);
+}
+
+static void
+quant_q8_0(const float *x, block_q8_0 *b)
+{
+	float amax = 0;
+
+	for (int i = 0; i < QK8_0; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	b->d = kvc_f32_to_fp16(amax / 127.0f);
+	float d = kvc_fp16_to_f32(b->d), id = d > 0 ? 1.0f / d : 0;
+	for (int i = 0; i < QK8_0; i++) {
+		int q = nearest_int(x[i] * id);
+		b->qs[i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+	}
+}
+
+static void
+quant_q4_0(const float *x, block_q4_0 *b)
+{
+	float amax = 0, mx = 0;
+
+	/* the value of largest magnitude maps to -8, the most negative level */
+	for (int i = 0; i < QK4_0; i++) {
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			mx = x[i];
+		}
+	}
+	b->d = kvc_f32_to_fp16(mx / -8.0f);
+	float d = kvc_fp16_to_f32(b->d), id = d != 0 ? 1.0f / d : 0;
+	for (int i = 0; i < QK4_0 / 2; i++) {
+		int q0 = nearest_int(x[i] * id) + 8, q1 = nearest_int(x[i + 16] * id) + 8;
+		q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+		q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+		b->qs[i] = (uint8_t)(q0 | (q1 << 4));
+	}
+}
+
+/* Pack 8 (scale, min) pairs of 6 bits as q_k_scale_min reads them. */
+static void
+pack_k_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *q)
+{
+	for (int j = 0; j < 4; j++) {
+		q[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+		q[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+		q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+	}
+}
+
+/*
+ * Q4_K/Q5_K: each sub-block of 32 gets scale (max-min)/nmax and min -min
+ * (min clipped to <= 0); those are quantised to 6 bits against d = max
+ * scale / 63 and dmin = max min / 63, then the values against the
+ * quantised scale and min. q[0..256) receives the levels 0..nmax.
+ */
+static void
+quant_k_common(const float *x, int nmax, uint16_t *dp, uint16_t *dminp,
+    uint8_t *scales, uint8_t *q)
+{
+	float sc[8], mn[8], smax = 0, mmax = 0;
+	uint8_t sc6[8], mn6[8];
+
+	for (int j = 0; j < 8; j++) {
+		float lo = 0, hi = x[32 * j];
+		for (int l = 0; l < 32; l++) {
+			lo = fminf(lo, x[32 * j + l]);
+			hi = fmaxf(hi, x[32 * j + l]);
+		}
+		sc[j] = (hi - lo) / (float)nmax;
+		mn[j] = -lo;
+		smax = fmaxf(smax, sc[j]);
+		mmax = fmaxf(mmax, mn[j]);
+	}
+	*dp = kvc_f32_to_fp16(smax / 63.0f);
+	*dminp = kvc_f32_to_fp16(mmax / 63.0f);
+	float d = kvc_fp16_to_f32(*dp), dmin = kvc_fp16_to_f32(*dminp);
+	for (int j = 0; j < 8; j++) {
+		int s = d > 0 ? nearest_int(sc[j] / d) : 0;
+		int m = dmin > 0 ? nearest_int(mn[j] / dmin) : 0;
+		sc6[j] = (uint8_t)(s > 63 ? 63 : s < 0 ? 0 : s);
+		mn6[j] = (uint8_t)(m > 63 ? 63 : m < 0 ? 0 : m);
+	}
+	pack_k_scales(sc6, mn6, scales);
+	for (int j = 0; j < 8; j++) {
+		float d1 = d * sc6[j], m1 = dmin * mn6[j], id = d1 > 0 ? 1.0f / d1 : 0;
+		for (int l = 0; l < 32; l++) {
+			int v = nearest_int((x[32 * j + l] + m1) * id);
+			q[32 * j + l] = (uint8_t)(v < 0 ? 0 : v > nmax ? nmax : v);
+		}
+	}
+}
+
+static void
+quant_q4_k(const float *x, block_q4_K *b)
+{
+	uint8_t q[QK_K];
+
+	quant_k_common(x, 15, &b->d, &b->dmin, b->scales, q);
+	for (int c = 0; c < 4; c++)
+		for (int l = 0; l < 32; l++)
+			b->qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+}
+
+static void
+quant_q5_k(const float *x, block_q5_K *b)
+{
+	uint8_t q[QK_K];
+
+	quant_k_common(x, 31, &b->d, &b->dmin, b->scales, q);
+	memset(b->qh, 0, sizeof b->qh);
+	for (int c = 0; c < 4; c++) {
+		for (int l = 0; l < 32; l++) {
+			uint8_t a = q[64 * c + l], z = q[64 * c + 32 + l];
+			b->qs[32 * c + l] = (uint8_t)((a & 0xF) | ((z & 0xF) << 4));
+			b->qh[l] |= (uint8_t)(((a >> 4) << (2 * c)) | ((z >> 4) << (2 * c + 1)));
+		}
+	}
+}
+
+/*
+ * Q6_K: 16 sub-blocks of 16, symmetric: scale amax/31 per sub-block, scales
+ * quantised to int8 against d = max scale / 127, values to -32..31.
+ */
+static void
+quant_q6_k(const float *x, block_q6_K *b)
+{
+	float sc[16], smax = 0;
+	int8_t q[QK_K];
+
+	for (int j = 0; j < 16; j++) {
+		float amax = 0;
+		for (int l = 0; l < 16; l++)
+			amax = fmaxf(amax, fabsf(x[16 * j + l]));
+		sc[j] = amax / 31.0f;
+		smax = fmaxf(smax, sc[j]);
+	}
+	b->d = kvc_f32_to_fp16(smax / 127.0f);
+	float d = kvc_fp16_to_f32(b->d);
+	for (int j = 0; j < 16; j++) {
+		int s = d > 0 ? nearest_int(sc[j] / d) : 0;
+		b->scales[j] = (int8_t)(s > 127 ? 127 : s);
+		float d1 = d * b->scales[j], id = d1 > 0 ? 1.0f / d1 : 0;
+		for (int l = 0; l < 16; l++) {
+			int v = nearest_int(x[16 * j + l] * id);
+			q[16 * j + l] = (int8_t)(v < -32 ? -32 : v > 31 ? 31 : v);
+		}
+	}
+	memset(b->qh, 0, sizeof b->qh);
+	for (int h = 0; h < 2; h++) {
+		const int8_t *qq = q + 128 * h;
+		uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+		for (int l = 0; l < 32; l++) {
+			int u1 = qq[l] + 32, u2 = qq[l + 32] + 32, u3 = qq[l + 64] + 32, u4 = qq[l + 96] + 32;
+			ql[l] = (uint8_t)((u1 & 0xF) | ((u3 & 0xF) << 4));
+			ql[l + 32] = (uint8_t)((u2 & 0xF) | ((u4 & 0xF) << 4));
+			qh[l] = (uint8_t)((u1 >> 4) | ((u2 >> 4) << 2) | ((u3 >> 4) << 4) | ((u4 >> 4) << 6));
+		}
+	}
+}
+
+int
+q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
+{
+	uint8_t *p = dst;
+	int64_t bs = q_block_elems(t);
+	size_t bb = block_bytes(t);
+	union {		/* aligned scratch: dst may be at any address */
+		block_q8_0 q8_0;
+		block_q4_0 q4_0;
+		block_q4_K q4_k;
+		block_q5_K q5_k;
+		block_q6_K q6_k;
+	} b;
+
+	if (bs == 0 || n % bs != 0)
+		return KVC_EUNSUPPORTED;
+	for (int64_t i = 0; i < n / bs; i++) {
+		const float *x = src + i * bs;
+		switch (t) {
+		case GGML_TYPE_F32:
+			memcpy(p + 4 * i, x, 4);
+			break;
+		case GGML_TYPE_F16:
+		case GGML_TYPE_BF16: {
+			uint16_t h = t == GGML_TYPE_F16 ? kvc_f32_to_fp16(*x) : kvc_f32_to_bf16(*x);
+			memcpy(p + 2 * i, &h, 2);
+			break;
+		}
+		case GGML_TYPE_Q8_0: quant_q8_0(x, &b.q8_0); break;
+		case GGML_TYPE_Q4_0: quant_q4_0(x, &b.q4_0); break;
+		case GGML_TYPE_Q4_K: quant_q4_k(x, &b.q4_k); break;
+		case GGML_TYPE_Q5_K: quant_q5_k(x, &b.q5_k); break;
+		case GGML_TYPE_Q6_K: quant_q6_k(x, &b.q6_k); break;
+		default: return KVC_EUNSUPPORTED;
+		}
+		if (bs > 1)
+			memcpy(p + (size_t)i * bb, &b, bb);
+	}
+	return 0;
+}
+
+/* ---- dot products --------------------------------------------------------- */
+
+/*
+ * Portable path: each block is dequantised into a small stack buffer (never
+ * more than one block) and dotted with x; per-block sums are added in
+ * order. Four partial sums keep the adds independent.
+ */
+static float
+dot_f32_scalar(const float *w, const float *x, int64_t n)
+{
+	float s[4] = {0, 0, 0, 0};
+	int64_t i = 0;
+
+	for (; i + 4 <= n; i += 4)
+		for (int k = 0; k < 4; k++)
+			s[k] += w[i + k] * x[i + k];
+	for (; i < n; i++)
+		s[0] += w[i] * x[i];
+	return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static float
+dot_scalar(enum ggml_type t, const void *row, const float *x, int64_t n)
+{
+	float buf[QK_K];
+	float sum = 0;
+
+	switch (t) {
+	case GGML_TYPE_F32: {
+		const float *w = row;
+		if (((uintptr_t)w & 3) == 0)
+			return dot_f32_scalar(w, x, n);
+		break;	/* unaligned: go through the buffer */
+	}
+	case GGML_TYPE_F16:
+	case GGML_TYPE_BF16:
+		break;
+	default: {
+		int64_t bs = q_block_elems(t);
+		if (bs <= 1)
+			return 0;
+		for (int64_t i = 0; i < n / bs; i++) {
+			deq_block(t, row, i, buf);
+			sum += dot_f32_scalar(buf, x + i * bs, bs);
+		}
+		return sum;
+	}
+	}
+	/* F16/BF16 (and unaligned F32) in chunks of QK_K */
+	const uint8_t *p = row;
+	size_t es = block_bytes(t);
+	for (int64_t i = 0; i < n; i += QK_K) {
+		int64_t m = n - i < QK_K ? n - i : QK_K;
+		q_dequant_row(t, p + (size_t)i * es, buf, m);
+		sum += dot_f32_scalar(buf, x + i, m);
+	}
+	return sum;
+}
+
+bool
+q_simd_available(enum q_simd s)
+{
+	switch (s) {
+	case Q_SIMD_AUTO:
+	case Q_SIMD_SCALAR:
+		return true;
+	case Q_SIMD_AVX2:
+		return q_avx2_cpu();
+	}
+	return false;
+}
+
+const char *
+q_simd_name(void)
+{
+	return q_avx2_cpu() ? "avx2+fma" : "scalar";
+}
+
+float
+q_dot_simd(enum q_simd s, enum ggml_type t, const void *row, const float *x, int64_t n)
+{
+	float r;
+
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() && q_avx2_dot(t, row, x, NULL, n, &r))
+		return r;
+	return dot_scalar(t, row, x, n);
+}
+
+float
+q_dot(enum ggml_type t, const void *row, const float *x, int64_t n)
+{
+	return q_dot_simd(Q_SIMD_AUTO, t, row, x, n);
+}
+
+/*
+ * Row-outer, token-inner: a weight row (at most a few tens of KB) stays in
+ * L1/L2 while every token's dot product reads it, so the matrix streams
+ * from memory once per call whatever n_tok is. Each (row, token) computes
+ * exactly what q_dot computes, so a token's result does not depend on how
+ * many tokens share the batch. For Q4_K/Q5_K the per-32 sums of each
+ * token's x (the min terms) are computed once per call instead of per row.
+ */
+void
+q_matmul_rows_simd(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1)
+{
+	const uint8_t *w = W;
+	bool avx2 = s != Q_SIMD_SCALAR && q_avx2_cpu();
+	float stack_xs[2048], *xs = NULL;
+	size_t n_xs = (size_t)n_tok * (size_t)(n_in / 32);
+
+	if (avx2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)) {
+		/* without room the kernel sums x itself: same result, slower */
+		xs = n_xs <= sizeof stack_xs / sizeof stack_xs[0] ? stack_xs : malloc(n_xs * sizeof *xs);
+		if (xs != NULL)
+			for (int tok = 0; tok < n_tok; tok++)
+				q_avx2_xsums(x + (size_t)tok * (size_t)n_in, n_in, xs + (size_t)tok * (size_t)(n_in / 32));
+	}
+	for (int64_t r = r0; r < r1; r++) {
+		const void *row = w + (size_t)r * row_bytes;
+		for (int tok = 0; tok < n_tok; tok++) {
+			const float *xt = x + (size_t)tok * (size_t)n_in;
+			float *out = &y[(size_t)tok * (size_t)n_out + (size_t)r];
+			if (!avx2 || !q_avx2_dot(t, row, xt, xs ? xs + (size_t)tok * (size_t)(n_in / 32) : NULL, n_in, out))
+				*out = dot_scalar(t, row, xt, n_in);
+		}
+	}
+	if (xs != NULL && xs != stack_xs)
+		free(xs);
+}
+
+void
+q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
+    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1)
+{
+	q_matmul_rows_simd(Q_SIMD_AUTO, t, W, row_bytes, x, n_tok, n_in, y, n_out, r0, r1);
+}

@@ -1,0 +1,168 @@
+/*
+ * threadpool.c: fork-join worker threads. Workers sleep on a condition
+ * variable between jobs rather than spin: kvchat often shares its machine,
+ * and a spinning worker would steal the core the caller needs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct tp_pool {
+	int n;			/* threads including the caller */
+	pthread_t *th;		/* [n - 1] workers */
+	pthread_mutex_t mu;
+	pthread_cond_t cv_work;	/* a new generation was posted */
+	pthread_cond_t cv_done;	/* pending reached 0 */
+	tp_fn fn;
+	void *arg;
+	unsigned gen;		/* job counter: workers run each generation once */
+	int pending;		/* workers still running this generation */
+	bool quit;
+};
+
+struct tp_start {
+	struct tp_pool *p;
+	int ith;
+};
+
+static void *
+worker(void *a)
+{
+	struct tp_start *st = a;
+	struct tp_pool *p = st->p;
+	int ith = st->ith;
+	unsigned seen = 0;
+
+	free(st);
+	for (;;) {
+		tp_fn fn;
+		void *arg;
+
+		pthread_mutex_lock(&p->mu);
+		while (p->gen == seen && !p->quit)
+			pthread_cond_wait(&p->cv_work, &p->mu);
+		if (p->quit) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		seen = p->gen;
+		fn = p->fn;
+		arg = p->arg;
+		pthread_mutex_unlock(&p->mu);
+
+		fn(arg, ith, p->n);
+
+		pthread_mutex_lock(&p->mu);
+		if (--p->pending == 0)
+			pthread_cond_signal(&p->cv_done);
+		pthread_mutex_unlock(&p->mu);
+	}
+}
+
+int
+tp_new(struct tp_pool **out, int n, char *err, size_t errlen)
+{
+	struct tp_pool *p;
+	int i;
+
+	*out = NULL;
+	if (n < 1)
+		n = 1;
+	p = calloc(1, sizeof *p);
+	if (p == NULL || (n > 1 && (p->th = calloc((size_t)n - 1, sizeof *p->th)) == NULL)) {
+		free(p);
+		kvc_err(err, errlen, "out of memory for %d threads", n);
+		return KVC_ENOMEM;
+	}
+	p->n = 1;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv_work, NULL);
+	pthread_cond_init(&p->cv_done, NULL);
+	for (i = 1; i < n; i++) {
+		struct tp_start *st = malloc(sizeof *st);
+
+		if (st == NULL)
+			break;
+		st->p = p;
+		st->ith = i;
+		if (pthread_create(&p->th[i - 1], NULL, worker, st) != 0) {
+			free(st);
+			break;
+		}
+		p->n = i + 1;
+	}
+	if (p->n != n) {
+		kvc_err(err, errlen, "could not start %d worker threads", n - 1);
+		tp_free(p);
+		return KVC_ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
+void
+tp_free(struct tp_pool *p)
+{
+	int i;
+
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->quit = true;
+	pthread_cond_broadcast(&p->cv_work);
+	pthread_mutex_unlock(&p->mu);
+	for (i = 0; i < p->n - 1; i++)
+		pthread_join(p->th[i], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv_work);
+	pthread_cond_destroy(&p->cv_done);
+	free(p->th);
+	free(p);
+}
+
+int
+tp_size(const struct tp_pool *p)
+{
+	return p->n;
+}
+
+void
+tp_run(struct tp_pool *p, tp_fn fn, void *arg)
+{
+	if (p->n == 1) {
+		fn(arg, 0, 1);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->pending = p->n - 1;
+	p->gen++;
+	pthread_cond_broadcast(&p->cv_work);
+	pthread_mutex_unlock(&p->mu);
+
+	fn(arg, 0, p->n);
+
+	pthread_mutex_lock(&p->mu);
+	while (p->pending > 0)
+		pthread_cond_wait(&p->cv_done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+int
+tp_default_threads(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+		return CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}

@@ -1,0 +1,244 @@
+/*
+ * tok_bpe.c: byte-level BPE (tokenizer.ggml.model = "gpt2").
+ *
+ * Text is cut into pre-tokens (pretok.c); each pre-token's bytes start as
+ * one symbol per byte (the token of the byte's GPT-2 unicode character) and
+ * the adjacent pair with the lowest merge rank is merged until none is
+ * left, ties going to the leftmost pair, as llama.cpp's llm_tokenizer_bpe.
+ * Pairs are looked up by token id, so a merge is a hash probe, and the
+ * candidates sit in a binary heap with lazy deletion: O(n log n) per word.
+ */
+#include "tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct bpe_sym {
+	int32_t id;		/* token of this symbol, -1 if none */
+	int32_t prev, next;	/* neighbours, -1 at the ends */
+	uint32_t len;		/* bytes covered; 0 once merged into prev */
+};
+
+struct bpe_cand {
+	int32_t rank;
+	int32_t left, right;	/* symbol indices */
+	int32_t lid, rid;	/* their ids when the candidate was made */
+	int32_t result;
+};
+
+static bool
+cand_before(const struct bpe_cand *a, const struct bpe_cand *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+struct bpe_heap {
+	struct bpe_cand *v;
+	size_t n, cap;
+};
+
+static int
+heap_push(struct bpe_heap *h, const struct bpe_cand *c)
+{
+	size_t i;
+
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 64;
+		struct bpe_cand *v = realloc(h->v, cap * sizeof *v);
+		if (v == NULL)
+			return KVC_ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	i = h->n++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!cand_before(c, &h->v[p]))
+			break;
+		h->v[i] = h->v[p];
+		i = p;
+	}
+	h->v[i] = *c;
+	return KVC_OK;
+}
+
+static void
+heap_pop(struct bpe_heap *h, struct bpe_cand *top)
+{
+	struct bpe_cand last;
+	size_t i = 0;
+
+	*top = h->v[0];
+	last = h->v[--h->n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		const struct bpe_cand *best = &last;
+		if (l < h->n && cand_before(&h->v[l], best)) {
+			m = l;
+			best = &h->v[l];
+		}
+		if (r < h->n && cand_before(&h->v[r], best))
+			m = r;
+		if (m == i)
+			break;
+		h->v[i] = h->v[m];
+		i = m;
+	}
+	if (h->n > 0)
+		h->v[i] = last;
+}
+
+static int
+try_pair(const struct kvc_tokenizer *t, const struct bpe_sym *sym, int32_t l, int32_t r,
+    struct bpe_heap *h)
+{
+	struct bpe_cand c;
+
+	if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0)
+		return KVC_OK;
+	if (!tok_pairmap_find(&t->merges, sym[l].id, sym[r].id, &c.rank, &c.result))
+		return KVC_OK;
+	c.left = l;
+	c.right = r;
+	c.lid = sym[l].id;
+	c.rid = sym[r].id;
+	return heap_push(h, &c);
+}
+
+static int
+grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	void *q;
+
+	if (*cap >= need)
+		return KVC_OK;
+	if ((q = realloc(*p, need * elem)) == NULL)
+		return KVC_ENOMEM;
+	*p = q;
+	*cap = need;
+	return KVC_OK;
+}
+
+static size_t
+put_utf8(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xC0 | (cp >> 6));
+		o[1] = (char)(0x80 | (cp & 0x3F));
+		return 2;
+	}
+	o[0] = (char)(0xE0 | (cp >> 12));
+	o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+	o[2] = (char)(0x80 | (cp & 0x3F));
+	return 3;
+}
+
+/* A byte with no token of its own: llama.cpp then looks up each byte of
+ * the mapped character as a one-byte string. */
+static int
+push_unmapped_byte(const struct kvc_tokenizer *t, uint8_t b, struct kvc_tokens *out)
+{
+	char u[4];
+	size_t n = put_utf8(u, tok_byte_to_cp(b));
+
+	for (size_t i = 0; i < n; i++) {
+		int32_t id = tok_strmap_find(t, &t->map, &u[i], 1);
+		if (id >= 0 && kvc_tokens_push(out, id) != KVC_OK)
+			return KVC_ENOMEM;
+	}
+	return KVC_OK;
+}
+
+static int
+bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
+    struct tok_scratch *s, struct kvc_tokens *out)
+{
+	struct bpe_heap h = { s->heap, 0, s->heap_cap };
+	struct bpe_sym *sym;
+	int rc = KVC_OK;
+
+	if (t->ignore_merges && n > 1) {
+		size_t m = 0;
+		int32_t id;
+		if (grow((void **)&s->buf, &s->buf_cap, n * 3, 1) != KVC_OK)
+			return KVC_ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			m += put_utf8(s->buf + m, tok_byte_to_cp(w[i]));
+		id = tok_strmap_find(t, &t->map, s->buf, m);
+		if (id >= 0 && t->type[id] == TOK_TYPE_NORMAL)
+			return kvc_tokens_push(out, id);
+	}
+	if (n == 1) {
+		if (t->byte_tok[w[0]] >= 0)
+			return kvc_tokens_push(out, t->byte_tok[w[0]]);
+		return push_unmapped_byte(t, w[0], out);
+	}
+	if (grow(&s->sym, &s->sym_cap, n, sizeof *sym) != KVC_OK)
+		return KVC_ENOMEM;
+	sym = s->sym;
+	for (size_t i = 0; i < n; i++) {
+		sym[i].id = t->byte_tok[w[i]];
+		sym[i].prev = (int32_t)i - 1;
+		sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+		sym[i].len = 1;
+	}
+	for (size_t i = 0; i + 1 < n && rc == KVC_OK; i++)
+		rc = try_pair(t, sym, (int32_t)i, (int32_t)i + 1, &h);
+	while (rc == KVC_OK && h.n > 0) {
+		struct bpe_cand c;
+		struct bpe_sym *l, *r;
+
+		heap_pop(&h, &c);
+		l = &sym[c.left];
+		r = &sym[c.right];
+		/* stale: one side was merged away or changed since */
+		if (l->len == 0 || r->len == 0 || l->next != c.right ||
+		    l->id != c.lid || r->id != c.rid)
+			continue;
+		l->id = c.result;
+		l->len += r->len;
+		r->len = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			sym[r->next].prev = c.left;
+		rc = try_pair(t, sym, l->prev, c.left, &h);
+		if (rc == KVC_OK)
+			rc = try_pair(t, sym, c.left, l->next, &h);
+	}
+	s->heap = h.v;
+	s->heap_cap = h.cap;
+	if (rc != KVC_OK)
+		return rc;
+	for (int32_t i = 0; i >= 0; i = sym[i].next) {
+		if (sym[i].id >= 0) {
+			if (kvc_tokens_push(out, sym[i].id) != KVC_OK)
+				return KVC_ENOMEM;
+		} else if (push_unmapped_byte(t, w[i], out) != KVC_OK) {
+			return KVC_ENOMEM;
+		}
+	}
+	return KVC_OK;
+}
+
+int
+tok_bpe_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
+    struct tok_scratch *s, struct kvc_tokens *out)
+{
+	size_t start = 0;
+	int rc;
+
+	s->pieces.n = 0;
+	if ((rc = pretok_split(t->pre_kind, text, len, &s->pieces)) != KVC_OK)
+		return rc;
+	for (size_t k = 0; k < s->pieces.n; k++) {
+		size_t end = s->pieces.end[k];
+		if ((rc = bpe_word(t, (const uint8_t *)text + start, end - start, s, out)) != KVC_OK)
+			return rc;
+		start = end;
+	}
+	return KVC_OK;
+}

@@ -1,0 +1,101 @@
+/*
+ * tok_internal.h: what tokenizer.c shares with tok_bpe.c and tok_spm.c.
+ * Not part of the module's contract: use tokenizer.h.
+ */
+#ifndef KVC_TOK_INTERNAL_H
+#define KVC_TOK_INTERNAL_H
+
+#include "tokenizer.h"
+#include "pretok.h"
+
+/* Open-addressing hash from a byte string to a token id. */
+struct tok_strmap {
+	int32_t *slot;		/* (mask + 1) token ids, -1 = empty */
+	uint32_t *hash;		/* (mask + 1) full hashes of the slots */
+	uint32_t mask;
+};
+
+/* Open-addressing hash from a pair of token ids to a BPE merge. */
+struct tok_pairmap {
+	uint64_t *key;		/* (mask + 1) (left << 32 | right), UINT64_MAX = empty */
+	int32_t *rank;		/* (mask + 1) merge rank: lower merges first */
+	int32_t *result;	/* (mask + 1) id of the merged token */
+	uint32_t mask;
+};
+
+struct kvc_tokenizer {
+	enum tok_kind kind;
+	char model[16];		/* tokenizer.ggml.model */
+	char pre[48];		/* tokenizer.ggml.pre ("" for SPM) */
+	int32_t n_vocab;
+
+	char *text;		/* all token strings, as stored, each NUL-terminated */
+	uint32_t *text_off;	/* (n_vocab + 1) byte offsets into text */
+	uint8_t *type;		/* (n_vocab) enum tok_attr */
+	float *score;		/* (n_vocab) SPM scores (0 when absent) */
+	char *dec;		/* decoded bytes of every token (what detok writes) */
+	uint32_t *dec_off;	/* (n_vocab + 1) byte offsets into dec */
+	uint8_t *eog;		/* (n_vocab) 1 = ends a turn */
+
+	struct tok_strmap map;	/* every token string -> id (a later duplicate wins, as llama.cpp) */
+	struct tok_strmap smap;	/* control/user-defined/unknown strings -> id */
+	uint32_t *slen;		/* (n_slen) distinct lengths of smap's strings, longest first */
+	size_t n_slen;
+	uint8_t sfirst[256];	/* 1 = some special string starts with this byte */
+
+	/* BPE */
+	struct tok_pairmap merges;
+	enum pretok_kind pre_kind;
+	bool ignore_merges;	/* Llama 3: a pre-token already in the vocab is emitted whole */
+	int32_t byte_tok[256];	/* BPE: id of the byte's GPT-2 unicode char; SPM: <0xXX>; -1 none */
+
+	/* SPM */
+	bool add_space_prefix;	/* tokenizer.ggml.add_space_prefix (default true) */
+	uint8_t barrier[128];	/* 1 = no mergeable token of 2+ bytes holds this ASCII byte:
+				 * it never merges, so the text can be cut around it */
+
+	int32_t bos, eos, eot, eom, unk, pad;	/* -1 when absent */
+	bool add_bos;
+};
+
+/* Length and pointer of token id's stored string. */
+static inline const char *
+tok_text(const struct kvc_tokenizer *t, int32_t id, size_t *len)
+{
+	*len = t->text_off[id + 1] - t->text_off[id] - 1;
+	return t->text + t->text_off[id];
+}
+
+uint32_t tok_hash_bytes(const char *s, size_t n);
+/* Id whose string is s[0..n) in m, or -1. */
+int32_t tok_strmap_find(const struct kvc_tokenizer *t, const struct tok_strmap *m, const char *s, size_t n);
+/* Merge of (a, b): its rank and result, or false. */
+bool tok_pairmap_find(const struct tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *result);
+
+/* GPT-2's byte <-> unicode table. */
+uint32_t tok_byte_to_cp(uint8_t b);
+int tok_cp_to_byte(uint32_t cp);	/* -1 if cp is not one of the 256 */
+
+/*
+ * Scratch buffers reused across the words of one tok_encode call (no
+ * global state: each call owns its own).
+ */
+struct tok_scratch {
+	void *sym;		/* symbols of the current word */
+	size_t sym_cap;
+	void *heap;		/* candidate merges */
+	size_t heap_cap;
+	char *buf;		/* mapped text of the current word */
+	size_t buf_cap;
+	struct pretok_out pieces;
+};
+void tok_scratch_free(struct tok_scratch *s);
+
+/* BPE: tokenize text[0..len) (no special tokens inside). */
+int tok_bpe_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
+    struct tok_scratch *s, struct kvc_tokens *out);
+/* SPM: tokenize text[0..len) after the space escaping (already applied). */
+int tok_spm_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
+    struct tok_scratch *s, struct kvc_tokens *out);
+
+#endif
