@@ -1,8 +1,9 @@
 /*
- * qdot: throughput of q_matmul_rows per weight type, in GB/s of weight
+ * qdot: throughput of q_matmul_rows (float activations) and
+ * q_matmul_rows_act (int8 activations) per weight type, in GB/s of weight
  * bytes, for a matrix much larger than the caches (decode: one token) and
  * for a batch (prefill-like: n_tok tokens, GFLOP/s). Threads split the rows
- * as the CPU backend does.
+ * as the CPU backend does. An int8 column of 0 means no integer kernel.
  *
  *   bench/qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]
  */
@@ -17,6 +18,8 @@
 #include <unistd.h>
 
 struct job {
+	bool act;		/* integer kernels on prepared activations */
+	const void *xa;		/* prepared activations (q_act_prepare) */
 	enum q_simd simd;
 	enum ggml_type t;
 	const uint8_t *W;
@@ -32,7 +35,10 @@ run(void *arg)
 {
 	struct job *j = arg;
 
-	q_matmul_rows_simd(j->simd, j->t, j->W, j->rb, j->x, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
+	if (j->act)
+		q_matmul_rows_act(j->simd, j->t, j->W, j->rb, j->xa, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
+	else
+		q_matmul_rows_simd(j->simd, j->t, j->W, j->rb, j->x, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
 	return NULL;
 }
 
@@ -44,6 +50,12 @@ matmul(struct job *base, int nt)
 	int64_t per = (base->n_out + nt - 1) / nt;
 	bool made[64] = {false};
 	double t0 = kvc_now();
+
+	/* the activations are prepared once per matmul, before the threads split the rows */
+	if (base->act)
+		for (int tok = 0; tok < base->n_tok; tok++)
+			q_act_prepare(base->x + (size_t)tok * (size_t)base->n_in, base->n_in,
+			    (uint8_t *)base->xa + (size_t)tok * q_act_bytes(base->n_in));
 
 	for (int i = 0; i < nt; i++) {
 		jobs[i] = *base;
@@ -106,7 +118,10 @@ main(int argc, char **argv)
 	}
 	printf("simd %s, %d thread(s), n_in %lld, %zu MiB of weights per type, batch %d\n",
 	    simd == Q_SIMD_SCALAR ? "scalar (forced)" : q_simd_name(), nt, (long long)n_in, mib, batch);
-	printf("type   decode GB/s  decode rows/ms  batch GFLOP/s\n");
+	void *xa = malloc(q_act_bytes(n_in) * (size_t)batch);
+	printf("weight GB/s per decode matmul (1 token), GFLOP/s for a batch of %d tokens;\n"
+	    "int8: activations rounded to int8 per 32 (q_matmul_rows_act), float: q_matmul_rows\n", batch);
+	printf("type   float GB/s  int8 GB/s  float GFLOP/s  int8 GFLOP/s\n");
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		enum ggml_type t = types[ti];
 		size_t rb = q_row_bytes(t, n_in);
@@ -127,26 +142,33 @@ main(int argc, char **argv)
 		}
 		for (int64_t r = 16; r < n_out; r++)
 			memcpy(W + (size_t)r * rb, W + (size_t)(r % 16) * rb, rb);
-		struct job j = {simd, t, W, rb, x, 1, n_in, n_out, 0, n_out, y};
-		double best = 1e30, bestb = 1e30;
-		for (int r = 0; r < reps; r++) {
-			double tt = matmul(&j, nt);
-			best = tt < best ? tt : best;
-		}
-		/* batch on a slice that stays cache-resident per row but still streams */
-		j.n_tok = batch;
+		double res[2][2] = {{0, 0}, {0, 0}};	/* [act][decode GB/s, batch GFLOP/s] */
 		int64_t rows_b = n_out / 8 > 0 ? n_out / 8 : n_out;
-		j.n_out = rows_b;
-		for (int r = 0; r < reps; r++) {
-			double tt = matmul(&j, nt);
-			bestb = tt < bestb ? tt : bestb;
+		for (int act = 0; act < 2; act++) {
+			if (act && !q_act_supported(t))
+				continue;
+			struct job j = {act == 1, xa, simd, t, W, rb, x, 1, n_in, n_out, 0, n_out, y};
+			double best = 1e30, bestb = 1e30;
+			for (int r = 0; r < reps; r++) {
+				double tt = matmul(&j, nt);
+				best = tt < best ? tt : best;
+			}
+			/* a batch over an eighth of the rows: each row is reused from cache per token */
+			j.n_tok = batch;
+			j.n_out = rows_b;
+			for (int r = 0; r < reps; r++) {
+				double tt = matmul(&j, nt);
+				bestb = tt < bestb ? tt : bestb;
+			}
+			res[act][0] = (double)n_out * (double)rb / best / 1e9;
+			res[act][1] = 2.0 * (double)rows_b * (double)n_in * batch / bestb / 1e9;
 		}
-		printf("%-5s  %10.2f  %14.1f  %13.2f\n", names[ti], (double)n_out * (double)rb / best / 1e9,
-		    (double)n_out / best / 1e3, 2.0 * (double)rows_b * (double)n_in * batch / bestb / 1e9);
+		printf("%-5s  %10.2f  %9.2f  %13.2f  %12.2f\n", names[ti], res[0][0], res[1][0], res[0][1], res[1][1]);
 		free(W);
 		free(y);
 	}
 	free(x);
 	free(w);
+	free(xa);
 	return 0;
 }

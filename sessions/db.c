@@ -314,8 +314,8 @@ enable_wal(struct sess_store *st, char *err, size_t errlen)
 	return KVC_OK;
 }
 
-int
-sess_schema_setup(struct sess_store *st, char *err, size_t errlen)
+static int
+schema_setup(struct sess_store *st, char *err, size_t errlen)
 {
 	static const char *const pragmas[] = {
 		"PRAGMA foreign_keys = ON",
@@ -353,7 +353,7 @@ sess_schema_setup(struct sess_store *st, char *err, size_t errlen)
 static int
 make_parents(const char *path, char *err, size_t errlen)
 {
-	char *dir = strdup(path), *p;
+	char *dir = strdup(path), *p, c;
 	int ret = KVC_OK;
 
 	if (dir == NULL)
@@ -367,8 +367,7 @@ make_parents(const char *path, char *err, size_t errlen)
 	for (p = dir + 1; ret == KVC_OK; p++) {
 		if (*p != '/' && *p != '\0')
 			continue;
-		char c = *p;
-
+		c = *p;
 		*p = '\0';
 		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
 			kvc_err(err, errlen, "%s: cannot open: cannot create directory %s: %s",
@@ -410,7 +409,7 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 		sess_close(st);
 		return ret;
 	}
-	ret = sess_schema_setup(st, err, errlen);
+	ret = schema_setup(st, err, errlen);
 	if (ret != KVC_OK) {
 		sess_close(st);
 		return ret;

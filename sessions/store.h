@@ -151,6 +151,7 @@ uint64_t sess_checksum(const void *p, size_t n);
 int sess_check(struct sess_store *st, char *err, size_t errlen);
 
 /* The underlying connection, for tests and diagnostics (sqlite3 *). */
+struct sqlite3;
 struct sqlite3 *sess_sqlite(struct sess_store *st);
 
 /*

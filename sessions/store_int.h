@@ -39,9 +39,6 @@ int sess_prepare(struct sess_store *st, sqlite3_stmt **out, const char *sql,
 /* Unix seconds. */
 int64_t sess_time(void);
 
-/* Migrations and connection settings (schema.c). */
-int sess_schema_setup(struct sess_store *st, char *err, size_t errlen);
-
 /* Title of conversation id (malloc'ed); KVC_ENOTFOUND with a message if none. */
 int sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen);

@@ -72,24 +72,31 @@ parse_args(int argc, char **argv, bool allow_flags, const char **path, bool *spe
 			break;
 		case 's':
 			if (!allow_flags)
-				goto usage;
+				goto unknown;
 			*special = true;
 			break;
 		case 'b':
 			if (!allow_flags)
-				goto usage;
+				goto unknown;
 			*bos = true;
 			break;
 		case 'h':
 			return -1;
 		default:
-			goto usage;
+			goto unknown;
 		}
 	}
-	if (*path == NULL || optind != argc)
-		goto usage;
+	if (*path == NULL) {
+		fprintf(stderr, "kvchat %s: -m FILE is required\n", argv[0]);
+		return 2;
+	}
+	if (optind != argc) {
+		fprintf(stderr, "kvchat %s: unexpected argument '%s'\n", argv[0], argv[optind]);
+		return 2;
+	}
 	return 0;
-usage:
+unknown:
+	fprintf(stderr, "kvchat %s: unknown option '%s'\n", argv[0], argv[optind - 1]);
 	return 2;
 }
 

@@ -647,3 +647,176 @@ q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
 {
 	q_matmul_rows_simd(Q_SIMD_AUTO, t, W, row_bytes, x, n_tok, n_in, y, n_out, r0, r1);
 }
+
+/* ---- integer kernels over int8 activations -------------------------------- */
+
+bool
+q_act_supported(enum ggml_type t)
+{
+	switch (t) {
+	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0:
+	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+		return true;
+	default:
+		return false;
+	}
+}
+
+size_t
+q_act_bytes(int64_t n_in)
+{
+	return (size_t)(n_in / 32) * 2 * sizeof(float) + (size_t)n_in;
+}
+
+void
+q_act_prepare(const float *x, int64_t n_in, void *act)
+{
+	int64_t nb = n_in / 32;
+	float *d = act, *xs = d + nb;
+	int8_t *q = (int8_t *)(xs + nb);
+
+	for (int64_t b = 0; b < nb; b++) {
+		const float *xb = x + 32 * b;
+		float amax = 0, sum = 0;
+		for (int i = 0; i < 32; i++) {
+			amax = fmaxf(amax, fabsf(xb[i]));
+			sum += xb[i];
+		}
+		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
+		d[b] = db;
+		xs[b] = sum;
+		for (int i = 0; i < 32; i++)
+			q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
+	}
+}
+
+/*
+ * One block of weights as integers: value i = s16[i / 16] * q[i] - mn[i / 32]
+ * (mn only for Q4_K/Q5_K). Blocks of 32 fill 2 groups of 16.
+ */
+struct int_block {
+	int8_t q[QK_K];
+	float s16[QK_K / 16];
+	float mn[QK_K / 32];
+};
+
+static void
+unpack_int(enum ggml_type t, const uint8_t *p, struct int_block *o)
+{
+	uint16_t h, hm;
+	float d, dmin;
+
+	memcpy(&h, p, 2);
+	d = kvc_fp16_to_f32(h);
+	switch (t) {
+	case GGML_TYPE_Q8_0:
+		memcpy(o->q, p + 2, 32);
+		o->s16[0] = o->s16[1] = d;
+		o->mn[0] = 0;
+		break;
+	case GGML_TYPE_Q4_0:
+		for (int i = 0; i < 16; i++) {
+			o->q[i] = (int8_t)((p[2 + i] & 0xF) - 8);
+			o->q[i + 16] = (int8_t)((p[2 + i] >> 4) - 8);
+		}
+		o->s16[0] = o->s16[1] = d;
+		o->mn[0] = 0;
+		break;
+	case GGML_TYPE_Q4_K:
+	case GGML_TYPE_Q5_K: {
+		bool q5 = t == GGML_TYPE_Q5_K;
+		const uint8_t *qh = p + 16, *qs = p + 16 + (q5 ? 32 : 0);
+		memcpy(&hm, p + 2, 2);
+		dmin = kvc_fp16_to_f32(hm);
+		for (int j = 0; j < 8; j++) {
+			uint8_t sc, mn;
+			q_k_scale_min(j, p + 4, &sc, &mn);
+			o->s16[2 * j] = o->s16[2 * j + 1] = d * sc;
+			o->mn[j] = dmin * mn;
+		}
+		for (int c = 0; c < 4; c++) {
+			for (int l = 0; l < 32; l++) {
+				int a = qs[32 * c + l] & 0xF, b = qs[32 * c + l] >> 4;
+				if (q5) {
+					a |= ((qh[l] >> (2 * c)) & 1) << 4;
+					b |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+				}
+				o->q[64 * c + l] = (int8_t)a;
+				o->q[64 * c + 32 + l] = (int8_t)b;
+			}
+		}
+		break;
+	}
+	case GGML_TYPE_Q6_K: {
+		const uint8_t *ql = p, *qh = p + 128;
+		const int8_t *sc = (const int8_t *)(p + 192);
+		memcpy(&h, p + 208, 2);
+		d = kvc_fp16_to_f32(h);
+		for (int g = 0; g < 16; g++)
+			o->s16[g] = d * sc[g];
+		for (int j = 0; j < 8; j++)
+			o->mn[j] = 0;
+		for (int e = 0; e < QK_K; e++) {
+			int hh = e / 128, k = (e % 128) / 32, l = e % 32;
+			uint8_t lb = ql[64 * hh + l + 32 * (k & 1)];
+			int lo = k >= 2 ? lb >> 4 : lb & 15;
+			int hi = (qh[32 * hh + l] >> (2 * k)) & 3;
+			o->q[e] = (int8_t)((lo | hi << 4) - 32);
+		}
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+static float
+dot_act_scalar(enum ggml_type t, const uint8_t *row, const float *d, const float *xs,
+    const int8_t *q, int64_t n)
+{
+	int64_t bs = q_block_elems(t);
+	size_t bb = block_bytes(t);
+	struct int_block ib;
+	float sum = 0, msum = 0;
+
+	for (int64_t b = 0; b < n / bs; b++) {
+		unpack_int(t, row + (size_t)b * bb, &ib);
+		for (int g = 0; g < bs / 16; g++) {
+			int32_t isum = 0;
+			int64_t e0 = b * bs + 16 * g;
+			for (int i = 0; i < 16; i++)
+				isum += ib.q[16 * g + i] * q[e0 + i];
+			sum += ib.s16[g] * d[e0 / 32] * (float)isum;
+		}
+		for (int j = 0; j < bs / 32; j++)
+			msum += ib.mn[j] * xs[(b * bs) / 32 + j];
+	}
+	return sum - msum;
+}
+
+float
+q_dot_act(enum q_simd s, enum ggml_type t, const void *row, const void *act, int64_t n)
+{
+	int64_t nb = n / 32;
+	const float *d = act, *xs = d + nb;
+	const int8_t *q = (const int8_t *)(xs + nb);
+	float r;
+
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() && q_avx2_dot_act(t, row, d, xs, q, n, &r))
+		return r;
+	return dot_act_scalar(t, row, d, xs, q, n);
+}
+
+void
+q_matmul_rows_act(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+    const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1)
+{
+	const uint8_t *w = W, *a = act;
+	size_t ab = q_act_bytes(n_in);
+
+	for (int64_t r = r0; r < r1; r++)
+		for (int tok = 0; tok < n_tok; tok++)
+			y[(size_t)tok * (size_t)n_out + (size_t)r] =
+			    q_dot_act(s, t, w + (size_t)r * row_bytes, a + (size_t)tok * ab, n_in);
+}

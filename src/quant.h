@@ -90,4 +90,26 @@ size_t q_row_bytes(enum ggml_type t, int64_t n);
 /* Elements per block of a supported type (1 for F32/F16/BF16, 32, 256); 0 if unsupported. */
 int64_t q_block_elems(enum ggml_type t);
 
+/*
+ * Integer kernels (opt-in, llama.cpp's approach): the activations are
+ * rounded to int8 per block of 32 once per matmul, and the dot products
+ * run on integer multiply-adds, several times faster than the float
+ * kernels above for the quantised types. The price is the rounding of x:
+ * with d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
+ *   |q_dot_act - q_dot| <= sum_b (d_b / 2) sum_{i in b} |w_i|   (+ float rounding).
+ * Q4_K/Q5_K min terms use the exact float sums of x. Types: Q8_0, Q4_0,
+ * Q4_K, Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
+ *
+ * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
+ * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],
+ * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart.
+ */
+bool q_act_supported(enum ggml_type t);
+size_t q_act_bytes(int64_t n_in);
+void q_act_prepare(const float *x, int64_t n_in, void *act);
+float q_dot_act(enum q_simd s, enum ggml_type t, const void *row, const void *act, int64_t n);
+void q_matmul_rows_act(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+    const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
+    int64_t r0, int64_t r1);
+
 #endif

@@ -198,6 +198,26 @@ dot_q4_0(const uint8_t *b, const float *x, int64_t nb)
 	return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/*
+ * dsc[j] = d * scale_j (* dx[j] when dx is given), dmn[j] = dmin * min_j
+ * for the 8 sub-blocks of a Q4_K/Q5_K block.
+ */
+AVX2 static inline void
+k_scales(const uint8_t *packed, float d, float dmin, const float *dx, float *dsc, float *dmn)
+{
+	uint8_t sc[8], mn[8];
+	__m256 s, m;
+
+	q_k_scales8_le(packed, sc, mn);
+	s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+	m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
+	s = _mm256_mul_ps(_mm256_set1_ps(d), s);
+	if (dx != NULL)
+		s = _mm256_mul_ps(s, _mm256_loadu_ps(dx));
+	_mm256_storeu_ps(dsc, s);
+	_mm256_storeu_ps(dmn, _mm256_mul_ps(_mm256_set1_ps(dmin), m));
+}
+
 /* xs[j] = sum of x[32j .. 32j+32), for the min terms of Q4_K/Q5_K. */
 AVX2 static void
 xsums(const float *x, int64_t n, float *xs)
@@ -231,12 +251,7 @@ dot_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *x, const float *
 
 		if (xs_in == NULL)
 			xsums(x, QK_K, xs_local);
-		for (int j = 0; j < 8; j++) {
-			uint8_t sc, mn;
-			q_k_scale_min(j, scales, &sc, &mn);
-			dsc[j] = d * sc;
-			dmn[j] = dmin * mn;
-		}
+		k_scales(scales, d, dmin, NULL, dsc, dmn);
 		macc = _mm256_fmadd_ps(_mm256_loadu_ps(dmn), _mm256_loadu_ps(xs), macc);
 		if (q5) {
 			h0 = _mm_loadu_si128((const __m128i *)qh);
@@ -329,6 +344,158 @@ q_avx2_xsums(const float *x, int64_t n, float *xs)
 	xsums(x, n, xs);
 }
 
+/* ---- integer kernels: int8 activations (see q_act_prepare) ---- */
+
+/* 8 int32 lanes: lane k = sum of u[4k..4k+4) * s[4k..4k+4), u unsigned, s signed */
+AVX2 static inline __m256i
+mad_u8i8(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* the same for signed w: |w| times x with w's sign */
+AVX2 static inline __m256i
+mad_i8i8(__m256i w, __m256i x)
+{
+	return mad_u8i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+AVX2 static inline __m256i
+ld256(const void *p)
+{
+	return _mm256_loadu_si256((const __m256i *)p);
+}
+
+AVX2 static float
+dot_act_q8_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	int64_t i = 0;
+
+	for (; i + 2 <= nb; i += 2) {
+		const uint8_t *p = b + 34 * i, *r = p + 34;
+		__m256i s0 = mad_i8i8(ld256(p + 2), ld256(q + 32 * i));
+		__m256i s1 = mad_i8i8(ld256(r + 2), ld256(q + 32 * i + 32));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p) * d[i]), _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(r) * d[i + 1]), _mm256_cvtepi32_ps(s1), acc1);
+	}
+	for (; i < nb; i++) {
+		const uint8_t *p = b + 34 * i;
+		__m256i s0 = mad_i8i8(ld256(p + 2), ld256(q + 32 * i));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p) * d[i]), _mm256_cvtepi32_ps(s0), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 static float
+dot_act_q4_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = b + 18 * i;
+		__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+		/* low 128 bits: low nibbles = values 0..15; high: values 16..31 */
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
+		__m256i s = mad_i8i8(_mm256_sub_epi8(u, eight), ld256(q + 32 * i));
+		__m256 sc = _mm256_set1_ps(h2f(p) * d[i]);
+		if (i & 1)
+			acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc1);
+		else
+			acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 static float
+dot_act_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = blk + (size_t)i * bsz;
+		const uint8_t *qs = p + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+		const float *di = d + 8 * i;
+		const int8_t *qi = q + QK_K * i;
+		float dw = h2f(p), dmin = h2f(p + 2);
+		float dsc[8], dmn[8];
+		__m256i hb = _mm256_setzero_si256();
+
+		k_scales(p + 4, dw, dmin, di, dsc, dmn);
+		macc = _mm256_fmadd_ps(_mm256_loadu_ps(dmn), _mm256_loadu_ps(xs + 8 * i), macc);
+		if (q5)
+			hb = ld256(p + 4 + K_SCALE_SIZE);
+		for (int c = 0; c < 4; c++) {
+			__m256i v = ld256(qs + 32 * c);
+			__m256i a = _mm256_and_si256(v, lo4);
+			__m256i b = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+			if (q5) {
+				__m128i c0 = _mm_cvtsi32_si128(2 * c), c1 = _mm_cvtsi32_si128(2 * c + 1);
+				a = _mm256_or_si256(a, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, c0), one), 4));
+				b = _mm256_or_si256(b, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, c1), one), 4));
+			}
+			__m256i sa = mad_u8i8(a, ld256(qi + 64 * c));
+			__m256i sb = mad_u8i8(b, ld256(qi + 64 * c + 32));
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c]), _mm256_cvtepi32_ps(sa), acc0);
+			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c + 1]), _mm256_cvtepi32_ps(sb), acc1);
+		}
+	}
+	return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
+}
+
+AVX2 static float
+dot_act_q6_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+	const __m256i lo4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *blk = b + 210 * i;
+		const int8_t *sc = (const int8_t *)(blk + 192);
+		float dw = h2f(blk + 208);
+		for (int h = 0; h < 2; h++) {
+			__m256i la = ld256(blk + 64 * h), lb = ld256(blk + 64 * h + 32);
+			__m256i hh = ld256(blk + 128 + 32 * h);
+			__m256i v[4];
+			v[0] = _mm256_or_si256(_mm256_and_si256(la, lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));
+			v[1] = _mm256_or_si256(_mm256_and_si256(lb, lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4));
+			v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4));
+			v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4));
+			for (int k = 0; k < 4; k++) {
+				/* values 128h + 32k + [0, 32): activation block 8i + 4h + k; scales 8h + 2k, +1 per 16 */
+				int64_t ab = 8 * i + 4 * h + k;
+				__m256i s = mad_i8i8(_mm256_sub_epi8(v[k], k32), ld256(q + 32 * ab));
+				float f = dw * d[ab];
+				__m256 scv = _mm256_set_m128(_mm_set1_ps(f * sc[8 * h + 2 * k + 1]),
+				    _mm_set1_ps(f * sc[8 * h + 2 * k]));
+				acc[k] = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(s), acc[k]);
+			}
+		}
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+bool
+q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+    const int8_t *q, int64_t n, float *out)
+{
+	switch (t) {
+	case GGML_TYPE_Q8_0: *out = dot_act_q8_0(row, d, q, n / 32); return true;
+	case GGML_TYPE_Q4_0: *out = dot_act_q4_0(row, d, q, n / 32); return true;
+	case GGML_TYPE_Q4_K: *out = dot_act_q45_k(row, sizeof(block_q4_K), false, d, xsum, q, n / QK_K); return true;
+	case GGML_TYPE_Q5_K: *out = dot_act_q45_k(row, sizeof(block_q5_K), true, d, xsum, q, n / QK_K); return true;
+	case GGML_TYPE_Q6_K: *out = dot_act_q6_k(row, d, q, n / QK_K); return true;
+	default: return false;
+	}
+}
+
 #else	/* not x86: the portable kernels only */
 
 bool
@@ -346,6 +513,13 @@ q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, i
 void
 q_avx2_xsums(const float *x, int64_t n, float *xs)
 {
+}
+
+bool
+q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+    const int8_t *q, int64_t n, float *out)
+{
+	return false;
 }
 
 #endif

@@ -7,6 +7,8 @@
 
 #include "quant.h"
 
+#include <string.h>
+
 /* The AVX2+FMA+F16C kernels: only call when q_avx2_cpu() is true. */
 bool q_avx2_cpu(void);
 /*
@@ -16,6 +18,9 @@ bool q_avx2_cpu(void);
  */
 bool q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out);
 void q_avx2_xsums(const float *x, int64_t n, float *xs);	/* xs[n / 32] */
+/* Integer kernel over prepared activations (d, xsum, q as in quant.h); false if none for t. */
+bool q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+    const int8_t *q, int64_t n, float *out);
 
 /* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes. */
 static inline void
@@ -28,6 +33,31 @@ q_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn)
 		*sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
 		*mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
 	}
+}
+
+/*
+ * All 8 Q4_K/Q5_K scales and mins at once (same bits as q_k_scale_min),
+ * with 32-bit word operations on a little-endian CPU: bytes 0-3 of the 12
+ * hold scales 0-3 (low 6 bits), bytes 4-7 mins 0-3; scales/mins 4-7 take
+ * their low nibble from bytes 8-11 and their top 2 bits from the top of
+ * bytes 0-3 / 4-7.
+ */
+static inline void
+q_k_scales8_le(const uint8_t *q, uint8_t *sc, uint8_t *mn)
+{
+	uint32_t w0, w1, w2, a, b, c, d;
+
+	memcpy(&w0, q, 4);
+	memcpy(&w1, q + 4, 4);
+	memcpy(&w2, q + 8, 4);
+	a = w0 & 0x3f3f3f3fu;
+	b = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+	c = w1 & 0x3f3f3f3fu;
+	d = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+	memcpy(sc, &a, 4);
+	memcpy(sc + 4, &b, 4);
+	memcpy(mn, &c, 4);
+	memcpy(mn + 4, &d, 4);
 }
 
 #endif

@@ -152,7 +152,7 @@ smp_swap(struct smp_cand *a, struct smp_cand *b)
 	*b = t;
 }
 
-/* Heap sort, best first (qsort may allocate, and sampling must not). */
+/* Sift down in a heap whose root is its worst candidate. */
 static void
 smp_sift(struct smp_cand *c, size_t root, size_t n)
 {
@@ -171,46 +171,60 @@ smp_sift(struct smp_cand *c, size_t root, size_t n)
 	}
 }
 
-static void
-smp_sort(struct smp_cand *c, size_t n)
+/*
+ * Partition c[lo..hi) (hi - lo >= 2) around a median-of-three pivot: the
+ * better candidates first; returns the pivot's final index.
+ */
+static size_t
+smp_partition(struct smp_cand *c, size_t lo, size_t hi)
 {
-	size_t i;
+	size_t mid = lo + (hi - lo) / 2, i, store = lo;
+	struct smp_cand *a = &c[lo], *b = &c[mid], *z = &c[hi - 1];
 
-	if (n < 2)
-		return;
-	for (i = n / 2; i-- > 0;)
-		smp_sift(c, i, n);
-	for (i = n - 1; i > 0; i--) {
-		smp_swap(&c[0], &c[i]);
-		smp_sift(c, 0, i);
-	}
+	/* put the median of a, b, z at hi-1 */
+	if (smp_before(b, a))
+		smp_swap(a, b);
+	if (smp_before(z, a))
+		smp_swap(a, z);
+	if (smp_before(b, z))
+		smp_swap(b, z);
+	for (i = lo; i < hi - 1; i++)
+		if (smp_before(&c[i], &c[hi - 1]))
+			smp_swap(&c[i], &c[store++]);
+	smp_swap(&c[store], &c[hi - 1]);
+	return store;
 }
 
 /*
- * Quickselect: afterwards c[0..k) are the k best (in any order). Median of
- * three pivots; the comparison is a total order, so it terminates.
+ * Afterwards c[0..k) are the k best (in any order): a heap for small k,
+ * quickselect otherwise (the comparison is a total order, so it ends).
  */
 static void
 smp_select_top(struct smp_cand *c, size_t n, size_t k)
 {
 	size_t lo = 0, hi = n;	/* the k-th best lies in c[lo..hi) */
 
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2, i, store;
-		struct smp_cand *a = &c[lo], *b = &c[mid], *z = &c[hi - 1];
+	if (k == 0 || k >= n)
+		return;
+	if (k <= 1024) {
+		/*
+		 * Small k (top-k 40): a heap of the k best
+		 * so far, worst at the root; most candidates cost one compare.
+		 */
+		size_t i;
 
-		/* put the median of a, b, z at hi-1 as the pivot */
-		if (smp_before(b, a))
-			smp_swap(a, b);
-		if (smp_before(z, a))
-			smp_swap(a, z);
-		if (smp_before(b, z))
-			smp_swap(b, z);
-		store = lo;
-		for (i = lo; i < hi - 1; i++)
-			if (smp_before(&c[i], &c[hi - 1]))
-				smp_swap(&c[i], &c[store++]);
-		smp_swap(&c[store], &c[hi - 1]);
+		for (i = k / 2; i-- > 0;)
+			smp_sift(c, i, k);
+		for (i = k; i < n; i++)
+			if (smp_before(&c[i], &c[0])) {
+				smp_swap(&c[0], &c[i]);
+				smp_sift(c, 0, k);
+			}
+		return;
+	}
+	while (hi - lo > 1) {
+		size_t store = smp_partition(c, lo, hi);
+
 		if (store == k || store + 1 == k)
 			return;
 		if (store > k)
@@ -220,7 +234,38 @@ smp_select_top(struct smp_cand *c, size_t n, size_t k)
 	}
 }
 
-/* NaN compares false, so it never wins (unless everything is NaN: id 0). */
+/*
+ * top-p: the length of the shortest best-first prefix of c[0..n) whose
+ * mass reaches target. Quickselect on mass instead of a sort: afterwards
+ * c[0..result) are those candidates (in no particular order).
+ */
+static size_t
+smp_top_p(struct smp_cand *c, size_t n, double target)
+{
+	size_t lo = 0, hi = n, i;	/* c[0..lo) are the lo best, their mass cum < target */
+	double cum = 0;
+
+	while (hi > lo) {
+		size_t store;
+		double better = 0;
+
+		if (hi - lo == 1)
+			return lo + 1;
+		store = smp_partition(c, lo, hi);
+		for (i = lo; i < store; i++)
+			better += c[i].p;
+		if (cum + better >= target) {
+			hi = store;
+		} else if (cum + better + c[store].p >= target) {
+			return store + 1;
+		} else {
+			cum += better + c[store].p;
+			lo = store + 1;
+		}
+	}
+	return n;	/* rounding: everything */
+}
+
 static int32_t
 smp_argmax(const float *logits, int n)
 {
@@ -306,7 +351,7 @@ smp_sample(struct kvc_sampler *s, const float *logits,
 	/*
 	 * min-p keeps a prefix of the sorted order (p >= min_p * p_max, and
 	 * p_max is exp(0) = 1 here); so does top-p. Their intersection is the
-	 * shorter prefix, so min-p may be applied first: top-p then orders
+	 * shorter prefix, so min-p may be applied first: top-p then searches
 	 * only its survivors, while still measuring mass against the full sum.
 	 */
 	keep = n;
@@ -321,35 +366,8 @@ smp_sample(struct kvc_sampler *s, const float *logits,
 		if (keep == 0)
 			keep = 1, smp_select_top(c, n, 1);
 	}
-	if (s->p.top_p < 1.0f) {
-		/*
-		 * The shortest best-first prefix with mass >= top_p * sum: sort
-		 * the best 64, then the next best 192, ... until it is reached,
-		 * so a peaked distribution never sorts the whole vocabulary.
-		 */
-		double target = (double)s->p.top_p * sum;
-		size_t done = 0, k = 64;
-		bool found = false;
-
-		cum = 0;
-		while (!found && done < keep) {
-			if (k >= keep)
-				k = keep;
-			else
-				smp_select_top(c + done, keep - done, k - done);
-			smp_sort(c + done, k - done);
-			for (i = done; i < k; i++) {
-				cum += c[i].p;
-				if (cum >= target) {
-					keep = i + 1;
-					found = true;
-					break;
-				}
-			}
-			done = k;
-			k *= 4;
-		}
-	}
+	if (s->p.top_p < 1.0f)
+		keep = smp_top_p(c, keep, (double)s->p.top_p * sum);
 
 	sum = 0;
 	for (i = 0; i < keep; i++)

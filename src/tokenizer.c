@@ -935,7 +935,8 @@ tok_detok_push(const struct kvc_tokenizer *t, struct tok_detok *d, int32_t id, s
 		p++;
 		n--;
 	}
-	d->n_emitted++;
+	if (d->n_emitted < INT32_MAX)
+		d->n_emitted++;
 	return detok_bytes(d, p, n, out);
 }
 

@@ -32,7 +32,10 @@ enum tok_attr {
 
 /* Flags for tok_encode. */
 enum {
-	TOK_PARSE_SPECIAL = 1 << 0,	/* match control/user-defined token texts in the input */
+	/* match control/unknown token texts in the input; user-defined tokens
+	 * (type 4, e.g. <tool_call>) are split out always, as llama.cpp and HF
+	 * added tokens do, so typed text never becomes a control token */
+	TOK_PARSE_SPECIAL = 1 << 0,
 	TOK_ADD_BOS = 1 << 1,		/* prepend BOS (if the vocabulary has one) */
 	TOK_NO_SPACE_PREFIX = 1 << 2,	/* SPM: do not add the leading U+2581 even if the vocab asks */
 };
@@ -89,7 +92,12 @@ int tok_detok_push(const struct kvc_tokenizer *t, struct tok_detok *d, int32_t i
 /* End of stream: write U+FFFD for any held-back bytes. */
 int tok_detok_flush(struct tok_detok *d, struct kvc_buf *out);
 
-/* Whole-sequence convenience: detokenize ids into out (init + push all + flush). */
+/*
+ * Whole-sequence convenience: detokenize ids into out (init + push all + flush).
+ * tok_decode(tok_encode(text, 0), 0) == text byte for byte (SPM: the space
+ * the leading U+2581 stands for is dropped again; with TOK_NO_SPACE_PREFIX
+ * decode with TOK_DETOK_KEEP_LEADING_SPACE).
+ */
 int tok_decode(const struct kvc_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, struct kvc_buf *out);
 
 #endif

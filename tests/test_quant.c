@@ -472,6 +472,79 @@ test_matmul(void)
 	}
 }
 
+/*
+ * The integer kernels: activations rounded to int8 per 32. Bound against the
+ * exact dot: sum_b (d_b / 2) sum_{i in b} |w_i| (quant.h), plus float
+ * rounding. Scalar and AVX2 compute the same integer sums: they agree to
+ * float rounding of the scaled block sums.
+ */
+static void
+test_act(void)
+{
+	static const enum ggml_type types[] = {
+		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	};
+	enum { N = 1024, N_OUT = 5, N_TOK = 2 };
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
+	size_t ab = q_act_bytes(N);
+
+	test_cond(ab == N + 8 * (N / 32), "act bytes %zu", ab);
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	/* the prepared form: |x - d q| <= d/2, exact sums */
+	{
+		const float *d = (const float *)act, *xs = d + N / 32;
+		const int8_t *q = (const int8_t *)(xs + N / 32);
+		int bad = 0;
+		for (int i = 0; i < N; i++)
+			bad += !(fabs(x[i] - d[i / 32] * q[i]) <= d[i / 32] * 0.5 * (1 + 1e-5));
+		for (int b = 0; b < N / 32; b++) {
+			double sum = 0;
+			for (int i = 0; i < 32; i++)
+				sum += x[32 * b + i];
+			bad += !(fabs(sum - xs[b]) <= 1e-5 * (1 + fabs(sum)));
+		}
+		test_cond(bad == 0, "q_act_prepare: %d bad", bad);
+	}
+	test_cond(!q_act_supported(GGML_TYPE_F16) && q_act_supported(GGML_TYPE_Q6_K), "act types");
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum ggml_type t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		int bad = 0;
+		for (int r = 0; r < N_OUT; r++)
+			q_quantize_row(t, w + r * N, W + r * rb, N);
+		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++)
+			q_matmul_rows_act((enum q_simd)p, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
+		for (int r = 0; r < N_OUT; r++) {
+			q_dequant_row(t, W + r * rb, wd, N);
+			for (int tok = 0; tok < N_TOK; tok++) {
+				const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
+				double exact = 0, bound = 0, mag = 0;
+				for (int i = 0; i < N; i++) {
+					exact += (double)wd[i] * xt[i];
+					bound += d[i / 32] / 2 * fabs(wd[i]);
+					mag += fabs((double)wd[i] * xt[i]);
+				}
+				bound += 1e-5 * mag;
+				float sc = q_dot_act(Q_SIMD_SCALAR, t, W + r * rb, act + tok * ab, N);
+				float av = q_dot_act(Q_SIMD_AVX2, t, W + r * rb, act + tok * ab, N);
+				if (!(fabs(sc - exact) <= bound) || !(fabs(av - exact) <= bound) ||
+				    !(fabs(av - sc) <= 1e-5 * mag) || y[tok * N_OUT + r] != av) {
+					if (bad++ < 3)
+						fprintf(stderr, "%s row %d tok %d: scalar %g avx2 %g exact %g bound %g\n",
+						    tname(t), r, tok, sc, av, exact, bound);
+				}
+			}
+		}
+		test_cond(bad == 0, "%s integer kernels: %d bad", tname(t), bad);
+	}
+}
+
 static void
 test_misc(void)
 {
@@ -496,6 +569,7 @@ main(void)
 	test_roundtrip();
 	test_dot();
 	test_matmul();
+	test_act();
 	test_misc();
 	return test_done();
 }

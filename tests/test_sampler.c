@@ -332,6 +332,81 @@ test_penalty(void)
 	}
 }
 
+static const float *sort_keys;
+static int
+by_logit_desc(const void *a, const void *b)
+{
+	float x = sort_keys[*(const int *)a], y = sort_keys[*(const int *)b];
+
+	return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
+}
+
+/*
+ * Larger vocabularies (several top-p rounds, both top-k selection paths):
+ * every draw lies in the set computed here by a full sort in double, and the
+ * best token's frequency matches its renormalised probability.
+ */
+static void
+test_truncation_large(void)
+{
+	enum { NV = 3000, DRAWS = 4000 };
+	static float l[NV];
+	static int order[NV];
+	static double p[NV];
+	static unsigned char in_set[NV];
+	const struct { int top_k; float top_p; } cfg[] = { { 0, 0.9f }, { 300, 1.0f }, { 1500, 1.0f }, { 1500, 0.5f } };
+	size_t c;
+	int i;
+
+	for (i = 0; i < NV; i++)
+		l[i] = rnd() * 0.75f;
+	softmax_ref(l, NV, 1.0, p);
+	for (i = 0; i < NV; i++)
+		order[i] = i;
+	sort_keys = l;
+	qsort(order, NV, sizeof order[0], by_logit_desc);
+	for (c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+		struct kvc_sampler_params prm = plain_params(1.0f, 100 + c);
+		struct kvc_sampler *s;
+		double mass = 0, cum = 0, f0, want0, se;
+		int n_set = 0, outside = 0, hits0 = 0;
+
+		prm.top_k = cfg[c].top_k;
+		prm.top_p = cfg[c].top_p;
+		memset(in_set, 0, sizeof in_set);
+		/* reference: top-k first, then top-p over the renormalised top-k */
+		{
+			int lim = cfg[c].top_k > 0 ? cfg[c].top_k : NV;
+			double tot = 0;
+
+			for (i = 0; i < lim; i++)
+				tot += p[order[i]];
+			for (i = 0; i < lim; i++) {
+				in_set[order[i]] = 1;
+				n_set++;
+				mass += p[order[i]];
+				cum += p[order[i]] / tot;
+				if (cfg[c].top_p < 1.0f && cum >= cfg[c].top_p)
+					break;
+			}
+		}
+		test_cond(n_set > 64, "config %zu: the set (%d) spans several rounds", c, n_set);
+		test_cond(smp_new(&s, &prm, NV) == 0, "smp_new");
+		for (i = 0; i < DRAWS; i++) {
+			int32_t id = smp_sample(s, l, NULL, 0);
+
+			outside += !in_set[id];
+			hits0 += id == order[0];
+		}
+		smp_free(s);
+		want0 = p[order[0]] / mass;
+		f0 = (double)hits0 / DRAWS;
+		se = sqrt(want0 * (1 - want0) / DRAWS);
+		test_cond(outside == 0, "config %zu: %d draws outside the set", c, outside);
+		test_cond(fabs(f0 - want0) <= 4.5 * se, "config %zu: best token freq %.4f want %.4f", c, f0, want0);
+	}
+}
+
 static void
 test_large_vocab(void)
 {
@@ -375,6 +450,7 @@ main(void)
 	test_top_k1();
 	test_distributions();
 	test_truncation();
+	test_truncation_large();
 	test_penalty();
 	test_large_vocab();
 	return test_done();

@@ -671,8 +671,18 @@ test_chunks(void)
 	{
 		struct sess_chunk c = {0, 5, "f32", "model-B", "abcde", 5};
 
+		struct sess_chunk nothing = {5, 6, "f32", "model-B", NULL, 0};
+
 		test_cond(sess_turn_commit(st, conv, NULL, 0, &c, ERR) == 0, "%s", errbuf);
+		test_cond(sess_turn_commit(st, conv, NULL, 0, &nothing, ERR) == 0, "%s", errbuf);
 	}
+	kvc_buf_free(&col.data);
+	memset(&col, 0, sizeof col);
+	ret = sess_chunks_load(st, conv, "model-B", "f32", collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == 0 && col.n == 2 && n_pos == 6 && col.data.n == 5 &&
+	    memcmp(col.data.p, "abcde", 5) == 0, "zero-length chunk: %d %d %d", ret, col.n, n_pos);
+	test_cond(sess_rewind(st, 99999, 0, 0, ERR) == KVC_ENOTFOUND, "rewind missing");
+	test_cond(sess_rewind(st, conv, -1, 0, ERR) == KVC_EINVAL, "rewind negative");
 	test_cond(sess_check(st, ERR) == 0, "%s", errbuf);
 	sess_close(st);
 	kvc_buf_free(&want);
@@ -778,7 +788,6 @@ test_failures(void)
 
 	/* Disk full in the middle of the chunk: the whole turn goes, the rest stays. */
 	pages = st_int(st, "PRAGMA page_count");
-	sqlite3_exec(sess_sqlite(st), "PRAGMA max_page_count = 0", NULL, NULL, NULL);
 	{
 		char sql[64];
 
@@ -872,6 +881,7 @@ test_locks(void)
 	ret = sess_conv_lock(st, conv, ERR);
 	test_cond(ret == 0, "stale lock taken over: %d %s", ret, errbuf);
 	wait_child(pid, "lock holder");
+	test_cond(conv == 1, "first conversation is id 1");
 	test_cond(st_int(st, "SELECT pid FROM locks WHERE conv_id = 1") == (int64_t)getpid(),
 	    "lock row names us");
 	sess_conv_unlock(st, conv);

@@ -34,10 +34,11 @@ static const char *const bpe_merges[] = {
 	"\xc4\xa0wor ld",	/* 264 Ġworld */
 	"\xc3\xa4 \xc2\xbd",	/* 265 ä½ (bytes E4 BD) */
 	"\xc3\xa4\xc2\xbd \xc5\x82",	/* 266 ä½ł = 你 (E4 BD A0) */
+	"r l",			/* 271 rl: ranked last, so "orld" is or + ld */
 };
 enum {
 	B_HELLO = 259, B_WORLD = 264, B_NI = 266,
-	B_IM_END = 267, B_IM_START = 268, B_TOOL = 269, B_EOT = 270, B_N = 271,
+	B_IM_END = 267, B_IM_START = 268, B_TOOL = 269, B_EOT = 270, B_RL = 271, B_N = 272,
 };
 
 static size_t
@@ -89,6 +90,8 @@ bpe_gguf(const char *pre, size_t *len)
 	toks[n++] = "<tool>";
 	types[n] = TOK_TYPE_CONTROL;
 	toks[n++] = "<|endoftext|>";
+	types[n] = TOK_TYPE_NORMAL;
+	toks[n++] = "rl";
 	if (w == NULL || n != B_N ||
 	    gguf_w_str(w, "general.architecture", "qwen2") != 0 ||
 	    gguf_w_str(w, "tokenizer.ggml.model", "gpt2") != 0 ||
@@ -347,6 +350,9 @@ test_bpe(void)
 	/* "helo": he, then no merge for (he,l) or (l,o) */
 	EXPECT(t, "helo", 0, 256, 'l', 'o');
 	EXPECT(t, "hell", 0, 258);
+	/* "orld": or (rank 5) and ld (7) before rl (11), which never gets a chance */
+	EXPECT(t, "orld", 0, 261, 263);
+	EXPECT(t, "rl", 0, B_RL);
 	/* "llo": ll then no (ll,o) merge */
 	EXPECT(t, "llo!", 0, 257, 'o', '!');
 	/* 你好 = E4 BD A0 E5 A5 BD: ä½ (9) then 你 (10); 好 stays bytes */
