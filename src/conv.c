@@ -897,6 +897,31 @@ has_stop_string(enum chat_family f, const struct kvc_buf *text, size_t *cut)
 	return false;
 }
 
+/*
+ * A NUL byte is valid UTF-8 but useless on a terminal and would cut the
+ * stored (C string) text short, so what is shown and what is saved could
+ * differ; both get U+FFFD instead.
+ */
+static int
+replace_nul(struct kvc_buf *piece)
+{
+	struct kvc_buf out = {0};
+
+	if (memchr(piece->p, '\0', piece->n) == NULL)
+		return 0;
+	for (size_t i = 0; i < piece->n; i++) {
+		int rc = piece->p[i] == '\0' ? kvc_buf_append(&out, "\xef\xbf\xbd", 3) :
+		    kvc_buf_append(&out, &piece->p[i], 1);
+		if (rc) {
+			kvc_buf_free(&out);
+			return rc;
+		}
+	}
+	kvc_buf_free(piece);
+	*piece = out;
+	return 0;
+}
+
 /* Sample and stream until an end of turn, the cap, a full context or an interrupt. */
 static int
 generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
@@ -943,7 +968,8 @@ generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
 			break;
 		}
 		piece.n = 0;
-		if (tok_detok_push(tok, &dt, id, &piece) == 0 && piece.n > 0) {
+		if (tok_detok_push(tok, &dt, id, &piece) == 0 && piece.n > 0 &&
+		    replace_nul(&piece) == 0) {
 			(void)kvc_buf_append(&g->text, piece.p, piece.n);
 			if (io && io->on_text && io->on_text(io->arg, piece.p, piece.n) != 0)
 				st->interrupted = true;
@@ -961,7 +987,7 @@ generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
 		}
 	}
 	piece.n = 0;
-	if (tok_detok_flush(&dt, &piece) == 0 && piece.n > 0) {
+	if (tok_detok_flush(&dt, &piece) == 0 && piece.n > 0 && replace_nul(&piece) == 0) {
 		(void)kvc_buf_append(&g->text, piece.p, piece.n);
 		if (io && io->on_text)
 			(void)io->on_text(io->arg, piece.p, piece.n);

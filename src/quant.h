@@ -93,12 +93,14 @@ int64_t q_block_elems(enum ggml_type t);
 /*
  * Integer kernels (opt-in, llama.cpp's approach): the activations are
  * rounded to int8 per block of 32 once per matmul, and the dot products
- * run on integer multiply-adds, several times faster than the float
- * kernels above for the quantised types. The price is the rounding of x:
- * with d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
- *   |q_dot_act - q_dot| <= sum_b (d_b / 2) sum_{i in b} |w_i|   (+ float rounding).
- * Q4_K/Q5_K min terms use the exact float sums of x. Types: Q8_0, Q4_0,
- * Q4_K, Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
+ * run on integer multiply-adds: 1.5-2.5x the float kernels' speed for the
+ * quantised types (bench/qdot). The price is the rounding of x: with
+ * d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
+ *   |q_dot_act - sum_i w_i x_i| <= sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i)
+ * (+ float rounding), where m_i is the Q4_K/Q5_K sub-block min dmin * m_j
+ * (0 for the other types): the min terms use the exact float sums of x,
+ * only the d * sc * q part sees the rounded x. Types: Q8_0, Q4_0, Q4_K,
+ * Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],

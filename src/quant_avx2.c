@@ -280,6 +280,17 @@ dot_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *x, const float *
 	return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
 }
 
+/* fs[g] = d * scales[g] for the 16 int8 scales of a Q6_K block */
+AVX2 static inline void
+q6_scales(const int8_t *sc, float d, float *fs)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)sc);
+	__m256 dd = _mm256_set1_ps(d);
+
+	_mm256_storeu_ps(fs, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+	_mm256_storeu_ps(fs + 8, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))));
+}
+
 AVX2 static float
 dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
 {
@@ -289,10 +300,11 @@ dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
 	for (int64_t i = 0; i < nb; i++) {
 		/* ql[128], qh[64], scales[16], d */
 		const uint8_t *blk = b + 210 * i;
-		float d = h2f(blk + 208);
+		float fs16[16];
+		q6_scales((const int8_t *)(blk + 192), h2f(blk + 208), fs16);
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
-			const int8_t *sc = (const int8_t *)(blk + 192) + 8 * h;
+			const float *fs = fs16 + 8 * h;
 			const float *xh = x + QK_K * i + 128 * h;
 			/* l in [16g, 16g+16): sub-blocks g, 2+g, 4+g, 6+g */
 			for (int g = 0; g < 2; g++) {
@@ -313,7 +325,7 @@ dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
 					const float *xs = xh + 32 * k + 16 * g;
 					__m256 s = _mm256_mul_ps(i8f(v), _mm256_loadu_ps(xs));
 					s = _mm256_fmadd_ps(i8f(_mm_srli_si128(v, 8)), _mm256_loadu_ps(xs + 8), s);
-					__m256 dd = _mm256_set1_ps(d * (float)sc[2 * k + g]);
+					__m256 dd = _mm256_broadcast_ss(fs + 2 * k + g);
 					acc[k] = _mm256_fmadd_ps(dd, s, acc[k]);
 				}
 			}
@@ -454,8 +466,8 @@ dot_act_q6_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *blk = b + 210 * i;
-		const int8_t *sc = (const int8_t *)(blk + 192);
-		float dw = h2f(blk + 208);
+		float fs[16];
+		q6_scales((const int8_t *)(blk + 192), h2f(blk + 208), fs);
 		for (int h = 0; h < 2; h++) {
 			__m256i la = ld256(blk + 64 * h), lb = ld256(blk + 64 * h + 32);
 			__m256i hh = ld256(blk + 128 + 32 * h);
@@ -472,9 +484,9 @@ dot_act_q6_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 				/* values 128h + 32k + [0, 32): activation block 8i + 4h + k; scales 8h + 2k, +1 per 16 */
 				int64_t ab = 8 * i + 4 * h + k;
 				__m256i s = mad_i8i8(_mm256_sub_epi8(v[k], k32), ld256(q + 32 * ab));
-				float f = dw * d[ab];
-				__m256 scv = _mm256_set_m128(_mm_set1_ps(f * sc[8 * h + 2 * k + 1]),
-				    _mm_set1_ps(f * sc[8 * h + 2 * k]));
+				__m256 scv = _mm256_mul_ps(_mm256_broadcast_ss(d + ab),
+				    _mm256_set_m128(_mm_broadcast_ss(fs + 8 * h + 2 * k + 1),
+				    _mm_broadcast_ss(fs + 8 * h + 2 * k)));
 				acc[k] = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(s), acc[k]);
 			}
 		}

@@ -42,6 +42,7 @@ struct kvc_tokenizer {
 	uint32_t *slen;		/* (n_slen) distinct lengths of smap's strings, longest first */
 	size_t n_slen;
 	uint8_t sfirst[256];	/* 1 = some special string starts with this byte */
+	bool has_user_defined;	/* smap holds user-defined tokens (split out always) */
 
 	/* BPE */
 	struct tok_pairmap merges;

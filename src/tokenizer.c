@@ -529,6 +529,8 @@ build_specials(struct kvc_tokenizer *t)
 			continue;
 		strmap_put(t, &t->smap, id);
 		t->sfirst[(uint8_t)s[0]] = 1;
+		if (ty == TOK_TYPE_USER_DEFINED)
+			t->has_user_defined = true;
 		for (size_t k = 0; k < t->n_slen && !seen; k++)
 			seen = t->slen[k] == len;
 		if (!seen)
@@ -781,7 +783,7 @@ tok_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
 {
 	struct enc e = { .t = t, .flags = flags, .prev_special = true, .out = out };
 	size_t valid = kvc_utf8_valid_prefix(text, len), seg = 0, pos = 0;
-	bool any_special = t->n_slen > 0;
+	bool any_special = t->n_slen > 0 && ((flags & TOK_PARSE_SPECIAL) || t->has_user_defined);
 	int rc = KVC_OK;
 
 	if (valid != len) {

@@ -21,7 +21,8 @@ MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 KILLS=${KVCHAT_CRASH_KILLS:-50}
 SEED=${KVCHAT_CRASH_SEED:-$$}
-NCONV=4
+# Enough conversations that none grows long: kill delays are calibrated on a short one.
+NCONV=$((KILLS / 12 > 4 ? KILLS / 12 : 4))
 PID=""
 trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; rm -rf "$TMPD"' EXIT
 echo "kills: $KILLS, seed: $SEED (KVCHAT_CRASH_SEED=$SEED to repeat)"

@@ -474,8 +474,8 @@ test_matmul(void)
 
 /*
  * The integer kernels: activations rounded to int8 per 32. Bound against the
- * exact dot: sum_b (d_b / 2) sum_{i in b} |w_i| (quant.h), plus float
- * rounding. Scalar and AVX2 compute the same integer sums: they agree to
+ * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
+ * float rounding. Scalar and AVX2 compute the same integer sums: they agree to
  * float rounding of the scaled block sums.
  */
 static void
@@ -525,9 +525,19 @@ test_act(void)
 			for (int tok = 0; tok < N_TOK; tok++) {
 				const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
 				double exact = 0, bound = 0, mag = 0;
+				const uint8_t *row = W + r * rb;
 				for (int i = 0; i < N; i++) {
+					double m = 0;	/* K-quant sub-block min (quant.h's m_i) */
+					if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+						const uint8_t *b = row + (size_t)(i / 256) * (t == GGML_TYPE_Q4_K ? 144 : 176);
+						uint16_t mh;
+						int sc, mn;
+						memcpy(&mh, b + 2, 2);
+						k_scale(b + 4, (i % 256) / 32, &sc, &mn);
+						m = h2f(mh) * mn;
+					}
 					exact += (double)wd[i] * xt[i];
-					bound += d[i / 32] / 2 * fabs(wd[i]);
+					bound += d[i / 32] / 2 * (fabs(wd[i]) + m);
 					mag += fabs((double)wd[i] * xt[i]);
 				}
 				bound += 1e-5 * mag;
