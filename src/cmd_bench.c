@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "threadpool.h"
 
 static const char bench_usage[] =
     "usage: kvchat bench -m FILE [-p 512] [-n 128] [--threads N] [-r REPS]\n"
@@ -175,13 +176,26 @@ cmd_bench(int argc, char **argv)
 		/* decode step k attends over p0 + k + 1 positions: mean over k in [0, n) */
 		double kv_per_tok = (double)eng_kv_bytes_per_pos(e) * (p0 + 0.5 * (double)(n_n + 1));
 		double bytes_per_tok = (double)m->weight_bytes + kv_per_tok;
-		const char *wtype = m->hp.n_layer > 0 ? ggml_type_name(m->layers[0].wq.type) : "?";
+		const struct gguf_file *f = eng_gguf(e);
+		double by_type[GGML_TYPE_COUNT] = { 0 };
 
-		printf("model:   %s (%s, %.1f M params, %s weights, %.1f MiB read per token)\n",
-		    model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6, wtype,
+		printf("model:   %s (%s, %.1f M params, %.1f MiB read per token)\n",
+		    model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6,
 		    (double)m->weight_bytes / (1024.0 * 1024.0));
-		printf("backend: %s, threads %d%s, KV cache %s; median of %d run%s\n",
-		    eng_backend_name(e), ep.n_threads, ep.n_threads == 0 ? " (= cores)" : "",
+		/* Files called "Q4_K" mix types; say which, by size. */
+		for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+			const struct gguf_tensor *t = gguf_tensor(f, i);
+
+			if ((int)t->type >= 0 && t->type < GGML_TYPE_COUNT)
+				by_type[t->type] += (double)t->nbytes;
+		}
+		printf("weights:");
+		for (int t = 0; t < GGML_TYPE_COUNT; t++)
+			if (by_type[t] > 0)
+				printf(" %s %.1f MiB", ggml_type_name((enum ggml_type)t), by_type[t] / (1024.0 * 1024.0));
+		printf("\n");
+		printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
+		    eng_backend_name(e), ep.n_threads > 0 ? ep.n_threads : tp_default_threads(),
 		    ggml_type_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
 		printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
 		printf("|---------|--------|----------|------------------|---------------|\n");

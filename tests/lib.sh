@@ -15,3 +15,6 @@ check() { d=$1; shift; if "$@"; then ok; else fail "$d"; fi; }
 skip() { echo "SKIP: $*"; exit 77; }
 have_shared() { [ -f "${SHARED_DATA:-/nonexistent}/SOURCES.md" ]; }
 done_testing() { echo "$T_PASS passed, $T_FAIL failed"; [ "$T_FAIL" -eq 0 ]; }
+# The sqlite3 shell has no busy timeout by default: a read that lands while
+# kvchat commits would fail at once and read as an empty answer.
+sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }

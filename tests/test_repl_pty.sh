@@ -15,13 +15,14 @@ T() { tmux -L "$SOCK" -f /dev/null "$@"; }
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
 jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 screen() { T capture-pane -p -J -t t -S -300; }
-# wait_for DESC COMMAND...: poll (10 s at most) until COMMAND succeeds.
+# wait_for DESC COMMAND...: poll (30 s at most: sanitizer builds on a loaded
+# machine are slow) until COMMAND succeeds.
 wait_for() {
 	_d=$1; shift
 	_i=0
 	while ! "$@" >/dev/null 2>&1; do
 		_i=$((_i + 1))
-		if [ $_i -gt 100 ]; then
+		if [ $_i -gt 300 ]; then
 			fail "timed out waiting for: $_d"
 			echo "--- screen:" >&2; screen >&2; echo "---" >&2
 			return 1
@@ -39,7 +40,14 @@ nmsgs() { sql "SELECT count(*) FROM messages WHERE conv_id = $1 AND role IN (1, 
 last_text() { sql "SELECT hex(text) FROM messages WHERE conv_id = $1 AND role = $2 ORDER BY seq DESC LIMIT 1"; }
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | tr a-f A-F; }
 keys() { T send-keys -t t "$@"; }
+# A person types at a prompt: wait until the last line is an empty prompt
+# (">>> " or a continuation "... ") so keys never race the previous reply.
+prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^(>>>|\.\.\.)[[:space:]]*$'; }
 text() { T send-keys -t t -l -- "$1"; }
+# turn_done N: the Nth turn's stats are written and the next prompt is shown
+turn_done() { has_lines "$ST" "$1" && prompt_ready; }
+# nmsgs_is CONV N: re-evaluated on every poll of wait_for
+nmsgs_is() { [ "$(nmsgs "$1")" -eq "$2" ]; }
 
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
@@ -59,7 +67,7 @@ text "X"
 keys End
 text "Y"
 keys Enter
-wait_for "turn 1" has_lines "$ST" 1
+wait_for "turn 1" turn_done 1
 C1=$(conv_id first)
 check "edited Chinese line stored as typed" [ "$(last_text "$C1" 1)" = "$(hex "中X文字Y")" ]
 
@@ -69,7 +77,7 @@ keys C-c
 sleep 0.3
 text "hello"
 keys Enter
-wait_for "turn 2" has_lines "$ST" 2
+wait_for "turn 2" turn_done 2
 check "Ctrl-C at the prompt cleared the line" [ "$(last_text "$C1" 1)" = "$(hex hello)" ]
 
 # A Chinese multi-line block.
@@ -78,7 +86,7 @@ text "你好，世界！"; keys Enter
 text "第二行：多行输入。"; keys Enter
 text "third line, English"; keys Enter
 text '"""'; keys Enter
-wait_for "turn 3" has_lines "$ST" 3
+wait_for "turn 3" turn_done 3
 check "multi-line block stored as one message" \
     [ "$(last_text "$C1" 1)" = "$(hex "你好，世界！
 第二行：多行输入。
@@ -87,7 +95,7 @@ check "the Chinese shows on the screen" on_screen "第二行：多行输入。"
 # A trailing backslash continues the line.
 text 'one \'; keys Enter
 text 'two'; keys Enter
-wait_for "turn 4" has_lines "$ST" 4
+wait_for "turn 4" turn_done 4
 check "backslash continuation" [ "$(last_text "$C1" 1)" = "$(hex "one 
 two")" ]
 
@@ -99,7 +107,7 @@ n_before=$(nmsgs "$C1")
 text "Tell me a very long story, please."; keys Enter
 sleep 0.2
 keys C-c
-wait_for "interrupted turn" has_lines "$ST" 5
+wait_for "interrupted turn" turn_done 5
 check "the reply was interrupted" [ "$(jget "$ST" 5 interrupted)" = true ]
 g=$(jget "$ST" 5 gen_tokens)
 echo "interrupted after $g tokens"
@@ -110,7 +118,7 @@ check "both messages of the interrupted turn stored" [ "$(nmsgs "$C1")" -eq $((n
 text "/set max_tokens 24"; keys Enter
 sleep 0.3
 text "After the interruption."; keys Enter
-wait_for "turn after Ctrl-C" has_lines "$ST" 6
+wait_for "turn after Ctrl-C" turn_done 6
 check "after Ctrl-C: only the new tokens computed" \
     [ "$(jget "$ST" 6 prefill_tokens)" = "$(jget "$ST" 6 prompt_tokens)" ]
 r5=$(jget "$ST" 5 reused_tokens) p5=$(jget "$ST" 5 prompt_tokens) r6=$(jget "$ST" 6 reused_tokens)
@@ -121,17 +129,18 @@ check "the process is still running" on_screen ">>> "
 # /undo drops the last exchange.
 n=$(nmsgs "$C1")
 text "/undo"; keys Enter
-wait_for "/undo" [ "$(nmsgs "$C1")" -eq $((n - 2)) ]
+wait_for "/undo" nmsgs_is "$C1" $((n - 2)) ||
+    echo "messages before /undo: $n, now: $(nmsgs "$C1")" >&2
 check "/undo: the interrupted exchange is last again" \
     [ "$(last_text "$C1" 1)" = "$(hex "Tell me a very long story, please.")" ]
 
 # /retry regenerates the last reply from the rewound cache: greedy, the same text.
 text "Short question?"; keys Enter
-wait_for "turn before /retry" has_lines "$ST" 7
+wait_for "turn before /retry" turn_done 7
 a1=$(last_text "$C1" 2)
 n=$(nmsgs "$C1")
 text "/retry"; keys Enter
-wait_for "/retry" has_lines "$ST" 8
+wait_for "/retry" turn_done 8
 check "/retry: same number of messages" [ "$(nmsgs "$C1")" -eq "$n" ]
 check "/retry: greedy reply identical" [ "$(last_text "$C1" 2)" = "$a1" ]
 check "/retry: same user message" [ "$(last_text "$C1" 1)" = "$(hex "Short question?")" ]
@@ -143,7 +152,7 @@ check "/retry: nothing of the history recomputed" \
 text "/new second"; keys Enter
 sleep 0.3
 text "This is the second conversation."; keys Enter
-wait_for "turn in second" has_lines "$ST" 9
+wait_for "turn in second" turn_done 9
 C2=$(conv_id second)
 check "second conversation created" [ -n "$C2" -a "$C2" != "$C1" ]
 check "turn went to the second conversation" [ "$(jget "$ST" 9 conversation_id)" = "$C2" ]
@@ -151,14 +160,14 @@ n1=$(nmsgs "$C1")
 text "/resume first"; keys Enter
 sleep 0.3
 text "Back in the first."; keys Enter
-wait_for "turn back in first" has_lines "$ST" 10
+wait_for "turn back in first" turn_done 10
 check "/resume first: the turn went there" [ "$(jget "$ST" 10 conversation_id)" = "$C1" ]
 check "/resume first: stored there" [ "$(nmsgs "$C1")" -eq $((n1 + 2)) ]
 check "/resume first: nothing recomputed" [ "$(jget "$ST" 10 prefill_tokens)" = "$(jget "$ST" 10 prompt_tokens)" ]
 text "/resume $C2"; keys Enter
 sleep 0.3
 text "And the second again."; keys Enter
-wait_for "turn back in second" has_lines "$ST" 11
+wait_for "turn back in second" turn_done 11
 check "/resume ID: the turn went there" [ "$(jget "$ST" 11 conversation_id)" = "$C2" ]
 check "second conversation has 4 messages" [ "$(nmsgs "$C2")" -eq 4 ]
 text "/list"; keys Enter
