@@ -19,90 +19,23 @@ struct bpe_sym {
 	uint32_t len;		/* bytes covered; 0 once merged into prev */
 };
 
-struct bpe_cand {
-	int32_t rank;
-	int32_t left, right;	/* symbol indices */
-	int32_t lid, rid;	/* their ids when the candidate was made */
-	int32_t result;
-};
-
-static bool
-cand_before(const struct bpe_cand *a, const struct bpe_cand *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-struct bpe_heap {
-	struct bpe_cand *v;
-	size_t n, cap;
-};
-
-static int
-heap_push(struct bpe_heap *h, const struct bpe_cand *c)
-{
-	size_t i;
-
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? h->cap * 2 : 64;
-		struct bpe_cand *v = realloc(h->v, cap * sizeof *v);
-		if (v == NULL)
-			return KVC_ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	i = h->n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!cand_before(c, &h->v[p]))
-			break;
-		h->v[i] = h->v[p];
-		i = p;
-	}
-	h->v[i] = *c;
-	return KVC_OK;
-}
-
-static void
-heap_pop(struct bpe_heap *h, struct bpe_cand *top)
-{
-	struct bpe_cand last;
-	size_t i = 0;
-
-	*top = h->v[0];
-	last = h->v[--h->n];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct bpe_cand *best = &last;
-		if (l < h->n && cand_before(&h->v[l], best)) {
-			m = l;
-			best = &h->v[l];
-		}
-		if (r < h->n && cand_before(&h->v[r], best))
-			m = r;
-		if (m == i)
-			break;
-		h->v[i] = h->v[m];
-		i = m;
-	}
-	if (h->n > 0)
-		h->v[i] = last;
-}
-
 static int
 try_pair(const struct kvc_tokenizer *t, const struct bpe_sym *sym, int32_t l, int32_t r,
-    struct bpe_heap *h)
+    struct tok_heap *h)
 {
-	struct bpe_cand c;
+	struct tok_cand c;
+	int32_t rank;
 
 	if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0)
 		return KVC_OK;
-	if (!tok_pairmap_find(&t->merges, sym[l].id, sym[r].id, &c.rank, &c.result))
+	if (!tok_pairmap_find(&t->merges, sym[l].id, sym[r].id, &rank, &c.result))
 		return KVC_OK;
+	c.key = (float)rank;
 	c.left = l;
 	c.right = r;
 	c.lid = sym[l].id;
 	c.rid = sym[r].id;
-	return heap_push(h, &c);
+	return tok_heap_push(h, &c);
 }
 
 static int
@@ -157,7 +90,7 @@ static int
 bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
     struct tok_scratch *s, struct kvc_tokens *out)
 {
-	struct bpe_heap h = { s->heap, 0, s->heap_cap };
+	struct tok_heap h = { s->heap, 0, s->heap_cap };
 	struct bpe_sym *sym;
 	int rc = KVC_OK;
 
@@ -189,10 +122,10 @@ bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
 	for (size_t i = 0; i + 1 < n && rc == KVC_OK; i++)
 		rc = try_pair(t, sym, (int32_t)i, (int32_t)i + 1, &h);
 	while (rc == KVC_OK && h.n > 0) {
-		struct bpe_cand c;
+		struct tok_cand c;
 		struct bpe_sym *l, *r;
 
-		heap_pop(&h, &c);
+		tok_heap_pop(&h, &c);
 		l = &sym[c.left];
 		r = &sym[c.right];
 		/* stale: one side was merged away or changed since */

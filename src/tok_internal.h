@@ -23,6 +23,26 @@ struct tok_pairmap {
 	uint32_t mask;
 };
 
+/*
+ * A merge candidate of the BPE and SPM loops, kept in a binary heap: the
+ * lowest key merges first, ties going to the leftmost pair.
+ */
+struct tok_cand {
+	float key;		/* BPE: merge rank (exact below 2^24); SPM: -score */
+	int32_t left, right;	/* symbol indices */
+	int32_t lid, rid;	/* BPE: the symbols' ids when the candidate was made */
+	int32_t result;		/* BPE: id of the merged token */
+	uint32_t size;		/* SPM: bytes of the merged text */
+};
+struct tok_heap {
+	struct tok_cand *v;
+	size_t n, cap;
+};
+/* 0 or KVC_ENOMEM. */
+int tok_heap_push(struct tok_heap *h, const struct tok_cand *c);
+/* Remove the best candidate into *top; h->n must be > 0. */
+void tok_heap_pop(struct tok_heap *h, struct tok_cand *top);
+
 struct kvc_tokenizer {
 	enum tok_kind kind;
 	char model[16];		/* tokenizer.ggml.model */
@@ -84,7 +104,7 @@ int tok_cp_to_byte(uint32_t cp);	/* -1 if cp is not one of the 256 */
 struct tok_scratch {
 	void *sym;		/* symbols of the current word */
 	size_t sym_cap;
-	void *heap;		/* candidate merges */
+	struct tok_cand *heap;	/* candidate merges */
 	size_t heap_cap;
 	char *buf;		/* mapped text of the current word */
 	size_t buf_cap;

@@ -21,74 +21,6 @@ struct spm_sym {
 	uint32_t len;		/* bytes; 0 once merged into prev */
 };
 
-struct spm_cand {
-	float score;
-	int32_t left, right;	/* symbol indices */
-	uint32_t size;		/* bytes of the merged text */
-};
-
-static bool
-cand_before(const struct spm_cand *a, const struct spm_cand *b)
-{
-	return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-struct spm_heap {
-	struct spm_cand *v;
-	size_t n, cap;
-};
-
-static int
-heap_push(struct spm_heap *h, const struct spm_cand *c)
-{
-	size_t i;
-
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? h->cap * 2 : 256;
-		struct spm_cand *v = realloc(h->v, cap * sizeof *v);
-		if (v == NULL)
-			return KVC_ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	i = h->n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!cand_before(c, &h->v[p]))
-			break;
-		h->v[i] = h->v[p];
-		i = p;
-	}
-	h->v[i] = *c;
-	return KVC_OK;
-}
-
-static void
-heap_pop(struct spm_heap *h, struct spm_cand *top)
-{
-	struct spm_cand last;
-	size_t i = 0;
-
-	*top = h->v[0];
-	last = h->v[--h->n];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct spm_cand *best = &last;
-		if (l < h->n && cand_before(&h->v[l], best)) {
-			m = l;
-			best = &h->v[l];
-		}
-		if (r < h->n && cand_before(&h->v[r], best))
-			m = r;
-		if (m == i)
-			break;
-		h->v[i] = h->v[m];
-		i = m;
-	}
-	if (h->n > 0)
-		h->v[i] = last;
-}
-
 static bool
 mergeable(const struct kvc_tokenizer *t, int32_t id)
 {
@@ -98,9 +30,9 @@ mergeable(const struct kvc_tokenizer *t, int32_t id)
 
 static int
 try_pair(const struct kvc_tokenizer *t, const char *text, const struct spm_sym *sym,
-    int32_t l, int32_t r, struct spm_heap *h)
+    int32_t l, int32_t r, struct tok_heap *h)
 {
-	struct spm_cand c;
+	struct tok_cand c;
 	int32_t id;
 
 	if (l < 0 || r < 0)
@@ -109,10 +41,10 @@ try_pair(const struct kvc_tokenizer *t, const char *text, const struct spm_sym *
 	id = tok_strmap_find(t, &t->map, text + sym[l].start, c.size);
 	if (id < 0 || !mergeable(t, id))
 		return KVC_OK;
-	c.score = t->score[id];
+	c.key = -t->score[id];
 	c.left = l;
 	c.right = r;
-	return heap_push(h, &c);
+	return tok_heap_push(h, &c);
 }
 
 static int
@@ -134,7 +66,7 @@ static int
 spm_run(const struct kvc_tokenizer *t, const char *text, size_t len,
     struct tok_scratch *s, struct kvc_tokens *out)
 {
-	struct spm_heap h = { s->heap, 0, s->heap_cap };
+	struct tok_heap h = { s->heap, 0, s->heap_cap };
 	struct spm_sym *sym;
 	size_t n = 0;
 	int rc = KVC_OK;
@@ -162,10 +94,10 @@ spm_run(const struct kvc_tokenizer *t, const char *text, size_t len,
 	for (size_t i = 0; i + 1 < n && rc == KVC_OK; i++)
 		rc = try_pair(t, text, sym, (int32_t)i, (int32_t)i + 1, &h);
 	while (rc == KVC_OK && h.n > 0) {
-		struct spm_cand c;
+		struct tok_cand c;
 		struct spm_sym *l, *r;
 
-		heap_pop(&h, &c);
+		tok_heap_pop(&h, &c);
 		l = &sym[c.left];
 		r = &sym[c.right];
 		/* stale: a side was merged away or grew since */

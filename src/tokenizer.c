@@ -326,8 +326,9 @@ load_merges(struct kvc_tokenizer *t, const struct gguf_file *f, const char *path
 		return KVC_EFORMAT;
 	}
 	n = gguf_arr_n(a);
-	if (n >= INT32_MAX) {
-		kvc_err(err, errlen, "%s: too many merges", path);
+	/* ranks become float heap keys: exact only below 2^24 */
+	if (n >= (1u << 24)) {
+		kvc_err(err, errlen, "%s: too many merges (%llu)", path, (unsigned long long)n);
 		return KVC_EFORMAT;
 	}
 	if (pairmap_init(&t->merges, n) != KVC_OK)
@@ -962,4 +963,62 @@ tok_decode(const struct kvc_tokenizer *t, const int32_t *ids, size_t n, unsigned
 		if ((rc = tok_detok_push(t, &d, ids[i], out)) != KVC_OK)
 			return rc;
 	return tok_detok_flush(&d, out);
+}
+
+/* The merge-candidate heap shared by tok_bpe.c and tok_spm.c. */
+static bool
+cand_before(const struct tok_cand *a, const struct tok_cand *b)
+{
+	return a->key < b->key || (a->key == b->key && a->left < b->left);
+}
+
+int
+tok_heap_push(struct tok_heap *h, const struct tok_cand *c)
+{
+	size_t i;
+
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 256;
+		struct tok_cand *v = realloc(h->v, cap * sizeof *v);
+		if (v == NULL)
+			return KVC_ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	i = h->n++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!cand_before(c, &h->v[p]))
+			break;
+		h->v[i] = h->v[p];
+		i = p;
+	}
+	h->v[i] = *c;
+	return KVC_OK;
+}
+
+void
+tok_heap_pop(struct tok_heap *h, struct tok_cand *top)
+{
+	struct tok_cand last;
+	size_t i = 0;
+
+	*top = h->v[0];
+	last = h->v[--h->n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		const struct tok_cand *best = &last;
+		if (l < h->n && cand_before(&h->v[l], best)) {
+			m = l;
+			best = &h->v[l];
+		}
+		if (r < h->n && cand_before(&h->v[r], best))
+			m = r;
+		if (m == i)
+			break;
+		h->v[i] = h->v[m];
+		i = m;
+	}
+	if (h->n > 0)
+		h->v[i] = last;
 }
