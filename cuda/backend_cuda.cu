@@ -8,9 +8,15 @@
  * cublasGemmEx on the tensor cores. Attention is one fused kernel with an
  * online softmax over the cache (no score matrix in device memory).
  *
+ * Decode uses 16-byte-load matvec kernels for F16 and Q8_0 (others: a
+ * generic one-block-per-lane kernel) and split-K attention over ~256-position
+ * slices. Prefill runs in chunks of CHUNK tokens; F32/F16/BF16 weights go
+ * to cuBLAS as stored, the quantised types through an F16 scratch matrix.
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Speed work (wide loads, split-K attention, CUDA graphs, GPU sampling,
- * paged KV blocks) is still to do; see issue 5 and docs/BENCHMARKS.md.
+ * Still to do: CUDA-graph decode (positions are already read from device
+ * memory for it), GPU sampling, paged KV blocks, a tiled prefill attention,
+ * async snapshot copies; see issue 5 and docs/BENCHMARKS.md.
  */
 extern "C" {
 #include "backend.h"
@@ -18,9 +24,11 @@ extern "C" {
 }
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +50,9 @@ extern "C" {
 		return KVC_EIO;							\
 	}									\
 } while (0)
+
+#define CHUNK 2048		/* tokens per prefill step (bounds the scratch) */
+#define ATT_MAX_SPLIT 32	/* most sequence slices of split-K attention (decode) */
 
 /* A weight on the device, in its file type. */
 struct dweight {
@@ -65,21 +76,31 @@ struct cuda_ctx {
 	cudaStream_t stream;
 	struct dweight tok_embd, output;
 	float *output_norm;
-	float *rope_freqs;			/* (rope_dim/2) or NULL */
+	int *d_pos;				/* (1) first position of the running forward */
+	double *inv_freq;			/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
 	struct dlayer *layers;
 	size_t weight_bytes;
 	size_t kv_budget, kv_used;
-	/* scratch, grown to the largest batch seen */
+	int64_t max_n_in;			/* widest matrix input (matvec shared memory) */
+	size_t max_w_elems;			/* largest matrix, elements */
+	/* scratch, grown to the largest batch seen (at most CHUNK tokens) */
 	int cap_tok;
-	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *logits;	/* (cap_tok, dim) f32 */
-	int32_t *tokens;
-	__half *wscratch;			/* largest matrix as f16 */
-	__half *xh;				/* activations as f16 for GEMM */
-	size_t wscratch_elems, xh_elems;
+	float *x;				/* (cap_tok, n_embd) residual stream */
+	float *xb;				/* (cap_tok, max(n_embd, q_dim)) normed input / product out */
+	float *q, *att;				/* (cap_tok, q_dim) */
+	float *k, *v;				/* (cap_tok, kv_dim) */
+	float *hb, *hb2;			/* (cap_tok, n_ff) */
+	int32_t *tokens;			/* (cap_tok) */
+	__half *wscratch;			/* (max_w_elems) dequantised matrix for GEMM; NULL until n > 1 */
+	__half *xh;				/* (cap_tok, max_n_in) activations as f16 for GEMM */
+	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
+	int cap_logits;				/* rows of logits */
+	float *logits;				/* (cap_logits, n_vocab) */
 };
 
 struct cuda_kv {
 	int n_ctx, cap;				/* positions allowed / allocated */
+	int n_valid;				/* positions [0, n_valid) hold data */
 	int type;				/* GGML_TYPE_F16 or GGML_TYPE_F32 */
 	int n_layer, kv_dim;
 	void **k, **v;				/* [n_layer] device (cap, kv_dim) */
@@ -253,7 +274,7 @@ __global__ static void
 kernel_matvec(int type, const uint8_t *W, size_t row_bytes, const float *x,
     float *y, int64_t n_in, int64_t n_out, int blk)
 {
-	extern __shared__ float xs[];
+	extern __shared__ __align__(16) float xs[];
 	int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
 	int lane = threadIdx.x % 32;
 	float s = 0.f;
@@ -267,6 +288,139 @@ kernel_matvec(int type, const uint8_t *W, size_t row_bytes, const float *x,
 		s += block_dot(type, W + r * row_bytes, b, xs + b * blk, NULL);
 	for (int o = 16; o > 0; o /= 2)
 		s += __shfl_down_sync(0xffffffffu, s, o);
+	if (lane == 0)
+		y[r] = s;
+}
+
+/* Stage x (n_in floats) in shared memory with 16-byte loads; n_in % 4 == 0. */
+__device__ static inline void
+stage_x(float *xs, const float *x, int64_t n_in)
+{
+	for (int64_t i = threadIdx.x; i < n_in / 4; i += blockDim.x)
+		((float4 *)xs)[i] = ((const float4 *)x)[i];
+	__syncthreads();
+}
+
+__device__ static inline float
+warp_sum(float s)
+{
+	for (int o = 16; o > 0; o /= 2)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	return s;
+}
+
+/*
+ * F16 matrix-vector with 16-byte loads: one warp per row; in step k lane l
+ * reads 16-byte chunk 32k + l of the row (8 halves), so each load
+ * instruction of the warp covers 512 contiguous bytes, and four steps are
+ * issued before their first use. Needs n_in % 8 == 0 (rows then start
+ * 16-byte aligned). grid ceil(n_out / 8), block 256 (8 warps), dynamic
+ * shared memory n_in * 4 (x). Bytes: n_out * n_in * 2 + n_in * 4.
+ */
+#define MV_UNROLL 4
+__global__ static void
+kernel_matvec_f16(const uint8_t *W, size_t row_bytes, const float *x, float *y,
+    int64_t n_in, int64_t n_out)
+{
+	extern __shared__ __align__(16) float xs[];
+	int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+	int lane = threadIdx.x % 32;
+	int64_t n_chunk = n_in / 8;
+	float s = 0.f;
+
+	stage_x(xs, x, n_in);
+	if (r >= n_out)
+		return;
+	const uint4 *row = (const uint4 *)(W + r * row_bytes);
+	for (int64_t c0 = lane; c0 < n_chunk; c0 += 32 * MV_UNROLL) {
+		uint4 v[MV_UNROLL];
+#pragma unroll
+		for (int u = 0; u < MV_UNROLL; u++)
+			if (c0 + 32 * u < n_chunk)
+				v[u] = __ldg(row + c0 + 32 * u);
+#pragma unroll
+		for (int u = 0; u < MV_UNROLL; u++) {
+			int64_t c = c0 + 32 * u;
+			if (c >= n_chunk)
+				break;
+			const __half2 *h = (const __half2 *)&v[u];
+			const float4 *xv = (const float4 *)(xs + 8 * c);
+			float4 x0 = xv[0], x1 = xv[1];
+			float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]);
+			float2 f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
+			s += f0.x * x0.x + f0.y * x0.y + f1.x * x0.z + f1.y * x0.w +
+			    f2.x * x1.x + f2.y * x1.y + f3.x * x1.z + f3.y * x1.w;
+		}
+	}
+	s = warp_sum(s);
+	if (lane == 0)
+		y[r] = s;
+}
+
+/*
+ * Q8_0 matrix-vector with 16-byte loads. A group of 16 blocks is 544 bytes
+ * = 34 chunks of 16 bytes; blocks are 34 bytes, so no lane can decode a
+ * block from its own 16-byte loads. Instead each warp copies MV_UNROLL
+ * groups (lane l loads chunks l and, for l < 2, 32 + l of each group:
+ * 512 contiguous bytes per load instruction) into its slice of shared
+ * memory, then lane l decodes half a block: block l / 2 of the group,
+ * elements 16 * (l % 2) .. + 16. Needs n_in % 512 == 0 (whole groups, and
+ * rows starting 16-byte aligned). grid ceil(n_out / 8), block 256,
+ * dynamic shared memory n_in * 4 (x) plus static 8 * MV_UNROLL * 544 bytes.
+ * Bytes: n_out * n_in / 32 * 34 + n_in * 4.
+ */
+#define Q8_GROUP_CHUNKS 34
+__global__ static void
+kernel_matvec_q8_0(const uint8_t *W, size_t row_bytes, const float *x, float *y,
+    int64_t n_in, int64_t n_out)
+{
+	extern __shared__ __align__(16) float xs[];
+	__shared__ uint4 stage[8][MV_UNROLL * Q8_GROUP_CHUNKS];
+	int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int64_t n_group = n_in / 512;
+	float s = 0.f;
+
+	stage_x(xs, x, n_in);
+	if (r >= n_out)
+		return;
+	const uint4 *row = (const uint4 *)(W + r * row_bytes);
+	const uint8_t *st = (const uint8_t *)stage[warp];
+	for (int64_t g0 = 0; g0 < n_group; g0 += MV_UNROLL) {
+		uint4 a[MV_UNROLL], b[MV_UNROLL];
+#pragma unroll
+		for (int u = 0; u < MV_UNROLL; u++)
+			if (g0 + u < n_group) {
+				const uint4 *gp = row + (g0 + u) * Q8_GROUP_CHUNKS;
+				a[u] = __ldg(gp + lane);
+				if (lane < 2)
+					b[u] = __ldg(gp + 32 + lane);
+			}
+		__syncwarp();	/* the previous round's reads of stage are done */
+#pragma unroll
+		for (int u = 0; u < MV_UNROLL; u++)
+			if (g0 + u < n_group) {
+				stage[warp][u * Q8_GROUP_CHUNKS + lane] = a[u];
+				if (lane < 2)
+					stage[warp][u * Q8_GROUP_CHUNKS + 32 + lane] = b[u];
+			}
+		__syncwarp();
+#pragma unroll
+		for (int u = 0; u < MV_UNROLL; u++) {
+			if (g0 + u >= n_group)
+				break;
+			const uint8_t *blk = st + u * 544 + (lane / 2) * 34;
+			const int8_t *q = (const int8_t *)(blk + 2 + 16 * (lane % 2));
+			float d = __half2float(__ushort_as_half((uint16_t)(blk[0] | (blk[1] << 8))));
+			const float *xx = xs + (g0 + u) * 512 + (lane / 2) * 32 + 16 * (lane % 2);
+			float t = 0.f;
+#pragma unroll
+			for (int i = 0; i < 16; i++)
+				t += (float)q[i] * xx[i];
+			s += d * t;
+		}
+	}
+	s = warp_sum(s);
 	if (lane == 0)
 		y[r] = s;
 }
@@ -368,20 +522,24 @@ kernel_swiglu(float *hb, const float *hb2, int64_t total)
 /*
  * RoPE on n tokens x n_heads heads of head_dim, rotating the first rope_dim
  * dims: adjacent pairs (2i, 2i+1) or NeoX halves (i, i + rope_dim/2).
+ * The angle is formed in double as on the CPU (inv_freq from the host, with
+ * rope_freq_scale and rope_freqs folded in): in float, pos * freq loses
+ * about 1e-3 rad at 16k positions. The first position comes from device
+ * memory so that a captured graph can be replayed at any position.
+ * grid (n, n_heads), block 64; bytes: 2 * n * n_heads * rope_dim * 4.
  */
 __global__ static void
-kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos0,
-    float theta, float freq_scale, bool neox, const float *freq_factors)
+kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0,
+    bool neox, const double *inv_freq)
 {
 	int t = blockIdx.x, h = blockIdx.y;
 	float *v = x + ((int64_t)t * n_heads + h) * head_dim;
-	int pos = pos0 + t;
+	int pos = *pos0 + t;
 
 	for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
-		float freq = freq_scale * powf(theta, -2.f * i / rope_dim);
-		if (freq_factors)
-			freq /= freq_factors[i];
-		float a = pos * freq, c = cosf(a), s = sinf(a);
+		double sd, cd;
+		sincos((double)pos * inv_freq[i], &sd, &cd);
+		float c = (float)cd, s = (float)sd;
 		int i0 = neox ? i : 2 * i, i1 = neox ? i + rope_dim / 2 : 2 * i + 1;
 		float x0 = v[i0], x1 = v[i1];
 		v[i0] = x0 * c - x1 * s;
@@ -389,14 +547,14 @@ kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos0,
 	}
 }
 
-/* Store n rows of kv_dim floats into the cache (f16 or f32) at pos0. */
+/* Store n rows of kv_dim floats into the cache (f16 or f32) at *pos0. */
 __global__ static void
-kernel_kv_store(void *cache, bool f16, const float *src, int pos0, int64_t total, int kv_dim)
+kernel_kv_store(void *cache, bool f16, const float *src, const int *pos0, int64_t total, int kv_dim)
 {
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= total)
 		return;
-	int64_t dst = (int64_t)pos0 * kv_dim + i;
+	int64_t dst = (int64_t)*pos0 * kv_dim + i;
 	if (f16)
 		((__half *)cache)[dst] = __float2half(src[i]);
 	else
@@ -410,36 +568,43 @@ kv_at(const void *c, bool f16, int64_t i)
 }
 
 /*
- * Causal grouped-query attention with an online softmax. One block per
- * (query token, head); each warp walks a strided subset of positions
- * keeping its own max, sum and output accumulator (in shared memory), then
- * the warps are merged. head_dim <= 256. Reads K and V of positions
- * [0, pos0 + t] once per head: bytes = 2 * (pos+1) * head_dim * elt.
+ * Causal grouped-query attention with an online softmax, split over the
+ * sequence (flash-decoding) when gridDim.z > 1. Block (t, h, z) handles
+ * query token t, head h (KV head h / (n_head / n_head_kv), as on the CPU)
+ * and the z-th of gridDim.z equal slices of positions [0, *pos0 + t].
+ * Each of its ATT_WARPS warps walks a strided subset of the slice keeping
+ * its own max, sum and output accumulator (in shared memory); the warps
+ * are then merged. With one slice the block writes the normalised output;
+ * otherwise it writes (max, sum, unnormalised accumulator) to part and
+ * kernel_attention_merge combines the slices. head_dim <= 256.
+ * grid (n, n_head, splits), block 32 * ATT_WARPS, static shared memory
+ * ATT_WARPS * 1 KB. Bytes: K and V of the positions once per query head,
+ * 2 * (pos + 1) * head_dim * elt (the heads of a group re-read the same
+ * rows, mostly from L2).
  */
 #define ATT_WARPS 4
 __global__ static void
 kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
-    float *out, int n_head, int n_head_kv, int head_dim, int pos0, float scale)
+    float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale)
 {
 	__shared__ float acc[ATT_WARPS][256];
 	__shared__ float wm[ATT_WARPS], ws[ATT_WARPS];
-	int t = blockIdx.x, h = blockIdx.y;
+	int t = blockIdx.x, h = blockIdx.y, z = blockIdx.z, nz = gridDim.z;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * head_dim;
 	const float *qv = q + ((int64_t)t * n_head + h) * head_dim;
-	int n_pos = pos0 + t + 1;
+	int n_pos = *pos0 + t + 1;
+	int per = (n_pos + nz - 1) / nz, p0 = z * per, p1 = min(n_pos, p0 + per);
 	float m = -INFINITY, s = 0.f;
 
 	for (int i = lane; i < head_dim; i += 32)
 		acc[warp][i] = 0.f;
-	for (int p = warp; p < n_pos; p += ATT_WARPS) {
+	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
 		int64_t base = (int64_t)p * kv_dim + (int64_t)kvh * head_dim;
 		float dot = 0.f;
 		for (int i = lane; i < head_dim; i += 32)
 			dot += qv[i] * kv_at(kc, f16, base + i);
-		for (int o = 16; o > 0; o /= 2)
-			dot += __shfl_xor_sync(0xffffffffu, dot, o);
-		dot *= scale;
+		dot = warp_sum(dot) * scale;
 		float m2 = fmaxf(m, dot), corr = expf(m - m2), e = expf(dot - m2);
 		s = s * corr + e;
 		for (int i = lane; i < head_dim; i += 32)
@@ -453,18 +618,52 @@ kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
 	__syncthreads();
 	float M = -INFINITY, S = 0.f;
 	for (int w = 0; w < ATT_WARPS; w++)
-		M = fmaxf(M, wm[w]);
+		if (ws[w] > 0.f)
+			M = fmaxf(M, wm[w]);
 	for (int w = 0; w < ATT_WARPS; w++)
 		if (ws[w] > 0.f)
 			S += ws[w] * expf(wm[w] - M);
-	float *o = out + ((int64_t)t * n_head + h) * head_dim;
+	float *o = nz == 1 ? out + ((int64_t)t * n_head + h) * head_dim :
+	    part + (((int64_t)t * n_head + h) * nz + z) * (head_dim + 2);
 	for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
 		float v = 0.f;
 		for (int w = 0; w < ATT_WARPS; w++)
 			if (ws[w] > 0.f)
 				v += acc[w][i] * expf(wm[w] - M);
-		o[i] = v / S;
+		o[i] = nz == 1 ? v / S : v;
 	}
+	if (nz > 1 && threadIdx.x == 0) {
+		o[head_dim] = M;	/* -inf with S == 0 for an empty slice */
+		o[head_dim + 1] = S;
+	}
+}
+
+/*
+ * Combine nz slices of kernel_attention: out = sum_z acc_z e^(m_z - M) /
+ * sum_z s_z e^(m_z - M). grid (n, n_head), block head_dim threads.
+ * Bytes: n * n_head * nz * (head_dim + 2) * 4 read, n * q_dim * 4 written.
+ */
+__global__ static void
+kernel_attention_merge(const float *part, float *out, int n_head, int head_dim, int nz)
+{
+	int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+	const float *pp = part + ((int64_t)t * n_head + h) * nz * (head_dim + 2);
+	float M = -INFINITY, S = 0.f, v = 0.f;
+
+	for (int z = 0; z < nz; z++)
+		if (pp[z * (head_dim + 2) + head_dim + 1] > 0.f)
+			M = fmaxf(M, pp[z * (head_dim + 2) + head_dim]);
+	for (int z = 0; z < nz; z++) {
+		const float *r = pp + z * (head_dim + 2);
+		if (r[head_dim + 1] > 0.f) {
+			float e = expf(r[head_dim] - M);
+			S += r[head_dim + 1] * e;
+			if (i < head_dim)
+				v += r[i] * e;
+		}
+	}
+	if (i < head_dim)
+		out[((int64_t)t * n_head + h) * head_dim + i] = v / S;
 }
 
 /* RMSNorm over each head (qwen3 q/k norms): n_rows rows of head_dim. */
@@ -482,10 +681,27 @@ nblk(int64_t total, int threads)
 
 /* ---- host side ---- */
 
+/* KVC_OK, or the error of a failed runtime call with its name and reason. */
+static int
+cuda_call(cudaError_t e, const char *what, char *err, size_t errlen)
+{
+	if (e == cudaSuccess)
+		return KVC_OK;
+	kvc_err(err, errlen, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+	return e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
+}
+
 static int
 upload(struct cuda_ctx *c, const void *src, size_t bytes, void **dst, char *err, size_t errlen)
 {
-	CUDA_CHECK(cudaMalloc(dst, bytes), err, errlen);
+	cudaError_t e = cudaMalloc(dst, bytes);
+
+	if (e != cudaSuccess) {
+		*dst = NULL;
+		kvc_err(err, errlen, "cuda: cannot allocate %.1f MiB for weights (%.1f MiB uploaded): %s",
+		    bytes / 1048576.0, c->weight_bytes / 1048576.0, cudaGetErrorString(e));
+		return e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
+	}
 	CUDA_CHECK(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice), err, errlen);
 	c->weight_bytes += bytes;
 	return KVC_OK;
@@ -500,6 +716,12 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	memset(d, 0, sizeof *d);
 	if (w->data == NULL)
 		return KVC_OK;
+	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
+		/* the float types run through 32-element pseudo-blocks */
+		kvc_err(err, errlen, "cuda: %s matrix with %lld columns (not a multiple of 32)",
+		    ggml_type_name(w->type), (long long)w->n_in);
+		return KVC_EUNSUPPORTED;
+	}
 	if ((rc = upload(c, w->data, w->row_bytes * (size_t)w->n_out, &p, err, errlen)) != KVC_OK)
 		return rc;
 	d->d = p;
@@ -507,6 +729,10 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	d->n_in = w->n_in;
 	d->n_out = w->n_out;
 	d->row_bytes = w->row_bytes;
+	if (w->n_in > c->max_n_in)
+		c->max_n_in = w->n_in;
+	if ((size_t)(w->n_in * w->n_out) > c->max_w_elems)
+		c->max_w_elems = (size_t)(w->n_in * w->n_out);
 	return KVC_OK;
 }
 
@@ -522,8 +748,10 @@ upload_vec(struct cuda_ctx *c, const struct kvc_weight *w, float **out, char *er
 	if (w->data == NULL)
 		return KVC_OK;
 	n = w->n_in * w->n_out;
-	if ((tmp = (float *)malloc((size_t)n * sizeof *tmp)) == NULL)
+	if ((tmp = (float *)malloc((size_t)n * sizeof *tmp)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
+	}
 	q_dequant_row(w->type, w->data, tmp, n);
 	rc = upload(c, tmp, (size_t)n * sizeof *tmp, (void **)out, err, errlen);
 	free(tmp);
@@ -532,6 +760,57 @@ upload_vec(struct cuda_ctx *c, const struct kvc_weight *w, float **out, char *er
 
 static void cuda_free(void *ctx);
 
+/* The matvec kernels' dynamic shared memory (x) can exceed the default 48 KB. */
+static int
+set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen)
+{
+	struct cudaDeviceProp prop;
+	size_t need = (size_t)c->max_n_in * sizeof(float);
+	size_t stat_q8 = 8 * MV_UNROLL * Q8_GROUP_CHUNKS * 16;
+
+	CUDA_CHECK(cudaGetDeviceProperties(&prop, c->dev), err, errlen);
+	if (need + stat_q8 > prop.sharedMemPerBlockOptin) {
+		kvc_err(err, errlen, "cuda: matrices %lld wide need %zu bytes of shared memory, the device has %zu",
+		    (long long)c->max_n_in, need + stat_q8, (size_t)prop.sharedMemPerBlockOptin);
+		return KVC_EUNSUPPORTED;
+	}
+	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	    (int)need), err, errlen);
+	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	    (int)need), err, errlen);
+	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_q8_0, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	    (int)need), err, errlen);
+	return KVC_OK;
+}
+
+/* inv_freq[i] as the CPU backend computes it, in double. */
+static int
+upload_inv_freq(struct cuda_ctx *c, char *err, size_t errlen)
+{
+	const struct kvc_model *m = c->m;
+	const struct kvc_hparams *hp = &m->hp;
+	int half = hp->rope_dim / 2, rc;
+	double *f = (double *)malloc((size_t)(half > 0 ? half : 1) * sizeof *f);
+
+	if (f == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	for (int i = 0; i < half; i++) {
+		f[i] = hp->rope_freq_scale * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
+		if (m->rope_freqs.data != NULL) {
+			float ff;
+
+			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
+			    (size_t)i * ggml_type_size(m->rope_freqs.type), &ff, 1);
+			f[i] /= ff;
+		}
+	}
+	rc = upload(c, f, (size_t)(half > 0 ? half : 1) * sizeof *f, (void **)&c->inv_freq, err, errlen);
+	free(f);
+	return rc;
+}
+
 static int
 cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
     char *err, size_t errlen)
@@ -539,46 +818,63 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	struct cuda_ctx *c;
 	const struct kvc_hparams *hp = &m->hp;
 	uint64_t done = 0, total = (uint64_t)hp->n_layer + 2;
-	int rc, n_dev = 0;
+	int rc, n_dev = 0, gpu = p ? p->gpu : 0;
+	cudaError_t ce;
 
 	*out = NULL;
-	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-		kvc_err(err, errlen, "cuda: no CUDA device found");
+	if ((ce = cudaGetDeviceCount(&n_dev)) != cudaSuccess || n_dev == 0) {
+		kvc_err(err, errlen, "cuda: no CUDA device found (%s)",
+		    ce != cudaSuccess ? cudaGetErrorString(ce) : "none present");
 		return KVC_EUNSUPPORTED;
 	}
-	if (p->gpu < 0 || p->gpu >= n_dev) {
-		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", p->gpu, n_dev);
+	if (gpu < 0 || gpu >= n_dev) {
+		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
 	}
-	if (hp->head_dim > 256) {
-		kvc_err(err, errlen, "cuda: head size %d is larger than the 256 supported", hp->head_dim);
+	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
+		kvc_err(err, errlen, "cuda: unsupported head shape: %d heads, %d KV heads, head size %d (at most 256)",
+		    hp->n_head, hp->n_head_kv, hp->head_dim);
 		return KVC_EUNSUPPORTED;
 	}
-	if ((c = (struct cuda_ctx *)calloc(1, sizeof *c)) == NULL)
+	if ((c = (struct cuda_ctx *)calloc(1, sizeof *c)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
+	}
 	c->m = m;
-	c->dev = p->gpu;
-	c->kv_budget = p->kv_budget;
+	c->dev = gpu;
+	c->kv_budget = p ? p->kv_budget : 0;
 	*out = c;
 #define TRY(x) do { if ((rc = (x)) != KVC_OK) { cuda_free(c); *out = NULL; return rc; } } while (0)
-	TRY(cudaSetDevice(c->dev) == cudaSuccess ? KVC_OK : KVC_EIO);
-	TRY(cudaStreamCreate(&c->stream) == cudaSuccess ? KVC_OK : KVC_EIO);
+	TRY(cuda_call(cudaSetDevice(c->dev), "cudaSetDevice", err, errlen));
+	TRY(cuda_call(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+	    "cudaStreamCreate", err, errlen));
 	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
 		kvc_err(err, errlen, "cublas: cannot create a handle");
 		cuda_free(c);
 		*out = NULL;
 		return KVC_EIO;
 	}
-	cublasSetStream(c->blas, c->stream);
+	if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+		kvc_err(err, errlen, "cublas: cannot set the stream");
+		cuda_free(c);
+		*out = NULL;
+		return KVC_EIO;
+	}
+	TRY(cuda_call(cudaMalloc(&c->d_pos, sizeof(int)), "cudaMalloc", err, errlen));
 	TRY(upload_weight(c, &m->tok_embd, &c->tok_embd, err, errlen));
-	TRY(upload_weight(c, &m->output, &c->output, err, errlen));
+	if (m->output.data == m->tok_embd.data)
+		c->output = c->tok_embd;	/* tied: one copy on the device */
+	else
+		TRY(upload_weight(c, &m->output, &c->output, err, errlen));
 	TRY(upload_vec(c, &m->output_norm, &c->output_norm, err, errlen));
-	TRY(upload_vec(c, &m->rope_freqs, &c->rope_freqs, err, errlen));
-	if (p->progress)
+	TRY(upload_inv_freq(c, err, errlen));
+	if (p && p->progress)
 		p->progress(p->progress_arg, ++done, total);
 	c->layers = (struct dlayer *)calloc((size_t)hp->n_layer, sizeof *c->layers);
-	if (c->layers == NULL)
+	if (c->layers == NULL) {
+		kvc_err(err, errlen, "out of memory");
 		TRY(KVC_ENOMEM);
+	}
 	for (int l = 0; l < hp->n_layer; l++) {
 		const struct kvc_layer_weights *lw = &m->layers[l];
 		struct dlayer *dl = &c->layers[l];
@@ -596,10 +892,11 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		TRY(upload_weight(c, &lw->w_gate, &dl->w_gate, err, errlen));
 		TRY(upload_weight(c, &lw->w_up, &dl->w_up, err, errlen));
 		TRY(upload_weight(c, &lw->w_down, &dl->w_down, err, errlen));
-		if (p->progress)
+		if (p && p->progress)
 			p->progress(p->progress_arg, ++done, total);
 	}
-	if (p->progress)
+	TRY(set_matvec_smem(c, err, errlen));
+	if (p && p->progress)
 		p->progress(p->progress_arg, total, total);
 #undef TRY
 	return KVC_OK;
@@ -609,8 +906,12 @@ static void
 free_scratch(struct cuda_ctx *c)
 {
 	cudaFree(c->x); cudaFree(c->xb); cudaFree(c->q); cudaFree(c->k); cudaFree(c->v);
-	cudaFree(c->att); cudaFree(c->hb); cudaFree(c->hb2); cudaFree(c->logits);
-	cudaFree(c->tokens); cudaFree(c->wscratch); cudaFree(c->xh);
+	cudaFree(c->att); cudaFree(c->hb); cudaFree(c->hb2);
+	cudaFree(c->tokens); cudaFree(c->wscratch); cudaFree(c->xh); cudaFree(c->att_part);
+	c->x = c->xb = c->q = c->k = c->v = c->att = c->hb = c->hb2 = c->att_part = NULL;
+	c->tokens = NULL;
+	c->wscratch = c->xh = NULL;
+	c->cap_tok = 0;
 }
 
 static void
@@ -620,6 +921,9 @@ cuda_free(void *ctx)
 
 	if (c == NULL)
 		return;
+	cudaSetDevice(c->dev);
+	if (c->stream)
+		cudaStreamSynchronize(c->stream);
 	if (c->layers) {
 		for (int l = 0; l < c->m->hp.n_layer; l++) {
 			struct dlayer *d = &c->layers[l];
@@ -632,12 +936,14 @@ cuda_free(void *ctx)
 		}
 		free(c->layers);
 	}
-	cudaFree((void *)c->tok_embd.d);
 	if (c->output.d != c->tok_embd.d)
 		cudaFree((void *)c->output.d);
+	cudaFree((void *)c->tok_embd.d);
 	cudaFree(c->output_norm);
-	cudaFree(c->rope_freqs);
+	cudaFree(c->inv_freq);
+	cudaFree(c->d_pos);
 	free_scratch(c);
+	cudaFree(c->logits);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->stream)
@@ -645,41 +951,74 @@ cuda_free(void *ctx)
 	free(c);
 }
 
-/* Grow scratch to hold n tokens (and the largest matrix for GEMM). */
+/* One allocation of scratch; on failure the caller frees what was made. */
 static int
-ensure_scratch(struct cuda_ctx *c, int n, bool all_logits, char *err, size_t errlen)
+scratch_alloc(void **p, size_t bytes, int n, char *err, size_t errlen)
+{
+	cudaError_t e = cudaMalloc(p, bytes);
+
+	if (e != cudaSuccess) {
+		*p = NULL;
+		kvc_err(err, errlen, "cuda: cannot allocate %.1f MiB of scratch for %d tokens: %s",
+		    bytes / 1048576.0, n, cudaGetErrorString(e));
+		return e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
+	}
+	return KVC_OK;
+}
+
+/* Grow scratch to hold n tokens (n <= CHUNK) and the largest matrix for GEMM. */
+static int
+ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
-	int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-	int64_t wide = hp->n_ff > q_dim ? hp->n_ff : q_dim;
-	size_t welems = 0;
+	size_t t = (size_t)n, q_dim = (size_t)hp->n_head * hp->head_dim;
+	size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+	size_t wide = q_dim > (size_t)hp->n_embd ? q_dim : (size_t)hp->n_embd;
+	int rc;
 
-	if (wide < hp->n_embd)
-		wide = hp->n_embd;
-	if (n <= c->cap_tok)
+	if (n <= c->cap_tok && (n == 1 || c->wscratch != NULL))
 		return KVC_OK;
+	if (n < c->cap_tok)
+		n = c->cap_tok;	/* only the GEMM buffers are missing: keep the capacity */
+	t = (size_t)n;
 	free_scratch(c);
+	if ((rc = scratch_alloc((void **)&c->x, t * hp->n_embd * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->xb, t * wide * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->q, t * q_dim * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->att, t * q_dim * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->k, t * kv_dim * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->v, t * kv_dim * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->hb, t * hp->n_ff * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->hb2, t * hp->n_ff * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->tokens, t * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->att_part,
+	    (size_t)ATT_MAX_SPLIT * hp->n_head * (hp->head_dim + 2) * 4, n, err, errlen)))
+		goto fail;
+	if (n > 1 && ((rc = scratch_alloc((void **)&c->xh, t * (size_t)c->max_n_in * 2, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->wscratch, c->max_w_elems * 2, n, err, errlen))))
+		goto fail;
 	c->cap_tok = n;
-	CUDA_CHECK(cudaMalloc(&c->x, (size_t)n * hp->n_embd * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->xb, (size_t)n * wide * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->q, (size_t)n * q_dim * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->k, (size_t)n * kv_dim * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->v, (size_t)n * kv_dim * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->att, (size_t)n * q_dim * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->hb, (size_t)n * hp->n_ff * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->hb2, (size_t)n * hp->n_ff * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->logits, (size_t)(all_logits ? n : 1) * hp->n_vocab * 4), err, errlen);
-	CUDA_CHECK(cudaMalloc(&c->tokens, (size_t)n * 4), err, errlen);
-	c->xh_elems = (size_t)n * wide;
-	CUDA_CHECK(cudaMalloc(&c->xh, c->xh_elems * 2), err, errlen);
-	if (n > 1) {
-		/* the largest matrix: output (vocab x embd) or an FFN matrix */
-		welems = (size_t)hp->n_vocab * hp->n_embd;
-		if ((size_t)hp->n_ff * hp->n_embd > welems)
-			welems = (size_t)hp->n_ff * hp->n_embd;
-		CUDA_CHECK(cudaMalloc(&c->wscratch, welems * 2), err, errlen);
-	}
-	c->wscratch_elems = welems;
+	return KVC_OK;
+fail:
+	free_scratch(c);
+	return rc;
+}
+
+/* Room for rows x n_vocab logits on the device. */
+static int
+ensure_logits(struct cuda_ctx *c, int rows, char *err, size_t errlen)
+{
+	int rc;
+
+	if (rows <= c->cap_logits)
+		return KVC_OK;
+	cudaFree(c->logits);
+	c->logits = NULL;
+	c->cap_logits = 0;
+	if ((rc = scratch_alloc((void **)&c->logits, (size_t)rows * c->m->hp.n_vocab * 4, rows,
+	    err, errlen)))
+		return rc;
+	c->cap_logits = rows;
 	return KVC_OK;
 }
 
@@ -691,74 +1030,150 @@ kernel_f32_to_f16(const float *x, __half *y, int64_t total)
 		y[i] = __float2half(x[i]);
 }
 
+__global__ static void
+kernel_f32_to_bf16(const float *x, __nv_bfloat16 *y, int64_t total)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < total)
+		y[i] = __float2bfloat16(x[i]);
+}
+
 /*
- * Y (n, n_out) = X (n, n_in) . W^T. use_gemm = n > 1: dequantise W to f16
- * scratch and run cublasGemmEx (tensor cores, f32 accumulation); otherwise
- * the matrix-vector kernel that streams W once.
+ * Y (n, n_out) = X (n, n_in) . W^T. One token: a matrix-vector kernel that
+ * streams W once (16-byte loads for F16 and Q8_0 where the shape allows).
+ * Several tokens: cublasGemmEx with f32 accumulation; F32 weights as they
+ * are (X in f32), F16 and BF16 weights as they are (X converted to the
+ * same type), the quantised types dequantised into the F16 scratch first.
  */
 static int
 matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, int n,
     char *err, size_t errlen)
 {
-	int blk = dev_block(w->type);
-	bool use_gemm = n > 1;
+	const uint8_t *W = (const uint8_t *)w->d;
+	unsigned grid = nblk(w->n_out, 8);
+	size_t shmem = (size_t)w->n_in * sizeof(float);
 
-	if (!use_gemm) {
-		size_t shmem = (size_t)w->n_in * sizeof(float);
-		if (shmem > 48 * 1024)
-			CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec,
-			    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem), err, errlen);
-		kernel_matvec<<<nblk(w->n_out, 8), 256, shmem, c->stream>>>(w->type,
-		    (const uint8_t *)w->d, w->row_bytes, X, Y, w->n_in, w->n_out, blk);
+	if (n == 1) {
+		if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0)
+			kernel_matvec_f16<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
+			    w->n_in, w->n_out);
+		else if (w->type == GGML_TYPE_Q8_0 && w->n_in % 512 == 0)
+			kernel_matvec_q8_0<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
+			    w->n_in, w->n_out);
+		else
+			kernel_matvec<<<grid, 256, shmem, c->stream>>>(w->type, W, w->row_bytes, X, Y,
+			    w->n_in, w->n_out, dev_block(w->type));
 		CUDA_CHECK(cudaGetLastError(), err, errlen);
 		return KVC_OK;
 	}
 	const float one = 1.f, zero = 0.f;
-	kernel_dequant_f16<<<1024, 128, 0, c->stream>>>(w->type, (const uint8_t *)w->d,
-	    w->row_bytes, c->wscratch, w->n_in, w->n_out, blk);
-	kernel_f32_to_f16<<<nblk((int64_t)n * w->n_in, 256), 256, 0, c->stream>>>(X, c->xh,
-	    (int64_t)n * w->n_in);
+	const void *A = W, *B = c->xh;
+	cudaDataType_t at = CUDA_R_16F;
+	int64_t nx = (int64_t)n * w->n_in;
+
+	switch (w->type) {
+	case GGML_TYPE_F32:
+		at = CUDA_R_32F;
+		B = X;
+		break;
+	case GGML_TYPE_F16:
+		kernel_f32_to_f16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, c->xh, nx);
+		break;
+	case GGML_TYPE_BF16:
+		at = CUDA_R_16BF;
+		kernel_f32_to_bf16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, (__nv_bfloat16 *)c->xh, nx);
+		break;
+	default:
+		A = c->wscratch;
+		kernel_dequant_f16<<<1024, 128, 0, c->stream>>>(w->type, W, w->row_bytes,
+		    c->wscratch, w->n_in, w->n_out, dev_block(w->type));
+		kernel_f32_to_f16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, c->xh, nx);
+		break;
+	}
 	CUDA_CHECK(cudaGetLastError(), err, errlen);
 	/* column-major view: Y^T (n_out x n) = W (n_in x n_out)^T . X^T (n_in x n) */
 	CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->n_out, n, (int)w->n_in,
-	    &one, c->wscratch, CUDA_R_16F, (int)w->n_in, c->xh, CUDA_R_16F, (int)w->n_in,
+	    &one, A, at, (int)w->n_in, B, at, (int)w->n_in,
 	    &zero, Y, CUDA_R_32F, (int)w->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), err, errlen);
 	return KVC_OK;
 }
 
+static size_t
+kv_bytes_at(const struct cuda_kv *kv, int cap)
+{
+	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4;
+
+	return (size_t)cap * kv->kv_dim * elt * 2 * kv->n_layer;
+}
+
+/*
+ * Make kv hold positions [0, need): doubling, capped by n_ctx and the
+ * budget as on the CPU (without headroom when the doubled size would not
+ * fit). New buffers are all allocated before any old one is released, so a
+ * failure leaves the cache as it was.
+ */
 static int
 kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errlen)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4;
-	int cap = kv->cap ? kv->cap : 256;
-	size_t add;
+	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
+	size_t old = kv_bytes_at(kv, kv->cap);
+	int cap = kv->cap ? kv->cap : 256, rc = KVC_OK;
+	void **nb;
 
 	if (need <= kv->cap)
 		return KVC_OK;
-	while (cap < need)
-		cap *= 2;
-	if (cap > kv->n_ctx)
-		cap = kv->n_ctx;
-	add = (size_t)(cap - kv->cap) * kv->kv_dim * elt * 2 * kv->n_layer;
-	if (c->kv_budget && c->kv_used + add > c->kv_budget) {
-		kvc_err(err, errlen, "cuda: KV cache budget of %zu MiB exhausted", c->kv_budget >> 20);
+	if (need > kv->n_ctx) {
+		kvc_err(err, errlen, "context full: %d positions do not fit in %d", need, kv->n_ctx);
 		return KVC_ERANGE;
 	}
-	for (int l = 0; l < kv->n_layer; l++) {
-		void **parts[2] = { &kv->k[l], &kv->v[l] };
-		for (int p = 0; p < 2; p++) {
-			void *nb;
-			CUDA_CHECK(cudaMalloc(&nb, (size_t)cap * kv->kv_dim * elt), err, errlen);
-			if (*parts[p]) {
-				CUDA_CHECK(cudaMemcpy(nb, *parts[p], (size_t)kv->cap * kv->kv_dim * elt,
-				    cudaMemcpyDeviceToDevice), err, errlen);
-				cudaFree(*parts[p]);
-			}
-			*parts[p] = nb;
+	while (cap < need)
+		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
+	if (cap > kv->n_ctx)
+		cap = kv->n_ctx;
+	if (c->kv_budget && c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
+		cap = need;
+		if (c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
+			kvc_err(err, errlen,
+			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
+			    need, kv_bytes_at(kv, cap) / 1048576.0, c->kv_used / 1048576.0,
+			    c->kv_budget / 1048576.0);
+			return KVC_ERANGE;
 		}
 	}
-	c->kv_used += add;
-	kv->bytes += add;
+	if ((nb = (void **)calloc(2 * (size_t)kv->n_layer, sizeof *nb)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	for (int i = 0; i < 2 * kv->n_layer && rc == KVC_OK; i++) {
+		cudaError_t e = cudaMalloc(&nb[i], (size_t)cap * row);
+		if (e != cudaSuccess) {
+			nb[i] = NULL;
+			kvc_err(err, errlen, "cuda: out of GPU memory for a KV cache of %d positions (%.1f MiB): %s",
+			    cap, kv_bytes_at(kv, cap) / 1048576.0, cudaGetErrorString(e));
+			rc = e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
+		}
+	}
+	for (int i = 0; i < 2 * kv->n_layer && rc == KVC_OK && kv->n_valid > 0; i++) {
+		void *src = i < kv->n_layer ? kv->k[i] : kv->v[i - kv->n_layer];
+		rc = cuda_call(cudaMemcpyAsync(nb[i], src, (size_t)kv->n_valid * row,
+		    cudaMemcpyDeviceToDevice, c->stream), "cudaMemcpyAsync (KV growth)", err, errlen);
+	}
+	if (rc == KVC_OK)
+		rc = cuda_call(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize", err, errlen);
+	for (int i = 0; i < 2 * kv->n_layer; i++) {
+		void **slot = i < kv->n_layer ? &kv->k[i] : &kv->v[i - kv->n_layer];
+		if (rc == KVC_OK) {
+			cudaFree(*slot);
+			*slot = nb[i];
+		} else {
+			cudaFree(nb[i]);
+		}
+	}
+	free(nb);
+	if (rc != KVC_OK)
+		return rc;
+	c->kv_used = c->kv_used - old + kv_bytes_at(kv, cap);
+	kv->bytes = kv_bytes_at(kv, cap);
 	kv->cap = cap;
 	return KVC_OK;
 }
@@ -769,12 +1184,19 @@ cuda_kv_create(void *ctx, int n_ctx, enum ggml_type kv_type, void **out, char *e
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	struct cuda_kv *kv;
 
+	*out = NULL;
 	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "cuda: KV cache type %s not supported", ggml_type_name(kv_type));
+		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", ggml_type_name(kv_type));
 		return KVC_EUNSUPPORTED;
 	}
-	if ((kv = (struct cuda_kv *)calloc(1, sizeof *kv)) == NULL)
+	if (n_ctx < 1) {
+		kvc_err(err, errlen, "bad context size %d", n_ctx);
+		return KVC_EINVAL;
+	}
+	if ((kv = (struct cuda_kv *)calloc(1, sizeof *kv)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
+	}
 	kv->n_ctx = n_ctx;
 	kv->type = kv_type;
 	kv->n_layer = c->m->hp.n_layer;
@@ -785,6 +1207,7 @@ cuda_kv_create(void *ctx, int n_ctx, enum ggml_type kv_type, void **out, char *e
 		free(kv->k);
 		free(kv->v);
 		free(kv);
+		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
 	*out = kv;
@@ -799,6 +1222,8 @@ cuda_kv_destroy(void *ctx, void *p)
 
 	if (kv == NULL)
 		return;
+	cudaSetDevice(c->dev);
+	cudaStreamSynchronize(c->stream);	/* no kernel may still read it */
 	for (int l = 0; l < kv->n_layer; l++) {
 		cudaFree(kv->k[l]);
 		cudaFree(kv->v[l]);
@@ -816,31 +1241,28 @@ cuda_kv_bytes(void *ctx, void *p)
 	return ((struct cuda_kv *)p)->bytes;
 }
 
+/* Slices for split-K attention of one token over n_pos positions: ~256 positions each. */
 static int
-cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
-    float *logits, bool all_logits, char *err, size_t errlen)
+att_splits(int n_pos)
 {
-	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
-	struct cuda_kv *kv = (struct cuda_kv *)p;
+	int z = (n_pos + 255) / 256;
+
+	return z < 1 ? 1 : z > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : z;
+}
+
+/* Tokens tok[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into out. */
+static int
+forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
+    float *logits, int lo, char *err, size_t errlen)
+{
 	const struct kvc_hparams *hp = &c->m->hp;
 	int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
 	int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 	bool f16 = kv->type == GGML_TYPE_F16;
-	int rc;
+	int rc, nz = n == 1 ? att_splits(pos0 + 1) : 1;
 
-	if (n <= 0 || pos0 < 0 || pos0 + n > kv->n_ctx) {
-		kvc_err(err, errlen, "cuda: positions %d..%d outside the context of %d", pos0, pos0 + n, kv->n_ctx);
-		return KVC_ERANGE;
-	}
-	for (int i = 0; i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
-			kvc_err(err, errlen, "cuda: token id %d out of range", tokens[i]);
-			return KVC_EINVAL;
-		}
-	if ((rc = ensure_scratch(c, n, all_logits, err, errlen)) != KVC_OK ||
-	    (rc = kv_grow(c, kv, pos0 + n, err, errlen)) != KVC_OK)
-		return rc;
 	CUDA_CHECK(cudaMemcpyAsync(c->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, c->stream), err, errlen);
+	CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, c->stream), err, errlen);
 	kernel_embed<<<n, 64, 0, c->stream>>>(c->tok_embd.type, (const uint8_t *)c->tok_embd.d,
 	    c->tok_embd.row_bytes, c->tokens, c->x, E, dev_block(c->tok_embd.type));
 	for (int l = 0; l < hp->n_layer; l++) {
@@ -855,18 +1277,23 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->k, d->bk, n * kv_dim, (int)kv_dim);
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->v, d->bv, n * kv_dim, (int)kv_dim);
 		}
-		if (d->q_norm) {
+		if (d->q_norm)
 			launch_rmsnorm(c->stream, c->q, d->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps);
+		if (d->k_norm)
 			launch_rmsnorm(c->stream, c->k, d->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
-		}
 		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
-		    hp->rope_dim, pos0, hp->rope_theta, hp->rope_freq_scale, hp->rope_neox, c->rope_freqs);
+		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
 		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
-		    hp->rope_dim, pos0, hp->rope_theta, hp->rope_freq_scale, hp->rope_neox, c->rope_freqs);
-		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, pos0, n * kv_dim, (int)kv_dim);
-		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, pos0, n * kv_dim, (int)kv_dim);
-		kernel_attention<<<dim3(n, hp->n_head), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
-		    f16, c->att, hp->n_head, hp->n_head_kv, hp->head_dim, pos0, 1.f / sqrtf((float)hp->head_dim));
+		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
+		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
+		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, c->d_pos, n * kv_dim, (int)kv_dim);
+		kernel_attention<<<dim3(n, hp->n_head, nz), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
+		    f16, c->att, c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, c->d_pos,
+		    1.f / sqrtf((float)hp->head_dim));
+		if (nz > 1)
+			kernel_attention_merge<<<dim3(n, hp->n_head), hp->head_dim, 0, c->stream>>>(c->att_part,
+			    c->att, hp->n_head, hp->head_dim, nz);
+		CUDA_CHECK(cudaGetLastError(), err, errlen);
 		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
 		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
@@ -878,18 +1305,67 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
 		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
+		CUDA_CHECK(cudaGetLastError(), err, errlen);
 	}
-	CUDA_CHECK(cudaGetLastError(), err, errlen);
-	if (logits != NULL) {
-		int nl = all_logits ? n : 1;
-		const float *src = c->x + (all_logits ? 0 : (int64_t)(n - 1) * E);
-		launch_rmsnorm(c->stream, src, c->output_norm, c->xb, nl, (int)E, hp->rms_eps);
+	if (logits != NULL && lo < n) {
+		int nl = n - lo;
+		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
+			return rc;
+		launch_rmsnorm(c->stream, c->x + (int64_t)lo * E, c->output_norm, c->xb, nl, (int)E, hp->rms_eps);
 		if ((rc = matmul(c, &c->output, c->xb, c->logits, nl, err, errlen)) != KVC_OK)
 			return rc;
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
 		    cudaMemcpyDeviceToHost, c->stream), err, errlen);
 	}
+	/* also keeps &pos0 and tokens alive until their copies are done */
 	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
+	return KVC_OK;
+}
+
+static int
+cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
+    float *logits, bool all_logits, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	struct cuda_kv *kv = (struct cuda_kv *)p;
+	const struct kvc_hparams *hp = &c->m->hp;
+	int rc, done;
+
+	if (n < 1 || pos0 < 0 || pos0 > kv->n_valid) {
+		kvc_err(err, errlen, "bad forward: %d tokens at position %d (cache holds %d)",
+		    n, pos0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	if (n > kv->n_ctx - pos0) {
+		kvc_err(err, errlen, "context full: %d + %d positions exceed %d", pos0, n, kv->n_ctx);
+		return KVC_ERANGE;
+	}
+	for (int i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
+			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)", tokens[i], hp->n_vocab);
+			return KVC_EINVAL;
+		}
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	if ((rc = kv_grow(c, kv, pos0 + n, err, errlen)) != KVC_OK ||
+	    (rc = ensure_scratch(c, n < CHUNK ? n : CHUNK, err, errlen)) != KVC_OK)
+		return rc;
+	kv->n_valid = pos0;	/* what lies past pos0 is being replaced */
+	for (done = 0; done < n; ) {
+		int nc = n - done < CHUNK ? n - done : CHUNK, lo = nc;
+		float *out = NULL;
+
+		if (logits != NULL && all_logits) {
+			out = logits + (size_t)done * hp->n_vocab;
+			lo = 0;
+		} else if (logits != NULL && done + nc == n) {
+			out = logits;
+			lo = nc - 1;
+		}
+		if ((rc = forward_chunk(c, kv, tokens + done, nc, pos0 + done, out, lo, err, errlen)) != KVC_OK)
+			return rc;
+		done += nc;
+		kv->n_valid = pos0 + done;
+	}
 	return KVC_OK;
 }
 
@@ -900,21 +1376,33 @@ kv_copy(struct cuda_ctx *c, struct cuda_kv *kv, int layer, enum kvc_kv_part part
 	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
 	int rc;
 
-	if (layer < 0 || layer >= kv->n_layer || pos0 < 0 || n < 0 || pos0 + n > kv->n_ctx) {
-		kvc_err(err, errlen, "cuda: KV range %d..%d of layer %d out of bounds", pos0, pos0 + n, layer);
-		return KVC_ERANGE;
+	if (layer < 0 || layer >= kv->n_layer || pos0 < 0 || n < 0 || pos0 > kv->n_ctx - n) {
+		kvc_err(err, errlen, "bad KV range: layer %d, positions %d+%d (context %d)",
+		    layer, pos0, n, kv->n_ctx);
+		return KVC_EINVAL;
 	}
+	if (to_host && pos0 + n > kv->n_valid) {
+		kvc_err(err, errlen, "KV positions %d..%d are not computed (have %d)",
+		    pos0, pos0 + n, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	if (!to_host && pos0 > kv->n_valid) {
+		kvc_err(err, errlen, "KV write at position %d would leave a gap (have %d)",
+		    pos0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
 	if (!to_host && (rc = kv_grow(c, kv, pos0 + n, err, errlen)) != KVC_OK)
 		return rc;
-	if (to_host && pos0 + n > kv->cap) {
-		kvc_err(err, errlen, "cuda: KV positions %d..%d were never written", pos0, pos0 + n);
-		return KVC_ERANGE;
-	}
+	if (n == 0)
+		return KVC_OK;
 	char *dev = (char *)(part == KVC_KV_K ? kv->k[layer] : kv->v[layer]) + (size_t)pos0 * row;
-	if (to_host)
-		CUDA_CHECK(cudaMemcpy(host, dev, (size_t)n * row, cudaMemcpyDeviceToHost), err, errlen);
-	else
-		CUDA_CHECK(cudaMemcpy(dev, host, (size_t)n * row, cudaMemcpyHostToDevice), err, errlen);
+	/* on our stream: ordered after any forward still touching the cache */
+	CUDA_CHECK(cudaMemcpyAsync(to_host ? host : dev, to_host ? dev : host, (size_t)n * row,
+	    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->stream), err, errlen);
+	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
+	if (!to_host && pos0 + n > kv->n_valid)
+		kv->n_valid = pos0 + n;
 	return KVC_OK;
 }
 
@@ -940,11 +1428,17 @@ cuda_describe(void *ctx, struct kvc_buf *out)
 	struct cudaDeviceProp prop;
 	size_t free_b = 0, total_b = 0;
 
-	cudaGetDeviceProperties(&prop, c->dev);
+	cudaSetDevice(c->dev);
+	if (cudaGetDeviceProperties(&prop, c->dev) != cudaSuccess)
+		snprintf(prop.name, sizeof prop.name, "?");
 	cudaMemGetInfo(&free_b, &total_b);
-	kvc_buf_printf(out, "cuda device %d (%s): weights %.1f MiB, KV caches %.1f MiB, %.1f of %.1f GiB free",
-	    c->dev, prop.name, c->weight_bytes / 1048576.0, c->kv_used / 1048576.0,
-	    free_b / 1073741824.0, total_b / 1073741824.0);
+	kvc_buf_printf(out, "backend cuda: device %d (%s), %.1f of %.1f GiB free\n",
+	    c->dev, prop.name, free_b / 1073741824.0, total_b / 1073741824.0);
+	kvc_buf_printf(out, "weights: %.1f MiB in GPU memory\n", c->weight_bytes / 1048576.0);
+	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory", c->kv_used / 1048576.0);
+	if (c->kv_budget)
+		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
+	kvc_buf_printf(out, "\n");
 }
 
 extern "C" int
