@@ -354,25 +354,14 @@ int
 sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 {
 	static const char what[] = "cannot clear snapshot";
-	sqlite3_stmt *s;
-	int rc, ret;
+	int ret;
 
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = sess_prepare(st, &s, "DELETE FROM kv_chunks WHERE conv_id = ?1", what, err, errlen);
-	if (ret == KVC_OK) {
-		sqlite3_bind_int64(s, 1, conv);
-		rc = sqlite3_step(s);
-		if (rc != SQLITE_DONE)
-			ret = sess_db_fail(st, rc, what, err, errlen);
-		sqlite3_finalize(s);
-	}
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, what, err, errlen);
+	ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", conv, 0,
+	    what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 /* First row of a PRAGMA that answers "ok" or a list of problems. */

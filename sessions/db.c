@@ -159,6 +159,26 @@ sess_prepare(struct sess_store *st, sqlite3_stmt **out, const char *sql,
 }
 
 int
+sess_exec_ids(struct sess_store *st, const char *sql, int64_t a1, int64_t a2,
+    const char *what, char *err, size_t errlen)
+{
+	sqlite3_stmt *s;
+	int rc, ret;
+
+	ret = sess_prepare(st, &s, sql, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, a1);
+	if (sqlite3_bind_parameter_count(s) > 1)
+		sqlite3_bind_int64(s, 2, a2);
+	rc = sqlite3_step(s);
+	if (rc != SQLITE_DONE)
+		ret = sess_db_fail(st, rc, what, err, errlen);
+	sqlite3_finalize(s);
+	return ret;
+}
+
+int
 sess_tx_begin(struct sess_store *st, const char *what, char *err, size_t errlen)
 {
 	int rc = SQLITE_BUSY, i;
@@ -193,6 +213,16 @@ sess_tx_rollback(struct sess_store *st)
 	/* SQLITE_FULL and friends may already have rolled back. */
 	if (!sqlite3_get_autocommit(st->db))
 		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int
+sess_tx_end(struct sess_store *st, int ret, const char *what, char *err, size_t errlen)
+{
+	if (ret != KVC_OK) {
+		sess_tx_rollback(st);
+		return ret;
+	}
+	return sess_tx_commit(st, what, err, errlen);
 }
 
 /* The next migration step runs only on a schema we know to be ours. */
@@ -279,11 +309,7 @@ migrate(struct sess_store *st, char *err, size_t errlen)
 			ret = sess_db_fail(st, rc, what, err, errlen);
 		}
 	}
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, "cannot upgrade the schema", err, errlen);
+	return sess_tx_end(st, ret, "cannot upgrade the schema", err, errlen);
 }
 
 /*

@@ -226,11 +226,7 @@ sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 	}
 	sqlite3_finalize(s);
 	free(title);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	ret = sess_tx_commit(st, what, err, errlen);
+	ret = sess_tx_end(st, ret, what, err, errlen);
 	/* Forgetting only costs the release at sess_close; a dead pid is taken over. */
 	if (ret == KVC_OK)
 		(void)remember(st, conv);

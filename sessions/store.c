@@ -75,6 +75,42 @@ oom(struct sess_store *st, const char *what, char *err, size_t errlen)
 	return KVC_ENOMEM;
 }
 
+/*
+ * Room for element [used] of an array of size-byte elements: v itself while
+ * used < *cap, else v realloc'ed to twice *cap (16 at first). NULL when out
+ * of memory, v and *cap untouched.
+ */
+static void *
+grow(void *v, int used, int *cap, size_t size)
+{
+	int ncap;
+
+	if (used < *cap)
+		return v;
+	ncap = *cap ? *cap * 2 : 16;
+	v = realloc(v, (size_t)ncap * size);
+	if (v != NULL)
+		*cap = ncap;
+	return v;
+}
+
+/* Steps s, a lookup of conversation id: KVC_OK on its row, KVC_ENOTFOUND (with a
+ * message) if there is none. */
+static int
+step_conv(struct sess_store *st, sqlite3_stmt *s, int64_t id, const char *what, char *err,
+    size_t errlen)
+{
+	int rc = sqlite3_step(s);
+
+	if (rc == SQLITE_ROW)
+		return KVC_OK;
+	if (rc == SQLITE_DONE) {
+		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+		return KVC_ENOTFOUND;
+	}
+	return sess_db_fail(st, rc, what, err, errlen);
+}
+
 int
 sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
     const char *template_name, const char *system, const char *settings,
@@ -107,11 +143,7 @@ sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
 			*id_out = sqlite3_last_insert_rowid(st->db);
 	}
 	sqlite3_finalize(s);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 /* Runs a one-row, one-integer lookup; KVC_ENOTFOUND when no row. */
@@ -184,7 +216,7 @@ sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *er
 {
 	static const char what[] = "cannot read conversation";
 	sqlite3_stmt *s;
-	int rc, ret;
+	int ret;
 
 	memset(out, 0, sizeof *out);
 	ret = sess_prepare(st, &s, "SELECT " CONV_COLUMNS " FROM conversations c WHERE c.id = ?1",
@@ -192,16 +224,11 @@ sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *er
 	if (ret != KVC_OK)
 		return ret;
 	sqlite3_bind_int64(s, 1, id);
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
+	ret = step_conv(st, s, id, what, err, errlen);
+	if (ret == KVC_OK) {
 		ret = conv_from_row(s, out);
 		if (ret != KVC_OK)
 			oom(st, what, err, errlen);
-	} else if (rc == SQLITE_DONE) {
-		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
-		ret = KVC_ENOTFOUND;
-	} else {
-		ret = sess_db_fail(st, rc, what, err, errlen);
 	}
 	sqlite3_finalize(s);
 	return ret;
@@ -222,15 +249,12 @@ sess_conv_list(struct sess_store *st, struct sess_conv **out, int *n, char *err,
 	if (ret != KVC_OK)
 		return ret;
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (used == cap) {
-			cap = cap ? cap * 2 : 16;
-			nv = realloc(v, (size_t)cap * sizeof *v);
-			if (nv == NULL) {
-				ret = oom(st, what, err, errlen);
-				break;
-			}
-			v = nv;
+		nv = grow(v, used, &cap, sizeof *v);
+		if (nv == NULL) {
+			ret = oom(st, what, err, errlen);
+			break;
 		}
+		v = nv;
 		if (conv_from_row(s, &v[used]) != KVC_OK) {
 			ret = oom(st, what, err, errlen);
 			break;
@@ -284,11 +308,7 @@ conv_set(struct sess_store *st, int64_t id, const char *sql, const char *text,
 		}
 	}
 	sqlite3_finalize(s);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 int
@@ -314,13 +334,72 @@ sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, 
 	    settings ? settings : "", "cannot save settings", err, errlen);
 }
 
+static unsigned char *encode_ids(const int32_t *ids, int n);
+static int touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t errlen);
+
+int
+sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
+    const int32_t *ids, int n, char *err, size_t errlen)
+{
+	static const char what[] = "cannot store the new system prompt";
+	unsigned char *blob;
+	sqlite3_stmt *s = NULL;
+	int ret;
+
+	if ((blob = encode_ids(ids, n)) == NULL) {
+		kvc_err(err, errlen, "%s: out of memory", what);
+		return KVC_ENOMEM;
+	}
+	if ((ret = sess_tx_begin(st, what, err, errlen)) != KVC_OK) {
+		free(blob);
+		return ret;
+	}
+	ret = sess_prepare(st, &s, "UPDATE conversations SET system = ?2 WHERE id = ?1",
+	    what, err, errlen);
+	if (ret == KVC_OK) {
+		sqlite3_bind_int64(s, 1, id);
+		if (system)
+			sqlite3_bind_text(s, 2, system, -1, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(s, 2);
+		ret = sqlite3_step(s) == SQLITE_DONE ? KVC_OK :
+		    sess_db_fail(st, sqlite3_errcode(sess_sqlite(st)), what, err, errlen);
+		if (ret == KVC_OK && sqlite3_changes(sess_sqlite(st)) != 1) {
+			kvc_err(err, errlen, "%s: no conversation with id %lld", what, (long long)id);
+			ret = KVC_ENOTFOUND;
+		}
+		sqlite3_finalize(s);
+	}
+	if (ret == KVC_OK)
+		ret = sess_prepare(st, &s, "UPDATE messages SET tokens = ?2 WHERE conv_id = ?1 AND "
+		    "seq = (SELECT min(seq) FROM messages WHERE conv_id = ?1)", what, err, errlen);
+	if (ret == KVC_OK) {
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_blob(s, 2, blob, n * 4, SQLITE_STATIC);
+		ret = sqlite3_step(s) == SQLITE_DONE ? KVC_OK :
+		    sess_db_fail(st, sqlite3_errcode(sess_sqlite(st)), what, err, errlen);
+		if (ret == KVC_OK && sqlite3_changes(sess_sqlite(st)) != 1) {
+			kvc_err(err, errlen, "%s: conversation %lld has no messages", what, (long long)id);
+			ret = KVC_ENOTFOUND;
+		}
+		sqlite3_finalize(s);
+	}
+	if (ret == KVC_OK)
+		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", id, 0,
+		    what, err, errlen);
+	if (ret == KVC_OK)
+		ret = touch(st, id, what, err, errlen);
+	free(blob);
+	return sess_tx_end(st, ret, what, err, errlen);
+}
+
 /* Title of conversation id (malloc'ed) inside the current transaction. */
 static int
 conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen)
 {
 	sqlite3_stmt *s;
-	int rc, ret;
+	int ret;
 
 	*title = NULL;
 	ret = sess_prepare(st, &s, "SELECT title FROM conversations WHERE id = ?1",
@@ -328,18 +407,13 @@ conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
 	if (ret != KVC_OK)
 		return ret;
 	sqlite3_bind_int64(s, 1, id);
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
+	ret = step_conv(st, s, id, what, err, errlen);
+	if (ret == KVC_OK) {
 		const unsigned char *t = sqlite3_column_text(s, 0);
 
 		*title = strdup(t ? (const char *)t : "");
 		if (*title == NULL)
 			ret = oom(st, what, err, errlen);
-	} else if (rc == SQLITE_DONE) {
-		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
-		ret = KVC_ENOTFOUND;
-	} else {
-		ret = sess_db_fail(st, rc, what, err, errlen);
 	}
 	sqlite3_finalize(s);
 	return ret;
@@ -356,9 +430,8 @@ int
 sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 {
 	static const char what[] = "cannot delete conversation";
-	sqlite3_stmt *s = NULL;
 	char *title = NULL;
-	int rc, ret;
+	int ret;
 
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
@@ -368,21 +441,10 @@ sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 	if (ret == KVC_OK)
 		ret = sess_lock_check(st, id, title, err, errlen);
 	if (ret == KVC_OK)
-		ret = sess_prepare(st, &s, "DELETE FROM conversations WHERE id = ?1",
+		ret = sess_exec_ids(st, "DELETE FROM conversations WHERE id = ?1", id, 0,
 		    what, err, errlen);
-	if (ret == KVC_OK) {
-		sqlite3_bind_int64(s, 1, id);
-		rc = sqlite3_step(s);
-		if (rc != SQLITE_DONE)
-			ret = sess_db_fail(st, rc, what, err, errlen);
-	}
-	sqlite3_finalize(s);
 	free(title);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	ret = sess_tx_commit(st, what, err, errlen);
+	ret = sess_tx_end(st, ret, what, err, errlen);
 	if (ret == KVC_OK)
 		sqlite3_exec(st->db, "PRAGMA incremental_vacuum", NULL, NULL, NULL);
 	return ret;
@@ -391,19 +453,7 @@ sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 static int
 touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t errlen)
 {
-	sqlite3_stmt *s;
-	int rc, ret;
-
-	ret = sess_prepare(st, &s, TOUCH_SQL, what, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	sqlite3_bind_int64(s, 1, conv);
-	sqlite3_bind_int64(s, 2, sess_time());
-	rc = sqlite3_step(s);
-	if (rc != SQLITE_DONE)
-		ret = sess_db_fail(st, rc, what, err, errlen);
-	sqlite3_finalize(s);
-	return ret;
+	return sess_exec_ids(st, TOUCH_SQL, conv, sess_time(), what, err, errlen);
 }
 
 /* Token ids as little-endian int32, whatever the host order. */
@@ -519,11 +569,7 @@ sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 	if (ret == KVC_OK)
 		ret = touch(st, conv, what, err, errlen);
 	free(title);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 int
@@ -537,9 +583,8 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		/* A chunk straddling the new end goes whole; the caller re-snapshots. */
 		"DELETE FROM kv_chunks WHERE conv_id = ?1 AND pos1 > ?2",
 	};
-	sqlite3_stmt *s;
 	char *title = NULL;
-	int i, rc, ret;
+	int i, ret;
 
 	if (keep_msgs < 0 || n_pos < 0) {
 		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
@@ -550,24 +595,11 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		return ret;
 	ret = conv_title(st, conv, &title, what, err, errlen);
 	free(title);
-	for (i = 0; ret == KVC_OK && i < 2; i++) {
-		ret = sess_prepare(st, &s, sql[i], what, err, errlen);
-		if (ret != KVC_OK)
-			break;
-		sqlite3_bind_int64(s, 1, conv);
-		sqlite3_bind_int(s, 2, i == 0 ? keep_msgs : n_pos);
-		rc = sqlite3_step(s);
-		if (rc != SQLITE_DONE)
-			ret = sess_db_fail(st, rc, what, err, errlen);
-		sqlite3_finalize(s);
-	}
+	for (i = 0; ret == KVC_OK && i < 2; i++)
+		ret = sess_exec_ids(st, sql[i], conv, i == 0 ? keep_msgs : n_pos, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = touch(st, conv, what, err, errlen);
-	if (ret != KVC_OK) {
-		sess_tx_rollback(st);
-		return ret;
-	}
-	return sess_tx_commit(st, what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 static int32_t *
@@ -603,15 +635,12 @@ sess_msgs_load(struct sess_store *st, int64_t conv, struct sess_msg **out, int *
 		return ret;
 	sqlite3_bind_int64(s, 1, conv);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (used == cap) {
-			cap = cap ? cap * 2 : 16;
-			nv = realloc(v, (size_t)cap * sizeof *v);
-			if (nv == NULL) {
-				ret = oom(st, what, err, errlen);
-				break;
-			}
-			v = nv;
+		nv = grow(v, used, &cap, sizeof *v);
+		if (nv == NULL) {
+			ret = oom(st, what, err, errlen);
+			break;
 		}
+		v = nv;
 		m = &v[used];
 		memset(m, 0, sizeof *m);
 		m->id = sqlite3_column_int64(s, 0);

@@ -53,6 +53,15 @@ int sess_conv_list(struct sess_store *st, struct sess_conv **out, int *n, char *
 void sess_conv_list_free(struct sess_conv *v, int n);
 int sess_conv_rename(struct sess_store *st, int64_t id, const char *title, char *err, size_t errlen);
 int sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, char *err, size_t errlen);
+/*
+ * A new system prompt for a conversation that already has messages, in one
+ * transaction: set the prompt, replace the token ids of the first message
+ * (the one whose rendering holds the system text) with ids[0..n), and drop
+ * every snapshot chunk (they describe the old stream). KVC_ENOTFOUND if
+ * the conversation or its first message does not exist.
+ */
+int sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
+    const int32_t *ids, int n, char *err, size_t errlen);
 int sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err, size_t errlen);
 int sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen);
 

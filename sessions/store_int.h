@@ -31,9 +31,21 @@ int sess_tx_begin(struct sess_store *st, const char *what, char *err, size_t err
 int sess_tx_commit(struct sess_store *st, const char *what, char *err, size_t errlen);
 /* Safe to call whether or not SQLite already rolled back on its own. */
 void sess_tx_rollback(struct sess_store *st);
+/*
+ * Ends the transaction sess_tx_begin opened: with ret an error, rolls back
+ * and returns ret; with KVC_OK, commits and returns sess_tx_commit's code.
+ */
+int sess_tx_end(struct sess_store *st, int ret, const char *what, char *err, size_t errlen);
 
 /* sqlite3_prepare_v2 with sess_db_fail on error. */
 int sess_prepare(struct sess_store *st, sqlite3_stmt **out, const char *sql,
+    const char *what, char *err, size_t errlen);
+
+/*
+ * Runs sql, a statement that returns no rows, with ?1 = a1 and, when it has
+ * a second parameter, ?2 = a2. 0 or sess_db_fail's code.
+ */
+int sess_exec_ids(struct sess_store *st, const char *sql, int64_t a1, int64_t a2,
     const char *what, char *err, size_t errlen);
 
 /* Unix seconds. */

@@ -51,20 +51,25 @@ static int
 cmd_system_exec(struct kvc_repl *r, const char *args)
 {
 	char err[512];
+	bool had;
+	int n;
 
 	if (args[0] == '\0') {
 		printf("%s\n", conv_system(r->cur) ? conv_system(r->cur) : "(default)");
 		return 0;
 	}
-	if (conv_set_system(r->cur, args, err, sizeof err)) {
+	had = conv_n_msgs(r->cur) > 0;
+	if (conv_change_system(r->cur, args, &n, err, sizeof err)) {
 		cmd_error(r, "/system: %s", err);
 		return 1;
 	}
+	if (had)
+		printf("system prompt changed: %d tokens recomputed\n", n);
 	return 0;
 }
 
 const struct kvc_cmd_entry cmd_model_entries[] = {
 	{ "show", "", "model, memory, settings", cmd_show_exec },
-	{ "system", "TEXT", "set the system prompt (on an empty conversation)", cmd_system_exec },
+	{ "system", "TEXT", "set the system prompt (recomputes the conversation)", cmd_system_exec },
 	{ NULL, NULL, NULL, NULL },
 };

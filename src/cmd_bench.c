@@ -3,12 +3,12 @@
  * several runs, and the memory bandwidth decode achieves (decode is bound by
  * reading every weight plus the KV cache once per token).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_common.h"
 #include "engine.h"
 #include "threadpool.h"
 
@@ -19,24 +19,7 @@ static const char bench_usage[] =
 static int
 usage(const char *why, const char *arg)
 {
-	if (why)
-		fprintf(stderr, "kvchat: bench: %s%s%s\n", why, arg ? ": " : "", arg ? arg : "");
-	fputs(bench_usage, stderr);
-	return 2;
-}
-
-static bool
-parse_long(const char *s, long lo, long hi, long *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
+	return cmdc_usage("bench", bench_usage, why, arg);
 }
 
 static int
@@ -73,7 +56,7 @@ cmd_bench(int argc, char **argv)
 {
 	struct kvc_engine_params ep = kvc_engine_default_params();
 	const char *model = NULL;
-	long n_p = 512, n_n = 128, reps = 3, v;
+	long n_p = 512, n_n = 128, reps = 3;
 	struct kvc_engine *e = NULL;
 	struct kvc_seq *s = NULL;
 	int32_t *prompt = NULL;
@@ -82,41 +65,28 @@ cmd_bench(int argc, char **argv)
 	char err[512] = "";
 
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why;
+		int eo;
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fputs(bench_usage, stdout);
 			return 0;
 		} else if (val == NULL) {
 			return usage("option needs a value or is unknown", a);
+		} else if ((eo = cmdc_engine_option(a, val, &ep, &why)) != 0) {
+			if (eo < 0)
+				return usage(why, val);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
 			model = val;
 		} else if (strcmp(a, "-p") == 0) {
-			if (!parse_long(val, 0, 1L << 20, &n_p))
+			if (!cmdc_parse_long(val, 0, 1L << 20, &n_p))
 				return usage("bad -p", val);
 		} else if (strcmp(a, "-n") == 0) {
-			if (!parse_long(val, 0, 1L << 20, &n_n))
+			if (!cmdc_parse_long(val, 0, 1L << 20, &n_n))
 				return usage("bad -n", val);
 		} else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-			if (!parse_long(val, 1, 15, &reps))
+			if (!cmdc_parse_long(val, 1, 15, &reps))
 				return usage("bad -r (1..15)", val);
-		} else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-			if (!parse_long(val, 0, 1024, &v))
-				return usage("bad --threads", val);
-			ep.n_threads = (int)v;
-		} else if (strcmp(a, "--kv-type") == 0) {
-			if (strcmp(val, "f16") == 0)
-				ep.kv_type = GGML_TYPE_F16;
-			else if (strcmp(val, "f32") == 0)
-				ep.kv_type = GGML_TYPE_F32;
-			else
-				return usage("bad --kv-type (f16 or f32)", val);
-		} else if (strcmp(a, "--device") == 0) {
-			ep.device = val;
-		} else if (strcmp(a, "--gpu") == 0) {
-			if (!parse_long(val, 0, 1024, &v))
-				return usage("bad --gpu", val);
-			ep.gpu = (int)v;
 		} else {
 			return usage("unknown argument", a);
 		}

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_common.h"
 #include "engine.h"
 #include "sampler.h"
 
@@ -20,24 +21,7 @@ static const char gen_usage[] =
 static int
 usage(const char *why, const char *arg)
 {
-	if (why)
-		fprintf(stderr, "kvchat: generate: %s%s%s\n", why, arg ? ": " : "", arg ? arg : "");
-	fputs(gen_usage, stderr);
-	return 2;
-}
-
-static bool
-parse_long(const char *s, long lo, long hi, long *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
+	return cmdc_usage("generate", gen_usage, why, arg);
 }
 
 static bool
@@ -91,8 +75,9 @@ cmd_generate(int argc, char **argv)
 	double t_start, t_first = 0, t_end;
 
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why;
 		bool takes = true;
+		int eo;
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fputs(gen_usage, stdout);
@@ -102,18 +87,21 @@ cmd_generate(int argc, char **argv)
 			takes = false;
 		} else if (val == NULL && a[0] == '-') {
 			return usage("option needs a value or is unknown", a);
+		} else if ((eo = cmdc_engine_option(a, val, &ep, &why)) != 0) {
+			if (eo < 0)
+				return usage(why, val);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
 			model = val;
 		} else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
 			prompt = val;
 		} else if (strcmp(a, "-n") == 0) {
-			if (!parse_long(val, 0, 1L << 30, &n_predict))
+			if (!cmdc_parse_long(val, 0, 1L << 30, &n_predict))
 				return usage("bad -n", val);
 		} else if (strcmp(a, "--temp") == 0) {
 			if (!parse_float(val, &sp.temp))
 				return usage("bad --temp", val);
 		} else if (strcmp(a, "--top-k") == 0) {
-			if (!parse_long(val, -1, 1L << 30, &v))
+			if (!cmdc_parse_long(val, -1, 1L << 30, &v))
 				return usage("bad --top-k", val);
 			sp.top_k = (int)v;
 		} else if (strcmp(a, "--top-p") == 0) {
@@ -128,27 +116,10 @@ cmd_generate(int argc, char **argv)
 		} else if (strcmp(a, "--seed") == 0) {
 			if (!parse_u64(val, &sp.seed))
 				return usage("bad --seed", val);
-		} else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0) {
-			if (!parse_long(val, 0, 1024, &v))
-				return usage("bad --threads", val);
-			ep.n_threads = (int)v;
 		} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-			if (!parse_long(val, 0, 1L << 24, &v))
+			if (!cmdc_parse_long(val, 0, 1L << 24, &v))
 				return usage("bad --ctx", val);
 			ep.n_ctx = (int)v;
-		} else if (strcmp(a, "--kv-type") == 0) {
-			if (strcmp(val, "f16") == 0)
-				ep.kv_type = GGML_TYPE_F16;
-			else if (strcmp(val, "f32") == 0)
-				ep.kv_type = GGML_TYPE_F32;
-			else
-				return usage("bad --kv-type (f16 or f32)", val);
-		} else if (strcmp(a, "--device") == 0) {
-			ep.device = val;
-		} else if (strcmp(a, "--gpu") == 0) {
-			if (!parse_long(val, 0, 1024, &v))
-				return usage("bad --gpu", val);
-			ep.gpu = (int)v;
 		} else {
 			return usage("unknown argument", a);
 		}

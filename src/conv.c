@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+
 #include "conv.h"
 #include "progress.h"
 
@@ -45,6 +46,13 @@ struct conv {
 	int n_chunk_ends, cap_chunk_ends;
 	uint64_t last_used;		/* m->tick at last use */
 	bool pend_resumed, pend_rebuilt;	/* reported by the next turn */
+	/*
+	 * The logits the last reply was sampled from first, so /retry needs
+	 * no forward pass: [n_vocab] floats, valid when reply_logits_pos is
+	 * the stream length they follow (-1: none).
+	 */
+	float *reply_logits;
+	int reply_logits_pos;
 };
 
 /* ---- settings ---- */
@@ -633,6 +641,7 @@ conv_alloc(struct conv_mgr *m, int64_t id)
 	c->m = m;
 	c->id = id;
 	c->set = conv_default_settings();
+	c->reply_logits_pos = -1;
 	return c;
 }
 
@@ -646,6 +655,7 @@ conv_free(struct conv *c)
 	free(c->title);
 	free(c->system);
 	free(c->chunk_ends);
+	free(c->reply_logits);
 	kvc_tokens_free(&c->head);
 	kvc_tokens_free(&c->stream);
 	smp_free(c->smp);
@@ -922,17 +932,58 @@ replace_nul(struct kvc_buf *piece)
 	return 0;
 }
 
-/* Sample and stream until an end of turn, the cap, a full context or an interrupt. */
+size_t
+conv_stop_holdback(enum chat_family f, const char *text, size_t n)
+{
+	const char *const *ss = chat_stop_strings(f);
+	size_t best = 0;
+
+	for (; ss && *ss; ss++) {
+		size_t len = strlen(*ss);
+
+		/* Longest proper prefix of the stop string that ends the text. */
+		for (size_t k = len - 1; k > best; k--)
+			if (k <= n && memcmp(text + n - k, *ss, k) == 0) {
+				best = k;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Pass g->text[*shown..upto) to the caller; non-zero if it asks to stop. */
 static int
-generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
-    struct conv_stats *st, double t0, char *err, size_t errlen)
+show_text(const struct conv_io *io, const struct gen_state *g, size_t *shown, size_t upto)
+{
+	int rc = 0;
+
+	if (upto > *shown && io && io->on_text)
+		rc = io->on_text(io->arg, g->text.p + *shown, upto - *shown);
+	if (upto > *shown)
+		*shown = upto;
+	return rc;
+}
+
+/*
+ * Sample and stream until an end of turn, the cap, a full context or an
+ * interrupt. first_logits (or NULL): what to sample the first id from when
+ * the sequence has none at hand (/retry). Text that could be the start of a
+ * stop string is held back until it is known not to be, so what is shown is
+ * what is stored.
+ */
+static int
+generate(struct conv *c, const struct conv_io *io, const float *first_logits,
+    struct gen_state *g, struct conv_stats *st, double t0, char *err, size_t errlen)
 {
 	const struct kvc_tokenizer *tok = eng_tokenizer(c->m->e);
+	enum chat_family fam = c->m->p.family;
 	int n_ctx = eng_n_ctx(c->m->e);
 	struct kvc_buf piece = {0};
 	struct tok_detok dt;
 	struct eng_stats es;
 	double t_first = 0;
+	size_t shown = 0;
+	bool stopped = false;
 	int rc = 0;
 
 	tok_detok_init(&dt, 0);
@@ -952,10 +1003,17 @@ generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
 			break;
 		}
 		logits = eng_seq_logits(c->seq);
+		if (logits == NULL && g->ids.n == 0)
+			logits = first_logits;
 		if (logits == NULL) {
 			kvc_err(err, errlen, "no logits at position %d", eng_seq_n_pos(c->seq));
 			rc = KVC_EINVAL;
 			break;
+		}
+		if (g->ids.n == 0 && c->reply_logits != NULL && logits != c->reply_logits) {
+			memcpy(c->reply_logits, logits, (size_t)eng_n_vocab(c->m->e) *
+			    sizeof *c->reply_logits);
+			c->reply_logits_pos = eng_seq_n_pos(c->seq);
 		}
 		id = smp_sample(c->smp, logits, eng_seq_tokens(c->seq),
 		    (size_t)eng_seq_n_pos(c->seq));
@@ -969,29 +1027,32 @@ generate(struct conv *c, const struct conv_io *io, struct gen_state *g,
 		}
 		piece.n = 0;
 		if (tok_detok_push(tok, &dt, id, &piece) == 0 && piece.n > 0 &&
-		    replace_nul(&piece) == 0) {
+		    replace_nul(&piece) == 0)
 			(void)kvc_buf_append(&g->text, piece.p, piece.n);
-			if (io && io->on_text && io->on_text(io->arg, piece.p, piece.n) != 0)
-				st->interrupted = true;
-		}
 		if (t_first == 0) {
 			t_first = kvc_now();
 			st->ttft_ms = (t_first - t0) * 1e3;
 		}
-		if (tok_is_eog(tok, id) || st->interrupted)
-			break;
-		if (has_stop_string(c->m->p.family, &g->text, &cut)) {
+		if (has_stop_string(fam, &g->text, &cut)) {
 			g->text.n = cut;
 			g->text.p[cut] = '\0';
+			(void)show_text(io, g, &shown, cut);
+			stopped = true;
 			break;
 		}
+		if (show_text(io, g, &shown, g->text.n - conv_stop_holdback(fam, g->text.p,
+		    g->text.n)) != 0)
+			st->interrupted = true;
+		if (tok_is_eog(tok, id) || st->interrupted)
+			break;
 	}
 	piece.n = 0;
-	if (tok_detok_flush(&dt, &piece) == 0 && piece.n > 0 && replace_nul(&piece) == 0) {
+	/* After a stop string the text ends where it began. */
+	if (tok_detok_flush(&dt, &piece) == 0 && piece.n > 0 && !stopped &&
+	    replace_nul(&piece) == 0)
 		(void)kvc_buf_append(&g->text, piece.p, piece.n);
-		if (io && io->on_text)
-			(void)io->on_text(io->arg, piece.p, piece.n);
-	}
+	/* The reply is over: what was held back is not a stop string. */
+	(void)show_text(io, g, &shown, g->text.n);
 	kvc_buf_free(&piece);
 	if (g->text.p == NULL && kvc_buf_append(&g->text, "", 0))
 		return KVC_ENOMEM;
@@ -1022,6 +1083,8 @@ auto_title(struct conv *c, const char *text)
 		c->auto_title = false;
 }
 
+static int drop_tail(struct conv *c, int k, char *err, size_t errlen);
+
 int
 conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen)
@@ -1038,13 +1101,19 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	char key[256];
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
 	int n_ctx = eng_n_ctx(m->e), reserve = reply_reserve(c), rc;
-	int new_win = c->win, old_n = (int)c->stream.n;
+	int new_win, old_n;
 	bool windowed = false;
 
 	memset(st, 0, sizeof *st);
+	/* A user message left without its reply (a /retry cut short): drop it. */
+	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
+	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)
+		return rc;
 	rc = conv_activate(c, err, errlen);
 	if (rc)
 		return rc;
+	new_win = c->win;
+	old_n = (int)c->stream.n;
 	st->resumed_from_snapshot = c->pend_resumed;
 	st->rebuilt = c->pend_rebuilt;
 
@@ -1134,7 +1203,10 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	st->prefill_tokens = es.n_computed;
 	st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
 
-	rc = generate(c, io, &g, st, t0, err, errlen);
+	if (c->reply_logits == NULL)
+		c->reply_logits = malloc((size_t)eng_n_vocab(m->e) * sizeof *c->reply_logits);
+	c->reply_logits_pos = -1;
+	rc = generate(c, io, NULL, &g, st, t0, err, errlen);
 	if (rc && g.ids.n == 0)
 		goto rollback;
 	if (rc) {
@@ -1223,6 +1295,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 rollback:
 	/* Nothing was stored: the cache goes back to the stored stream. */
+	c->reply_logits_pos = -1;
 	if (!windowed)
 		(void)eng_seq_truncate(c->seq, old_n);
 	else
@@ -1239,28 +1312,29 @@ out:
 	return rc;
 }
 
-int
-conv_undo(struct conv *c, char *err, size_t errlen)
+/*
+ * Drop msgs[k..n_msgs) (msgs[k] a user message) from the store and the
+ * cache: one rewind of the store, then the in-memory picture follows.
+ */
+static int
+drop_tail(struct conv *c, int k, char *err, size_t errlen)
 {
 	int n = c->n_msgs, n_pos, rc;
 
-	if (n < 2 || c->msgs[n - 1].role != SESS_ASSISTANT || c->msgs[n - 2].role != SESS_USER) {
-		kvc_err(err, errlen, "nothing to undo");
-		return KVC_ENOTFOUND;
-	}
-	if (c->win > 0 && c->win >= n - 2) {
-		/* The window began at the exchange being dropped: choose it again. */
-		int k = 0;
+	c->reply_logits_pos = -1;
+	if (c->win > 0 && c->win >= k) {
+		/* The window began at a message being dropped: choose it again. */
+		int w = 0;
 
-		rc = sess_rewind(c->m->st, c->id, n - 2, 0, err, errlen);
+		rc = sess_rewind(c->m->st, c->id, k, 0, err, errlen);
 		if (rc)
 			return rc;
-		msg_clear(&c->msgs[n - 1]);
-		msg_clear(&c->msgs[n - 2]);
-		c->n_msgs -= 2;
-		if (fit_window(c, 0, eng_n_ctx(c->m->e) - reply_reserve(c), &k, NULL, 0) != 0)
-			k = c->n_msgs > 0 ? c->n_msgs - 2 : 0;
-		c->win = k;
+		for (int i = k; i < n; i++)
+			msg_clear(&c->msgs[i]);
+		c->n_msgs = k;
+		if (fit_window(c, 0, eng_n_ctx(c->m->e) - reply_reserve(c), &w, NULL, 0) != 0)
+			w = c->n_msgs > 0 ? c->n_msgs - 2 : 0;
+		c->win = w;
 		conv_evict(c);
 		c->n_chunk_ends = 0;
 		c->snap_end = 0;
@@ -1270,17 +1344,19 @@ conv_undo(struct conv *c, char *err, size_t errlen)
 			rc = conv_activate(c, err, errlen);
 		return rc;
 	}
-	n_pos = (int)c->stream.n - c->msgs[n - 1].n_ids - c->msgs[n - 2].n_ids;
+	n_pos = (int)c->stream.n;
+	for (int i = k; i < n; i++)
+		n_pos -= c->msgs[i].n_ids;
 	if (n_pos < 0) {
 		kvc_err(err, errlen, "stream shorter than its messages");
 		return KVC_ECORRUPT;
 	}
-	rc = sess_rewind(c->m->st, c->id, n - 2, n_pos, err, errlen);
+	rc = sess_rewind(c->m->st, c->id, k, n_pos, err, errlen);
 	if (rc)
 		return rc;
-	msg_clear(&c->msgs[n - 1]);
-	msg_clear(&c->msgs[n - 2]);
-	c->n_msgs -= 2;
+	for (int i = k; i < n; i++)
+		msg_clear(&c->msgs[i]);
+	c->n_msgs = k;
 	c->stream.n = (size_t)n_pos;
 	chunk_ends_trim(c, n_pos);
 	if (c->seq)
@@ -1289,23 +1365,147 @@ conv_undo(struct conv *c, char *err, size_t errlen)
 }
 
 int
+conv_undo(struct conv *c, char *err, size_t errlen)
+{
+	int n = c->n_msgs;
+
+	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
+		return drop_tail(c, n - 1, err, errlen);	/* a reply that never came */
+	if (n < 2 || c->msgs[n - 1].role != SESS_ASSISTANT || c->msgs[n - 2].role != SESS_USER) {
+		kvc_err(err, errlen, "nothing to undo");
+		return KVC_ENOTFOUND;
+	}
+	return drop_tail(c, n - 2, err, errlen);
+}
+
+/*
+ * Only the reply is taken back: the cache is cut to the end of the user's
+ * delta (its logits are kept from the first answer, or the last position
+ * is recomputed), a new reply is generated, and then the store drops the
+ * old reply and the chunks past that point and takes the new one. Those
+ * are two transactions (the store has no single call for both); a crash
+ * between them leaves the user message without a reply, which the next
+ * turn drops and /retry answers.
+ */
+int
 conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
     char *err, size_t errlen)
 {
-	char *text;
-	int rc, n = c->n_msgs;
+	struct conv_mgr *m = c->m;
+	struct gen_state g = {{0}, {0}};
+	struct eng_stats es = {0};
+	struct kvc_buf blob = {0};
+	struct sess_msg rec;
+	struct sess_chunk ch, *chp = NULL;
+	const float *first = NULL;
+	char key[256];
+	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
+	int n = c->n_msgs, u, n_pos, snap_end, rc;
 
-	if (n < 2 || c->msgs[n - 2].role != SESS_USER) {
+	memset(st, 0, sizeof *st);
+	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
+		u = n - 1;
+	else if (n >= 2 && c->msgs[n - 1].role == SESS_ASSISTANT && c->msgs[n - 2].role == SESS_USER)
+		u = n - 2;
+	else {
 		kvc_err(err, errlen, "nothing to retry");
 		return KVC_ENOTFOUND;
 	}
-	text = xstrdup(c->msgs[n - 2].text);
-	if (text == NULL)
-		return KVC_ENOMEM;
-	rc = conv_undo(c, err, errlen);
-	if (rc == 0)
-		rc = conv_turn(c, text, io, st, err, errlen);
-	free(text);
+	n_pos = (int)c->stream.n - (u == n - 2 ? c->msgs[n - 1].n_ids : 0);
+	if (n_pos <= 0) {
+		kvc_err(err, errlen, "stream shorter than its messages");
+		return KVC_ECORRUPT;
+	}
+	rc = conv_activate(c, err, errlen);
+	if (rc)
+		return rc;
+	st->resumed_from_snapshot = c->pend_resumed;
+	st->rebuilt = c->pend_rebuilt;
+	if (c->reply_logits != NULL && c->reply_logits_pos == n_pos &&
+	    eng_seq_n_pos(c->seq) >= n_pos) {
+		rc = eng_seq_truncate(c->seq, n_pos);
+		first = c->reply_logits;
+		es.n_reused = n_pos;
+	} else {
+		rc = eng_seq_sync(c->seq, c->stream.v, n_pos, &es, err, errlen);
+	}
+	if (rc)
+		goto fail;
+	st->reused_tokens = es.n_reused;
+	st->prefill_tokens = es.n_computed;
+	st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
+	if (c->reply_logits == NULL)
+		c->reply_logits = malloc((size_t)eng_n_vocab(m->e) * sizeof *c->reply_logits);
+	rc = generate(c, io, first, &g, st, t0, err, errlen);
+	if (rc && g.ids.n == 0)
+		goto fail;
+	if (rc) {
+		st->interrupted = true;
+		rc = 0;
+	}
+	st->context_used = eng_seq_n_pos(c->seq);
+	st->context_total = eng_n_ctx(m->e);
+
+	memset(&rec, 0, sizeof rec);
+	rec.role = SESS_ASSISTANT;
+	rec.text = g.text.p;
+	rec.ids = g.ids.v;
+	rec.n_ids = (int)g.ids.n;
+	rec.interrupted = st->interrupted;
+	rec.stats.ttft_ms = st->ttft_ms;
+	rec.stats.prefill_tokens = st->prefill_tokens;
+	rec.stats.reused_tokens = st->reused_tokens;
+	rec.stats.prefill_tps = st->prefill_tps;
+	rec.stats.gen_tokens = st->gen_tokens;
+	rec.stats.decode_tps = st->decode_tps;
+	/* The rewind keeps the chunks that end at or before n_pos. */
+	snap_end = 0;
+	for (int i = 0; i < c->n_chunk_ends && c->chunk_ends[i] <= n_pos; i++)
+		snap_end = c->chunk_ends[i];
+	cache_key(c, key, sizeof key);
+	if (eng_seq_kv_save(c->seq, snap_end, st->context_used, &blob, NULL, 0) == 0) {
+		ch.pos0 = snap_end;
+		ch.pos1 = st->context_used;
+		ch.kv_type = kv_type_name(eng_kv_type(m->e));
+		ch.model_fp = key;
+		ch.blob = blob.p;
+		ch.len = blob.n;
+		chp = &ch;
+	}
+	rc = sess_rewind(m->st, c->id, u + 1, n_pos, err, errlen);
+	if (rc)
+		goto fail;
+	/* The old reply is gone from the store: the picture follows. */
+	for (int i = u + 1; i < n; i++)
+		msg_clear(&c->msgs[i]);
+	c->n_msgs = u + 1;
+	c->stream.n = (size_t)n_pos;
+	chunk_ends_trim(c, n_pos);
+	rc = sess_turn_commit(m->st, c->id, &rec, 1, chp, err, errlen);
+	if (rc) {
+		/* Stored: the user message awaiting a reply; the cache follows. */
+		(void)eng_seq_truncate(c->seq, n_pos);
+		goto out;
+	}
+	if (msg_push(c, &rec) || kvc_tokens_append(&c->stream, g.ids.v, g.ids.n)) {
+		rc = KVC_ENOMEM;
+		kvc_err(err, errlen, "out of memory");
+		conv_evict(c);
+		goto out;
+	}
+	if (chp)
+		(void)chunk_ends_push(c, ch.pos1);
+	c->pend_resumed = c->pend_rebuilt = false;
+	goto out;
+fail:
+	/* Nothing changed on disk: the cache goes back to the stored stream. */
+	c->reply_logits_pos = -1;
+	if (eng_seq_sync(c->seq, c->stream.v, (int)c->stream.n, &es, NULL, 0) != 0)
+		conv_evict(c);
+out:
+	kvc_tokens_free(&g.ids);
+	kvc_buf_free(&g.text);
+	kvc_buf_free(&blob);
 	return rc;
 }
 
@@ -1351,19 +1551,140 @@ conv_rename(struct conv *c, const char *title, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/*
+ * A new system prompt for a conversation with messages: only the first
+ * message's ids hold it (every family renders the system text with the
+ * first user turn), so those are rendered again, the whole stream is
+ * checked against a full rendering, the cache is synced to it (the engine
+ * keeps the common prefix, usually just BOS) and a fresh snapshot written.
+ */
+static int
+change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct kvc_tokens ids0 = {0}, full = {0}, ref = {0}, head = {0}, win = {0};
+	struct chat_msg *cl = NULL;
+	struct eng_stats es = {0};
+	char *old = c->system;
+	size_t ncl;
+	int rc, n = c->n_msgs;
+
+	if (c->msgs[0].role != SESS_USER) {
+		kvc_err(err, errlen, "the conversation does not start with a user message");
+		return KVC_EINVAL;
+	}
+	c->system = s;	/* what chat_list renders from; put back on failure */
+	rc = chat_list(c, 0, 0, c->msgs[0].text, &cl, &ncl);
+	if (rc == 0)
+		rc = chat_render_delta(eng_tokenizer(m->e), m->p.family, m->jinja, cl, 0, ncl, true,
+		    &ids0, err, errlen);
+	free(cl);
+	cl = NULL;
+	if (rc)
+		goto fail;
+	/* The stored ids must still concatenate to the full rendering. */
+	if (kvc_tokens_append(&full, ids0.v, ids0.n)) {
+		rc = KVC_ENOMEM;
+		goto fail;
+	}
+	for (int i = 1; i < n; i++)
+		if (kvc_tokens_append(&full, c->msgs[i].ids, (size_t)c->msgs[i].n_ids)) {
+			rc = KVC_ENOMEM;
+			goto fail;
+		}
+	rc = chat_list(c, 0, n, NULL, &cl, &ncl);
+	if (rc == 0)
+		rc = chat_render(eng_tokenizer(m->e), m->p.family, m->jinja, cl, ncl,
+		    c->msgs[n - 1].role == SESS_USER, &ref, err, errlen);
+	if (rc)
+		goto fail;
+	if (ref.n != full.n || memcmp(ref.v, full.v, full.n * sizeof *full.v) != 0) {
+		kvc_err(err, errlen, "the %s template renders this conversation differently with "
+		    "another system prompt: use /new with the new system prompt",
+		    chat_family_name(m->p.family));
+		rc = KVC_EINVAL;
+		goto fail;
+	}
+	/* The cache's stream: the whole one, or the window's head rendered anew. */
+	if (c->win > 0) {
+		rc = build_stream(c, c->win, n, &head, &win, err, errlen);
+		if (rc)
+			goto fail;
+	} else if (kvc_tokens_append(&win, full.v, full.n)) {
+		rc = KVC_ENOMEM;
+		goto fail;
+	}
+	if ((int)win.n >= eng_n_ctx(m->e)) {
+		kvc_err(err, errlen, "with that system prompt the conversation (%zu tokens) does not "
+		    "fit the context of %d: use /new with the new system prompt", win.n,
+		    eng_n_ctx(m->e));
+		rc = KVC_ERANGE;
+		goto fail;
+	}
+	rc = conv_activate(c, err, errlen);
+	if (rc == 0) {
+		mgr_fit(m, c, win.n * eng_kv_bytes_per_pos(m->e));
+		rc = eng_seq_sync(c->seq, win.v, (int)win.n, &es, err, errlen);
+	}
+	if (rc == 0)
+		rc = sess_conv_replace_system(c->m->st, c->id, s, ids0.v, (int)ids0.n, err, errlen);
+	if (rc) {
+		/* The cache may hold the new stream: let it come back from the snapshot. */
+		conv_evict(c);
+		goto fail;
+	}
+	/* Stored: the in-memory picture follows. */
+	free(c->msgs[0].ids);
+	c->msgs[0].ids = ids0.v;
+	c->msgs[0].n_ids = (int)ids0.n;
+	memset(&ids0, 0, sizeof ids0);
+	kvc_tokens_free(&c->stream);
+	c->stream = win;
+	memset(&win, 0, sizeof win);
+	if (c->win > 0) {
+		kvc_tokens_free(&c->head);
+		c->head = head;
+		memset(&head, 0, sizeof head);
+	}
+	free(old);
+	c->reply_logits_pos = -1;
+	c->pend_resumed = c->pend_rebuilt = false;
+	write_full_snapshot(c);
+	if (n_computed)
+		*n_computed = es.n_computed;
+	rc = KVC_OK;
+	goto out;
+fail:
+	c->system = old;
+	free(s);
+out:
+	free(cl);
+	kvc_tokens_free(&ids0);
+	kvc_tokens_free(&full);
+	kvc_tokens_free(&ref);
+	kvc_tokens_free(&head);
+	kvc_tokens_free(&win);
+	return rc;
+}
+
 int
-conv_set_system(struct conv *c, const char *system, char *err, size_t errlen)
+conv_change_system(struct conv *c, const char *system, int *n_computed, char *err,
+    size_t errlen)
 {
 	char *s = NULL;
 	int rc;
 
-	if (c->n_msgs > 0) {
-		kvc_err(err, errlen, "the system prompt opens the conversation: use it on an "
-		    "empty one (/new, or /clear first)");
-		return KVC_EINVAL;
-	}
+	if (n_computed)
+		*n_computed = 0;
 	if (system && system[0] && (s = xstrdup(system)) == NULL)
 		return KVC_ENOMEM;
+	if (c->n_msgs > 0 && (s ? c->system && strcmp(s, c->system) == 0 :
+	    c->system == NULL || c->system[0] == '\0')) {
+		free(s);
+		return KVC_OK;	/* the same prompt: nothing to recompute */
+	}
+	if (c->n_msgs > 0)
+		return change_system(c, s, n_computed, err, errlen);
 	rc = sess_conv_set_system(c->m->st, c->id, s, err, errlen);
 	if (rc) {
 		free(s);
@@ -1372,6 +1693,12 @@ conv_set_system(struct conv *c, const char *system, char *err, size_t errlen)
 	free(c->system);
 	c->system = s;
 	return KVC_OK;
+}
+
+int
+conv_set_system(struct conv *c, const char *system, char *err, size_t errlen)
+{
+	return conv_change_system(c, system, NULL, err, errlen);
 }
 
 int

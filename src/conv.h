@@ -128,15 +128,33 @@ int conv_delete(struct conv *c, char *err, size_t errlen);
  */
 int conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen);
-/* Drop the last exchange from the store and the cache. KVC_ENOTFOUND if none. */
+/*
+ * Drop the last exchange from the store and the cache (or a last user
+ * message left without a reply). KVC_ENOTFOUND if none.
+ */
 int conv_undo(struct conv *c, char *err, size_t errlen);
-/* Undo, then answer the same user message again from the rewound cache. */
+/*
+ * Answer the last user message again: only the reply is taken back (store
+ * and cache); its prompt is reused whole (prefill 0 when the first reply's
+ * logits are still at hand, else the last position is recomputed).
+ */
 int conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
     char *err, size_t errlen);
 /* Drop every message (keeps title, system prompt and settings). */
 int conv_clear(struct conv *c, char *err, size_t errlen);
 int conv_rename(struct conv *c, const char *title, char *err, size_t errlen);
-/* Only on an empty conversation (the system prompt opens the stream): else KVC_EINVAL. */
+/*
+ * Set the system prompt (NULL or "" = none). On a conversation with
+ * messages the stream is rendered again with it, the cache synced (the
+ * common prefix kept, usually only BOS) and the store rewritten in one
+ * transaction with a fresh snapshot; *n_computed (if not NULL) gets the
+ * positions computed. KVC_EINVAL if the template cannot render the history
+ * with another system prompt without rewriting it, KVC_ERANGE if it would
+ * no longer fit the context; nothing changes then.
+ */
+int conv_change_system(struct conv *c, const char *system, int *n_computed, char *err,
+    size_t errlen);
+/* conv_change_system without the count. */
 int conv_set_system(struct conv *c, const char *system, char *err, size_t errlen);
 int conv_set_settings(struct conv *c, const struct conv_settings *s, char *err, size_t errlen);
 /* Make sure the cache is resident (restoring it if evicted). */
@@ -153,5 +171,12 @@ const int32_t *conv_stream(const struct conv *c, int *n);
 bool conv_resident(const struct conv *c);
 /* The engine sequence (NULL while evicted); for tests and /show. */
 struct kvc_seq *conv_seq(const struct conv *c);
+
+/*
+ * Bytes at the end of text[0..n) that could be the start of one of the
+ * family's stop strings (chat_stop_strings), so a streamed reply holds them
+ * back until the next piece decides; 0 for families without stop strings.
+ */
+size_t conv_stop_holdback(enum chat_family f, const char *text, size_t n);
 
 #endif

@@ -104,14 +104,9 @@ kvc_f32_to_bf16(float f)
 bool
 q_supported(enum ggml_type t)
 {
-	switch (t) {
-	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
-	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0:
-	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
-	}
+	/* the float types, plus every block type the int8 path also takes */
+	return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 ||
+	    q_act_supported(t);
 }
 
 int64_t
@@ -184,43 +179,40 @@ deq_q4_0(const block_q4_0 *b, float *y)
 	}
 }
 
-static void
-deq_q4_k(const block_q4_K *b, float *y)
+/*
+ * Q4_K and Q5_K share a layout: 4 chunks of 64, low nibbles are sub-block
+ * 2c, high nibbles 2c+1; Q5_K adds bit 2c / 2c+1 of qh[l] as the 5th bit of
+ * chunk c's values (qh NULL for Q4_K).
+ */
+static inline void
+deq_k_nibbles(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *q,
+    const uint8_t *qh, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d), dmin = kvc_fp16_to_f32(b->dmin);
-	const uint8_t *q = b->qs;
+	float d = kvc_fp16_to_f32(d16), dmin = kvc_fp16_to_f32(dmin16);
 
-	/* 4 chunks of 64: low nibbles are sub-block 2c, high nibbles 2c+1 */
 	for (int c = 0; c < 4; c++, q += 32, y += 64) {
 		uint8_t s0, m0, s1, m1;
-		q_k_scale_min(2 * c, b->scales, &s0, &m0);
-		q_k_scale_min(2 * c + 1, b->scales, &s1, &m1);
+		q_k_scale_min(2 * c, scales, &s0, &m0);
+		q_k_scale_min(2 * c + 1, scales, &s1, &m1);
 		float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
 		for (int l = 0; l < 32; l++) {
-			y[l] = d0 * (float)(q[l] & 0xF) - n0;
-			y[l + 32] = d1 * (float)(q[l] >> 4) - n1;
+			int h0 = qh ? (qh[l] >> (2 * c)) & 1 : 0, h1 = qh ? (qh[l] >> (2 * c + 1)) & 1 : 0;
+			y[l] = d0 * (float)((q[l] & 0xF) | (h0 << 4)) - n0;
+			y[l + 32] = d1 * (float)((q[l] >> 4) | (h1 << 4)) - n1;
 		}
 	}
 }
 
 static void
+deq_q4_k(const block_q4_K *b, float *y)
+{
+	deq_k_nibbles(b->d, b->dmin, b->scales, b->qs, NULL, y);
+}
+
+static void
 deq_q5_k(const block_q5_K *b, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d), dmin = kvc_fp16_to_f32(b->dmin);
-	const uint8_t *q = b->qs;
-
-	/* as Q4_K; bit 2c / 2c+1 of qh[l] is the 5th bit of chunk c's values */
-	for (int c = 0; c < 4; c++, q += 32, y += 64) {
-		uint8_t s0, m0, s1, m1;
-		q_k_scale_min(2 * c, b->scales, &s0, &m0);
-		q_k_scale_min(2 * c + 1, b->scales, &s1, &m1);
-		float d0 = d * s0, n0 = dmin * m0, d1 = d * s1, n1 = dmin * m1;
-		for (int l = 0; l < 32; l++) {
-			int h0 = (b->qh[l] >> (2 * c)) & 1, h1 = (b->qh[l] >> (2 * c + 1)) & 1;
-			y[l] = d0 * (float)((q[l] & 0xF) | (h0 << 4)) - n0;
-			y[l + 32] = d1 * (float)((q[l] >> 4) | (h1 << 4)) - n1;
-		}
-	}
+	deq_k_nibbles(b->d, b->dmin, b->scales, b->qs, b->qh, y);
 }
 
 static void

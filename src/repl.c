@@ -767,6 +767,81 @@ complete(const char *text, int start, int end)
 	return rl_completion_matches(text, complete_gen);
 }
 
+/*
+ * The history file keeps one entry per line; a multi-line entry (a """
+ * block) has its newlines written as \n and backslashes as \\, which the
+ * first line announces. A file without that line (readline's own format)
+ * is read as plain lines.
+ */
+#define HIST_MAGIC "#kvchat-history v2: \\n is a newline, \\\\ a backslash"
+
+static void
+history_load(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	bool esc = false, first = true;
+
+	if (f == NULL)
+		return;
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		if (first && strcmp(line, HIST_MAGIC) == 0) {
+			esc = true;
+			first = false;
+			continue;
+		}
+		first = false;
+		if (esc) {
+			char *w = line;
+
+			for (const char *p = line; *p; p++) {
+				if (p[0] == '\\' && (p[1] == 'n' || p[1] == '\\')) {
+					*w++ = p[1] == 'n' ? '\n' : '\\';
+					p++;
+				} else {
+					*w++ = *p;
+				}
+			}
+			*w = '\0';
+		}
+		if (line[0] != '\0')
+			add_history(line);
+	}
+	free(line);
+	fclose(f);
+}
+
+static void
+history_save(const char *path)
+{
+	char tmp[4200];
+	FILE *f;
+	bool ok;
+
+	snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+	f = fopen(tmp, "w");
+	if (f == NULL)
+		return;
+	(void)fchmod(fileno(f), 0600);
+	ok = fprintf(f, "%s\n", HIST_MAGIC) > 0;
+	for (int i = 0; ok && i < history_length; i++) {
+		HIST_ENTRY *h = history_get(history_base + i);
+
+		if (h == NULL || h->line == NULL)
+			continue;
+		for (const char *p = h->line; ok && *p; p++)
+			ok = (*p == '\n' ? fputs("\\n", f) : *p == '\\' ? fputs("\\\\", f) :
+			    putc(*p, f)) >= 0;
+		ok = ok && putc('\n', f) >= 0;
+	}
+	if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
+		(void)unlink(tmp);
+}
+
 static int
 run_repl(struct kvc_repl *r)
 {
@@ -777,7 +852,7 @@ run_repl(struct kvc_repl *r)
 	(void)mkdir_parents(hist);
 	using_history();
 	stifle_history(2000);
-	(void)read_history(hist);
+	history_load(hist);
 	rl_repl = r;
 	rl_readline_name = "kvchat";
 	/* Whole-line completion: titles may hold spaces. */
@@ -810,7 +885,7 @@ run_repl(struct kvc_repl *r)
 			(void)repl_turn(r, text[0] == '/' ? text + 1 : text, false);
 		free(text);
 	}
-	(void)write_history(hist);
+	history_save(hist);
 	rl_repl = NULL;
 	return 0;
 }
@@ -854,7 +929,8 @@ open_conversation(struct kvc_repl *r, const struct chat_opts *o)
 			(void)conv_set_system(r->cur, o->system, NULL, 0);
 		else if (o->system && (conv_system(r->cur) == NULL ||
 		    strcmp(conv_system(r->cur), o->system) != 0))
-			repl_notice(r, "--system ignored: the conversation already has messages");
+			repl_notice(r, "--system ignored: the conversation already has messages "
+			    "(/system changes it, recomputing the conversation)");
 	}
 	return 0;
 }

@@ -52,31 +52,13 @@ grow(void **p, size_t *cap, size_t need, size_t elem)
 	return KVC_OK;
 }
 
-static size_t
-put_utf8(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	o[0] = (char)(0xE0 | (cp >> 12));
-	o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-	o[2] = (char)(0x80 | (cp & 0x3F));
-	return 3;
-}
-
 /* A byte with no token of its own: llama.cpp then looks up each byte of
  * the mapped character as a one-byte string. */
 static int
 push_unmapped_byte(const struct kvc_tokenizer *t, uint8_t b, struct kvc_tokens *out)
 {
 	char u[4];
-	size_t n = put_utf8(u, tok_byte_to_cp(b));
+	size_t n = tok_put_utf8(u, tok_byte_to_cp(b));
 
 	for (size_t i = 0; i < n; i++) {
 		int32_t id = tok_strmap_find(t, &t->map, &u[i], 1);
@@ -100,7 +82,7 @@ bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
 		if (grow((void **)&s->buf, &s->buf_cap, n * 3, 1) != KVC_OK)
 			return KVC_ENOMEM;
 		for (size_t i = 0; i < n; i++)
-			m += put_utf8(s->buf + m, tok_byte_to_cp(w[i]));
+			m += tok_put_utf8(s->buf + m, tok_byte_to_cp(w[i]));
 		id = tok_strmap_find(t, &t->map, s->buf, m);
 		if (id >= 0 && t->type[id] == TOK_TYPE_NORMAL)
 			return kvc_tokens_push(out, id);

@@ -96,6 +96,8 @@ bool tok_pairmap_find(const struct tok_pairmap *m, int32_t a, int32_t b, int32_t
 /* GPT-2's byte <-> unicode table. */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp);	/* -1 if cp is not one of the 256 */
+/* Writes cp (< 0x110000) as UTF-8 to o, which has room for 4; returns the byte count. */
+size_t tok_put_utf8(char *o, uint32_t cp);
 
 /*
  * Scratch buffers reused across the words of one tok_encode call (no

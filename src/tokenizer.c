@@ -371,8 +371,8 @@ load_merges(struct kvc_tokenizer *t, const struct gguf_file *f, const char *path
 	return KVC_OK;
 }
 
-static size_t
-put_utf8(char *o, uint32_t cp)
+size_t
+tok_put_utf8(char *o, uint32_t cp)
 {
 	if (cp < 0x80) {
 		o[0] = (char)cp;
@@ -622,7 +622,7 @@ tok_load_inner(struct kvc_tokenizer *t, const struct gguf_file *f, char *err, si
 		char s[8];
 		size_t n;
 		if (t->kind == TOK_KIND_BPE)
-			n = put_utf8(s, tok_byte_to_cp((uint8_t)b));
+			n = tok_put_utf8(s, tok_byte_to_cp((uint8_t)b));
 		else
 			n = (size_t)snprintf(s, sizeof s, "<0x%02X>", b);
 		t->byte_tok[b] = tok_strmap_find(t, &t->map, s, n);

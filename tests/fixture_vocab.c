@@ -7,6 +7,7 @@
  * token or the merge budget is spent.
  */
 #include "fixture_vocab.h"
+#include "tok_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,38 +109,6 @@ vocab_find(const struct vocab *v, const char *s, size_t from)
 		if (strcmp(v->tok[i], s) == 0)
 			return (int32_t)i;
 	return -1;
-}
-
-static int
-put_utf8(char *o, unsigned cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	o[0] = (char)(0xE0 | (cp >> 12));
-	o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-	o[2] = (char)(0x80 | (cp & 0x3F));
-	return 3;
-}
-
-/* GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves, the rest are 256+k in byte order. */
-static unsigned
-byte_to_cp(unsigned b)
-{
-	unsigned k = 0;
-
-	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
-		return b;
-	for (unsigned c = 0; c < b; c++)
-		if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255)))
-			k++;
-	return 256 + k;
 }
 
 static bool
@@ -367,7 +336,7 @@ build_bpe(struct vocab *v)
 	int rc;
 
 	for (unsigned b = 0; b < 256; b++)
-		if (vocab_add(v, u, (size_t)put_utf8(u, byte_to_cp(b)), 1, 0) < 0)
+		if (vocab_add(v, u, tok_put_utf8(u, tok_byte_to_cp((uint8_t)b)), 1, 0) < 0)
 			return KVC_ENOMEM;
 	if ((rc = split_words(train_text, false, &w, &nw)) != 0)
 		return rc;

@@ -14,6 +14,8 @@
 #include "chat.h"
 #include "gguf.h"
 #include "gguf_write.h"
+#include "tok_internal.h"
+#include "tok_testlib.h"
 
 static const char *shared;
 
@@ -23,26 +25,10 @@ static char *
 slurp(const char *dir, const char *rel)
 {
 	char path[4096];
-	FILE *f;
-	long n;
-	char *p;
+	size_t n;
 
 	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	f = fopen(path, "rb");
-	if (f == NULL)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	p = malloc((size_t)n + 1);
-	if (p != NULL && fread(p, 1, (size_t)n, f) != (size_t)n) {
-		free(p);
-		p = NULL;
-	}
-	if (p != NULL)
-		p[n] = '\0';
-	fclose(f);
-	return p;
+	return tok_test_slurp(path, &n);
 }
 
 static struct kvc_tokenizer *
@@ -542,30 +528,17 @@ static const char *const specials[] = {
 	"<|system|>", "<|end|>", "<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]",
 };
 
-/* GPT-2's byte-to-unicode map, written out for the fixture. */
-static int
-utf8_put(char *p, unsigned cp)
+/* Writes w (then frees it) to path and loads the tokenizer back; NULL on failure. */
+static struct kvc_tokenizer *
+write_vocab(struct gguf_writer *w, const char *path)
 {
-	if (cp < 0x80) {
-		p[0] = (char)cp;
-		return 1;
-	}
-	p[0] = (char)(0xc0 | (cp >> 6));
-	p[1] = (char)(0x80 | (cp & 0x3f));
-	return 2;
-}
+	char err[256];
+	int rc = gguf_w_write(w, path, err, sizeof err);
 
-static unsigned
-gpt2_cp(unsigned b)
-{
-	unsigned n = 0, x;
-
-	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
-		return b;
-	for (x = 0; x < b; x++)
-		if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
-			n++;
-	return 256 + n;
+	if (rc != 0)
+		fprintf(stderr, "%s\n", err);
+	gguf_writer_free(w);
+	return rc != 0 ? NULL : load_vocab(path);
 }
 
 /* Byte-level BPE: the 256 bytes, a few merges, "<s>"/"</s>" and every family's control tokens. */
@@ -581,11 +554,10 @@ tiny_bpe(const char *path)
 	const char *tokens[NB + NM + 2 + NS], *merges[NM];
 	int32_t types[NB + NM + 2 + NS];
 	struct gguf_writer *w = gguf_writer_new();
-	char err[256];
 	int i, n = 0;
 
 	for (i = 0; i < NB; i++) {
-		bytes[i][utf8_put(bytes[i], gpt2_cp((unsigned)i))] = '\0';
+		bytes[i][tok_put_utf8(bytes[i], tok_byte_to_cp((uint8_t)i))] = '\0';
 		types[n] = TOK_TYPE_NORMAL;
 		tokens[n++] = bytes[i];
 	}
@@ -615,13 +587,7 @@ tiny_bpe(const char *path)
 	gguf_w_u32(w, "tokenizer.ggml.bos_token_id", NB + NM);
 	gguf_w_u32(w, "tokenizer.ggml.eos_token_id", NB + NM + 1);
 	gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
-	if (gguf_w_write(w, path, err, sizeof err) != 0) {
-		fprintf(stderr, "%s\n", err);
-		gguf_writer_free(w);
-		return NULL;
-	}
-	gguf_writer_free(w);
-	return load_vocab(path);
+	return write_vocab(w, path);
 }
 
 /* SentencePiece: <unk>, <s>, </s>, byte fallback, printable ASCII and "▁" pieces, some longer pieces, the control tokens. */
@@ -638,7 +604,6 @@ tiny_spm(const char *path)
 	int32_t types[3 + 256 + 95 + NP + NS];
 	float scores[3 + 256 + 95 + NP + NS];
 	struct gguf_writer *w = gguf_writer_new();
-	char err[256];
 	int i, n = 0;
 
 	tokens[n] = "<unk>", types[n] = TOK_TYPE_UNKNOWN, scores[n++] = 0;
@@ -671,13 +636,7 @@ tiny_spm(const char *path)
 	gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
 	gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
 	gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", true);
-	if (gguf_w_write(w, path, err, sizeof err) != 0) {
-		fprintf(stderr, "%s\n", err);
-		gguf_writer_free(w);
-		return NULL;
-	}
-	gguf_writer_free(w);
-	return load_vocab(path);
+	return write_vocab(w, path);
 }
 
 /* SPM details: every run gets the space prefix, Mistral's [INST] as control tokens. */
@@ -729,6 +688,29 @@ test_spm_details(const struct kvc_tokenizer *t)
 	kvc_tokens_free(&reply);
 }
 
+/* Every token-level check on $SHARED_DATA's vocabulary vname with family f's
+ * ollama renderings (in ollama_dir) and real Jinja file. */
+static void
+test_real_vocab(const char *vname, const char *ollama_dir, enum chat_family f,
+    const char *jinja_file)
+{
+	char path[4096];
+	struct kvc_tokenizer *t;
+
+	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf", shared, vname);
+	if ((t = load_vocab(path)) != NULL) {
+		char *jinja = slurp(shared, jinja_file);
+
+		test_ollama_tokens(t, ollama_dir, f, NULL);
+		test_jinja_tokens(t, f, jinja_file);
+		test_incremental(t, vname, jinja);
+		test_no_injection(t, vname);
+		free(jinja);
+		tok_free(t);
+	}
+	test_cond(t != NULL, "load %s", path);
+}
+
 int
 main(void)
 {
@@ -771,29 +753,9 @@ main(void)
 	}
 	test_detect_real();
 	test_ollama_text();
-	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-qwen2.gguf", shared);
-	if ((bpe = load_vocab(path)) != NULL) {
-		char *jinja = slurp(shared, "chat-templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja");
-
-		test_ollama_tokens(bpe, "chatml", CHAT_CHATML, NULL);
-		test_jinja_tokens(bpe, CHAT_CHATML, "chat-templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja");
-		test_incremental(bpe, "qwen2", jinja);
-		test_no_injection(bpe, "qwen2");
-		free(jinja);
-		tok_free(bpe);
-	}
-	test_cond(bpe != NULL, "load %s", path);
-	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-llama-bpe.gguf", shared);
-	if ((bpe = load_vocab(path)) != NULL) {
-		char *jinja = slurp(shared, "chat-templates/llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja");
-
-		test_ollama_tokens(bpe, "llama3-instruct", CHAT_LLAMA3, NULL);
-		test_jinja_tokens(bpe, CHAT_LLAMA3, "chat-templates/llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja");
-		test_incremental(bpe, "llama-bpe", jinja);
-		test_no_injection(bpe, "llama-bpe");
-		free(jinja);
-		tok_free(bpe);
-	}
-	test_cond(bpe != NULL, "load %s", path);
+	test_real_vocab("qwen2", "chatml", CHAT_CHATML,
+	    "chat-templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja");
+	test_real_vocab("llama-bpe", "llama3-instruct", CHAT_LLAMA3,
+	    "chat-templates/llama.cpp/meta-llama-Llama-3.1-8B-Instruct.jinja");
 	return test_done();
 }

@@ -5,8 +5,14 @@
  *    user delta added, reuses everything before, and the stream equals the
  *    full rendering of the messages (chat_render, computed independently);
  *  - the incremental cache gives the same logits as one full prefill;
- *  - /undo rewinds store and cache consistently, /retry regenerates the same
- *    greedy reply computing only the delta;
+ *  - /undo rewinds store and cache consistently; /retry takes back only the
+ *    reply and regenerates the same greedy reply computing nothing (same
+ *    process: the first reply's logits are kept) or one position (after a
+ *    reopen);
+ *  - /system on a conversation with messages: the stream equals the full
+ *    rendering with the new prompt, the cache a fresh prefill, the stored
+ *    ids concatenate to the stream, and it resumes from the new snapshot;
+ *  - DeepSeek stop strings: the held-back tail, and streamed == stored text;
  *  - resume from the snapshot: no prefill, next-token logits equal a fresh
  *    prefill's, and the greedy reply equals the one of a run that never
  *    stopped; a corrupt chunk or another model leads to a rebuild with a
@@ -133,12 +139,16 @@ fresh_logits(struct kvc_engine *e, const int32_t *tokens, int n)
 static bool
 stream_is_full_render(struct conv *c, struct kvc_engine *e)
 {
-	struct chat_msg *v = calloc((size_t)conv_n_msgs(c) + 1, sizeof *v);
+	struct chat_msg *v = calloc((size_t)conv_n_msgs(c) + 2, sizeof *v);
 	struct kvc_tokens full = {0};
 	const int32_t *s;
 	int n, k = 0;
 	bool ok;
 
+	if (conv_system(c) && conv_system(c)[0]) {
+		v[k].role = CHAT_SYSTEM;
+		v[k++].text = conv_system(c);
+	}
 	for (int i = 0; i < conv_n_msgs(c); i++, k++) {
 		const struct sess_msg *x = conv_msg(c, i);
 		v[k].role = x->role == SESS_ASSISTANT ? CHAT_ASSISTANT : CHAT_USER;
@@ -202,6 +212,12 @@ corrupt_chunk(const char *db, int64_t conv)
 	}
 	sqlite3_close(h);
 	return rc;
+}
+
+static int
+collect_text(void *arg, const char *s, size_t n)
+{
+	return kvc_buf_append(arg, s, n) ? 1 : 0;
 }
 
 struct reply {
@@ -366,12 +382,53 @@ main(void)
 		    "redo after undo: reused %d computed %d", s.reused_tokens, s.prefill_tokens);
 		last_reply(c, &again);
 		test_cond(same_reply(&again, &r4), "greedy reply after undo differs");
+		/* /retry takes back only the reply: the prompt is all reused. */
+		n += conv_msg(c, 18)->n_ids;
 		rc = conv_retry(c, NULL, &s, err, sizeof err);
-		test_cond(rc == 0 && s.prefill_tokens == s.prompt_tokens && s.reused_tokens == n,
-		    "retry: reused %d computed %d (%s)", s.reused_tokens, s.prefill_tokens, err);
+		test_cond(rc == 0 && s.prefill_tokens == 0 && s.reused_tokens == n &&
+		    s.prompt_tokens == 0, "retry: reused %d (want %d) computed %d (%s)",
+		    s.reused_tokens, n, s.prefill_tokens, rc ? err : "");
 		last_reply(c, &again);
 		test_cond(same_reply(&again, &r4), "greedy retry differs");
 		test_cond(stored_msgs(st, id) == 20, "retry: %d messages stored", stored_msgs(st, id));
+		test_cond(stream_is_full_render(c, e), "retry: stream != full rendering");
+		(void)conv_stream(c, &n);
+		test_cond(eng_seq_n_pos(conv_seq(c)) == n, "retry: cache %d, stream %d",
+		    eng_seq_n_pos(conv_seq(c)), n);
+	}
+
+	/* /retry in a new process: the logits are not at hand, one position is recomputed. */
+	conv_mgr_free(m);
+	m = new_mgr(e, st, CONV_OVERFLOW_DROP);
+	rc = conv_open(m, id, &c, err, sizeof err);
+	test_cond(rc == 0, "reopen for retry: %s", err);
+	if (rc)
+		return test_done();
+	{
+		int want = 0;
+
+		(void)conv_stream(c, &n);
+		want = n - conv_msg(c, 19)->n_ids;
+		rc = conv_retry(c, NULL, &s, err, sizeof err);
+		test_cond(rc == 0 && s.prefill_tokens == 1 && s.reused_tokens == want - 1 &&
+		    s.resumed_from_snapshot, "retry after reopen: reused %d (want %d) computed %d "
+		    "resumed %d (%s)", s.reused_tokens, want - 1, s.prefill_tokens,
+		    s.resumed_from_snapshot, rc ? err : "");
+		last_reply(c, &again);
+		test_cond(same_reply(&again, &r4), "greedy retry after reopen differs");
+		test_cond(stored_msgs(st, id) == 20, "retry after reopen: %d messages stored",
+		    stored_msgs(st, id));
+		conv_mgr_free(m);
+		m = new_mgr(e, st, CONV_OVERFLOW_DROP);
+		rc = conv_open(m, id, &c, err, sizeof err);
+		test_cond(rc == 0, "reopen after retry: %s", err);
+		if (rc)
+			return test_done();
+		rc = conv_turn(c, "One more.", NULL, &s, err, sizeof err);
+		test_cond(rc == 0 && s.resumed_from_snapshot && s.prefill_tokens == s.prompt_tokens,
+		    "turn after retry+reopen: resumed %d computed %d of %d (%s)",
+		    s.resumed_from_snapshot, s.prefill_tokens, s.prompt_tokens, rc ? err : "");
+		test_cond(conv_undo(c, err, sizeof err) == 0, "undo one more: %s", err);
 	}
 
 	/* Resume: 9 turns on disk, the 10th must be r4 whichever way the cache comes back. */
@@ -489,6 +546,115 @@ main(void)
 			test_cond(!conv_resident(b), "b still resident");
 		}
 		conv_mgr_free(mb);
+	}
+
+	/* /system on a conversation with messages: re-rendered, recomputed, stored. */
+	{
+		struct conv_mgr *ms = new_mgr(e, st, CONV_OVERFLOW_DROP);
+		struct sess_msg *v = NULL;
+		struct sess_conv row = {0};
+		struct kvc_tokens cat = {0};
+		const int32_t *toks;
+		int nv = 0, nc = -1;
+		int64_t sid = 0;
+
+		rc = conv_new(ms, "sys", "You are terse.", &set, &c, err, sizeof err);
+		test_cond(rc == 0, "conv_new sys: %s", err);
+		for (int t = 0; rc == 0 && t < 3; t++)
+			rc = conv_turn(c, inputs[t], NULL, &s, err, sizeof err);
+		test_cond(rc == 0, "sys turns: %s", err);
+		if (rc == 0) {
+			sid = conv_id(c);
+			rc = conv_change_system(c, "You are a pirate. Answer in rhymes.", &nc, err,
+			    sizeof err);
+			test_cond(rc == 0, "change system: %s", err);
+			toks = conv_stream(c, &n);
+			test_cond(nc > n / 2 && nc <= n, "change system computed %d of %d", nc, n);
+			test_cond(strcmp(conv_system(c), "You are a pirate. Answer in rhymes.") == 0,
+			    "system in memory");
+			test_cond(stream_is_full_render(c, e), "after /system: stream != full rendering");
+			test_cond(eng_seq_n_pos(conv_seq(c)) == n, "after /system: cache %d stream %d",
+			    eng_seq_n_pos(conv_seq(c)), n);
+			{
+				float *ref = fresh_logits(e, toks, n);
+				test_cond(ref && eng_seq_logits(conv_seq(c)) &&
+				    max_rel_diff(ref, eng_seq_logits(conv_seq(c)), eng_n_vocab(e)) < 1e-5,
+				    "after /system: cache logits differ from a fresh prefill");
+				free(ref);
+			}
+			/* The store: new system, ids that concatenate to the stream, a valid snapshot. */
+			test_cond(sess_conv_get(st, sid, &row, err, sizeof err) == 0 && row.system &&
+			    strcmp(row.system, "You are a pirate. Answer in rhymes.") == 0,
+			    "stored system '%s'", row.system ? row.system : "(null)");
+			sess_conv_clear(&row);
+			test_cond(sess_msgs_load(st, sid, &v, &nv, err, sizeof err) == 0 && nv == 6,
+			    "stored messages %d", nv);
+			for (int i = 0; i < nv; i++)
+				(void)kvc_tokens_append(&cat, v[i].ids, (size_t)v[i].n_ids);
+			test_cond((int)cat.n == n && memcmp(cat.v, toks, (size_t)n * sizeof *toks) == 0,
+			    "stored ids (%zu) do not concatenate to the stream (%d)", cat.n, n);
+			sess_msgs_free(v, nv);
+			kvc_tokens_free(&cat);
+			test_cond(sess_check(st, err, sizeof err) == 0, "sess_check: %s", err);
+			/* The same prompt again changes nothing. */
+			rc = conv_change_system(c, "You are a pirate. Answer in rhymes.", &nc, err,
+			    sizeof err);
+			test_cond(rc == 0 && nc == 0, "same system: rc %d computed %d", rc, nc);
+		}
+		conv_mgr_free(ms);
+		/* It resumes from the fresh snapshot. */
+		ms = new_mgr(e, st, CONV_OVERFLOW_DROP);
+		rc = sid ? conv_open(ms, sid, &c, err, sizeof err) : -1;
+		test_cond(rc == 0, "reopen sys: %s", err);
+		if (rc == 0) {
+			rc = conv_turn(c, inputs[3], NULL, &s, err, sizeof err);
+			test_cond(rc == 0 && s.resumed_from_snapshot && !s.rebuilt &&
+			    s.prefill_tokens == s.prompt_tokens, "turn after /system + reopen: "
+			    "resumed %d rebuilt %d computed %d of %d", s.resumed_from_snapshot,
+			    s.rebuilt, s.prefill_tokens, s.prompt_tokens);
+			test_cond(stream_is_full_render(c, e), "after reopen: stream != full rendering");
+		}
+		conv_mgr_free(ms);
+	}
+
+	/* Stop strings: what could start one is held back, so the screen equals the text. */
+	{
+		struct conv_params p;
+		struct conv_mgr *md;
+		struct conv_io io;
+		struct kvc_buf shown = {0};
+
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Hello Us", 8) == 2, "holdback 'Us'");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Hello\nUser", 10) == 4, "holdback 'User'");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Hello U", 7) == 1, "holdback 'U'");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Hello", 5) == 0, "holdback none");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Use", 3) == 3, "holdback 'Use'");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "Usa", 3) == 0, "holdback 'Usa'");
+		test_cond(conv_stop_holdback(CHAT_DEEPSEEK, "", 0) == 0, "holdback empty");
+		test_cond(conv_stop_holdback(CHAT_CHATML, "Hello Us", 8) == 0, "holdback chatml");
+		memset(&p, 0, sizeof p);
+		p.family = CHAT_DEEPSEEK;
+		p.notice = on_notice;
+		rc = conv_mgr_new(&md, e, st, &p, err, sizeof err);
+		test_cond(rc == 0, "deepseek mgr: %s", err);
+		if (rc == 0 && conv_new(md, "ds", NULL, &set, &c, err, sizeof err) == 0) {
+			memset(&io, 0, sizeof io);
+			io.on_text = collect_text;
+			io.arg = &shown;
+			for (int t = 0; t < 3; t++) {
+				shown.n = 0;
+				rc = conv_turn(c, inputs[t], &io, &s, err, sizeof err);
+				test_cond(rc == 0, "deepseek turn: %s", err);
+				if (rc)
+					break;
+				const struct sess_msg *x = conv_msg(c, conv_n_msgs(c) - 1);
+				test_cond(shown.n == strlen(x->text) &&
+				    memcmp(shown.p, x->text, shown.n) == 0,
+				    "deepseek turn %d: shown text differs from the stored one", t + 1);
+			}
+		}
+		kvc_buf_free(&shown);
+		conv_mgr_free(md);
 	}
 
 	sess_close(st);

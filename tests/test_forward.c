@@ -6,15 +6,38 @@
  * limit) and model_load's refusals.
  *
  * Error bounds. Both paths use the same dequantised weights (the reference
- * dequantises the very blocks the backend dots with) and the backend keeps
- * activations in float32, so quantisation error is common to both and
- * cancels: only rounding differs. Metric per position: max|a - ref| /
- * max|ref| over the vocabulary.
- *  - F32 cache: float32 sums of n <= 512 products carry a relative error of
- *    about sqrt(n) * 2^-24 ~ 1e-6 of the sum of |terms| (n * 2^-24 ~ 3e-5 at
- *    worst); a few such stages per layer over 2 layers stay well inside
- *    1e-4, the bound for every weight type (the quantised types are not
- *    looser: their error is in the weights, not in the arithmetic).
+ * dequantises the very blocks the backend dots with), so weight
+ * quantisation error is common to both and cancels. Metric per position:
+ * max|a - ref| / max|ref| over the vocabulary.
+ *  - F32 cache, F32/F16/BF16 weights (float activations): float32 sums of
+ *    n <= 512 products carry a relative error of about sqrt(n) * 2^-24 ~
+ *    1e-6 of the sum of |terms| (n * 2^-24 ~ 3e-5 at worst); a few such
+ *    stages per layer over 2 layers stay well inside 1e-4.
+ *  - Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): the backend rounds
+ *    each product's input to int8 per block of 32 (quant.h, q_dot_act),
+ *    which the reference does not. quant.h bounds one dot product by
+ *    sum_b (d_b / 2) sum_{i in b} w'_i, d_b = max_b|x| / 127, w'_i = |w_i| +
+ *    m_i. That linear sum assumes every rounding error has the same sign;
+ *    the errors are the fractional parts of x_i / d_b, spread uniformly
+ *    over +-d_b/2 and unrelated to each other and to the weights, so the
+ *    same terms add in quadrature: var(err) = sum_b (d_b^2 / 12) sum_{i in
+ *    b} w'_i^2. Averaged over the test's random rows, with
+ *    max_b|x|^2 <= sum_{i in b} x_i^2 (true for any x):
+ *      var(err) <= mean(w'^2) * 32 |x|^2 / (12 * 127^2),
+ *    while the output itself has var(y) = mean(w^2) |x|^2, so each product
+ *    gets a relative error eps <= rho * sqrt(32/12) / 127 = 0.0129 rho,
+ *    rho = rms(w') / rms(w). rho = 1 for Q8_0/Q4_0/Q6_K (m = 0); for
+ *    Q4_K/Q5_K the test's weights, uniform in +-s, are stored as d*sc*q - m
+ *    with m ~ s, so w' = w + m is uniform in [0, 2s]: rho = 2. A forward
+ *    pass has P = 7 products per layer (Q, K, V, O, gate, up, down) x 2
+ *    layers + the output = 15, with O(1) gain each to the logits (unit-
+ *    scale weights, RMSNorm before each block); independent errors add in
+ *    quadrature, so the logits' error is <= sqrt(15) * eps = 0.050 rho of
+ *    their scale, and the metric (ratio of two maxima over 300 values of
+ *    near-Gaussian spread) is about that ratio of scales. Bound: TOL_ACT *
+ *    rho = 0.05 rho added to 1e-4. Measured: <= 0.015 (rho = 1), <= 0.031
+ *    (rho = 2, 150-token prefill); the slack is that real blocks have
+ *    max_b|x| ~ 2.2-3.7 rms (measured) where the bound allows sqrt(32).
  *  - F16 cache: each cached K and V element is rounded to 11 significant
  *    bits, a relative change <= u = 2^-11 ~ 4.9e-4. A score q.k/sqrt(d)
  *    moves by <= u |q||k|/sqrt(d) (|scores| are O(1) here, so softmax
@@ -33,6 +56,7 @@
 
 #define TOL_F32 1e-4
 #define TOL_F16 2e-3
+#define TOL_ACT 0.05	/* per unit of rho, see above */
 #define N_TOK 12	/* prefill PREFILL, then single-token decodes */
 #define PREFILL 8
 
@@ -202,6 +226,16 @@ max_abs(const float *a, size_t n)
 	return m;
 }
 
+/* Bound for the F32 cache: weights with integer kernels add the int8 activation term. */
+static double
+tol_weights(enum ggml_type t)
+{
+	if (!q_act_supported(t))
+		return TOL_F32;
+	/* rho (see the top): 2 where sub-block mins shift the integer weights */
+	return TOL_F32 + TOL_ACT * (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ? 2 : 1);
+}
+
 /* Prefill PREFILL tokens (all logits), then decode one by one; worst error against ref. */
 static double
 run_vs_ref(void *ctx, const struct kvc_model *m, enum ggml_type kv_type,
@@ -362,7 +396,7 @@ long_prefill(const struct kvc_model *m, const struct gguf_file *f, const struct 
 	for (i = 0; i < N; i++)
 		worst = fmax(worst, rel_err(lg[0] + (size_t)i * V, ref + (size_t)i * V, V));
 	printf("%d-token prefill: rel err %.2e\n", N, worst);
-	test_cond(worst <= TOL_F32, "%d-token prefill: %g", N, worst);
+	test_cond(worst <= tol_weights(m->layers[0].wq.type), "%d-token prefill: %g", N, worst);
 	test_cond(memcmp(lg[0], lg[1], (size_t)N * V * sizeof(float)) == 0,
 	    "1 and 3 threads give different logits");
 	free(ref);
@@ -548,7 +582,7 @@ main(void)
 			float *lg;
 			void *mem, *ctx = NULL;
 			char err[256];
-			double e32, e16;
+			double e32, e16, tol;
 
 			s.wtype = types[ti];
 			f = open_spec(&s, &mem, NULL);
@@ -581,10 +615,12 @@ main(void)
 			kvc_backend_cpu.free(ctx);
 			printf("%-5s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
 			    ggml_type_name(s.wtype), e32, e16);
-			test_cond(e32 <= TOL_F32, "%s %s F32 cache: %g > %g", s.arch,
-			    ggml_type_name(s.wtype), e32, TOL_F32);
-			test_cond(e16 <= TOL_F16, "%s %s F16 cache: %g > %g", s.arch,
-			    ggml_type_name(s.wtype), e16, TOL_F16);
+			tol = tol_weights(s.wtype);
+			test_cond(e32 <= tol, "%s %s F32 cache: %g > %g", s.arch,
+			    ggml_type_name(s.wtype), e32, tol);
+			/* the cache's rounding and the activations' add up */
+			test_cond(e16 <= tol + TOL_F16, "%s %s F16 cache: %g > %g", s.arch,
+			    ggml_type_name(s.wtype), e16, tol + TOL_F16);
 			/* the errors must be small because the paths agree, not because logits vanish */
 			test_cond(fabs(ref[(size_t)(N_TOK - 1) * s.n_vocab]) < 1e3, "ref sane");
 

@@ -145,8 +145,10 @@ check "/retry: same number of messages" [ "$(nmsgs "$C1")" -eq "$n" ]
 check "/retry: greedy reply identical" [ "$(last_text "$C1" 2)" = "$a1" ]
 check "/retry: same user message" [ "$(last_text "$C1" 1)" = "$(hex "Short question?")" ]
 echo "/retry computed $(jget "$ST" 8 prefill_tokens) positions, reused $(jget "$ST" 8 reused_tokens)"
-check "/retry: nothing of the history recomputed" \
-    [ "$(jget "$ST" 8 prefill_tokens)" -le "$(jget "$ST" 7 prompt_tokens)" ]
+check "/retry: at most one position computed" [ "$(jget "$ST" 8 prefill_tokens)" -le 1 ]
+r7=$(jget "$ST" 7 reused_tokens) p7=$(jget "$ST" 7 prompt_tokens) r8=$(jget "$ST" 8 reused_tokens)
+c8=$(jget "$ST" 8 prefill_tokens)
+check "/retry: the whole prompt reused ($r8 + $c8 = $r7 + $p7)" [ $((r8 + c8)) -eq $((r7 + p7)) ]
 
 # Two conversations: /new, /resume by title, back again; /list shows both.
 text "/new second"; keys Enter
@@ -170,11 +172,41 @@ text "And the second again."; keys Enter
 wait_for "turn back in second" turn_done 11
 check "/resume ID: the turn went there" [ "$(jget "$ST" 11 conversation_id)" = "$C2" ]
 check "second conversation has 4 messages" [ "$(nmsgs "$C2")" -eq 4 ]
+# /system on a conversation with messages: recomputed and stored.
+text "/system Be brief."; keys Enter
+wait_for "/system recomputes" on_screen "system prompt changed:"
+check "/system stored" [ "$(sql "SELECT system FROM conversations WHERE id = $C2")" = "Be brief." ]
+check "/system kept the messages" [ "$(nmsgs "$C2")" -eq 4 ]
 text "/list"; keys Enter
 wait_for "/list shows both" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q second"
 
 text "/quit"; keys Enter
 wait_for "exit status 0" on_screen "KVCHAT-EXIT:0"
-check "history file kept" grep -q "Back in the first." "$XDG_STATE_HOME/kvchat/history"
+H="$XDG_STATE_HOME/kvchat/history"
+check "history file kept" grep -q "Back in the first." "$H"
+check "multi-line entry kept on one line of the history file" \
+    grep -qF '你好，世界！\n第二行：多行输入。\nthird line, English' "$H"
+
+# After a restart the """ block comes back from history as one entry:
+# reverse-search it, send it, and the stored message has all three lines.
+T kill-session -t t
+ST2="$TMPD/st2.json"
+T new-session -d -s t -x 160 -y 50 \
+    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$DB' --session first --temp 0 -n 8 \
+    --ctx 8192 --stats-json '$ST2'; echo KVCHAT-EXIT:\$?; sleep 60"
+wait_for "the prompt after restart" prompt_ready
+n1=$(nmsgs "$C1")
+keys C-r
+text "third line"
+sleep 0.3
+keys Enter
+wait_for "turn from history" sh -c "[ \"\$(cat '$ST2' 2>/dev/null | wc -l)\" -ge 1 ]"
+wait_for "its reply stored" nmsgs_is "$C1" $((n1 + 2))
+check "multi-line history entry sent whole after a restart" \
+    [ "$(last_text "$C1" 1)" = "$(hex "你好，世界！
+第二行：多行输入。
+third line, English")" ]
+text "/quit"; keys Enter
+wait_for "exit status 0 after restart" on_screen "KVCHAT-EXIT:0"
 check "integrity ok" [ "$(sql 'PRAGMA integrity_check')" = ok ]
 done_testing

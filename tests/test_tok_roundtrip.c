@@ -8,13 +8,9 @@
  */
 #include "test.h"
 
-#include "gguf.h"
+#include "tok_testlib.h"
 #include "tokenizer.h"
 
-static const char *const vocabs[] = {
-	"qwen2", "llama-bpe", "llama-spm", "phi-3", "gpt-2",
-	"deepseek-llm", "deepseek-coder", "starcoder", "falcon",
-};
 static const char *const corpora[] = { "julia-zh-manual.md", "war-and-peace.txt" };
 
 /* Token counts from SOURCES.md (a scratch tokenizer outside the project). */
@@ -27,28 +23,6 @@ static const struct {
 	{ "qwen2", "war-and-peace.txt", 761086 },
 	{ "llama-bpe", "war-and-peace.txt", 760377 },
 };
-
-static char *
-slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *p = NULL;
-	long n;
-
-	if (f == NULL)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (p = malloc((size_t)n + 1)) != NULL) {
-		if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-			free(p);
-			p = NULL;
-		} else {
-			*len = (size_t)n;
-		}
-	}
-	fclose(f);
-	return p;
-}
 
 int
 main(void)
@@ -63,20 +37,18 @@ main(void)
 		test_skip("SHARED_DATA (../shared/data) not found: no corpus");
 	for (int c = 0; c < 2; c++) {
 		snprintf(path, sizeof path, "%s/corpus/%s", dir, corpora[c]);
-		text[c] = slurp(path, &len[c]);
+		text[c] = tok_test_slurp(path, &len[c]);
 		if (text[c] == NULL)
 			test_skip("cannot read %s", path);
 	}
-	for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
-		struct gguf_file *f;
+	for (size_t v = 0; v < tok_test_n_vocabs; v++) {
+		const char *vocab = tok_test_vocabs[v];
 		struct kvc_tokenizer *tok;
 
-		snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf", dir, vocabs[v]);
-		if (gguf_open(&f, path, err, sizeof err) != 0 || tok_load(&tok, f, err, sizeof err) != 0) {
+		if (tok_test_load_vocab(dir, vocab, &tok, err, sizeof err) != 0) {
 			test_cond(0, "%s", err);
 			continue;
 		}
-		gguf_close(f);
 		for (int c = 0; c < 2; c++) {
 			struct kvc_tokens ids = { 0 };
 			struct kvc_buf back = { 0 };
@@ -84,19 +56,19 @@ main(void)
 			int rc = tok_encode(tok, text[c], len[c], 0, &ids, err, sizeof err);
 
 			t1 = kvc_now();
-			test_cond(rc == 0, "%s %s: %s", vocabs[v], corpora[c], err);
-			test_cond(tok_decode(tok, ids.v, ids.n, 0, &back) == 0, "%s: decode failed", vocabs[v]);
+			test_cond(rc == 0, "%s %s: %s", vocab, corpora[c], err);
+			test_cond(tok_decode(tok, ids.v, ids.n, 0, &back) == 0, "%s: decode failed", vocab);
 			t2 = kvc_now();
 			total += t2 - t0;
 			test_cond(back.n == len[c] && memcmp(back.p, text[c], len[c]) == 0,
-			    "%s %s: detokenized text differs (%zu bytes vs %zu)", vocabs[v], corpora[c],
+			    "%s %s: detokenized text differs (%zu bytes vs %zu)", vocab, corpora[c],
 			    back.n, len[c]);
 			printf("%-16s %-20s %8zu tokens  encode %.3fs (%.0f tok/s)  decode %.3fs\n",
-			    vocabs[v], corpora[c], ids.n, t1 - t0, (double)ids.n / (t1 - t0), t2 - t1);
+			    vocab, corpora[c], ids.n, t1 - t0, (double)ids.n / (t1 - t0), t2 - t1);
 			for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-				if (strcmp(known[k].vocab, vocabs[v]) == 0 && strcmp(known[k].corpus, corpora[c]) == 0)
+				if (strcmp(known[k].vocab, vocab) == 0 && strcmp(known[k].corpus, corpora[c]) == 0)
 					test_cond(ids.n == known[k].n, "%s %s: %zu tokens, the reference has %zu",
-					    vocabs[v], corpora[c], ids.n, known[k].n);
+					    vocab, corpora[c], ids.n, known[k].n);
 			kvc_tokens_free(&ids);
 			kvc_buf_free(&back);
 		}

@@ -7,36 +7,8 @@
  */
 #include "test.h"
 
-#include "gguf.h"
+#include "tok_testlib.h"
 #include "tokenizer.h"
-
-static const char *const vocabs[] = {
-	"qwen2", "llama-bpe", "llama-spm", "phi-3", "gpt-2",
-	"deepseek-llm", "deepseek-coder", "starcoder", "falcon",
-};
-
-static char *
-slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *p = NULL;
-	long n;
-
-	if (f == NULL)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (p = malloc((size_t)n + 1)) != NULL) {
-		if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-			free(p);
-			p = NULL;
-		} else {
-			p[n] = '\0';
-			*len = (size_t)n;
-		}
-	}
-	fclose(f);
-	return p;
-}
 
 static void
 print_ids(const char *label, const int32_t *v, size_t n)
@@ -52,26 +24,18 @@ run_vocab(const char *dir, const char *name)
 {
 	static const char sep[] = "\n__ggml_vocab_test__\n";
 	char path[4096], err[512];
-	struct gguf_file *f;
 	struct kvc_tokenizer *tok;
 	char *inp, *out, *s, *line;
 	size_t inp_len, out_len, n_ok = 0, n_all = 0, n_rt = 0;
 
-	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf", dir, name);
-	if (gguf_open(&f, path, err, sizeof err) != 0) {
+	if (tok_test_load_vocab(dir, name, &tok, err, sizeof err) != 0) {
 		test_cond(0, "%s", err);
 		return;
 	}
-	if (tok_load(&tok, f, err, sizeof err) != 0) {
-		test_cond(0, "%s", err);
-		gguf_close(f);
-		return;
-	}
-	gguf_close(f);
 	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf.inp", dir, name);
-	inp = slurp(path, &inp_len);
+	inp = tok_test_slurp(path, &inp_len);
 	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf.out", dir, name);
-	out = slurp(path, &out_len);
+	out = tok_test_slurp(path, &out_len);
 	test_cond(inp != NULL && out != NULL, "%s: cannot read the .inp/.out vectors", name);
 	if (inp == NULL || out == NULL)
 		goto done;
@@ -137,7 +101,7 @@ main(void)
 
 	if (dir == NULL)
 		test_skip("SHARED_DATA (../shared/data) not found: no llama.cpp vocab vectors");
-	for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++)
-		run_vocab(dir, vocabs[i]);
+	for (size_t i = 0; i < tok_test_n_vocabs; i++)
+		run_vocab(dir, tok_test_vocabs[i]);
 	return test_done();
 }
