@@ -18,3 +18,16 @@ done_testing() { echo "$T_PASS passed, $T_FAIL failed"; [ "$T_FAIL" -eq 0 ]; }
 # The sqlite3 shell has no busy timeout by default: a read that lands while
 # kvchat commits would fail at once and read as an empty answer.
 sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }
+
+# The fixture generator, and helpers the end-to-end tests share.
+MKMODEL="$top_builddir/tests/mkmodel"
+# jget FILE LINE KEY: a scalar field of the JSON object on line LINE of FILE
+jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
+# kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
+kvrun() {
+	_d=$1 _e=$2; shift 2
+	"$KVCHAT" "$@" 2>"$_e"
+	_rc=$?
+	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
+	return $_rc
+}

@@ -4,7 +4,6 @@
 # stats or colour on stdout, --stats-json writes one parseable object per
 # turn with the documented keys, bad usage exits 2, no model exits 1.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --seed 5 --quiet \

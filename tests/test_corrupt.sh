@@ -6,16 +6,7 @@
 # by rebuilding its cache from the stored tokens, giving (greedy) the same
 # reply as a rebuild from no snapshot at all.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-kvrun() {
-	_d=$1 _e=$2; shift 2
-	"$KVCHAT" "$@" 2>"$_e"
-	_rc=$?
-	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
-	return $_rc
-}
-jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 last_reply() { sqlite3 "$1" "SELECT hex(text) FROM messages WHERE role = 2 ORDER BY id DESC LIMIT 1"; }
 integrity() { check "$1: integrity ok" [ "$(sqlite3 "$2" 'PRAGMA integrity_check')" = ok ]; }
 

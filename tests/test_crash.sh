@@ -17,7 +17,6 @@
 # KVCHAT_CRASH_KILLS (default 50) and KVCHAT_CRASH_SEED make longer or
 # repeatable runs (docs/CRASH.md).
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 KILLS=${KVCHAT_CRASH_KILLS:-50}
 SEED=${KVCHAT_CRASH_SEED:-$$}

@@ -4,10 +4,8 @@
 # its own message added (prefill_tokens == prompt_tokens), never the history,
 # and what is reused grows by what the previous turns added.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 # jget FILE LINE KEY: the scalar value of KEY on line LINE of a JSON-lines file.
-jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 11 >/dev/null ||

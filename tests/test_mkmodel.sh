@@ -3,7 +3,6 @@
 # architecture x weight type, deterministically for a seed, with the
 # vocabulary padded to --n-vocab and K-quant fallbacks for odd widths.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 
 info() { "$KVCHAT" info -m "$1" 2>&1; }

@@ -7,13 +7,11 @@
 # between two conversations, /list, /quit. What happened is read back from
 # the database and --stats-json, which do not depend on the screen layout.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
 SOCK="kvchat-test-$$"
 T() { tmux -L "$SOCK" -f /dev/null "$@"; }
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 screen() { T capture-pane -p -J -t t -S -300; }
 # wait_for DESC COMMAND...: poll (30 s at most: sanitizer builds on a loaded
 # machine are slow) until COMMAND succeeds.

@@ -6,17 +6,7 @@
 # the 4th reply of an uninterrupted 4-turn run. --resume (most recent, by id,
 # by title) continues the same way.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-# kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
-kvrun() {
-	_d=$1 _e=$2; shift 2
-	"$KVCHAT" "$@" 2>"$_e"
-	_rc=$?
-	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
-	return $_rc
-}
-jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 21 >/dev/null ||

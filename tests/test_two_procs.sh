@@ -5,18 +5,9 @@
 # the process (exit or SIGKILL); processes writing different conversations
 # at the same time never corrupt the database or lose a turn.
 . "$top_srcdir/tests/lib.sh"
-MKMODEL="$top_builddir/tests/mkmodel"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 PIDS=""
 trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$TMPD"' EXIT
-kvrun() {
-	_d=$1 _e=$2; shift 2
-	"$KVCHAT" "$@" 2>"$_e"
-	_rc=$?
-	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
-	return $_rc
-}
-jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
 # wait_lines FILE N: until FILE has N lines (20 s at most).
 wait_lines() {
 	_i=0
