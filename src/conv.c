@@ -908,6 +908,21 @@ has_stop_string(enum chat_family f, const struct kvc_buf *text, size_t *cut)
 }
 
 /*
+ * After a turn's prompt is in the cache: its prefill figures, and the
+ * buffer that keeps the first reply position's logits for /retry (optional:
+ * without it /retry recomputes one position).
+ */
+static void
+prompt_done(struct conv *c, const struct eng_stats *es, struct conv_stats *st)
+{
+	st->reused_tokens = es->n_reused;
+	st->prefill_tokens = es->n_computed;
+	st->prefill_tps = es->t_prefill > 0 ? es->n_computed / es->t_prefill : 0;
+	if (c->reply_logits == NULL)
+		c->reply_logits = malloc((size_t)eng_n_vocab(c->m->e) * sizeof *c->reply_logits);
+}
+
+/*
  * A NUL byte is valid UTF-8 but useless on a terminal and would cut the
  * stored (C string) text short, so what is shown and what is saved could
  * differ; both get U+FFFD instead.
@@ -1199,12 +1214,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 			goto rollback;
 		}
 	}
-	st->reused_tokens = es.n_reused;
-	st->prefill_tokens = es.n_computed;
-	st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
-
-	if (c->reply_logits == NULL)
-		c->reply_logits = malloc((size_t)eng_n_vocab(m->e) * sizeof *c->reply_logits);
+	prompt_done(c, &es, st);
 	c->reply_logits_pos = -1;
 	rc = generate(c, io, NULL, &g, st, t0, err, errlen);
 	if (rc && g.ids.n == 0)
@@ -1431,11 +1441,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	}
 	if (rc)
 		goto fail;
-	st->reused_tokens = es.n_reused;
-	st->prefill_tokens = es.n_computed;
-	st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
-	if (c->reply_logits == NULL)
-		c->reply_logits = malloc((size_t)eng_n_vocab(m->e) * sizeof *c->reply_logits);
+	prompt_done(c, &es, st);
 	rc = generate(c, io, first, &g, st, t0, err, errlen);
 	if (rc && g.ids.n == 0)
 		goto fail;
