@@ -192,6 +192,25 @@ block_dot(int type, const uint8_t *row, int64_t b, const float *x, float *out)
 		}
 		break;
 	}
+	case GGML_TYPE_Q4_1:
+	case GGML_TYPE_Q5_0:
+	case GGML_TYPE_Q5_1: {
+		/* Q4_1: d m qs (20 bytes); Q5_0: d qh qs (22); Q5_1: d m qh qs (24) */
+		bool has_m = type != GGML_TYPE_Q5_0, q5 = type != GGML_TYPE_Q4_1;
+		const uint8_t *p = row + b * (type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22 : 24);
+		const uint8_t *qh = p + (has_m ? 4 : 2), *q = qh + (q5 ? 4 : 0);
+		float d = h2f(ld16(p)), m = has_m ? h2f(ld16(p + 2)) : 0.f;
+		uint32_t hw = q5 ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+		    (uint32_t)qh[3] << 24 : 0;
+		int sub = type == GGML_TYPE_Q5_0 ? 16 : 0;
+		for (int i = 0; i < 16; i++) {
+			float lo = d * (float)((int)((q[i] & 0xF) | ((hw >> i) & 1) << 4) - sub) + m;
+			float hi = d * (float)((int)((q[i] >> 4) | ((hw >> (i + 16)) & 1) << 4) - sub) + m;
+			if (out) { out[i] = lo; out[i + 16] = hi; }
+			s += lo * x[i] + hi * x[i + 16];
+		}
+		break;
+	}
 	case GGML_TYPE_Q4_K: {
 		const uint8_t *p = row + b * 144;
 		float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));

@@ -115,7 +115,8 @@ q_block_elems(enum ggml_type t)
 	switch (t) {
 	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
 	case GGML_TYPE_Q8_0: return QK8_0;
-	case GGML_TYPE_Q4_0: return QK4_0;
+	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
+	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: return QK4_0;
 	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
 	default: return 0;
 	}
@@ -129,6 +130,9 @@ block_bytes(enum ggml_type t)
 	case GGML_TYPE_F16: case GGML_TYPE_BF16: return 2;
 	case GGML_TYPE_Q8_0: return sizeof(block_q8_0);
 	case GGML_TYPE_Q4_0: return sizeof(block_q4_0);
+	case GGML_TYPE_Q4_1: return sizeof(block_q4_1);
+	case GGML_TYPE_Q5_0: return sizeof(block_q5_0);
+	case GGML_TYPE_Q5_1: return sizeof(block_q5_1);
 	case GGML_TYPE_Q4_K: return sizeof(block_q4_K);
 	case GGML_TYPE_Q5_K: return sizeof(block_q5_K);
 	case GGML_TYPE_Q6_K: return sizeof(block_q6_K);
@@ -148,6 +152,9 @@ q_row_bytes(enum ggml_type t, int64_t n)
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
@@ -176,6 +183,27 @@ deq_q4_0(const block_q4_0 *b, float *y)
 	for (int i = 0; i < QK4_0 / 2; i++) {
 		y[i] = d * (float)((b->qs[i] & 0xF) - 8);
 		y[i + QK4_0 / 2] = d * (float)((b->qs[i] >> 4) - 8);
+	}
+}
+
+/*
+ * Q4_1, Q5_0, Q5_1: 32 values, element i in the low nibble of qs[i % 16]
+ * (i < 16) or the high one; the 5-bit types take bit i of qh (a
+ * little-endian 32-bit word) as the 5th bit. value = d * level + off.
+ */
+static inline void
+deq_32(uint16_t d16, float off, const uint8_t *qh4, const uint8_t *qs, int sub, float *y)
+{
+	float d = kvc_fp16_to_f32(d16);
+	uint32_t qh = 0;
+
+	if (qh4 != NULL)
+		qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
+	for (int i = 0; i < 16; i++) {
+		int lo = (qs[i] & 0xF) | (int)((qh >> i) & 1) << 4;
+		int hi = (qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+		y[i] = d * (float)(lo - sub) + off;
+		y[i + 16] = d * (float)(hi - sub) + off;
 	}
 }
 
@@ -249,6 +277,9 @@ deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 	union {
 		block_q8_0 q8_0;
 		block_q4_0 q4_0;
+		block_q4_1 q4_1;
+		block_q5_0 q5_0;
+		block_q5_1 q5_1;
 		block_q4_K q4_k;
 		block_q5_K q5_k;
 		block_q6_K q6_k;
@@ -259,6 +290,9 @@ deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 	switch (t) {
 	case GGML_TYPE_Q8_0: deq_q8_0(&b.q8_0, y); break;
 	case GGML_TYPE_Q4_0: deq_q4_0(&b.q4_0, y); break;
+	case GGML_TYPE_Q4_1: deq_32(b.q4_1.d, kvc_fp16_to_f32(b.q4_1.m), NULL, b.q4_1.qs, 0, y); break;
+	case GGML_TYPE_Q5_0: deq_32(b.q5_0.d, 0, b.q5_0.qh, b.q5_0.qs, 16, y); break;
+	case GGML_TYPE_Q5_1: deq_32(b.q5_1.d, kvc_fp16_to_f32(b.q5_1.m), b.q5_1.qh, b.q5_1.qs, 0, y); break;
 	case GGML_TYPE_Q4_K: deq_q4_k(&b.q4_k, y); break;
 	case GGML_TYPE_Q5_K: deq_q5_k(&b.q5_k, y); break;
 	case GGML_TYPE_Q6_K: deq_q6_k(&b.q6_k, y); break;
@@ -335,6 +369,63 @@ quant_q4_0(const float *x, block_q4_0 *b)
 		q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
 		b->qs[i] = (uint8_t)(q0 | (q1 << 4));
 	}
+}
+
+/*
+ * Q5_0: as Q4_0 with 32 levels: the value of largest magnitude maps to
+ * -16. Q4_1/Q5_1: d = (max - min) / nmax and m = min, levels 0..nmax.
+ * Returns the levels in q[0..32) for pack_32.
+ */
+static void
+quant_sym5(const float *x, uint16_t *dp, uint8_t *q)
+{
+	float amax = 0, mx = 0;
+
+	for (int i = 0; i < 32; i++) {
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			mx = x[i];
+		}
+	}
+	*dp = kvc_f32_to_fp16(mx / -16.0f);
+	float d = kvc_fp16_to_f32(*dp), id = d != 0 ? 1.0f / d : 0;
+	for (int i = 0; i < 32; i++) {
+		int v = nearest_int(x[i] * id) + 16;
+		q[i] = (uint8_t)(v < 0 ? 0 : v > 31 ? 31 : v);
+	}
+}
+
+static void
+quant_affine(const float *x, int nmax, uint16_t *dp, uint16_t *mp, uint8_t *q)
+{
+	float lo = x[0], hi = x[0];
+
+	for (int i = 1; i < 32; i++) {
+		lo = fminf(lo, x[i]);
+		hi = fmaxf(hi, x[i]);
+	}
+	*dp = kvc_f32_to_fp16((hi - lo) / (float)nmax);
+	*mp = kvc_f32_to_fp16(lo);
+	float d = kvc_fp16_to_f32(*dp), m = kvc_fp16_to_f32(*mp), id = d > 0 ? 1.0f / d : 0;
+	for (int i = 0; i < 32; i++) {
+		int v = nearest_int((x[i] - m) * id);
+		q[i] = (uint8_t)(v < 0 ? 0 : v > nmax ? nmax : v);
+	}
+}
+
+/* Levels q[0..32) into nibbles (and the qh word for 5-bit types, qh4 != NULL). */
+static void
+pack_32(const uint8_t *q, uint8_t *qs, uint8_t *qh4)
+{
+	uint32_t qh = 0;
+
+	for (int i = 0; i < 16; i++) {
+		qs[i] = (uint8_t)((q[i] & 0xF) | (q[i + 16] & 0xF) << 4);
+		qh |= (uint32_t)(q[i] >> 4) << i | (uint32_t)(q[i + 16] >> 4) << (i + 16);
+	}
+	if (qh4 != NULL)
+		for (int k = 0; k < 4; k++)
+			qh4[k] = (uint8_t)(qh >> (8 * k));
 }
 
 /* Pack 8 (scale, min) pairs of 6 bits as q_k_scale_min reads them. */
@@ -465,9 +556,13 @@ q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
 	uint8_t *p = dst;
 	int64_t bs = q_block_elems(t);
 	size_t bb = block_bytes(t);
+	uint8_t lv[32];
 	union {		/* aligned scratch: dst may be at any address */
 		block_q8_0 q8_0;
 		block_q4_0 q4_0;
+		block_q4_1 q4_1;
+		block_q5_0 q5_0;
+		block_q5_1 q5_1;
 		block_q4_K q4_k;
 		block_q5_K q5_k;
 		block_q6_K q6_k;
@@ -489,6 +584,18 @@ q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
 		}
 		case GGML_TYPE_Q8_0: quant_q8_0(x, &b.q8_0); break;
 		case GGML_TYPE_Q4_0: quant_q4_0(x, &b.q4_0); break;
+		case GGML_TYPE_Q4_1:
+			quant_affine(x, 15, &b.q4_1.d, &b.q4_1.m, lv);
+			pack_32(lv, b.q4_1.qs, NULL);
+			break;
+		case GGML_TYPE_Q5_0:
+			quant_sym5(x, &b.q5_0.d, lv);
+			pack_32(lv, b.q5_0.qs, b.q5_0.qh);
+			break;
+		case GGML_TYPE_Q5_1:
+			quant_affine(x, 31, &b.q5_1.d, &b.q5_1.m, lv);
+			pack_32(lv, b.q5_1.qs, b.q5_1.qh);
+			break;
 		case GGML_TYPE_Q4_K: quant_q4_k(x, &b.q4_k); break;
 		case GGML_TYPE_Q5_K: quant_q5_k(x, &b.q5_k); break;
 		case GGML_TYPE_Q6_K: quant_q6_k(x, &b.q6_k); break;
@@ -646,7 +753,8 @@ bool
 q_act_supported(enum ggml_type t)
 {
 	switch (t) {
-	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0:
+	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
+	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
 	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
 		return true;
 	default:
@@ -714,6 +822,24 @@ unpack_int(enum ggml_type t, const uint8_t *p, struct int_block *o)
 		o->s16[0] = o->s16[1] = d;
 		o->mn[0] = 0;
 		break;
+	case GGML_TYPE_Q4_1:
+	case GGML_TYPE_Q5_0:
+	case GGML_TYPE_Q5_1: {
+		/* offsets: Q4_1 d m qs, Q5_0 d qh qs, Q5_1 d m qh qs; m enters as -mn */
+		bool has_m = t != GGML_TYPE_Q5_0, q5 = t != GGML_TYPE_Q4_1;
+		const uint8_t *qh = p + (has_m ? 4 : 2), *qs = qh + (q5 ? 4 : 0);
+		uint32_t hw = q5 ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 |
+		    (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24 : 0;
+		int sub = t == GGML_TYPE_Q5_0 ? 16 : 0;
+		for (int i = 0; i < 16; i++) {
+			o->q[i] = (int8_t)(((qs[i] & 0xF) | (int)((hw >> i) & 1) << 4) - sub);
+			o->q[i + 16] = (int8_t)(((qs[i] >> 4) | (int)((hw >> (i + 16)) & 1) << 4) - sub);
+		}
+		o->s16[0] = o->s16[1] = d;
+		memcpy(&hm, p + 2, 2);
+		o->mn[0] = has_m ? -kvc_fp16_to_f32(hm) : 0;
+		break;
+	}
 	case GGML_TYPE_Q4_K:
 	case GGML_TYPE_Q5_K: {
 		bool q5 = t == GGML_TYPE_Q5_K;

@@ -1,6 +1,8 @@
 /*
  * quant.h: the weight formats kvchat computes with: F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K. Block layouts are ggml's (part of the GGUF format);
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. (Q5_0/Q5_1 are what
+ * llama.cpp's K-quant mixes fall back to for rows 256 does not divide, e.g.
+ * Qwen2.5-0.5B's 896-wide matrices in a Q4_K_M file.) Block layouts are ggml's (part of the GGUF format);
  * all multi-byte fields are little-endian, fp16 scales are IEEE half.
  *
  * Dot products work directly on quantised blocks: a weight matrix is never
@@ -19,6 +21,11 @@
 
 typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;		/* 18 bytes */
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;		/* 34 bytes */
+/* value = d q + m, q the 4-bit level 0..15 (element i: low nibble of qs[i], i+16: high) */
+typedef struct { uint16_t d, m; uint8_t qs[QK4_0 / 2]; } block_q4_1;	/* 20 bytes */
+/* 5-bit levels: nibbles as Q4_0/Q4_1, bit i of the little-endian qh word is element i's 5th bit */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK4_0 / 2]; } block_q5_0;	/* 22 bytes; d (q - 16) */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK4_0 / 2]; } block_q5_1;	/* 24 bytes; d q + m */
 typedef struct {
 	uint16_t d;			/* super-block scale for the 6-bit scales */
 	uint16_t dmin;			/* super-block scale for the 6-bit mins */
@@ -97,10 +104,11 @@ int64_t q_block_elems(enum ggml_type t);
  * quantised types (bench/qdot). The price is the rounding of x: with
  * d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
  *   |q_dot_act - sum_i w_i x_i| <= sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i)
- * (+ float rounding), where m_i is the Q4_K/Q5_K sub-block min dmin * m_j
- * (0 for the other types): the min terms use the exact float sums of x,
- * only the d * sc * q part sees the rounded x. Types: Q8_0, Q4_0, Q4_K,
- * Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
+ * (+ float rounding), where m_i is the magnitude of the block's offset
+ * (Q4_K/Q5_K sub-block min dmin * m_j, Q4_1/Q5_1 m; 0 for the other
+ * types): the offset terms use the exact float sums of x, only the d * q
+ * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+ * Q6_K (q_act_supported); others must use q_matmul_rows.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],

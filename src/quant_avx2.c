@@ -420,6 +420,64 @@ dot_act_q4_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 	return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/*
+ * Bit i of the 32-bit word h as byte i of the result: 0x10 where set, else 0
+ * (the 5th bit of Q5_0/Q5_1 level i, already in place).
+ */
+AVX2 static inline __m256i
+bits_to_0x10(uint32_t h)
+{
+	/* byte i takes byte i / 8 of h, then tests bit i % 8 of it */
+	const __m256i pick = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+	    0x0101010101010101ll, 0x0000000000000000ll);
+	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
+
+	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/*
+ * Q4_1, Q5_0, Q5_1 (32 values a block): levels as unsigned bytes, then
+ * d * dx * sum(level * qx) per block; Q5_0's -16 offset is folded into the
+ * signed product, Q4_1/Q5_1's m is added as m * (exact float sum of x).
+ */
+AVX2 static float
+dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
+	bool has_m = t != GGML_TYPE_Q5_0, q5 = t != GGML_TYPE_Q4_1;
+	size_t bsz = 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0) + 16;
+	float moff = 0;
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = b + (size_t)i * bsz, *qh = p + (has_m ? 4 : 2), *qs = qh + (q5 ? 4 : 0);
+		__m128i v = _mm_loadu_si128((const __m128i *)qs);
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
+		__m256i s;
+
+		if (q5) {
+			uint32_t h;
+			memcpy(&h, qh, 4);
+			u = _mm256_or_si256(u, bits_to_0x10(h));
+		}
+		if (t == GGML_TYPE_Q5_0)
+			s = mad_i8i8(_mm256_sub_epi8(u, k16), ld256(q + 32 * i));
+		else
+			s = mad_u8i8(u, ld256(q + 32 * i));
+		if (has_m)
+			moff += h2f(p + 2) * xs[i];
+		__m256 sc = _mm256_set1_ps(h2f(p) * d[i]);
+		if (i & 1)
+			acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc1);
+		else
+			acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1)) + moff;
+}
+
 AVX2 static float
 dot_act_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *d, const float *xs,
     const int8_t *q, int64_t nb)
@@ -501,6 +559,9 @@ q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *x
 	switch (t) {
 	case GGML_TYPE_Q8_0: *out = dot_act_q8_0(row, d, q, n / 32); return true;
 	case GGML_TYPE_Q4_0: *out = dot_act_q4_0(row, d, q, n / 32); return true;
+	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+		*out = dot_act_q32(t, row, d, xsum, q, n / 32);
+		return true;
 	case GGML_TYPE_Q4_K: *out = dot_act_q45_k(row, sizeof(block_q4_K), false, d, xsum, q, n / QK_K); return true;
 	case GGML_TYPE_Q5_K: *out = dot_act_q45_k(row, sizeof(block_q5_K), true, d, xsum, q, n / QK_K); return true;
 	case GGML_TYPE_Q6_K: *out = dot_act_q6_k(row, d, q, n / QK_K); return true;

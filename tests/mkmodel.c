@@ -107,13 +107,20 @@ plan_add(struct plan *p, const struct mk_cfg *c, const char *name, enum mk_kind 
 	t->ne[1] = rows;
 	t->type = kind == K_MATRIX ? want : GGML_TYPE_F32;
 	if (q_row_bytes(t->type, n_in) == 0) {
-		/* real files fall back to another type for rows the block does not divide */
-		enum ggml_type fb = q_row_bytes(GGML_TYPE_Q8_0, n_in) ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+		/*
+		 * Real files fall back to another type for rows the block does not
+		 * divide; llama.cpp's choice: Q4_K -> Q5_0, Q5_K -> Q5_1, else Q8_0
+		 * (F16 when even 32 does not divide).
+		 */
+		enum ggml_type fb = t->type == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 :
+		    t->type == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q8_0;
+		if (q_row_bytes(fb, n_in) == 0)
+			fb = GGML_TYPE_F16;
 		/* one note per tensor kind: layer 0 speaks for every layer */
 		if (!c->quiet && (strncmp(name, "blk.", 4) != 0 || strncmp(name, "blk.0.", 6) == 0))
 			fprintf(stderr, "mkmodel: note: %s%s has rows of %lld, not a multiple of %lld: %s instead of %s\n",
 			    name, strncmp(name, "blk.0.", 6) == 0 ? " (and every layer's)" : "", (long long)n_in, (long long)q_block_elems(t->type),
-			    fb == GGML_TYPE_Q8_0 ? "Q8_0" : "F16", ggml_type_name(t->type));
+			    ggml_type_name(fb), ggml_type_name(t->type));
 		t->type = fb;
 	}
 	return 0;
@@ -287,7 +294,9 @@ parse_type(struct mk_cfg *c, const char *s)
 	static const struct { const char *name; enum ggml_type t, big; } types[] = {
 		{"f32", GGML_TYPE_F32, GGML_TYPE_F32}, {"f16", GGML_TYPE_F16, GGML_TYPE_F16},
 		{"bf16", GGML_TYPE_BF16, GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0},
-		{"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0}, {"q4_k", GGML_TYPE_Q4_K, GGML_TYPE_Q4_K},
+		{"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1, GGML_TYPE_Q4_1},
+		{"q5_0", GGML_TYPE_Q5_0, GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1, GGML_TYPE_Q5_1},
+		{"q4_k", GGML_TYPE_Q4_K, GGML_TYPE_Q4_K},
 		{"q5_k", GGML_TYPE_Q5_K, GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K, GGML_TYPE_Q6_K},
 		{"q4_k_m", GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {"q5_k_m", GGML_TYPE_Q5_K, GGML_TYPE_Q6_K},
 	};
@@ -307,7 +316,8 @@ static uint32_t
 file_type(const struct mk_cfg *c)
 {
 	static const struct { const char *name; uint32_t ft; } fts[] = {
-		{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 7}, {"q4_k", 14}, {"q4_k_m", 15},
+		{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q4_1", 3}, {"q8_0", 7}, {"q5_0", 8},
+		{"q5_1", 9}, {"q4_k", 14}, {"q4_k_m", 15},
 		{"q5_k", 16}, {"q5_k_m", 17}, {"q6_k", 18}, {"bf16", 32},
 	};
 	for (size_t i = 0; i < sizeof fts / sizeof fts[0]; i++)
@@ -355,7 +365,7 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: mkmodel -o OUT.gguf [--preset tiny|qwen2.5-0.5b|qwen2.5-7b|llama3.1-8b]\n"
-	    "       [--arch llama|qwen2|qwen3] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+	    "       [--arch llama|qwen2|qwen3] [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
 	    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N]\n"
 	    "       [--n-ff N] [--n-vocab N] [--ctx N] [--seed S] [--tied|--untied]\n"
 	    "       [--vocab bpe|spm] [--rope-freqs] [--rope-theta F] [--threads N] [--quiet]\n"

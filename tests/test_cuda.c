@@ -8,9 +8,12 @@
  *
  * Tolerances (relative to max |logit|): the GPU runs prefill through f16
  * GEMMs (weights and activations rounded to f16, ~2^-11 relative each)
- * and accumulates in a different order, so F32 models get 2e-2 and the
- * quantised types, whose weights are exact in f16 after dequantisation
- * only up to the block scale's rounding, 3e-2.
+ * and accumulates in a different order, so F32/F16/BF16 models get 2e-2.
+ * For the quantised types the CPU backend rounds activations to int8 per
+ * 32 (quant.h) and the GPU does not: tests/test_forward.c derives that
+ * error as at most 0.05 rho of the logits' scale (rho = 2 for the types
+ * with a block offset: Q4_1, Q5_1, Q4_K, Q5_K; 1 otherwise), so they get
+ * 2e-2 + 0.05 rho.
  */
 #include "test.h"
 
@@ -23,7 +26,7 @@
 #ifdef HAVE_CUDA
 static char err[512];
 static const char *archs[] = { "llama", "qwen2", "qwen3" };
-static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k" };
+static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" };
 
 static double
 max_rel_diff(const float *a, const float *b, int n)
@@ -69,7 +72,10 @@ compare_model(const char *path, const char *arch, const char *type)
 	struct kvc_seq *sc = NULL, *sg = NULL, *s2 = NULL;
 	struct eng_stats st;
 	int32_t prompt[24];
-	double tol = (!strcmp(type, "f32") || !strcmp(type, "f16") || !strcmp(type, "bf16")) ? 2e-2 : 3e-2;
+	bool flt = !strcmp(type, "f32") || !strcmp(type, "f16") || !strcmp(type, "bf16");
+	bool offset = !strcmp(type, "q4_1") || !strcmp(type, "q5_1") || !strcmp(type, "q4_k") ||
+	    !strcmp(type, "q5_k");
+	double tol = flt ? 2e-2 : 2e-2 + 0.05 * (offset ? 2 : 1);
 	int nv, greedy_n = (!strcmp(type, "f32") || !strcmp(type, "f16")) ? 256 : 32;
 	int agree = 0;
 

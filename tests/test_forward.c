@@ -13,7 +13,7 @@
  *    n <= 512 products carry a relative error of about sqrt(n) * 2^-24 ~
  *    1e-6 of the sum of |terms| (n * 2^-24 ~ 3e-5 at worst); a few such
  *    stages per layer over 2 layers stay well inside 1e-4.
- *  - Quantised weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): the backend rounds
+ *  - Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the backend rounds
  *    each product's input to int8 per block of 32 (quant.h, q_dot_act),
  *    which the reference does not. quant.h bounds one dot product by
  *    sum_b (d_b / 2) sum_{i in b} w'_i, d_b = max_b|x| / 127, w'_i = |w_i| +
@@ -26,9 +26,10 @@
  *      var(err) <= mean(w'^2) * 32 |x|^2 / (12 * 127^2),
  *    while the output itself has var(y) = mean(w^2) |x|^2, so each product
  *    gets a relative error eps <= rho * sqrt(32/12) / 127 = 0.0129 rho,
- *    rho = rms(w') / rms(w). rho = 1 for Q8_0/Q4_0/Q6_K (m = 0); for
+ *    rho = rms(w') / rms(w). rho = 1 for Q8_0/Q4_0/Q5_0/Q6_K (m = 0); for
  *    Q4_K/Q5_K the test's weights, uniform in +-s, are stored as d*sc*q - m
- *    with m ~ s, so w' = w + m is uniform in [0, 2s]: rho = 2. A forward
+ *    with m ~ s, so w' = w + m is uniform in [0, 2s]: rho = 2; the same
+ *    for Q4_1/Q5_1, stored as d*q + m with m = the block minimum ~ -s. A forward
  *    pass has P = 7 products per layer (Q, K, V, O, gate, up, down) x 2
  *    layers + the output = 15, with O(1) gain each to the logits (unit-
  *    scale weights, RMSNorm before each block); independent errors add in
@@ -233,7 +234,10 @@ tol_weights(enum ggml_type t)
 	if (!q_act_supported(t))
 		return TOL_F32;
 	/* rho (see the top): 2 where sub-block mins shift the integer weights */
-	return TOL_F32 + TOL_ACT * (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ? 2 : 1);
+	bool offset = t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q4_1 ||
+	    t == GGML_TYPE_Q5_1;
+
+	return TOL_F32 + TOL_ACT * (offset ? 2 : 1);
 }
 
 /* Prefill PREFILL tokens (all logits), then decode one by one; worst error against ref. */
@@ -487,7 +491,7 @@ refusals(const struct spec *base)
 		{ "yarn", extra_yarn, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "yarn" },
 		{ "moe", extra_moe, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
-		{ "weight type", NULL, "llama", GGML_TYPE_Q4_1, KVC_EUNSUPPORTED, "Q4_1" },
+		{ "weight type", NULL, "llama", GGML_TYPE_Q2_K, KVC_EUNSUPPORTED, "Q2_K" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
 	};
 	size_t i;
@@ -504,27 +508,24 @@ refusals(const struct spec *base)
 		s.wtype = cases[i].wtype;
 		s.rope_freqs = false;
 		s.linear_scale = 0;
-		if (s.wtype == GGML_TYPE_Q4_1) {
-			/* the writer needs real Q4_1 bytes: write F32 then refuse via a Q4_1 tensor below */
-			s.wtype = GGML_TYPE_F32;
-		}
 		f = NULL;
-		if (cases[i].wtype == GGML_TYPE_Q4_1) {
+		if (cases[i].wtype == GGML_TYPE_Q2_K) {
+			/* a type kvchat cannot compute with: the fixture writer cannot make it, so by hand */
 			struct gguf_writer *w = gguf_writer_new();
-			static uint8_t blocks[20 * 8];	/* 8 rows of one Q4_1 block (20 bytes) */
-			int64_t ne[2] = { 32, 8 };
+			static uint8_t blocks[84 * 8];	/* 8 rows of one Q2_K block (84 bytes) */
+			int64_t ne[2] = { 256, 8 };
 			size_t len;
 
 			gguf_w_str(w, "general.architecture", "llama");
-			gguf_w_u32(w, "llama.embedding_length", 32);
+			gguf_w_u32(w, "llama.embedding_length", 256);
 			gguf_w_u32(w, "llama.block_count", 1);
-			gguf_w_u32(w, "llama.feed_forward_length", 32);
+			gguf_w_u32(w, "llama.feed_forward_length", 256);
 			gguf_w_u32(w, "llama.attention.head_count", 4);
 			gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-			gguf_w_tensor(w, "token_embd.weight", GGML_TYPE_Q4_1, 2, ne, blocks, sizeof blocks);
+			gguf_w_tensor(w, "token_embd.weight", GGML_TYPE_Q2_K, 2, ne, blocks, sizeof blocks);
 			mem = NULL;
 			if (gguf_w_to_mem(w, &mem, &len) == 0)
-				gguf_open_mem(&f, mem, len, "q41", err, sizeof err);
+				gguf_open_mem(&f, mem, len, "q2k", err, sizeof err);
 			gguf_writer_free(w);
 		} else {
 			f = open_spec(&s, &mem, cases[i].extra);
@@ -549,7 +550,8 @@ main(void)
 {
 	static const enum ggml_type types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-		GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+		GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+		GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
 	/* K-quant rows need n_in % 256 == 0: n_embd, q_dim and n_ff are multiples of 256 */
 	static const struct spec specs[] = {

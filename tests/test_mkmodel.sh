@@ -8,7 +8,7 @@
 info() { "$KVCHAT" info -m "$1" 2>&1; }
 
 for arch in llama qwen2 qwen3; do
-	for type in f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
+	for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
 		m="$TMPD/$arch-$type.gguf"
 		check "mkmodel $arch $type" "$MKMODEL" -o "$m" --arch "$arch" --type "$type" --quiet
 		out=$(info "$m")
@@ -33,10 +33,15 @@ check "seed changes the weights" sh -c "! cmp -s '$TMPD/a.gguf' '$TMPD/c.gguf'"
 out=$(info "$TMPD/spm.gguf")
 case $out in *llama*1000*) ok ;; *) fail "spm vocab not padded to 1000: $out" ;; esac
 
-# A width no K-quant block divides falls back to Q8_0 with a note.
-note=$("$MKMODEL" -o "$TMPD/odd.gguf" --arch qwen2 --type q4_k --n-embd 384 --n-head 6 --n-ff 512 2>&1)
-case $note in *"Q8_0 instead of Q4_K"*) ok ;; *) fail "no fallback note: $note" ;; esac
-check "odd width model reads" sh -c "'$KVCHAT' info -m '$TMPD/odd.gguf' >/dev/null 2>&1"
+# A width no K-quant block divides falls back as llama.cpp does (Q4_K ->
+# Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) with a note, and the model runs.
+for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K; do
+	t=${tf%%:*}; fb=${tf#*:}; fb=${fb%%:*}; orig=${tf##*:}
+	note=$("$MKMODEL" -o "$TMPD/odd-$t.gguf" --arch llama --type "$t" --n-embd 384 --n-head 6 --n-ff 512 2>&1)
+	case $note in *"$fb instead of $orig"*) ok ;; *) fail "$t: no $fb fallback note: $note" ;; esac
+	check "odd width $t model generates" sh -c \
+	    "'$KVCHAT' generate -m '$TMPD/odd-$t.gguf' --device cpu -n 4 --temp 0 -p hello >/dev/null 2>'$TMPD/err'"
+done
 
 # Bad options are refused.
 check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type q3_k 2>/dev/null"

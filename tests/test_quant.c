@@ -30,6 +30,9 @@ tname(enum ggml_type t)
 	case GGML_TYPE_BF16: return "BF16";
 	case GGML_TYPE_Q8_0: return "Q8_0";
 	case GGML_TYPE_Q4_0: return "Q4_0";
+	case GGML_TYPE_Q4_1: return "Q4_1";
+	case GGML_TYPE_Q5_0: return "Q5_0";
+	case GGML_TYPE_Q5_1: return "Q5_1";
 	case GGML_TYPE_Q4_K: return "Q4_K";
 	case GGML_TYPE_Q5_K: return "Q5_K";
 	case GGML_TYPE_Q6_K: return "Q6_K";
@@ -172,6 +175,45 @@ test_dequant_by_hand(void)
 		want[0] = 14; want[16] = -14; want[1] = -16; want[17] = 0; want[15] = 4; want[31] = -10;
 		expect_row(GGML_TYPE_Q4_0, &b, want, 32, "q4_0");
 	}
+	/* Q4_1: d = 2 (0x4000), m = -1 (0xbc00); nibbles as Q4_0; value = d * q + m */
+	{
+		block_q4_1 b = {0x4000, 0xbc00, {0}};
+		b.qs[0] = 0x1F;	/* v0 = 2*15 - 1 = 29, v16 = 2*1 - 1 = 1 */
+		b.qs[15] = 0xA3;	/* v15 = 2*3 - 1 = 5, v31 = 2*10 - 1 = 19 */
+		for (int i = 0; i < 32; i++)
+			want[i] = -1;
+		want[0] = 29; want[16] = 1; want[15] = 5; want[31] = 19;
+		expect_row(GGML_TYPE_Q4_1, &b, want, 32, "q4_1");
+	}
+	/*
+	 * Q5_0 / Q5_1: the 4 qh bytes are a little-endian word whose bit i is
+	 * value i's 5th bit (+16); Q5_0 value = d * (q - 16), Q5_1 d * q + m.
+	 */
+	{
+		block_q5_0 b = {0x3800, {0x01, 0x80, 0x00, 0x80}, {0}};	/* d = 0.5; bits 0, 15, 31 */
+		b.qs[0] = 0x2F;	/* v0 = 0.5*((15|16) - 16) = 7.5, v16 = 0.5*(2 - 16) = -7 */
+		b.qs[7] = 0x90;	/* v7 = 0.5*(0 - 16) = -8, v23 = 0.5*(9 - 16) = -3.5 */
+		for (int i = 0; i < 32; i++)
+			want[i] = -8;	/* level 0 */
+		want[0] = 7.5f; want[16] = -7; want[7] = -8; want[23] = -3.5f;
+		want[15] = 0; want[31] = 0;	/* level 16: only the 5th bit */
+		expect_row(GGML_TYPE_Q5_0, &b, want, 32, "q5_0");
+	}
+	{
+		block_q5_1 b = {0x3400, 0x4000, {0}, {0}};	/* d = 0.25, m = 2 */
+		for (int k = 0; k < 4; k++)
+			b.qh[k] = (uint8_t)(k * 71 + 29);
+		for (int i = 0; i < 16; i++)
+			b.qs[i] = (uint8_t)(i * 37 + 5);
+		for (int i = 0; i < 32; i++) {
+			int nib = i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+			int hb = (b.qh[i / 8] >> (i % 8)) & 1;
+			want[i] = 0.25f * (float)(nib + 16 * hb) + 2.0f;
+		}
+		/* value 0: qs[0] = 5, qh[0] = 29 = 0b11101 -> bit 0 set: 0.25*21 + 2 = 7.25 */
+		test_cond(want[0] == 7.25f, "hand value %g", want[0]);
+		expect_row(GGML_TYPE_Q5_1, &b, want, 32, "q5_1");
+	}
 	/*
 	 * Q4_K: d = 1 (0x3c00), dmin = 0.5 (0x3800). 4 chunks of 64 values,
 	 * 32 bytes each: value 64c+l is d*sc[2c]*(byte & 15) - dmin*mn[2c],
@@ -254,7 +296,8 @@ test_dequant_by_hand(void)
 
 static const enum ggml_type all_types[] = {
 	GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-	GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+	GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 };
 
 /* Test-local reading of K-quant scale j (format definition, as in the comment above ks_bytes). */
@@ -276,7 +319,10 @@ k_scale(const uint8_t *q, int j, int *sc, int *mn)
  *   F16: |err| <= 2^-11 |x| (normal range); BF16: 2^-8 |x|.
  *   Q8_0: d = amax/127: |err| <= d/2 (+ amax 2^-11 for the rounded d).
  *   Q4_0: d = -max/8 (max: signed value of largest magnitude): levels -8..7
- *     of d cover it, except +8 clamps to 7: |err| <= |d|.
+ *     of d cover it, except +8 clamps to 7: |err| <= |d|. Q5_0 the same
+ *     with -16..15.
+ *   Q4_1/Q5_1 (levels 0..N): d = (max - min)/N, m = min, both rounded to
+ *     fp16 (relative 2^-11 each): |err| <= d/2 + (N d + |m|) 2^-10.
  *   Q4_K/Q5_K (levels 0..N, N = 15/31): sub-block scale s = range/N and min
  *     m are quantised to d1 = d*sc6, m1 = dmin*mn6 with |d1 - s| <= d/2,
  *     |m1 - m| <= dmin/2. Unclamped values err <= d1/2; clamped at the low
@@ -318,6 +364,23 @@ test_roundtrip(void)
 				case GGML_TYPE_Q4_0: {
 					const block_q4_0 *b = (const block_q4_0 *)buf + i / 32;
 					bound = fabs(h2f(b->d)) * (1 + ldexp(1, -7));
+					break;
+				}
+				case GGML_TYPE_Q5_0: {
+					const block_q5_0 *b = (const block_q5_0 *)buf + i / 32;
+					bound = fabs(h2f(b->d)) * (1 + ldexp(1, -7));
+					break;
+				}
+				case GGML_TYPE_Q4_1: {
+					const block_q4_1 *b = (const block_q4_1 *)buf + i / 32;
+					double d = h2f(b->d);
+					bound = d / 2 + (15 * d + fabs(h2f(b->m))) * ldexp(1, -10);
+					break;
+				}
+				case GGML_TYPE_Q5_1: {
+					const block_q5_1 *b = (const block_q5_1 *)buf + i / 32;
+					double d = h2f(b->d);
+					bound = d / 2 + (31 * d + fabs(h2f(b->m))) * ldexp(1, -10);
 					break;
 				}
 				case GGML_TYPE_Q4_K:
@@ -482,7 +545,8 @@ static void
 test_act(void)
 {
 	static const enum ggml_type types[] = {
-		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+		GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
 	enum { N = 1024, N_OUT = 5, N_TOK = 2 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT];
@@ -527,7 +591,7 @@ test_act(void)
 				double exact = 0, bound = 0, mag = 0;
 				const uint8_t *row = W + r * rb;
 				for (int i = 0; i < N; i++) {
-					double m = 0;	/* K-quant sub-block min (quant.h's m_i) */
+					double m = 0;	/* the block's offset (quant.h's m_i) */
 					if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
 						const uint8_t *b = row + (size_t)(i / 256) * (t == GGML_TYPE_Q4_K ? 144 : 176);
 						uint16_t mh;
@@ -535,6 +599,10 @@ test_act(void)
 						memcpy(&mh, b + 2, 2);
 						k_scale(b + 4, (i % 256) / 32, &sc, &mn);
 						m = h2f(mh) * mn;
+					} else if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1) {
+						uint16_t mh;	/* m follows d in both */
+						memcpy(&mh, row + (size_t)(i / 32) * (t == GGML_TYPE_Q4_1 ? 20 : 24) + 2, 2);
+						m = fabs(h2f(mh));
 					}
 					exact += (double)wd[i] * xt[i];
 					bound += d[i / 32] / 2 * (fabs(wd[i]) + m);
@@ -558,16 +626,20 @@ test_act(void)
 static void
 test_misc(void)
 {
-	test_cond(q_supported(GGML_TYPE_Q4_K) && !q_supported(GGML_TYPE_Q4_1) &&
-	    !q_supported(GGML_TYPE_Q2_K), "supported set");
+	test_cond(q_supported(GGML_TYPE_Q4_K) && q_supported(GGML_TYPE_Q4_1) &&
+	    q_supported(GGML_TYPE_Q5_0) && q_supported(GGML_TYPE_Q5_1) &&
+	    !q_supported(GGML_TYPE_Q8_1) && !q_supported(GGML_TYPE_Q2_K) &&
+	    !q_supported(GGML_TYPE_Q3_K) && !q_supported(GGML_TYPE_IQ4_NL), "supported set");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 512) == 288 && q_row_bytes(GGML_TYPE_Q6_K, 256) == 210 &&
 	    q_row_bytes(GGML_TYPE_Q8_0, 64) == 68 && q_row_bytes(GGML_TYPE_Q4_0, 32) == 18 &&
-	    q_row_bytes(GGML_TYPE_Q5_K, 256) == 176 && q_row_bytes(GGML_TYPE_BF16, 3) == 6,
+	    q_row_bytes(GGML_TYPE_Q5_K, 256) == 176 && q_row_bytes(GGML_TYPE_BF16, 3) == 6 &&
+	    q_row_bytes(GGML_TYPE_Q4_1, 64) == 40 && q_row_bytes(GGML_TYPE_Q5_0, 64) == 44 &&
+	    q_row_bytes(GGML_TYPE_Q5_1, 896) == 28 * 24,
 	    "row bytes");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 100) == 0, "partial block");
 	float x[32] = {0};
 	uint8_t b[64];
-	test_cond(q_quantize_row(GGML_TYPE_Q4_1, x, b, 32) == KVC_EUNSUPPORTED, "refuses Q4_1");
+	test_cond(q_quantize_row(GGML_TYPE_Q2_K, x, b, 32) == KVC_EUNSUPPORTED, "refuses Q2_K");
 	test_cond(q_quantize_row(GGML_TYPE_Q8_0, x, b, 31) == KVC_EUNSUPPORTED, "refuses a partial block");
 }
 
