@@ -420,36 +420,37 @@ dot_act_q4_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 	return hsum(_mm256_add_ps(acc0, acc1));
 }
 
-/*
- * Bit i of the 32-bit word h as byte i of the result: 0x10 where set, else 0
- * (the 5th bit of Q5_0/Q5_1 level i, already in place).
- */
+/* Byte i of the result is 0xFF where bit i of the 32-bit word at p is set, else 0. */
 AVX2 static inline __m256i
-bits_to_0x10(uint32_t h)
+bits_to_mask(const uint8_t *p)
 {
-	/* byte i takes byte i / 8 of h, then tests bit i % 8 of it */
+	/* byte i takes byte i / 8 of the word, then tests bit i % 8 of it */
 	const __m256i pick = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
 	    0x0101010101010101ll, 0x0000000000000000ll);
 	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
+	uint32_t h;
 
-	v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-	return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+	memcpy(&h, p, 4);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
 /*
- * Q4_1, Q5_0, Q5_1 (32 values a block): levels as unsigned bytes, then
- * d * dx * sum(level * qx) per block; Q5_0's -16 offset is folded into the
- * signed product, Q4_1/Q5_1's m is added as m * (exact float sum of x).
+ * Q4_1, Q5_0, Q5_1 (32 values a block): d * dx * sum(level * qx) per block.
+ * Q5_0's level - 16 is formed directly as a signed byte: the nibble when the
+ * 5th bit is set, the nibble - 16 (high bits 0xF0) when it is not. Q4_1 and
+ * Q5_1 levels are unsigned; their m is added as m * (exact float sum of x).
+ * Always inlined with a constant t, so each type gets its own loop.
  */
-AVX2 static float
-dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+__attribute__((always_inline)) AVX2 static inline float
+dot_act_q32_t(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
     const int8_t *q, int64_t nb)
 {
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-	const __m256i lo4 = _mm256_set1_epi8(0xF), k16 = _mm256_set1_epi8(16);
-	bool has_m = t != GGML_TYPE_Q5_0, q5 = t != GGML_TYPE_Q4_1;
-	size_t bsz = 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0) + 16;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), k10 = _mm256_set1_epi8(0x10),
+	    kf0 = _mm256_set1_epi8((char)0xF0);
+	const bool has_m = t != GGML_TYPE_Q5_0, q5 = t != GGML_TYPE_Q4_1;
+	const size_t bsz = 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0) + 16;
 	float moff = 0;
 
 	for (int64_t i = 0; i < nb; i++) {
@@ -458,17 +459,15 @@ dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
 		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
 		__m256i s;
 
-		if (q5) {
-			uint32_t h;
-			memcpy(&h, qh, 4);
-			u = _mm256_or_si256(u, bits_to_0x10(h));
-		}
-		if (t == GGML_TYPE_Q5_0)
-			s = mad_i8i8(_mm256_sub_epi8(u, k16), ld256(q + 32 * i));
-		else
+		if (t == GGML_TYPE_Q5_0) {
+			u = _mm256_or_si256(u, _mm256_andnot_si256(bits_to_mask(qh), kf0));
+			s = mad_i8i8(u, ld256(q + 32 * i));
+		} else {
+			if (q5)
+				u = _mm256_or_si256(u, _mm256_and_si256(bits_to_mask(qh), k10));
 			s = mad_u8i8(u, ld256(q + 32 * i));
-		if (has_m)
 			moff += h2f(p + 2) * xs[i];
+		}
 		__m256 sc = _mm256_set1_ps(h2f(p) * d[i]);
 		if (i & 1)
 			acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc1);
@@ -476,6 +475,17 @@ dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
 			acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc0);
 	}
 	return hsum(_mm256_add_ps(acc0, acc1)) + moff;
+}
+
+AVX2 static float
+dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	switch (t) {
+	case GGML_TYPE_Q4_1: return dot_act_q32_t(GGML_TYPE_Q4_1, b, d, xs, q, nb);
+	case GGML_TYPE_Q5_0: return dot_act_q32_t(GGML_TYPE_Q5_0, b, d, xs, q, nb);
+	default: return dot_act_q32_t(GGML_TYPE_Q5_1, b, d, xs, q, nb);
+	}
 }
 
 AVX2 static float
