@@ -5,7 +5,7 @@
  * for a batch (prefill-like: n_tok tokens, GFLOP/s). Threads split the rows
  * as the CPU backend does. An int8 column of 0 means no integer kernel.
  *
- *   bench/qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]
+ *   bench/qdot [-s MiB] [-n N_IN (multiple of 32; K-quants: of 256)] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]
  */
 #include "config.h"
 
@@ -108,8 +108,8 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (nt < 1 || nt > 64 || n_in % 256 != 0 || batch < 1) {
-		fprintf(stderr, "qdot: need 1 <= threads <= 64, N_IN a multiple of 256, batch >= 1\n");
+	if (nt < 1 || nt > 64 || n_in <= 0 || n_in % 32 != 0 || batch < 1) {
+		fprintf(stderr, "qdot: need 1 <= threads <= 64, N_IN a multiple of 32, batch >= 1\n");
 		return 2;
 	}
 	float *x = malloc((size_t)n_in * (size_t)batch * sizeof *x), *w = malloc((size_t)n_in * sizeof *w);
@@ -127,6 +127,10 @@ main(int argc, char **argv)
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		enum ggml_type t = types[ti];
 		size_t rb = q_row_bytes(t, n_in);
+		if (rb == 0) {	/* the K-quants need N_IN % 256 == 0 */
+			printf("%-5s  (rows of %lld are not whole blocks)\n", names[ti], (long long)n_in);
+			continue;
+		}
 		int64_t n_out = (int64_t)((mib << 20) / rb);
 		uint8_t *W = malloc((size_t)n_out * rb);
 		float *y = malloc((size_t)n_out * (size_t)batch * sizeof *y);

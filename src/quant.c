@@ -933,6 +933,9 @@ q_matmul_rows_act(enum q_simd s, enum ggml_type t, const void *W, size_t row_byt
 	const uint8_t *w = W, *a = act;
 	size_t ab = q_act_bytes(n_in);
 
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
+	    q_avx2_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
+		return;
 	for (int64_t r = r0; r < r1; r++)
 		for (int tok = 0; tok < n_tok; tok++)
 			y[(size_t)tok * (size_t)n_out + (size_t)r] =

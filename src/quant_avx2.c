@@ -579,6 +579,49 @@ q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *x
 	}
 }
 
+/*
+ * The row loop of q_matmul_rows_act with the type dispatched once: at
+ * decode shapes a row is about a kilobyte (Qwen2.5-0.5B: 896 values), so a
+ * per-row type switch and CPU check cost a noticeable share of the row's
+ * time. Row-outer, token-inner, as q_matmul_rows_act documents.
+ */
+#define ROWS_ACT(call) do {							\
+	for (int64_t r = r0; r < r1; r++) {					\
+		const uint8_t *row = W + (size_t)r * row_bytes;			\
+		for (int tok = 0; tok < n_tok; tok++) {				\
+			const float *d = (const float *)(act + (size_t)tok * ab);	\
+			const float *xs = d + nb;					\
+			const int8_t *q = (const int8_t *)(xs + nb);		\
+			(void)xs;						\
+			y[(size_t)tok * (size_t)n_out + (size_t)r] = (call);	\
+		}								\
+	}									\
+} while (0)
+
+AVX2 bool
+q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	int64_t nb = n_in / 32;
+
+	switch (t) {
+	case GGML_TYPE_Q8_0: ROWS_ACT(dot_act_q8_0(row, d, q, nb)); return true;
+	case GGML_TYPE_Q4_0: ROWS_ACT(dot_act_q4_0(row, d, q, nb)); return true;
+	case GGML_TYPE_Q4_1: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q4_1, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q5_0: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q5_0, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q5_1: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q5_1, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q4_K:
+		ROWS_ACT(dot_act_q45_k(row, sizeof(block_q4_K), false, d, xs, q, n_in / QK_K));
+		return true;
+	case GGML_TYPE_Q5_K:
+		ROWS_ACT(dot_act_q45_k(row, sizeof(block_q5_K), true, d, xs, q, n_in / QK_K));
+		return true;
+	case GGML_TYPE_Q6_K: ROWS_ACT(dot_act_q6_k(row, d, q, n_in / QK_K)); return true;
+	default: return false;
+	}
+}
+#undef ROWS_ACT
+
 #else	/* not x86: the portable kernels only */
 
 bool
@@ -601,6 +644,13 @@ q_avx2_xsums(const float *x, int64_t n, float *xs)
 bool
 q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
     const int8_t *q, int64_t n, float *out)
+{
+	return false;
+}
+
+bool
+q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	return false;
 }
