@@ -572,19 +572,31 @@ sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
-int
-sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
-    char *err, size_t errlen)
+/* The rows a rewind drops; inside the caller's transaction. */
+static int
+rewind_rows(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const char *what, char *err, size_t errlen)
 {
-	static const char what[] = "cannot rewind conversation";
 	static const char *const sql[] = {
 		"DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE conv_id = ?1 "
 		"ORDER BY seq LIMIT -1 OFFSET ?2)",
 		/* A chunk straddling the new end goes whole; the caller re-snapshots. */
 		"DELETE FROM kv_chunks WHERE conv_id = ?1 AND pos1 > ?2",
 	};
+	int i, ret = KVC_OK;
+
+	for (i = 0; ret == KVC_OK && i < 2; i++)
+		ret = sess_exec_ids(st, sql[i], conv, i == 0 ? keep_msgs : n_pos, what, err, errlen);
+	return ret;
+}
+
+int
+sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot rewind conversation";
 	char *title = NULL;
-	int i, ret;
+	int ret;
 
 	if (keep_msgs < 0 || n_pos < 0) {
 		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
@@ -595,10 +607,43 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		return ret;
 	ret = conv_title(st, conv, &title, what, err, errlen);
 	free(title);
-	for (i = 0; ret == KVC_OK && i < 2; i++)
-		ret = sess_exec_ids(st, sql[i], conv, i == 0 ? keep_msgs : n_pos, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = touch(st, conv, what, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
+}
+
+int
+sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen)
+{
+	static const char what[] = "cannot replace reply";
+	char *title = NULL;
+	int ret;
+
+	if (keep_msgs < 0 || n_pos < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
+		return KVC_EINVAL;
+	}
+	ret = check_msgs(st, msgs, n, err, errlen);
+	if (ret == KVC_OK && chunk)
+		ret = sess_chunk_check(st, chunk, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = conv_title(st, conv, &title, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
+	if (ret == KVC_OK && chunk)
+		ret = sess_chunk_write(st, conv, title, chunk, err, errlen);
+	if (ret == KVC_OK)
+		ret = touch(st, conv, what, err, errlen);
+	free(title);
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 

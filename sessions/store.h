@@ -116,6 +116,15 @@ int sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
     char *err, size_t errlen);
 
 /*
+ * Rewind as sess_rewind, then append msgs[0..n) and chunk as
+ * sess_turn_commit, in one transaction (/retry: the old reply and the new
+ * one are never both missing or both present). On any failure nothing
+ * changes.
+ */
+int sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen);
+
+/*
  * Read the conversation's chunks in position order, verifying each checksum;
  * fn is called once per chunk (blob valid only during the call). Stops and
  * returns fn's value if non-zero; KVC_ECORRUPT on a checksum mismatch or a

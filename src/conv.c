@@ -1120,7 +1120,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	bool windowed = false;
 
 	memset(st, 0, sizeof *st);
-	/* A user message left without its reply (a /retry cut short): drop it. */
+	/* A user message left without its reply (an older kvchat's /retry cut short): drop it. */
 	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
 	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)
 		return rc;
@@ -1392,10 +1392,8 @@ conv_undo(struct conv *c, char *err, size_t errlen)
  * Only the reply is taken back: the cache is cut to the end of the user's
  * delta (its logits are kept from the first answer, or the last position
  * is recomputed), a new reply is generated, and then the store drops the
- * old reply and the chunks past that point and takes the new one. Those
- * are two transactions (the store has no single call for both); a crash
- * between them leaves the user message without a reply, which the next
- * turn drops and /retry answers.
+ * old reply and the chunks past that point and takes the new one in one
+ * transaction: a crash or a failed write leaves the old reply in place.
  */
 int
 conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
@@ -1478,21 +1476,15 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 		ch.len = blob.n;
 		chp = &ch;
 	}
-	rc = sess_rewind(m->st, c->id, u + 1, n_pos, err, errlen);
+	rc = sess_turn_replace(m->st, c->id, u + 1, n_pos, &rec, 1, chp, err, errlen);
 	if (rc)
 		goto fail;
-	/* The old reply is gone from the store: the picture follows. */
+	/* The store holds the new reply in place of the old one: the picture follows. */
 	for (int i = u + 1; i < n; i++)
 		msg_clear(&c->msgs[i]);
 	c->n_msgs = u + 1;
 	c->stream.n = (size_t)n_pos;
 	chunk_ends_trim(c, n_pos);
-	rc = sess_turn_commit(m->st, c->id, &rec, 1, chp, err, errlen);
-	if (rc) {
-		/* Stored: the user message awaiting a reply; the cache follows. */
-		(void)eng_seq_truncate(c->seq, n_pos);
-		goto out;
-	}
 	if (msg_push(c, &rec) || kvc_tokens_append(&c->stream, g.ids.v, g.ids.n)) {
 		rc = KVC_ENOMEM;
 		kvc_err(err, errlen, "out of memory");

@@ -683,6 +683,43 @@ test_chunks(void)
 	    memcmp(col.data.p, "abcde", 5) == 0, "zero-length chunk: %d %d %d", ret, col.n, n_pos);
 	test_cond(sess_rewind(st, 99999, 0, 0, ERR) == KVC_ENOTFOUND, "rewind missing");
 	test_cond(sess_rewind(st, conv, -1, 0, ERR) == KVC_EINVAL, "rewind negative");
+
+	/*
+	 * Replace the last reply (/retry): the snapshot is [0, 5) [5, 6) and 8
+	 * messages. Keep 7 and position 5: one transaction drops the reply and
+	 * the chunk past 5 and adds the new reply and its chunk [5, 9). A
+	 * refused chunk first (it does not continue at 5): nothing changes.
+	 */
+	{
+		struct sess_msg r = m[1];
+		struct sess_chunk bad = {6, 9, "f32", "model-B", "wxyz", 4};
+		struct sess_chunk good = {5, 9, "f32", "model-B", "wxyz", 4};
+
+		r.text = "new reply";
+		ret = sess_turn_replace(st, conv, 7, 5, &r, 1, &bad, ERR);
+		test_cond(ret == KVC_EINVAL && strstr(errbuf, "ends at 5"), "replace, bad chunk: %d %s",
+		    ret, errbuf);
+		test_cond(sess_msgs_load(st, conv, &got, &n, ERR) == 0 && n == 8 &&
+		    strcmp(got[7].text, "a") == 0, "refused replace keeps the old reply (%d)", n);
+		sess_msgs_free(got, n);
+		test_cond(st_int(st, "SELECT max(pos1) FROM kv_chunks") == 6 &&
+		    st_int(st, "SELECT count(*) FROM kv_chunks") == 2, "refused replace keeps the chunks");
+		ret = sess_turn_replace(st, conv, 7, 5, &r, 1, &good, ERR);
+		test_cond(ret == 0, "replace: %s", errbuf);
+		test_cond(sess_msgs_load(st, conv, &got, &n, ERR) == 0 && n == 8 &&
+		    strcmp(got[7].text, "new reply") == 0 && strcmp(got[6].text, "q") == 0,
+		    "replaced reply (%d)", n);
+		sess_msgs_free(got, n);
+		kvc_buf_free(&col.data);
+		memset(&col, 0, sizeof col);
+		ret = sess_chunks_load(st, conv, "model-B", "f32", collect_chunk, &col, &n_pos, ERR);
+		test_cond(ret == 0 && col.n == 2 && n_pos == 9 && col.data.n == 9 &&
+		    memcmp(col.data.p, "abcdewxyz", 9) == 0, "replaced chunks: %d %d %d", ret, col.n, n_pos);
+		test_cond(sess_turn_replace(st, conv, -1, 0, &r, 1, NULL, ERR) == KVC_EINVAL,
+		    "replace negative");
+		test_cond(sess_turn_replace(st, 99999, 0, 0, &r, 1, NULL, ERR) == KVC_ENOTFOUND,
+		    "replace missing");
+	}
 	test_cond(sess_check(st, ERR) == 0, "%s", errbuf);
 	sess_close(st);
 	kvc_buf_free(&want);
