@@ -545,33 +545,6 @@ insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, in
 	return ret;
 }
 
-int
-sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
-    const struct sess_chunk *chunk, char *err, size_t errlen)
-{
-	static const char what[] = "cannot save turn";
-	char *title = NULL;
-	int ret;
-
-	ret = check_msgs(st, msgs, n, err, errlen);
-	if (ret == KVC_OK && chunk)
-		ret = sess_chunk_check(st, chunk, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	ret = sess_tx_begin(st, what, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	ret = conv_title(st, conv, &title, what, err, errlen);
-	if (ret == KVC_OK)
-		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
-	if (ret == KVC_OK && chunk)
-		ret = sess_chunk_write(st, conv, title, chunk, err, errlen);
-	if (ret == KVC_OK)
-		ret = touch(st, conv, what, err, errlen);
-	free(title);
-	return sess_tx_end(st, ret, what, err, errlen);
-}
-
 /* The rows a rewind drops; inside the caller's transaction. */
 static int
 rewind_rows(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
@@ -614,18 +587,18 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
-int
-sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
-    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen)
+/*
+ * One transaction: with keep_msgs >= 0 first the rewind to keep_msgs
+ * messages and n_pos positions, then msgs[0..n) and the chunk.
+ */
+static int
+write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, const char *what,
+    char *err, size_t errlen)
 {
-	static const char what[] = "cannot replace reply";
 	char *title = NULL;
 	int ret;
 
-	if (keep_msgs < 0 || n_pos < 0) {
-		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
-		return KVC_EINVAL;
-	}
 	ret = check_msgs(st, msgs, n, err, errlen);
 	if (ret == KVC_OK && chunk)
 		ret = sess_chunk_check(st, chunk, err, errlen);
@@ -635,7 +608,7 @@ sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	if (ret != KVC_OK)
 		return ret;
 	ret = conv_title(st, conv, &title, what, err, errlen);
-	if (ret == KVC_OK)
+	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
@@ -645,6 +618,26 @@ sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		ret = touch(st, conv, what, err, errlen);
 	free(title);
 	return sess_tx_end(st, ret, what, err, errlen);
+}
+
+int
+sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+    const struct sess_chunk *chunk, char *err, size_t errlen)
+{
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, "cannot save turn", err, errlen);
+}
+
+int
+sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen)
+{
+	static const char what[] = "cannot replace reply";
+
+	if (keep_msgs < 0 || n_pos < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, what, err, errlen);
 }
 
 static int32_t *
