@@ -79,10 +79,10 @@ main(int argc, char **argv)
 	static const enum ggml_type types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 		GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-		GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
 	static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-		"Q4_K", "Q5_K", "Q6_K"};
+		"Q3_K", "Q4_K", "Q5_K", "Q6_K"};
 	size_t mib = 256;
 	int64_t n_in = 4096;
 	int nt = 1, batch = 16, reps = 3, o;

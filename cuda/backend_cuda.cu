@@ -211,6 +211,20 @@ block_dot(int type, const uint8_t *row, int64_t b, const float *x, float *out)
 		}
 		break;
 	}
+	case GGML_TYPE_Q3_K: {
+		/* hmask[32] qs[64] scales[12] d (110 bytes); value 128h + 32j + l (src/quant.h) */
+		const uint8_t *p = row + b * 110, *hm = p, *qs = p + 32, *sc = p + 96;
+		float d = h2f(ld16(p + 108));
+		for (int e = 0; e < 256; e++) {
+			int h = e / 128, j = (e % 128) / 32, l = e % 32, k = e / 16;
+			int s6 = ((k < 8 ? sc[k] & 15 : sc[k - 8] >> 4) | ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+			int lv = ((qs[32 * h + l] >> (2 * j)) & 3) - (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4);
+			float f = d * (float)s6 * (float)lv;
+			if (out) out[e] = f;
+			s += f * x[e];
+		}
+		break;
+	}
 	case GGML_TYPE_Q4_K: {
 		const uint8_t *p = row + b * 144;
 		float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));

@@ -127,7 +127,7 @@ tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
 	if (!q_supported(t->type)) {
 		kvc_err(l->err, l->errlen,
 		    "%s: tensor %s has type %s, which kvchat does not implement "
-		    "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+		    "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)",
 		    gguf_path(l->f), name, ggml_type_name(t->type));
 		return KVC_EUNSUPPORTED;
 	}

@@ -117,7 +117,7 @@ q_block_elems(enum ggml_type t)
 	case GGML_TYPE_Q8_0: return QK8_0;
 	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
 	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: return QK4_0;
-	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
+	case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
 	default: return 0;
 	}
 }
@@ -133,6 +133,7 @@ block_bytes(enum ggml_type t)
 	case GGML_TYPE_Q4_1: return sizeof(block_q4_1);
 	case GGML_TYPE_Q5_0: return sizeof(block_q5_0);
 	case GGML_TYPE_Q5_1: return sizeof(block_q5_1);
+	case GGML_TYPE_Q3_K: return sizeof(block_q3_K);
 	case GGML_TYPE_Q4_K: return sizeof(block_q4_K);
 	case GGML_TYPE_Q5_K: return sizeof(block_q5_K);
 	case GGML_TYPE_Q6_K: return sizeof(block_q6_K);
@@ -155,6 +156,9 @@ _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
 _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+_Static_assert(offsetof(block_q3_K, qs) == 32 && offsetof(block_q3_K, scales) == 96 &&
+    offsetof(block_q3_K, d) == 108, "block_q3_K offsets");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
@@ -243,6 +247,34 @@ deq_q5_k(const block_q5_K *b, float *y)
 	deq_k_nibbles(b->d, b->dmin, b->scales, b->qs, b->qh, y);
 }
 
+/* Q3_K scale k (0..15) from its 12 packed bytes, offset 32 removed (quant.h). */
+static inline int
+q3_scale(const uint8_t *s, int k)
+{
+	int lo = k < 8 ? s[k] & 0xF : s[k - 8] >> 4, hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+
+	return (lo | hi << 4) - 32;
+}
+
+/* Q3_K level of value e (-4..3), as quant.h lays it out. */
+static inline int
+q3_level(const uint8_t *hmask, const uint8_t *qs, int e)
+{
+	int h = e / 128, j = (e % 128) / 32, l = e % 32;
+	int lo = (qs[32 * h + l] >> (2 * j)) & 3, hb = (hmask[l] >> (4 * h + j)) & 1;
+
+	return lo - (hb ? 0 : 4);
+}
+
+static void
+deq_q3_k(const block_q3_K *b, float *y)
+{
+	float d = kvc_fp16_to_f32(b->d);
+
+	for (int e = 0; e < QK_K; e++)
+		y[e] = d * (float)q3_scale(b->scales, e / 16) * (float)q3_level(b->hmask, b->qs, e);
+}
+
 static void
 deq_q6_k(const block_q6_K *b, float *y)
 {
@@ -280,6 +312,7 @@ deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 		block_q4_1 q4_1;
 		block_q5_0 q5_0;
 		block_q5_1 q5_1;
+		block_q3_K q3_k;
 		block_q4_K q4_k;
 		block_q5_K q5_k;
 		block_q6_K q6_k;
@@ -293,6 +326,7 @@ deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 	case GGML_TYPE_Q4_1: deq_32(b.q4_1.d, kvc_fp16_to_f32(b.q4_1.m), NULL, b.q4_1.qs, 0, y); break;
 	case GGML_TYPE_Q5_0: deq_32(b.q5_0.d, 0, b.q5_0.qh, b.q5_0.qs, 16, y); break;
 	case GGML_TYPE_Q5_1: deq_32(b.q5_1.d, kvc_fp16_to_f32(b.q5_1.m), b.q5_1.qh, b.q5_1.qs, 0, y); break;
+	case GGML_TYPE_Q3_K: deq_q3_k(&b.q3_k, y); break;
 	case GGML_TYPE_Q4_K: deq_q4_k(&b.q4_k, y); break;
 	case GGML_TYPE_Q5_K: deq_q5_k(&b.q5_k, y); break;
 	case GGML_TYPE_Q6_K: deq_q6_k(&b.q6_k, y); break;
@@ -510,6 +544,54 @@ quant_q5_k(const float *x, block_q5_K *b)
 }
 
 /*
+ * Q3_K: 16 sub-blocks of 16, symmetric: sub-block scale s = mx / -4 (mx the
+ * value of largest magnitude, so it maps to level -4), scales quantised
+ * against d = max|s| / 31 to -31..31 (stored + 32), values to -4..3.
+ */
+static void
+quant_q3_k(const float *x, block_q3_K *b)
+{
+	float sc[16], smax = 0;
+	int sq[16], lv[QK_K];
+
+	for (int j = 0; j < 16; j++) {
+		float amax = 0, mx = 0;
+		for (int l = 0; l < 16; l++) {
+			if (fabsf(x[16 * j + l]) > amax) {
+				amax = fabsf(x[16 * j + l]);
+				mx = x[16 * j + l];
+			}
+		}
+		sc[j] = mx / -4.0f;
+		smax = fmaxf(smax, fabsf(sc[j]));
+	}
+	b->d = kvc_f32_to_fp16(smax / 31.0f);
+	float d = kvc_fp16_to_f32(b->d);
+	for (int j = 0; j < 16; j++) {
+		int v = d > 0 ? nearest_int(sc[j] / d) : 0;
+		sq[j] = v > 31 ? 31 : v < -31 ? -31 : v;
+		float d1 = d * (float)sq[j], id = d1 != 0 ? 1.0f / d1 : 0;
+		for (int l = 0; l < 16; l++) {
+			int q = nearest_int(x[16 * j + l] * id);
+			lv[16 * j + l] = q < -4 ? -4 : q > 3 ? 3 : q;
+		}
+	}
+	memset(b->scales, 0, sizeof b->scales);
+	for (int k = 0; k < 16; k++) {
+		int u = sq[k] + 32;
+		b->scales[k % 8] |= (uint8_t)((u & 0xF) << (k < 8 ? 0 : 4));
+		b->scales[8 + k % 4] |= (uint8_t)((u >> 4) << (2 * (k / 4)));
+	}
+	memset(b->hmask, 0, sizeof b->hmask);
+	memset(b->qs, 0, sizeof b->qs);
+	for (int e = 0; e < QK_K; e++) {
+		int h = e / 128, j = (e % 128) / 32, l = e % 32, u = lv[e] + 4;
+		b->qs[32 * h + l] |= (uint8_t)((u & 3) << (2 * j));
+		b->hmask[l] |= (uint8_t)((u >> 2) << (4 * h + j));
+	}
+}
+
+/*
  * Q6_K: 16 sub-blocks of 16, symmetric: scale amax/31 per sub-block, scales
  * quantised to int8 against d = max scale / 127, values to -32..31.
  */
@@ -563,6 +645,7 @@ q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
 		block_q4_1 q4_1;
 		block_q5_0 q5_0;
 		block_q5_1 q5_1;
+		block_q3_K q3_k;
 		block_q4_K q4_k;
 		block_q5_K q5_k;
 		block_q6_K q6_k;
@@ -596,6 +679,7 @@ q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
 			quant_affine(x, 31, &b.q5_1.d, &b.q5_1.m, lv);
 			pack_32(lv, b.q5_1.qs, b.q5_1.qh);
 			break;
+		case GGML_TYPE_Q3_K: quant_q3_k(x, &b.q3_k); break;
 		case GGML_TYPE_Q4_K: quant_q4_k(x, &b.q4_k); break;
 		case GGML_TYPE_Q5_K: quant_q5_k(x, &b.q5_k); break;
 		case GGML_TYPE_Q6_K: quant_q6_k(x, &b.q6_k); break;
@@ -754,7 +838,7 @@ q_act_supported(enum ggml_type t)
 {
 	switch (t) {
 	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
-	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q3_K:
 	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
 		return true;
 	default:
@@ -863,6 +947,18 @@ unpack_int(enum ggml_type t, const uint8_t *p, struct int_block *o)
 				o->q[64 * c + 32 + l] = (int8_t)b;
 			}
 		}
+		break;
+	}
+	case GGML_TYPE_Q3_K: {
+		const uint8_t *hmask = p, *qs = p + 32, *sc = p + 96;
+		memcpy(&h, p + 108, 2);
+		d = kvc_fp16_to_f32(h);
+		for (int g = 0; g < 16; g++)
+			o->s16[g] = d * (float)q3_scale(sc, g);
+		for (int j = 0; j < 8; j++)
+			o->mn[j] = 0;
+		for (int e = 0; e < QK_K; e++)
+			o->q[e] = (int8_t)q3_level(hmask, qs, e);
 		break;
 	}
 	case GGML_TYPE_Q6_K: {

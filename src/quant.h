@@ -1,6 +1,6 @@
 /*
  * quant.h: the weight formats kvchat computes with: F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K. (Q5_0/Q5_1 are what
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K. (Q5_0/Q5_1 are what
  * llama.cpp's K-quant mixes fall back to for rows 256 does not divide, e.g.
  * Qwen2.5-0.5B's 896-wide matrices in a Q4_K_M file.) Block layouts are ggml's (part of the GGUF format);
  * all multi-byte fields are little-endian, fp16 scales are IEEE half.
@@ -26,6 +26,19 @@ typedef struct { uint16_t d, m; uint8_t qs[QK4_0 / 2]; } block_q4_1;	/* 20 bytes
 /* 5-bit levels: nibbles as Q4_0/Q4_1, bit i of the little-endian qh word is element i's 5th bit */
 typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK4_0 / 2]; } block_q5_0;	/* 22 bytes; d (q - 16) */
 typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK4_0 / 2]; } block_q5_1;	/* 24 bytes; d q + m */
+/*
+ * Q3_K: value 128h + 32j + l (h < 2, j < 4, l < 32) has level
+ * ((qs[32h + l] >> 2j) & 3) - 4, plus 4 when bit 4h + j of hmask[l] is set
+ * (levels -4..3), times d * (scale[8h + 2j + l / 16] - 32). The 16 6-bit
+ * scales: low 4 bits in the nibbles of bytes 0-7 (scales 0-7 low nibbles,
+ * 8-15 high nibbles), top 2 bits of scale k at bits 2(k / 4) of byte 8 + k % 4.
+ */
+typedef struct {
+	uint8_t hmask[QK_K / 8];	/* 3rd bit of each level */
+	uint8_t qs[QK_K / 4];		/* low 2 bits */
+	uint8_t scales[12];		/* 16 scales, 6 bits each, offset 32 */
+	uint16_t d;			/* super-block scale */
+} block_q3_K;								/* 110 bytes */
 typedef struct {
 	uint16_t d;			/* super-block scale for the 6-bit scales */
 	uint16_t dmin;			/* super-block scale for the 6-bit mins */
@@ -107,8 +120,8 @@ int64_t q_block_elems(enum ggml_type t);
  * (+ float rounding), where m_i is the magnitude of the block's offset
  * (Q4_K/Q5_K sub-block min dmin * m_j, Q4_1/Q5_1 m; 0 for the other
  * types): the offset terms use the exact float sums of x, only the d * q
- * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
- * Q6_K (q_act_supported); others must use q_matmul_rows.
+ * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K,
+ * Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],

@@ -562,11 +562,68 @@ dot_act_q6_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
+/* Q3_K's 16 6-bit scales (quant.h) as signed bytes, offset 32 removed, with word operations. */
+static inline void
+q3_scales16(const uint8_t *p, int8_t *sc)
+{
+	uint32_t w0, w1, w2, v[4];
+	uint8_t u[16];
+
+	memcpy(&w0, p, 4);
+	memcpy(&w1, p + 4, 4);
+	memcpy(&w2, p + 8, 4);
+	v[0] = (w0 & 0x0f0f0f0fu) | (((w2 >> 0) & 0x03030303u) << 4);
+	v[1] = (w1 & 0x0f0f0f0fu) | (((w2 >> 2) & 0x03030303u) << 4);
+	v[2] = ((w0 >> 4) & 0x0f0f0f0fu) | (((w2 >> 4) & 0x03030303u) << 4);
+	v[3] = ((w1 >> 4) & 0x0f0f0f0fu) | (((w2 >> 6) & 0x03030303u) << 4);
+	memcpy(u, v, 16);
+	for (int k = 0; k < 16; k++)
+		sc[k] = (int8_t)(u[k] - 32);
+}
+
+/*
+ * Q3_K: per half of 128 values, the 32 qs bytes hold 4 groups of 32 levels'
+ * low 2 bits (shift 2j) and hmask bit 4h + j their third bit; level =
+ * low - 4 when that bit is clear. Scales per 16 as in the Q6_K kernel.
+ */
+AVX2 static float
+dot_act_q3_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+	const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *blk = b + 110 * i;
+		int8_t sc[16];
+		float fs[16];
+		__m256i hm = ld256(blk);
+
+		q3_scales16(blk + 96, sc);
+		q6_scales(sc, h2f(blk + 108), fs);
+		for (int h = 0; h < 2; h++) {
+			__m256i qv = ld256(blk + 32 + 32 * h);
+			for (int k = 0; k < 4; k++) {
+				__m256i lo = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)), three);
+				__m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + k)), one);
+				__m256i lv = _mm256_sub_epi8(lo, _mm256_slli_epi16(_mm256_xor_si256(hb, one), 2));
+				int64_t ab = 8 * i + 4 * h + k;
+				__m256i s = mad_i8i8(lv, ld256(q + 32 * ab));
+				__m256 scv = _mm256_mul_ps(_mm256_broadcast_ss(d + ab),
+				    _mm256_set_m128(_mm_broadcast_ss(fs + 8 * h + 2 * k + 1),
+				    _mm_broadcast_ss(fs + 8 * h + 2 * k)));
+				acc[k] = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(s), acc[k]);
+			}
+		}
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
 bool
 q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
     const int8_t *q, int64_t n, float *out)
 {
 	switch (t) {
+	case GGML_TYPE_Q3_K: *out = dot_act_q3_k(row, d, q, n / QK_K); return true;
 	case GGML_TYPE_Q8_0: *out = dot_act_q8_0(row, d, q, n / 32); return true;
 	case GGML_TYPE_Q4_0: *out = dot_act_q4_0(row, d, q, n / 32); return true;
 	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
@@ -616,6 +673,7 @@ q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint
 	case GGML_TYPE_Q5_K:
 		ROWS_ACT(dot_act_q45_k(row, sizeof(block_q5_K), true, d, xs, q, n_in / QK_K));
 		return true;
+	case GGML_TYPE_Q3_K: ROWS_ACT(dot_act_q3_k(row, d, q, n_in / QK_K)); return true;
 	case GGML_TYPE_Q6_K: ROWS_ACT(dot_act_q6_k(row, d, q, n_in / QK_K)); return true;
 	default: return false;
 	}

@@ -110,10 +110,13 @@ plan_add(struct plan *p, const struct mk_cfg *c, const char *name, enum mk_kind 
 		/*
 		 * Real files fall back to another type for rows the block does not
 		 * divide; llama.cpp's choice: Q4_K -> Q5_0, Q5_K -> Q5_1, else Q8_0
-		 * (F16 when even 32 does not divide).
+		 * (F16 when even 32 does not divide). Q3_K: llama.cpp now takes
+		 * IQ4_NL, which kvchat does not compute with; older versions took
+		 * Q4_0, which is what the fixture uses.
 		 */
 		enum ggml_type fb = t->type == GGML_TYPE_Q4_K ? GGML_TYPE_Q5_0 :
-		    t->type == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 : GGML_TYPE_Q8_0;
+		    t->type == GGML_TYPE_Q5_K ? GGML_TYPE_Q5_1 :
+		    t->type == GGML_TYPE_Q3_K ? GGML_TYPE_Q4_0 : GGML_TYPE_Q8_0;
 		if (q_row_bytes(fb, n_in) == 0)
 			fb = GGML_TYPE_F16;
 		/* one note per tensor kind: layer 0 speaks for every layer */
@@ -296,7 +299,7 @@ parse_type(struct mk_cfg *c, const char *s)
 		{"bf16", GGML_TYPE_BF16, GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0, GGML_TYPE_Q8_0},
 		{"q4_0", GGML_TYPE_Q4_0, GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1, GGML_TYPE_Q4_1},
 		{"q5_0", GGML_TYPE_Q5_0, GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1, GGML_TYPE_Q5_1},
-		{"q4_k", GGML_TYPE_Q4_K, GGML_TYPE_Q4_K},
+		{"q3_k", GGML_TYPE_Q3_K, GGML_TYPE_Q3_K}, {"q4_k", GGML_TYPE_Q4_K, GGML_TYPE_Q4_K},
 		{"q5_k", GGML_TYPE_Q5_K, GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K, GGML_TYPE_Q6_K},
 		{"q4_k_m", GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}, {"q5_k_m", GGML_TYPE_Q5_K, GGML_TYPE_Q6_K},
 	};
@@ -317,7 +320,7 @@ file_type(const struct mk_cfg *c)
 {
 	static const struct { const char *name; uint32_t ft; } fts[] = {
 		{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q4_1", 3}, {"q8_0", 7}, {"q5_0", 8},
-		{"q5_1", 9}, {"q4_k", 14}, {"q4_k_m", 15},
+		{"q5_1", 9}, {"q3_k", 11}, {"q4_k", 14}, {"q4_k_m", 15},
 		{"q5_k", 16}, {"q5_k_m", 17}, {"q6_k", 18}, {"bf16", 32},
 	};
 	for (size_t i = 0; i < sizeof fts / sizeof fts[0]; i++)
@@ -365,7 +368,7 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: mkmodel -o OUT.gguf [--preset tiny|qwen2.5-0.5b|qwen2.5-7b|llama3.1-8b]\n"
-	    "       [--arch llama|qwen2|qwen3] [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
+	    "       [--arch llama|qwen2|qwen3] [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q3_k|q4_k|q5_k|q6_k|q4_k_m|q5_k_m]\n"
 	    "       [--n-embd N] [--n-layer N] [--n-head N] [--n-head-kv N] [--head-dim N]\n"
 	    "       [--n-ff N] [--n-vocab N] [--ctx N] [--seed S] [--tied|--untied]\n"
 	    "       [--vocab bpe|spm] [--rope-freqs] [--rope-theta F] [--threads N] [--quiet]\n"

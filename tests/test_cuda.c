@@ -26,7 +26,8 @@
 #ifdef HAVE_CUDA
 static char err[512];
 static const char *archs[] = { "llama", "qwen2", "qwen3" };
-static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k" };
+static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k", "q4_k",
+	"q5_k", "q6_k" };
 
 static double
 max_rel_diff(const float *a, const float *b, int n)

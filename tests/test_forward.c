@@ -13,7 +13,7 @@
  *    n <= 512 products carry a relative error of about sqrt(n) * 2^-24 ~
  *    1e-6 of the sum of |terms| (n * 2^-24 ~ 3e-5 at worst); a few such
  *    stages per layer over 2 layers stay well inside 1e-4.
- *  - Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the backend rounds
+ *  - Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K): the backend rounds
  *    each product's input to int8 per block of 32 (quant.h, q_dot_act),
  *    which the reference does not. quant.h bounds one dot product by
  *    sum_b (d_b / 2) sum_{i in b} w'_i, d_b = max_b|x| / 127, w'_i = |w_i| +
@@ -26,7 +26,7 @@
  *      var(err) <= mean(w'^2) * 32 |x|^2 / (12 * 127^2),
  *    while the output itself has var(y) = mean(w^2) |x|^2, so each product
  *    gets a relative error eps <= rho * sqrt(32/12) / 127 = 0.0129 rho,
- *    rho = rms(w') / rms(w). rho = 1 for Q8_0/Q4_0/Q5_0/Q6_K (m = 0); for
+ *    rho = rms(w') / rms(w). rho = 1 for Q8_0/Q4_0/Q5_0/Q3_K/Q6_K (m = 0); for
  *    Q4_K/Q5_K the test's weights, uniform in +-s, are stored as d*sc*q - m
  *    with m ~ s, so w' = w + m is uniform in [0, 2s]: rho = 2; the same
  *    for Q4_1/Q5_1, stored as d*q + m with m = the block minimum ~ -s. A forward
@@ -551,7 +551,7 @@ main(void)
 	static const enum ggml_type types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 		GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-		GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
 	/* K-quant rows need n_in % 256 == 0: n_embd, q_dim and n_ff are multiples of 256 */
 	static const struct spec specs[] = {

@@ -8,7 +8,7 @@
 info() { "$KVCHAT" info -m "$1" 2>&1; }
 
 for arch in llama qwen2 qwen3; do
-	for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
+	for type in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q6_k q4_k_m; do
 		m="$TMPD/$arch-$type.gguf"
 		check "mkmodel $arch $type" "$MKMODEL" -o "$m" --arch "$arch" --type "$type" --quiet
 		out=$(info "$m")
@@ -35,7 +35,7 @@ case $out in *llama*1000*) ok ;; *) fail "spm vocab not padded to 1000: $out" ;;
 
 # A width no K-quant block divides falls back as llama.cpp does (Q4_K ->
 # Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) with a note, and the model runs.
-for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K; do
+for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K q3_k:Q4_0:Q3_K; do
 	t=${tf%%:*}; fb=${tf#*:}; fb=${fb%%:*}; orig=${tf##*:}
 	note=$("$MKMODEL" -o "$TMPD/odd-$t.gguf" --arch llama --type "$t" --n-embd 384 --n-head 6 --n-ff 512 2>&1)
 	case $note in *"$fb instead of $orig"*) ok ;; *) fail "$t: no $fb fallback note: $note" ;; esac
@@ -44,7 +44,7 @@ for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K; do
 done
 
 # Bad options are refused.
-check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type q3_k 2>/dev/null"
+check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type q2_k 2>/dev/null"
 check "vocab smaller than the fixture refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --n-vocab 10 2>/dev/null"
 
 done_testing

@@ -33,6 +33,7 @@ tname(enum ggml_type t)
 	case GGML_TYPE_Q4_1: return "Q4_1";
 	case GGML_TYPE_Q5_0: return "Q5_0";
 	case GGML_TYPE_Q5_1: return "Q5_1";
+	case GGML_TYPE_Q3_K: return "Q3_K";
 	case GGML_TYPE_Q4_K: return "Q4_K";
 	case GGML_TYPE_Q5_K: return "Q5_K";
 	case GGML_TYPE_Q6_K: return "Q6_K";
@@ -258,6 +259,47 @@ test_dequant_by_hand(void)
 		expect_row(GGML_TYPE_Q5_K, &b, want, 256, "q5_k");
 	}
 	/*
+	 * Q3_K (110 bytes: hmask[32], qs[64], scales[12], d): value e = 128h +
+	 * 32j + l has 2 low bits (qs[32h + l] >> 2j) & 3 and a third bit, bit
+	 * 4h + j of hmask[l]; level = low + 4 * bit - 4 (-4..3). Its scale is
+	 * number 8h + 2j + l/16 of 16 6-bit values stored + 32: low 4 bits of
+	 * scale k in byte k (k < 8, low nibble) or byte k - 8 (high nibble), top
+	 * 2 bits in bits 2(k/4), 2(k/4)+1 of byte 8 + k%4. value = d * (s - 32) * level.
+	 */
+	{
+		block_q3_K b;
+		static const int s6[16] = {32, 0, 63, 31, 33, 1, 62, 40, 16, 48, 5, 58, 32, 20, 44, 7};
+		b.d = 0x3800;	/* 0.5 */
+		memset(b.scales, 0, 12);
+		for (int k = 0; k < 16; k++) {
+			b.scales[k < 8 ? k : k - 8] |= (uint8_t)((s6[k] & 15) << (k < 8 ? 0 : 4));
+			b.scales[8 + k % 4] |= (uint8_t)((s6[k] >> 4) << (2 * (k / 4)));
+		}
+		for (int i = 0; i < 32; i++)
+			b.hmask[i] = (uint8_t)(i * 29 + 3);
+		for (int i = 0; i < 64; i++)
+			b.qs[i] = (uint8_t)(i * 53 + 17);
+		for (int e = 0; e < 256; e++) {
+			int h = e / 128, j = (e % 128) / 32, l = e % 32;
+			int low = (b.qs[32 * h + l] >> (2 * j)) & 3, hb = (b.hmask[l] >> (4 * h + j)) & 1;
+			want[e] = 0.5f * (float)(s6[8 * h + 2 * j + l / 16] - 32) * (float)(low + 4 * hb - 4);
+		}
+		/*
+		 * By hand: value 0: qs[0] = 17 = 0b10001 -> low 1; hmask[0] = 3 -> bit 0
+		 * set: level 1; scale 0 = 32 -> 0: value 0. Value 16: qs[16] = 16*53+17
+		 * = 865 & 255 = 97 = 0b1100001 -> low 1; hmask[16] = 467 & 255 = 211 =
+		 * 0b11010011 -> bit 0 set: level 1; scale 1 = 0 -> -32: 0.5*-32*1 = -16.
+		 * Value 224 + 31 = 255 (h 1, j 3, l 31): qs[63] = 3356 & 255 = 28 =
+		 * 0b00011100 -> >> 6: 0; hmask[31] = 902 & 255 = 134 = 0b10000110 -> bit
+		 * 7 set: level 0 -> 0. Value 128 (h 1, j 0, l 0): qs[32] = 1713 & 255 =
+		 * 177 = 0b10110001 -> low 1; hmask[0] bit 4 = 0: level -3; scale 8 = 16
+		 * -> -16: 0.5*-16*-3 = 24.
+		 */
+		test_cond(want[0] == 0 && want[16] == -16 && want[255] == 0 && want[128] == 24,
+		    "hand values %g %g %g %g", want[0], want[16], want[255], want[128]);
+		expect_row(GGML_TYPE_Q3_K, &b, want, 256, "q3_k");
+	}
+	/*
 	 * Q6_K: value e = 128h + 32k + l (h < 2, k < 4, l < 32) has low 4 bits
 	 * from ql[64h + l + 32(k&1)] (low nibble for k < 2, high for k >= 2),
 	 * high 2 bits from bits 2k..2k+1 of qh[32h + l]; q = that - 32; value =
@@ -297,7 +339,7 @@ test_dequant_by_hand(void)
 static const enum ggml_type all_types[] = {
 	GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 	GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-	GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 };
 
 /* Test-local reading of K-quant scale j (format definition, as in the comment above ks_bytes). */
@@ -329,6 +371,10 @@ k_scale(const uint8_t *q, int j, int *sc, int *mn)
  *     end <= dmin/2, at the high end <= N|s - d1| + |m1 - m|:
  *     |err| <= max(d1/2, N d/2 + dmin/2).
  *   Q6_K (levels -32..31, scale s = amax/31 per 16): |err| <= max(|d1|/2, 31 d/2).
+ *   Q3_K (levels -4..3, s = -mx/4 per 16, mx the value of largest
+ *     magnitude, quantised to d1 = d * sc with |d1 - s| <= d/2): unclamped
+ *     |err| <= |d1|/2; clamped at -4 <= 4 |s - d1| <= 2d, at +3 (values up
+ *     to 4|s|) <= 4|s| - 3|d1| <= |d1| + 2d: |err| <= |d1| + 2d.
  */
 static void
 test_roundtrip(void)
@@ -395,6 +441,15 @@ test_roundtrip(void)
 					k_scale(b + 4, (i % 256) / 32, &sc, &mn);
 					double d = h2f(dh), dmin = h2f(mh);
 					bound = fmax(d * sc / 2, nmax * d / 2 + dmin / 2) * 1.01;
+					break;
+				}
+				case GGML_TYPE_Q3_K: {
+					const block_q3_K *b = (const block_q3_K *)buf + i / 256;
+					int k = (i % 256) / 16;
+					int sc6 = ((k < 8 ? b->scales[k] & 15 : b->scales[k - 8] >> 4) |
+					    ((b->scales[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+					double d = h2f(b->d);
+					bound = (fabs(d * sc6) + 2 * d) * 1.01;
 					break;
 				}
 				case GGML_TYPE_Q6_K: {
@@ -546,7 +601,7 @@ test_act(void)
 {
 	static const enum ggml_type types[] = {
 		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-		GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
 	enum { N = 1024, N_OUT = 5, N_TOK = 2 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT];
@@ -629,12 +684,12 @@ test_misc(void)
 	test_cond(q_supported(GGML_TYPE_Q4_K) && q_supported(GGML_TYPE_Q4_1) &&
 	    q_supported(GGML_TYPE_Q5_0) && q_supported(GGML_TYPE_Q5_1) &&
 	    !q_supported(GGML_TYPE_Q8_1) && !q_supported(GGML_TYPE_Q2_K) &&
-	    !q_supported(GGML_TYPE_Q3_K) && !q_supported(GGML_TYPE_IQ4_NL), "supported set");
+	    q_supported(GGML_TYPE_Q3_K) && !q_supported(GGML_TYPE_IQ4_NL), "supported set");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 512) == 288 && q_row_bytes(GGML_TYPE_Q6_K, 256) == 210 &&
 	    q_row_bytes(GGML_TYPE_Q8_0, 64) == 68 && q_row_bytes(GGML_TYPE_Q4_0, 32) == 18 &&
 	    q_row_bytes(GGML_TYPE_Q5_K, 256) == 176 && q_row_bytes(GGML_TYPE_BF16, 3) == 6 &&
 	    q_row_bytes(GGML_TYPE_Q4_1, 64) == 40 && q_row_bytes(GGML_TYPE_Q5_0, 64) == 44 &&
-	    q_row_bytes(GGML_TYPE_Q5_1, 896) == 28 * 24,
+	    q_row_bytes(GGML_TYPE_Q5_1, 896) == 28 * 24 && q_row_bytes(GGML_TYPE_Q3_K, 512) == 220,
 	    "row bytes");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 100) == 0, "partial block");
 	float x[32] = {0};
