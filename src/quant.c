@@ -298,6 +298,19 @@ deq_q6_k(const block_q6_K *b, float *y)
 	}
 }
 
+/* One block of any quantised type, for aligned copies of blocks in unaligned rows. */
+union any_block {
+	block_q8_0 q8_0;
+	block_q4_0 q4_0;
+	block_q4_1 q4_1;
+	block_q5_0 q5_0;
+	block_q5_1 q5_1;
+	block_q3_K q3_k;
+	block_q4_K q4_k;
+	block_q5_K q5_k;
+	block_q6_K q6_k;
+};
+
 /*
  * Dequantise block i of a row of quantised type t into y[0..block). Rows
  * need not be aligned (tests use odd addresses): the block is copied to an
@@ -306,17 +319,7 @@ deq_q6_k(const block_q6_K *b, float *y)
 static void
 deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 {
-	union {
-		block_q8_0 q8_0;
-		block_q4_0 q4_0;
-		block_q4_1 q4_1;
-		block_q5_0 q5_0;
-		block_q5_1 q5_1;
-		block_q3_K q3_k;
-		block_q4_K q4_k;
-		block_q5_K q5_k;
-		block_q6_K q6_k;
-	} b;
+	union any_block b;
 	size_t bs = block_bytes(t);
 
 	memcpy(&b, (const uint8_t *)src + (size_t)i * bs, bs);
@@ -639,17 +642,7 @@ q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
 	int64_t bs = q_block_elems(t);
 	size_t bb = block_bytes(t);
 	uint8_t lv[32];
-	union {		/* aligned scratch: dst may be at any address */
-		block_q8_0 q8_0;
-		block_q4_0 q4_0;
-		block_q4_1 q4_1;
-		block_q5_0 q5_0;
-		block_q5_1 q5_1;
-		block_q3_K q3_k;
-		block_q4_K q4_k;
-		block_q5_K q5_k;
-		block_q6_K q6_k;
-	} b;
+	union any_block b;	/* aligned scratch: dst may be at any address */
 
 	if (bs == 0 || n % bs != 0)
 		return KVC_EUNSUPPORTED;
