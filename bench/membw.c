@@ -9,7 +9,7 @@
  */
 #include "config.h"
 
-#include "kvc.h"
+#include "core/kvc.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  */
 #include "config.h"
 
-#include "quant.h"
+#include "quant/quant.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #   env: TTFT_TURNS (default 54), TTFT_GEN (reply tokens, default 48),
 #        TTFT_THREADS (default: kvchat's), TTFT_OUT (keep files there)
 #
-# The model is built here with tests/mkmodel: qwen3, 2 layers, width 768,
+# The model is built here with tests/fixtures/mkmodel: qwen3, 2 layers, width 768,
 # FFN 6144, 2 query heads and 1 KV head of size 32, Q8_0. Its shape keeps
 # the weights (what every token costs) large next to attention over the
 # cache (what grows with the history: at 8k positions, about 7% of a
@@ -20,7 +20,7 @@
 set -u
 B=$(cd "${1:-.}" && pwd)
 KVCHAT=${KVCHAT:-$B/kvchat}
-MKMODEL=$B/tests/mkmodel
+MKMODEL=$B/tests/fixtures/mkmodel
 TURNS=${TTFT_TURNS:-54}
 GEN=${TTFT_GEN:-48}
 [ -x "$KVCHAT" ] && [ -x "$MKMODEL" ] || { echo "ttft.sh: build first ($KVCHAT, $MKMODEL)" >&2; exit 2; }

@@ -19,8 +19,8 @@
  * async snapshot copies; see issue 5 and docs/BENCHMARKS.md.
  */
 extern "C" {
-#include "backend.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "quant/quant.h"
 }
 
 #include <cublas_v2.h>

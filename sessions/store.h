@@ -11,7 +11,7 @@
 #ifndef KVC_STORE_H
 #define KVC_STORE_H
 
-#include "kvc.h"
+#include "core/kvc.h"
 
 struct sess_store;
 

@@ -2,7 +2,7 @@
 # tests/gpu/run.sh: everything the device machine checks in one call, run
 # from an unpacked, built `make dist` tree (../shared/gpu/on-device.sh):
 #   1. the two ceilings (bench/gpu/ceilings: device copy GB/s, cuBLAS bf16 TFLOP/s);
-#   2. tests/test_cuda (GPU against CPU logits, greedy, delta prefill, restore);
+#   2. tests/unit/test_cuda (GPU against CPU logits, greedy, delta prefill, restore);
 #   3. compute-sanitizer memcheck of test_cuda, where the tool exists;
 #   4. kvchat bench --device cuda on random-weight models shaped like
 #      Qwen2.5-7B and Llama-3.1-8B in F16, Q8_0 and Q4_K: decode tok/s and
@@ -19,7 +19,7 @@ summary=""
 add() { summary="$summary$1\n"; }
 T() { timeout "$@"; }
 
-make -j"$NPROC" tests/test_cuda tests/mkmodel bench/gpu/ceilings kvchat >"$OUT/make.log" 2>&1 ||
+make -j"$NPROC" tests/unit/test_cuda tests/fixtures/mkmodel bench/gpu/ceilings kvchat >"$OUT/make.log" 2>&1 ||
 	add "make: FAILED (see make.log)"
 
 # 1. ceilings
@@ -33,7 +33,7 @@ else
 fi
 
 # 2. correctness against the CPU backend
-if T 240 ./tests/test_cuda >"$OUT/test_cuda.log" 2>&1; then
+if T 240 ./tests/unit/test_cuda >"$OUT/test_cuda.log" 2>&1; then
 	add "test_cuda: ok ($(grep -c '^ok' "$OUT/test_cuda.log") checks)"
 else
 	add "test_cuda: FAILED rc=$? ($(grep -m3 -i 'not ok\|fail' "$OUT/test_cuda.log" | tr '\n' ' '))"
@@ -41,7 +41,7 @@ fi
 
 # 3. memcheck (slow: bounded; a timeout is reported, not counted as clean)
 if command -v compute-sanitizer >/dev/null 2>&1; then
-	T 150 compute-sanitizer --tool memcheck --leak-check no ./tests/test_cuda >"$OUT/memcheck.log" 2>&1
+	T 150 compute-sanitizer --tool memcheck --leak-check no ./tests/unit/test_cuda >"$OUT/memcheck.log" 2>&1
 	rc=$?
 	if [ $rc -eq 124 ]; then add "memcheck: timed out after 150 s ($(grep -c 'Invalid' "$OUT/memcheck.log") invalid accesses so far)"
 	else add "memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"; fi
@@ -63,7 +63,7 @@ for preset in qwen2.5-7b llama3.1-8b; do
 	for type in f16 q8_0 q4_k; do
 		m=/tmp/kvchat-$preset-$type.gguf
 		log=$OUT/bench-$preset-$type.log
-		if ! T 150 ./tests/mkmodel -o "$m" --preset "$preset" --type "$type" --threads "$NPROC" \
+		if ! T 150 ./tests/fixtures/mkmodel -o "$m" --preset "$preset" --type "$type" --threads "$NPROC" \
 		    --quiet >"$OUT/mkmodel-$preset-$type.log" 2>&1; then
 			add "mkmodel $preset $type: FAILED"
 			rm -f "$m"

@@ -1,0 +1,77 @@
+/*
+ * backend.h: the one interface compute backends implement (internal).
+ *
+ * A backend runs the transformer's forward pass for a batch of consecutive
+ * tokens of one sequence, reading and extending that sequence's KV cache,
+ * which the backend owns and stores where it computes (RAM for the CPU,
+ * GPU memory for CUDA). The engine above knows nothing else about it.
+ * Chosen once at start-up; members marked (optional) may be NULL.
+ */
+#ifndef KVC_BACKEND_H
+#define KVC_BACKEND_H
+
+#include "core/kvc.h"
+#include "model/model.h"
+
+struct kvc_backend_params {
+	int n_threads;		/* CPU worker threads (0 = number of cores) */
+	int gpu;		/* CUDA device ordinal */
+	size_t kv_budget;	/* bytes all KV caches together may use (0 = unlimited) */
+	/* called with done/total while weights load or upload (optional, may be NULL) */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };
+
+struct kvc_backend_i {
+	const char *name;	/* "cpu", "cuda" */
+
+	/* Prepare to run m (which must outlive the context). */
+	int (*init)(void **ctx, const struct kvc_model *m,
+	    const struct kvc_backend_params *p, char *err, size_t errlen);
+	void (*free)(void *ctx);	/* after every kv of ctx was destroyed */
+
+	/*
+	 * A KV cache for up to n_ctx positions of element type kv_type
+	 * (GGML_TYPE_F16 or GGML_TYPE_F32). Memory may be committed lazily as
+	 * positions are used. KVC_ERANGE when the budget is exhausted.
+	 */
+	int (*kv_create)(void *ctx, int n_ctx, enum ggml_type kv_type,
+	    void **kv, char *err, size_t errlen);
+	void (*kv_destroy)(void *ctx, void *kv);
+	/* Bytes currently committed by kv (optional). */
+	size_t (*kv_bytes)(void *ctx, void *kv);
+
+	/*
+	 * Run tokens[0..n) at positions pos0 .. pos0+n-1: write their K and V
+	 * into kv and attend causally over kv[0 .. pos0+n). Positions at or past
+	 * pos0 in kv are overwritten (this is how truncation works). logits (if
+	 * not NULL) receives n_vocab floats: for the last token, or for every
+	 * token (n x n_vocab, row-major) when all_logits is true.
+	 */
+	int (*forward)(void *ctx, void *kv, const int32_t *tokens, int n, int pos0,
+	    float *logits, bool all_logits, char *err, size_t errlen);
+
+	/*
+	 * Copy part (K or V) of layer `layer` for positions [pos0, pos0+n) out of
+	 * / into the cache, as n rows of n_head_kv*head_dim elements of the
+	 * cache's type, rows contiguous. Used for snapshots.
+	 */
+	int (*kv_read)(void *ctx, void *kv, int layer, enum kvc_kv_part part,
+	    int pos0, int n, void *dst, char *err, size_t errlen);
+	int (*kv_write)(void *ctx, void *kv, int layer, enum kvc_kv_part part,
+	    int pos0, int n, const void *src, char *err, size_t errlen);
+
+	/* Human-readable memory report for /show (optional). */
+	void (*describe)(void *ctx, struct kvc_buf *out);
+};
+
+extern const struct kvc_backend_i kvc_backend_cpu;
+#ifdef HAVE_CUDA
+extern const struct kvc_backend_i kvc_backend_cuda;
+/* Number of CUDA devices usable now (0 when none or no driver). */
+int kvc_cuda_device_count(void);
+#endif
+
+#endif

@@ -1,0 +1,957 @@
+/*
+ * backend_cpu.c: the forward pass on the CPU.
+ *
+ * Per layer: RMSNorm -> Q/K/V products (one thread dispatch) -> biases,
+ * qwen3 Q/K norms, RoPE, K/V stored into the cache -> attention over the
+ * cache in place (threads split (token, head) pairs) -> output product ->
+ * residual -> RMSNorm -> gate/up products with SwiGLU applied by the thread
+ * that computed each row -> down product -> residual. Matrix products run
+ * on the stored (possibly quantised) weights, each thread taking a slice of
+ * the output rows; a batch of tokens shares every weight row read (prefill
+ * is matrix x matrix). F32/F16/BF16 weights go through q_matmul_rows with
+ * float activations. For the types q_act_supported accepts (Q8_0, Q4_0,
+ * Q4_K, Q5_K, Q6_K) the input rows are first rounded to int8 per block of
+ * 32 (q_act_prepare, once per product, shared by the products that read the
+ * same input) and the threads run the integer kernels (q_matmul_rows_act):
+ * 1.5-2.5x faster per core, for a small activation-rounding error bounded
+ * in quant.h (tests/unit/test_forward.c derives what it does to the logits).
+ *
+ * Memory: scratch for a chunk of tokens is allocated when a larger chunk
+ * (or a longer context) first appears, never per token. Prefill runs in
+ * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
+ * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16 or F32,
+ * grown by doubling up to n_ctx.
+ */
+#include "backend.h"
+#include "quant/quant.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86_SIMD 1
+#endif
+
+#define CHUNK 128	/* tokens per prefill step */
+
+struct cpu_kv {
+	int n_ctx;		/* most positions it may hold */
+	int cap;		/* positions allocated */
+	int n_valid;		/* positions [0, n_valid) hold data */
+	enum ggml_type type;	/* GGML_TYPE_F16 or GGML_TYPE_F32 */
+	size_t row_bytes;	/* kv_dim elements of type */
+	void **k, **v;		/* [n_layer] -> (cap, kv_dim) */
+	struct cpu_kv *next;	/* list of the context's caches */
+};
+
+/* Small per-layer vectors, dequantised to float once at init. */
+struct cpu_vecs {
+	float *attn_norm, *ffn_norm;	/* (n_embd) */
+	float *bq, *bk, *bv;		/* (q_dim), (kv_dim) x2, or NULL */
+	float *q_norm, *k_norm;		/* (head_dim) or NULL */
+};
+
+struct cpu_ctx {
+	const struct kvc_model *m;
+	struct kvc_hparams hp;
+	int q_dim, kv_dim;		/* n_head * head_dim, n_head_kv * head_dim */
+	struct tp_pool *pool;
+	bool simd;			/* AVX2+FMA+F16C usable for attention */
+
+	float *vec_mem;			/* backing store of vecs and out_norm */
+	struct cpu_vecs *vecs;		/* [n_layer] */
+	float *out_norm;		/* (n_embd) */
+	double *inv_freq;		/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
+
+	/* scratch for up to cap_tok tokens, token-major */
+	int cap_tok;
+	float *x;			/* (cap_tok, n_embd) residual stream */
+	float *xb;			/* (cap_tok, max(n_embd, q_dim)) normed input / product out */
+	float *q;			/* (cap_tok, q_dim) */
+	float *k, *v;			/* (cap_tok, kv_dim) */
+	float *att;			/* (cap_tok, q_dim) attention output */
+	float *hb, *hb2;		/* (cap_tok, n_ff) */
+	float *rope_cs;			/* (cap_tok, rope_dim/2, 2) cos, sin */
+	void *xq;			/* (cap_tok) x q_act_bytes(act_in): int8 activations */
+	int64_t act_in;			/* widest product input, rounded up to 32 elements */
+	int cap_att;			/* positions the per-thread attention rows hold */
+	float *att_s;			/* (n_threads, cap_att) scores */
+	float *att_o;			/* (n_threads, head_dim) accumulators */
+
+	size_t kv_budget;		/* 0 = unlimited */
+	size_t kv_used;			/* bytes committed by all caches */
+	struct cpu_kv *caches;
+};
+
+/* ---- small vector kernels ---- */
+
+static float
+dot_f32(const float *a, const float *b, int n)
+{
+	float s = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static float
+dot_f16(const uint16_t *a, const float *b, int n)
+{
+	float s = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		s += kvc_fp16_to_f32(a[i]) * b[i];
+	return s;
+}
+
+static void
+axpy_f32(float *y, float a, const float *x, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+static void
+axpy_f16(float *y, float a, const uint16_t *x, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		y[i] += a * kvc_fp16_to_f32(x[i]);
+}
+
+#ifdef HAVE_X86_SIMD
+#define SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
+
+SIMD_TARGET static float
+hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+SIMD_TARGET static float
+dot_f32_avx(const float *a, const float *b, int n)
+{
+	__m256 acc = _mm256_setzero_ps();
+	float s;
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+	s = hsum8(acc);
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+SIMD_TARGET static float
+dot_f16_avx(const uint16_t *a, const float *b, int n)
+{
+	__m256 acc = _mm256_setzero_ps();
+	float s;
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 va = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));
+
+		acc = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + i), acc);
+	}
+	s = hsum8(acc);
+	for (; i < n; i++)
+		s += kvc_fp16_to_f32(a[i]) * b[i];
+	return s;
+}
+
+SIMD_TARGET static void
+axpy_f32_avx(float *y, float a, const float *x, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+		    _mm256_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
+SIMD_TARGET static void
+axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
+{
+	__m256 va = _mm256_set1_ps(a);
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+
+		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
+	}
+	for (; i < n; i++)
+		y[i] += a * kvc_fp16_to_f32(x[i]);
+}
+#endif
+
+/* y = x / rms(x) * w over n elements (x and y may alias). */
+static void
+rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+	double ss = 0;
+	float sc;
+	int i;
+
+	for (i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	sc = (float)(1.0 / sqrt(ss / n + eps));
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * sc * w[i];
+}
+
+/* ---- threaded jobs ---- */
+
+struct mm_task {
+	const struct kvc_weight *w;	/* w->n_in == the job's n_in */
+	float *y;			/* (n_tok, w->n_out) */
+};
+
+/* Products that read the same input, run in one dispatch. */
+struct mm_job {
+	const float *x;		/* (n_tok, n_in) */
+	struct mm_task t[3];
+	int n_task;
+	int n_tok;
+	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = silu(gate) * up */
+	/* filled by matmul() */
+	int64_t n_in;
+	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
+};
+
+static void
+mm_run(void *arg, int ith, int nth)
+{
+	struct mm_job *j = arg;
+	int i, tok;
+
+	for (i = 0; i < j->n_task; i++) {
+		const struct kvc_weight *w = j->t[i].w;
+		int64_t r0 = w->n_out * ith / nth, r1 = w->n_out * (ith + 1) / nth;
+
+		if (r1 <= r0)
+			continue;
+		if (j->xq != NULL && q_act_supported(w->type))
+			q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
+			    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
+		else
+			q_matmul_rows(w->type, w->data, w->row_bytes, j->x, j->n_tok,
+			    j->n_in, j->t[i].y, w->n_out, r0, r1);
+	}
+	if (j->swiglu) {
+		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth, r;
+
+		for (tok = 0; tok < j->n_tok; tok++) {
+			float *g = j->t[0].y + tok * n;
+			const float *u = j->t[1].y + tok * n;
+
+			for (r = r0; r < r1; r++)
+				g[r] = g[r] / (1.0f + expf(-g[r])) * u[r];
+		}
+	}
+}
+
+struct prep_job {
+	const float *x;		/* (n_tok, n_in) */
+	void *xq;		/* (n_tok) x q_act_bytes(n_in) */
+	int n_tok;
+	int64_t n_in;
+};
+
+/* Threads split the tokens; each token's row is rounded independently. */
+static void
+prep_run(void *arg, int ith, int nth)
+{
+	const struct prep_job *p = arg;
+	int t0 = (int)((int64_t)p->n_tok * ith / nth), t1 = (int)((int64_t)p->n_tok * (ith + 1) / nth);
+	size_t ab = q_act_bytes(p->n_in);
+	int t;
+
+	for (t = t0; t < t1; t++)
+		q_act_prepare(p->x + (size_t)t * p->n_in, p->n_in, (char *)p->xq + (size_t)t * ab);
+}
+
+/*
+ * Run the products of j. When one of them has an integer kernel, the input
+ * is rounded to int8 first, once for all of them, before the rows are split
+ * between the threads. n_tok <= cap_tok.
+ */
+static void
+matmul(struct cpu_ctx *c, struct mm_job *j)
+{
+	int i;
+
+	j->n_in = j->t[0].w->n_in;
+	j->xq = NULL;
+	for (i = 0; i < j->n_task; i++)
+		if (q_act_supported(j->t[i].w->type))
+			j->xq = c->xq;
+	if (j->xq != NULL) {
+		struct prep_job p = { j->x, c->xq, j->n_tok, j->n_in };
+
+		/* one row is a few microseconds: not worth waking the workers */
+		if (j->n_tok == 1)
+			prep_run(&p, 0, 1);
+		else
+			tp_run(c->pool, prep_run, &p);
+	}
+	tp_run(c->pool, mm_run, j);
+}
+
+struct att_job {
+	struct cpu_ctx *c;
+	const struct cpu_kv *kv;
+	int layer;
+	int n_tok;
+	int pos0;
+};
+
+/* Causal grouped-query attention for (token, head) pairs, reading the cache in place. */
+static void
+att_run(void *arg, int ith, int nth)
+{
+	struct att_job *j = arg;
+	struct cpu_ctx *c = j->c;
+	const struct kvc_hparams *hp = &c->hp;
+	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+	int n_items = j->n_tok * hp->n_head, it;
+	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
+	float *s = c->att_s + (size_t)ith * c->cap_att;
+	float *o = c->att_o + (size_t)ith * hd;
+	const float scale = 1.0f / sqrtf((float)hd);
+	bool f16 = j->kv->type == GGML_TYPE_F16;
+	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
+	size_t rb = j->kv->row_bytes;
+
+	for (it = i0; it < i1; it++) {
+		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
+		size_t off = (size_t)(h / group) * hd * (f16 ? 2 : 4);
+		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+		float mx = -INFINITY, sum = 0;
+
+		for (p = 0; p < n_pos; p++) {
+			const void *kr = K + (size_t)p * rb + off;
+			float d;
+#ifdef HAVE_X86_SIMD
+			if (c->simd)
+				d = f16 ? dot_f16_avx(kr, q, hd) : dot_f32_avx(kr, q, hd);
+			else
+#endif
+				d = f16 ? dot_f16(kr, q, hd) : dot_f32(kr, q, hd);
+			s[p] = d * scale;
+			if (s[p] > mx)
+				mx = s[p];
+		}
+		for (p = 0; p < n_pos; p++) {
+			s[p] = expf(s[p] - mx);
+			sum += s[p];
+		}
+		memset(o, 0, (size_t)hd * sizeof *o);
+		for (p = 0; p < n_pos; p++) {
+			const void *vr = V + (size_t)p * rb + off;
+			float a = s[p] / sum;
+#ifdef HAVE_X86_SIMD
+			if (c->simd) {
+				if (f16)
+					axpy_f16_avx(o, a, vr, hd);
+				else
+					axpy_f32_avx(o, a, vr, hd);
+			} else
+#endif
+			if (f16)
+				axpy_f16(o, a, vr, hd);
+			else
+				axpy_f32(o, a, vr, hd);
+		}
+		memcpy(c->att + (size_t)t * c->q_dim + (size_t)h * hd, o, (size_t)hd * sizeof *o);
+	}
+}
+
+/* ---- init ---- */
+
+/* *dst = w as floats carved from *mem, or NULL when w is absent. */
+static void
+dequant_vec(const struct kvc_weight *w, float **dst, float **mem)
+{
+	if (w->data == NULL) {
+		*dst = NULL;
+		return;
+	}
+	*dst = *mem;
+	q_dequant_row(w->type, w->data, *dst, w->n_in);
+	*mem += w->n_in;
+}
+
+static void cpu_free(void *ctx);
+
+static int
+cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &m->hp;
+	struct cpu_ctx *c;
+	size_t n_vec = 0;
+	float *mem;
+	int il, i, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : tp_default_threads();
+
+	*out = NULL;
+	c = calloc(1, sizeof *c);
+	if (c == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	c->m = m;
+	c->hp = *hp;
+	c->q_dim = hp->n_head * hp->head_dim;
+	c->kv_dim = hp->n_head_kv * hp->head_dim;
+	c->kv_budget = p ? p->kv_budget : 0;
+	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
+	c->act_in = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
+	if (hp->n_ff > c->act_in)
+		c->act_in = hp->n_ff;
+	c->act_in = (c->act_in + 31) / 32 * 32;
+#ifdef HAVE_X86_SIMD
+	c->simd = kvc_cpu_avx2();
+#endif
+	if ((rc = tp_new(&c->pool, n_threads, err, errlen))) {
+		free(c);
+		return rc;
+	}
+
+	for (il = 0; il < hp->n_layer; il++) {
+		const struct kvc_layer_weights *w = &m->layers[il];
+
+		n_vec += 2 * (size_t)hp->n_embd;
+		if (w->bq.data)
+			n_vec += (size_t)c->q_dim + 2 * (size_t)c->kv_dim;
+		if (w->q_norm.data)
+			n_vec += 2 * (size_t)hp->head_dim;
+	}
+	n_vec += (size_t)hp->n_embd;
+	c->vec_mem = malloc(n_vec * sizeof(float));
+	/* model_load guarantees positive sizes; the casts tell the compiler so */
+	c->vecs = calloc((unsigned)hp->n_layer, sizeof *c->vecs);
+	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL) {
+		cpu_free(c);
+		kvc_err(err, errlen, "out of memory for model vectors");
+		return KVC_ENOMEM;
+	}
+	mem = c->vec_mem;
+	for (il = 0; il < hp->n_layer; il++) {
+		const struct kvc_layer_weights *w = &m->layers[il];
+		struct cpu_vecs *v = &c->vecs[il];
+
+		dequant_vec(&w->attn_norm, &v->attn_norm, &mem);
+		dequant_vec(&w->ffn_norm, &v->ffn_norm, &mem);
+		dequant_vec(&w->bq, &v->bq, &mem);
+		dequant_vec(&w->bk, &v->bk, &mem);
+		dequant_vec(&w->bv, &v->bv, &mem);
+		dequant_vec(&w->q_norm, &v->q_norm, &mem);
+		dequant_vec(&w->k_norm, &v->k_norm, &mem);
+	}
+	dequant_vec(&m->output_norm, &c->out_norm, &mem);
+	for (i = 0; i < hp->rope_dim / 2; i++) {
+		double f = hp->rope_freq_scale * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
+
+		if (m->rope_freqs.data != NULL) {
+			float ff;
+
+			/* one element at a time: the vector's type has block size 1 */
+			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
+			    (size_t)i * ggml_type_size(m->rope_freqs.type), &ff, 1);
+			f /= ff;
+		}
+		c->inv_freq[i] = f;
+	}
+	if (p && p->progress)
+		p->progress(p->progress_arg, m->weight_bytes, m->weight_bytes);
+	*out = c;
+	return 0;
+}
+
+static void
+free_scratch(struct cpu_ctx *c)
+{
+	free(c->x);
+	free(c->xb);
+	free(c->q);
+	free(c->k);
+	free(c->v);
+	free(c->att);
+	free(c->hb);
+	free(c->hb2);
+	free(c->rope_cs);
+	free(c->xq);
+	c->x = c->xb = c->q = c->k = c->v = c->att = c->hb = c->hb2 = c->rope_cs = NULL;
+	c->xq = NULL;
+	c->cap_tok = 0;
+}
+
+static void
+cpu_free(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+
+	if (c == NULL)
+		return;
+	tp_free(c->pool);
+	free_scratch(c);
+	free(c->att_s);
+	free(c->att_o);
+	free(c->vec_mem);
+	free(c->vecs);
+	free(c->inv_freq);
+	/* caches still alive belong to their owners; they are only unlinked */
+	free(c);
+}
+
+/* Make scratch hold n_tok tokens attending over n_pos positions. */
+static int
+reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->hp;
+	int nth = tp_size(c->pool);
+
+	if (n_tok > c->cap_tok) {
+		size_t t = (size_t)n_tok;
+		int wide = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
+
+		free_scratch(c);
+		c->x = malloc(t * hp->n_embd * sizeof(float));
+		c->xb = malloc(t * wide * sizeof(float));
+		c->q = malloc(t * c->q_dim * sizeof(float));
+		c->k = malloc(t * c->kv_dim * sizeof(float));
+		c->v = malloc(t * c->kv_dim * sizeof(float));
+		c->att = malloc(t * c->q_dim * sizeof(float));
+		c->hb = malloc(t * hp->n_ff * sizeof(float));
+		c->hb2 = malloc(t * hp->n_ff * sizeof(float));
+		c->rope_cs = malloc(t * (size_t)hp->rope_dim * sizeof(float));
+		c->xq = malloc(t * q_act_bytes(c->act_in));
+		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||
+		    !c->hb2 || !c->rope_cs || !c->xq) {
+			free_scratch(c);
+			kvc_err(err, errlen, "out of memory for a batch of %d tokens", n_tok);
+			return KVC_ENOMEM;
+		}
+		c->cap_tok = n_tok;
+	}
+	if (c->att_o == NULL) {
+		c->att_o = malloc((size_t)nth * hp->head_dim * sizeof(float));
+		if (c->att_o == NULL) {
+			kvc_err(err, errlen, "out of memory");
+			return KVC_ENOMEM;
+		}
+	}
+	if (n_pos > c->cap_att) {
+		int cap = c->cap_att ? c->cap_att : 256;
+		float *s;
+
+		while (cap < n_pos)
+			cap = cap > INT32_MAX / 2 ? n_pos : cap * 2;
+		s = realloc(c->att_s, (size_t)nth * cap * sizeof(float));
+		if (s == NULL) {
+			kvc_err(err, errlen, "out of memory for attention over %d positions", n_pos);
+			return KVC_ENOMEM;
+		}
+		c->att_s = s;
+		c->cap_att = cap;
+	}
+	return 0;
+}
+
+/* ---- KV cache ---- */
+
+static size_t
+kv_bytes_at(const struct cpu_ctx *c, const struct cpu_kv *kv, int cap)
+{
+	return (size_t)cap * kv->row_bytes * 2 * (size_t)c->hp.n_layer;
+}
+
+static int
+cpu_kv_create(void *ctx, int n_ctx, enum ggml_type kv_type, void **out, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv;
+
+	*out = NULL;
+	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
+		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", ggml_type_name(kv_type));
+		return KVC_EUNSUPPORTED;
+	}
+	if (n_ctx < 1) {
+		kvc_err(err, errlen, "bad context size %d", n_ctx);
+		return KVC_EINVAL;
+	}
+	kv = calloc(1, sizeof *kv);
+	if (kv == NULL || (kv->k = calloc((size_t)c->hp.n_layer, sizeof *kv->k)) == NULL ||
+	    (kv->v = calloc((size_t)c->hp.n_layer, sizeof *kv->v)) == NULL) {
+		if (kv)
+			free(kv->k);
+		free(kv);
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	kv->n_ctx = n_ctx;
+	kv->type = kv_type;
+	kv->row_bytes = (size_t)c->kv_dim * (kv_type == GGML_TYPE_F16 ? 2 : 4);
+	kv->next = c->caches;
+	c->caches = kv;
+	*out = kv;
+	return 0;
+}
+
+static void
+cpu_kv_destroy(void *ctx, void *kvp)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp, **pp;
+	int il;
+
+	if (kv == NULL)
+		return;
+	for (pp = &c->caches; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == kv) {
+			*pp = kv->next;
+			break;
+		}
+	c->kv_used -= kv_bytes_at(c, kv, kv->cap);
+	for (il = 0; il < c->hp.n_layer; il++) {
+		free(kv->k[il]);
+		free(kv->v[il]);
+	}
+	free(kv->k);
+	free(kv->v);
+	free(kv);
+}
+
+static size_t
+cpu_kv_bytes(void *ctx, void *kv)
+{
+	return kv_bytes_at(ctx, kv, ((struct cpu_kv *)kv)->cap);
+}
+
+/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx and the budget. */
+static int
+kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen)
+{
+	size_t old = kv_bytes_at(c, kv, kv->cap);
+	int cap, il;
+
+	if (n_pos <= kv->cap)
+		return 0;
+	if (n_pos > kv->n_ctx) {
+		kvc_err(err, errlen, "context full: %d positions do not fit in %d", n_pos, kv->n_ctx);
+		return KVC_ERANGE;
+	}
+	cap = kv->cap ? kv->cap : 64;
+	while (cap < n_pos)
+		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
+	if (cap > kv->n_ctx)
+		cap = kv->n_ctx;
+	if (c->kv_budget && c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
+		cap = n_pos;	/* without headroom, then */
+		if (c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
+			kvc_err(err, errlen,
+			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
+			    n_pos, kv_bytes_at(c, kv, cap) / 1048576.0, c->kv_used / 1048576.0,
+			    c->kv_budget / 1048576.0);
+			return KVC_ERANGE;
+		}
+	}
+	for (il = 0; il < c->hp.n_layer; il++) {
+		void *k = realloc(kv->k[il], (size_t)cap * kv->row_bytes);
+
+		if (k == NULL)
+			goto nomem;
+		kv->k[il] = k;
+		k = realloc(kv->v[il], (size_t)cap * kv->row_bytes);
+		if (k == NULL)
+			goto nomem;
+		kv->v[il] = k;
+	}
+	c->kv_used = c->kv_used - old + kv_bytes_at(c, kv, cap);
+	kv->cap = cap;
+	return 0;
+nomem:
+	/* layers already grown keep their larger blocks: harmless, cap is unchanged */
+	kvc_err(err, errlen, "out of memory for a KV cache of %d positions", cap);
+	return KVC_ENOMEM;
+}
+
+static int
+kv_check_range(const struct cpu_ctx *c, const struct cpu_kv *kv, int layer, int pos0, int n,
+    char *err, size_t errlen)
+{
+	if (layer < 0 || layer >= c->hp.n_layer || pos0 < 0 || n < 0 || pos0 > kv->n_ctx - n) {
+		kvc_err(err, errlen, "bad KV range: layer %d, positions %d+%d (context %d)",
+		    layer, pos0, n, kv->n_ctx);
+		return KVC_EINVAL;
+	}
+	return 0;
+}
+
+static int
+cpu_kv_read(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, int n,
+    void *dst, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	int rc;
+
+	if ((rc = kv_check_range(c, kv, layer, pos0, n, err, errlen)))
+		return rc;
+	if (pos0 + n > kv->n_valid) {
+		kvc_err(err, errlen, "KV positions %d..%d are not computed (have %d)",
+		    pos0, pos0 + n, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	if (n > 0)
+		memcpy(dst, (char *)(part == KVC_KV_K ? kv->k : kv->v)[layer] +
+		    (size_t)pos0 * kv->row_bytes, (size_t)n * kv->row_bytes);
+	return 0;
+}
+
+static int
+cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, int n,
+    const void *src, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	int rc;
+
+	if ((rc = kv_check_range(c, kv, layer, pos0, n, err, errlen)))
+		return rc;
+	if (pos0 > kv->n_valid) {
+		kvc_err(err, errlen, "KV write at position %d would leave a gap (have %d)",
+		    pos0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	if ((rc = kv_reserve(c, kv, pos0 + n, err, errlen)))
+		return rc;
+	if (n > 0)
+		memcpy((char *)(part == KVC_KV_K ? kv->k : kv->v)[layer] +
+		    (size_t)pos0 * kv->row_bytes, src, (size_t)n * kv->row_bytes);
+	if (pos0 + n > kv->n_valid)
+		kv->n_valid = pos0 + n;
+	return 0;
+}
+
+/* ---- forward ---- */
+
+static void
+store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
+{
+	int i;
+
+	if (kv->type == GGML_TYPE_F32) {
+		memcpy((char *)base + (size_t)pos * kv->row_bytes, src, (size_t)n * sizeof(float));
+	} else {
+		uint16_t *d = (uint16_t *)((char *)base + (size_t)pos * kv->row_bytes);
+
+		for (i = 0; i < n; i++)
+			d[i] = kvc_f32_to_fp16(src[i]);
+	}
+}
+
+/* Rotate one head's first rope_dim dims by the angles in cs (cos, sin pairs). */
+static void
+rope(float *x, const float *cs, int rope_dim, bool neox)
+{
+	int i, half = rope_dim / 2;
+
+	for (i = 0; i < half; i++) {
+		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+		float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
+
+		x[a] = x0 * c - x1 * s;
+		x[b] = x0 * s + x1 * c;
+	}
+}
+
+/* Tokens tok[0..n) at positions pos0.. (n <= cap_tok); logits for rows [lo, n) into out. */
+static void
+forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, int pos0,
+    float *out, int lo)
+{
+	const struct kvc_model *m = c->m;
+	const struct kvc_hparams *hp = &c->hp;
+	int E = hp->n_embd, hd = hp->head_dim, half = hp->rope_dim / 2;
+	int t, il, h, i;
+
+	for (t = 0; t < n; t++) {
+		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
+		    (size_t)tok[t] * m->tok_embd.row_bytes, c->x + (size_t)t * E, E);
+		for (i = 0; i < half; i++) {
+			double a = (double)(pos0 + t) * c->inv_freq[i];
+
+			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i] = (float)cos(a);
+			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i + 1] = (float)sin(a);
+		}
+	}
+
+	for (il = 0; il < hp->n_layer; il++) {
+		const struct kvc_layer_weights *w = &m->layers[il];
+		const struct cpu_vecs *v = &c->vecs[il];
+		struct mm_job j;
+		struct att_job aj = { c, kv, il, n, pos0 };
+
+		for (t = 0; t < n; t++)
+			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, E, hp->rms_eps);
+		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
+		    { &w->wv, c->v } }, 3, n, false, 0, NULL };
+		matmul(c, &j);
+
+		for (t = 0; t < n; t++) {
+			float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
+			float *vv = c->v + (size_t)t * c->kv_dim;
+			const float *cs = c->rope_cs + (size_t)t * hp->rope_dim;
+
+			if (v->bq) {
+				for (i = 0; i < c->q_dim; i++)
+					q[i] += v->bq[i];
+				for (i = 0; i < c->kv_dim; i++) {
+					k[i] += v->bk[i];
+					vv[i] += v->bv[i];
+				}
+			}
+			for (h = 0; h < hp->n_head; h++) {
+				if (v->q_norm)
+					rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
+				rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
+			}
+			for (h = 0; h < hp->n_head_kv; h++) {
+				if (v->k_norm)
+					rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
+				rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
+			}
+			store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
+			store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
+		}
+
+		tp_run(c->pool, att_run, &aj);
+
+		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, 0, NULL };
+		matmul(c, &j);
+		for (i = 0; i < n * E; i++)
+			c->x[i] += c->xb[i];
+
+		for (t = 0; t < n; t++)
+			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, E, hp->rms_eps);
+		j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
+		    2, n, true, 0, NULL };
+		matmul(c, &j);
+		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, 0, NULL };
+		matmul(c, &j);
+		for (i = 0; i < n * E; i++)
+			c->x[i] += c->xb[i];
+	}
+
+	if (out != NULL && lo < n) {
+		struct mm_job j;
+
+		for (t = lo; t < n; t++)
+			rmsnorm(c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, E, hp->rms_eps);
+		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, 0, NULL };
+		matmul(c, &j);
+	}
+}
+
+static int
+cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float *logits,
+    bool all_logits, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	int i, rc, done;
+
+	if (n < 1 || pos0 < 0 || pos0 > kv->n_valid) {
+		kvc_err(err, errlen, "bad forward: %d tokens at position %d (cache holds %d)",
+		    n, pos0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	if (n > kv->n_ctx - pos0) {
+		kvc_err(err, errlen, "context full: %d + %d positions exceed %d", pos0, n, kv->n_ctx);
+		return KVC_ERANGE;
+	}
+	for (i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->hp.n_vocab) {
+			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)",
+			    tokens[i], c->hp.n_vocab);
+			return KVC_EINVAL;
+		}
+	if ((rc = kv_reserve(c, kv, pos0 + n, err, errlen)) ||
+	    (rc = reserve_scratch(c, n < CHUNK ? n : CHUNK, pos0 + n, err, errlen)))
+		return rc;
+
+	kv->n_valid = pos0;	/* what lies past pos0 is being replaced */
+	for (done = 0; done < n; ) {
+		int nc = n - done < CHUNK ? n - done : CHUNK;
+		float *out = NULL;
+		int lo = nc;
+
+		if (logits != NULL && all_logits) {
+			out = logits + (size_t)done * c->hp.n_vocab;
+			lo = 0;
+		} else if (logits != NULL && done + nc == n) {
+			out = logits;
+			lo = nc - 1;
+		}
+		forward_chunk(c, kv, tokens + done, nc, pos0 + done, out, lo);
+		done += nc;
+		kv->n_valid = pos0 + done;
+	}
+	return 0;
+}
+
+static void
+cpu_describe(void *ctx, struct kvc_buf *out)
+{
+	struct cpu_ctx *c = ctx;
+	const struct cpu_kv *kv;
+	int n = 0;
+
+	for (kv = c->caches; kv != NULL; kv = kv->next)
+		n++;
+	kvc_buf_printf(out, "backend cpu: %d threads, matmul %s (int8 activations for "
+	    "Q8_0/Q4_0/Q4_K/Q5_K/Q6_K), attention %s\n",
+	    tp_size(c->pool), q_simd_name(), c->simd ? "avx2+f16c" : "scalar");
+	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
+	    c->m->weight_bytes / 1048576.0);
+	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed", n, c->kv_used / 1048576.0);
+	if (c->kv_budget)
+		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
+	kvc_buf_printf(out, "\n");
+}
+
+const struct kvc_backend_i kvc_backend_cpu = {
+	.name = "cpu",
+	.init = cpu_init,
+	.free = cpu_free,
+	.kv_create = cpu_kv_create,
+	.kv_destroy = cpu_kv_destroy,
+	.kv_bytes = cpu_kv_bytes,
+	.forward = cpu_forward,
+	.kv_read = cpu_kv_read,
+	.kv_write = cpu_kv_write,
+	.describe = cpu_describe,
+};

@@ -1,0 +1,154 @@
+/*
+ * chat.h: chat templates, rendered straight to token ids.
+ *
+ * The conversation's token stream is built incrementally: each new user turn
+ * appends chat_render_delta() to what is already there, and an assistant's
+ * reply is kept as the exact ids the model generated (never re-tokenised
+ * from text), so the KV cache always matches the stream. The invariant
+ * (tested for each family):
+ *
+ *   chat_render(msgs[0..n))  ==  chat_render(msgs[0..k)) ++ ...deltas...
+ *
+ * where an assistant message contributes its ids (plus whatever closing
+ * tokens the family puts after a reply, emitted by the next delta).
+ *
+ * Tokens: the text between two special tokens (a "run") is tokenised as one
+ * piece, as llama.cpp does with a whole prompt: a SentencePiece vocabulary
+ * that asks for a space prefix gets one at the start of every run. A
+ * template's special-token text (e.g. "<|im_start|>", "[INST]") is a special
+ * token only where the vocabulary has it as a control/user-defined token,
+ * else it is text. Message text is never searched for special tokens.
+ *
+ * Assistant replies: the ids as generated. When they end with the family's
+ * end-of-turn token (<|im_end|>, <|eot_id|>, <|end|>, <end_of_turn>, or EOS
+ * for Llama 2, Mistral and DeepSeek) the next delta adds only what the
+ * template puts after it ("\n" for ChatML, Phi-3, Gemma); otherwise (reply
+ * cut by max tokens or Ctrl-C, or ended by another end-of-generation id) it
+ * first closes the turn with that token. A reply given only as text (ids
+ * NULL) is tokenised on its own without special tokens or space prefix.
+ *
+ * BOS: added when the vocabulary's add_bos default says so and the family's
+ * template starts with it (all but ChatML).
+ *
+ * Families, and where they differ from the model's Jinja template:
+ * - chatml: <|im_start|>role\n text <|im_end|>\n. With a Qwen2/2.5 template
+ *   (its Jinja contains the default prompt) and no system message, the
+ *   system turn "You are Qwen, created by Alibaba Cloud. You are a helpful
+ *   assistant." is inserted. Tool calls are not rendered.
+ * - llama3: <|start_header_id|>role<|end_header_id|>\n\n text <|eot_id|>,
+ *   message text trimmed as the template does. When the Jinja contains
+ *   "Cutting Knowledge Date" (Llama 3.1/3.2) the system turn is always there
+ *   and starts "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul
+ *   2024\n\n". Llama 3.2's template would put today's date there; kvchat
+ *   keeps the fixed default so a stored conversation's prefix (and its KV
+ *   cache) stays valid across days.
+ * - llama2: <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST]reply</s><s>[INST]
+ *   user2 [/INST] (Meta's format: BOS before every user turn; text trimmed).
+ *   The reply's leading space is whatever the model generated.
+ * - mistral: <s>[INST] user [/INST]reply</s>[INST] ... ; with a vocabulary
+ *   that has [INST]/[/INST] as control tokens (v3 and later) they are those
+ *   tokens, without the padding spaces. There is no system role: the system
+ *   text goes before the first user text, followed by "\n\n".
+ * - phi3: <|system|>\n..<|end|>\n<|user|>\n..<|end|>\n<|assistant|>\n
+ * - deepseek: sys\n\nUser: ..\n\nAssistant: reply<EOS>User: .. (DeepSeek
+ *   LLM / V2); the generation prompt is "Assistant:" without the space,
+ *   which the model's first token supplies.
+ * - gemma: <start_of_turn>user\n..<end_of_turn>\n<start_of_turn>model\n,
+ *   text trimmed; no system role: system text + "\n\n" opens the next user
+ *   turn (as Gemma 3's template does).
+ * Templates that fold the system message into the next user turn (llama2,
+ * mistral, deepseek, gemma) render nothing for it until that turn comes, so
+ * a stream holding only a system message is just BOS and the delta that
+ * adds the first user turn brings the system text with it. So no family's
+ * rendering rewrites earlier text and the invariant holds for all of them.
+ * What the real templates do that would rewrite it is not reproduced:
+ * Mistral v0.3's template moves the system text to the LAST user turn (here
+ * it stays in the first), Llama 3.2's date changes daily (fixed here).
+ *
+ * A text-only reply (ids NULL) in llama2, mistral and deepseek gets the
+ * leading space a model's first token would carry ("[/INST] reply").
+ */
+#ifndef KVC_CHAT_H
+#define KVC_CHAT_H
+
+#include "core/kvc.h"
+#include "tokenizer/tokenizer.h"
+
+enum chat_family {
+	CHAT_CHATML,	/* Qwen2/2.5 and others: <|im_start|>role\n...<|im_end|>\n */
+	CHAT_LLAMA3,	/* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+	CHAT_LLAMA2,	/* <s>[INST] <<SYS>>...<</SYS>> user [/INST] reply </s> */
+	CHAT_MISTRAL,	/* <s>[INST] user [/INST] reply</s> */
+	CHAT_PHI3,	/* <|user|>\n...<|end|>\n<|assistant|>\n */
+	CHAT_DEEPSEEK,	/* User: ...\n\nAssistant: ... */
+	CHAT_GEMMA,	/* <start_of_turn>user\n...<end_of_turn>\n */
+	CHAT_FAMILY_COUNT
+};
+
+enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT };
+
+struct chat_msg {
+	enum chat_role role;
+	const char *text;	/* UTF-8; assistant: used only when ids is NULL, and by chat_render_text */
+	const int32_t *ids;	/* assistant: the exact generated ids (may end with an end-of-generation id) */
+	size_t n_ids;
+};
+
+/* "chatml", "llama3", ... ; chat_family_from_name returns -1 if unknown. */
+const char *chat_family_name(enum chat_family f);
+int chat_family_from_name(const char *name);
+/*
+ * Family of a Jinja template text (tokenizer.chat_template), or -1 when it
+ * is not recognised (callers then warn and use CHAT_CHATML).
+ */
+int chat_detect(const char *jinja);
+
+/* Default system prompt the family inserts when none is given (ChatML/Qwen2.5), or NULL. */
+const char *chat_default_system(enum chat_family f, const char *jinja);
+
+/*
+ * Render msgs[0..n) (system first if any, then alternating user/assistant)
+ * and, if add_gen, the assistant generation prompt; append ids to out.
+ * Template text is tokenised with special tokens parsed; message text with
+ * TOK_PARSE_SPECIAL off, so a user typing "<|im_end|>" gets plain text.
+ * jinja: the model's template text (for defaults such as Qwen's system
+ * prompt), may be NULL.
+ */
+int chat_render(const struct kvc_tokenizer *t, enum chat_family f, const char *jinja,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen);
+
+/*
+ * chat_render and chat_render_delta return 0, KVC_EINVAL (bad family or
+ * message), KVC_EFORMAT (invalid
+ * UTF-8 in a message), KVC_EUNSUPPORTED (the template needs a BOS/EOS the
+ * vocabulary lacks) or KVC_ENOMEM; on error out may hold a partial append.
+ * Zero messages without add_gen render nothing (not even BOS), so a delta
+ * from n_prev = 0 is the whole rendering.
+ *
+ * Tokens to append to a stream that already holds the rendering of
+ * msgs[0..n_prev) (ending with the last assistant reply's ids, or with the
+ * generation prompt if msgs[n_prev-1] is a user turn awaiting a reply) so
+ * that it becomes the rendering of msgs[0..n) (+ generation prompt if add_gen).
+ * KVC_EINVAL (with a message) if that is impossible without changing tokens
+ * already in the stream (never for the renderings above); the caller then
+ * renders the whole conversation and lets the engine keep the common prefix.
+ */
+int chat_render_delta(const struct kvc_tokenizer *t, enum chat_family f, const char *jinja,
+    const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen,
+    struct kvc_tokens *out, char *err, size_t errlen);
+
+/*
+ * The rendering as text, for display and tests: special tokens as their
+ * text, BOS/EOS as the vocabulary's pieces (with t) or the family's usual
+ * spelling (t NULL: BOS is then added whenever the family's template has
+ * it), assistant messages by their text (by their decoded ids when text is
+ * NULL and t is given). 0, KVC_ENOMEM or KVC_EINVAL.
+ */
+int chat_render_text(const struct kvc_tokenizer *t, enum chat_family f, const char *jinja,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out);
+
+/* Stop strings beyond the tokenizer's end-of-generation ids (e.g. DeepSeek's "User:"), or NULL. */
+const char *const *chat_stop_strings(enum chat_family f);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * progress.h: a progress bar on stderr for long loads and restores, and the
+ * colour decision.
+ *
+ * The bar is drawn only when stderr is a terminal and the operation has been
+ * running for more than KVC_PROGRESS_DELAY seconds (a fast load prints
+ * nothing); redraws are throttled; progress_end clears the line, so nothing
+ * of the bar is left behind in the scrollback.
+ */
+#ifndef KVC_PROGRESS_H
+#define KVC_PROGRESS_H
+
+#include "core/kvc.h"
+
+#define KVC_PROGRESS_DELAY 0.5	/* seconds before the bar appears */
+
+struct kvc_progress {
+	char label[48];		/* "loading weights", "restoring snapshot" */
+	int fd;			/* where to draw (2 = stderr) */
+	bool enabled;		/* fd is a terminal */
+	bool shown;		/* something has been drawn and must be cleared */
+	uint64_t total;		/* units of work (bytes, positions); 0 = unknown */
+	uint64_t done;
+	double t0;		/* kvc_now() at start, seconds */
+	double t_last;		/* last redraw, seconds */
+	int width;		/* terminal columns at start */
+};
+
+/* Start an operation of total units (0 if unknown) on stderr. */
+void progress_start(struct kvc_progress *p, const char *label, uint64_t total);
+/* Same on another descriptor; force = draw even if fd is not a terminal and with no delay (tests). */
+void progress_start_fd(struct kvc_progress *p, int fd, bool force, const char *label,
+    uint64_t total);
+/* Record progress; redraws at most every 0.1 s. total != 0 updates the total. */
+void progress_set(struct kvc_progress *p, uint64_t done, uint64_t total);
+/*
+ * The callback shape of kvc_engine_params.progress: arg is a struct
+ * kvc_progress that progress_start has set up.
+ */
+void progress_update(void *arg, uint64_t done, uint64_t total);
+/* Clear the bar's line if one was drawn. */
+void progress_end(struct kvc_progress *p);
+
+/* Render the bar text for a given state into buf (no escapes); for tests. */
+void progress_format(char *buf, size_t len, const char *label, uint64_t done,
+    uint64_t total, double elapsed, int width);
+
+/*
+ * Colour: true when fd is a terminal, NO_COLOR is unset or empty, and TERM
+ * is not "dumb".
+ */
+bool kvc_use_color(int fd);
+
+/* seq (one of KVC_SGR_*) when on, else "": kvc_sgr(color, KVC_SGR_BOLD). */
+const char *kvc_sgr(bool on, const char *seq);
+#define KVC_SGR_RESET "\033[0m"
+#define KVC_SGR_BOLD "\033[1m"
+#define KVC_SGR_DIM "\033[2m"
+#define KVC_SGR_RED "\033[31m"
+#define KVC_SGR_GREEN "\033[32m"
+#define KVC_SGR_YELLOW "\033[33m"
+#define KVC_SGR_CYAN "\033[36m"
+
+#endif

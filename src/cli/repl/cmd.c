@@ -1,0 +1,129 @@
+/* cmd.c: the REPL command table, /help, dispatch, and small shared helpers. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "cli/progress.h"
+
+static int cmd_help_exec(struct kvc_repl *r, const char *args);
+
+static const struct kvc_cmd_entry cmd_help_entry = {
+	"help", "", "this list", cmd_help_exec,
+};
+
+/* Groups in the order /help lists them. */
+static const struct kvc_cmd_entry *const cmd_groups[] = {
+	cmd_session_entries, cmd_model_entries, cmd_sample_entries,
+};
+
+const struct kvc_cmd_entry *
+cmd_entry(int i)
+{
+	if (i < 0)
+		return NULL;
+	if (i == 0)
+		return &cmd_help_entry;
+	i--;
+	for (size_t g = 0; g < sizeof cmd_groups / sizeof cmd_groups[0]; g++) {
+		for (const struct kvc_cmd_entry *e = cmd_groups[g]; e->name; e++)
+			if (i-- == 0)
+				return e;
+	}
+	return NULL;
+}
+
+const struct kvc_cmd_entry *
+cmd_find(const char *name)
+{
+	const struct kvc_cmd_entry *e;
+
+	for (int i = 0; (e = cmd_entry(i)) != NULL; i++)
+		if (strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
+
+int
+cmd_exec(struct kvc_repl *r, const char *line)
+{
+	const struct kvc_cmd_entry *e;
+	char name[32];
+	size_t n = 0;
+
+	if (*line == '/')
+		line++;
+	while (line[n] && line[n] != ' ' && line[n] != '\t' && n < sizeof name - 1) {
+		name[n] = line[n];
+		n++;
+	}
+	name[n] = '\0';
+	line += n;
+	while (*line == ' ' || *line == '\t')
+		line++;
+	e = cmd_find(name);
+	if (e == NULL) {
+		cmd_error(r, "unknown command '/%s' (/help lists them)", name);
+		return 1;
+	}
+	return e->exec(r, line);
+}
+
+void
+cmd_print_help(FILE *f)
+{
+	const struct kvc_cmd_entry *e;
+	char head[48];
+
+	for (int i = 0; (e = cmd_entry(i)) != NULL; i++) {
+		snprintf(head, sizeof head, "/%s%s%s", e->name, e->args[0] ? " " : "", e->args);
+		fprintf(f, "  %-26s %s\n", head, e->help);
+	}
+}
+
+static int
+cmd_help_exec(struct kvc_repl *r, const char *args)
+{
+	printf("Commands:\n");
+	cmd_print_help(stdout);
+	printf("Input: a line is one message; end a line with \\ to continue it, or wrap\n"
+	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply; Ctrl-D or /quit leaves.\n");
+	return 0;
+}
+
+int
+cmd_json_str(struct kvc_buf *b, const char *s)
+{
+	int rc = kvc_buf_append(b, "\"", 1);
+
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); rc == 0 && *p; p++) {
+		switch (*p) {
+		case '"': rc = kvc_buf_append(b, "\\\"", 2); break;
+		case '\\': rc = kvc_buf_append(b, "\\\\", 2); break;
+		case '\n': rc = kvc_buf_append(b, "\\n", 2); break;
+		case '\r': rc = kvc_buf_append(b, "\\r", 2); break;
+		case '\t': rc = kvc_buf_append(b, "\\t", 2); break;
+		default:
+			if (*p < 0x20)
+				rc = kvc_buf_printf(b, "\\u%04x", *p);
+			else
+				rc = kvc_buf_append(b, p, 1);
+		}
+	}
+	return rc ? rc : kvc_buf_append(b, "\"", 1);
+}
+
+void
+cmd_error(struct kvc_repl *r, const char *fmt, ...)
+{
+	bool color = r != NULL && r->tty && kvc_use_color(2);
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%skvchat: ", kvc_sgr(color, KVC_SGR_RED));
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", kvc_sgr(color, KVC_SGR_RESET));
+}

@@ -1,0 +1,297 @@
+/* cmd-session.c: /new /list /resume /rename /delete /undo /retry /clear /stats /export /quit. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd.h"
+#include "cli/progress.h"
+
+static int
+cmd_new_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+	struct conv *c;
+
+	if (conv_new(r->mgr, args[0] ? args : NULL, r->system, &r->set, &c, err, sizeof err)) {
+		cmd_error(r, "/new: %s", err);
+		return 1;
+	}
+	repl_switch(r, c);
+	printf("new conversation %" PRId64 " (%s)\n", conv_id(c), conv_title(c));
+	return 0;
+}
+
+static int
+cmd_list_exec(struct kvc_repl *r, const char *args)
+{
+	struct sess_conv *v;
+	char err[512], when[32];
+	int n;
+
+	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
+		cmd_error(r, "/list: %s", err);
+		return 1;
+	}
+	if (n == 0)
+		printf("no conversations\n");
+	for (int i = 0; i < n; i++) {
+		time_t t = (time_t)v[i].updated;
+		struct tm tm;
+		bool cur = r->cur && conv_id(r->cur) == v[i].id;
+
+		localtime_r(&t, &tm);
+		strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+		printf("%s%c %4" PRId64 "  %s  %4d msgs  %s%s\n", kvc_sgr(r->color && cur,
+		    KVC_SGR_BOLD), cur ? '*' : ' ', v[i].id, when, v[i].n_msgs, v[i].title,
+		    kvc_sgr(r->color && cur, KVC_SGR_RESET));
+	}
+	sess_conv_list_free(v, n);
+	return 0;
+}
+
+static int
+cmd_resume_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+	struct conv *c;
+	int64_t id;
+	int n;
+
+	if (args[0] == '\0') {
+		if (sess_conv_latest(r->st, &id, err, sizeof err)) {
+			cmd_error(r, "/resume: %s", err);
+			return 1;
+		}
+	} else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
+		cmd_error(r, "/resume: %s", err);
+		return 1;
+	}
+	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
+		cmd_error(r, "/resume: %s", err);
+		return 1;
+	}
+	repl_switch(r, c);
+	(void)conv_stream(c, &n);
+	printf("conversation %" PRId64 " (%s): %d messages, %d tokens\n", conv_id(c),
+	    conv_title(c), conv_n_msgs(c), n);
+	return 0;
+}
+
+static int
+cmd_rename_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+
+	if (args[0] == '\0') {
+		cmd_error(r, "usage: /rename TITLE");
+		return 1;
+	}
+	if (conv_rename(r->cur, args, err, sizeof err)) {
+		cmd_error(r, "/rename: %s", err);
+		return 1;
+	}
+	return 0;
+}
+
+static int
+cmd_delete_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+	struct conv *c = NULL;
+	int64_t id;
+	bool was_cur;
+
+	if (args[0] == '\0')
+		id = conv_id(r->cur);
+	else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
+		cmd_error(r, "/delete: %s", err);
+		return 1;
+	}
+	was_cur = conv_id(r->cur) == id;
+	/* Open it first: that takes its lock, so a conversation in use elsewhere is refused. */
+	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
+		cmd_error(r, "/delete: %s", err);
+		return 1;
+	}
+	if (was_cur)
+		r->cur = NULL;
+	if (conv_delete(c, err, sizeof err)) {
+		cmd_error(r, "/delete: %s", err);
+		return 1;
+	}
+	printf("deleted conversation %" PRId64 "\n", id);
+	if (was_cur)
+		return cmd_session_entries[0].exec(r, "");	/* /new */
+	if (r->cur)
+		(void)conv_activate(r->cur, NULL, 0);
+	return 0;
+}
+
+static int
+cmd_undo_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+	int n;
+
+	if (conv_undo(r->cur, err, sizeof err)) {
+		cmd_error(r, "/undo: %s", err);
+		return 1;
+	}
+	(void)conv_stream(r->cur, &n);
+	printf("dropped the last exchange (%d messages, %d tokens left)\n", conv_n_msgs(r->cur), n);
+	return 0;
+}
+
+static int
+cmd_retry_exec(struct kvc_repl *r, const char *args)
+{
+	return repl_turn(r, NULL, true);
+}
+
+static int
+cmd_clear_exec(struct kvc_repl *r, const char *args)
+{
+	char err[512];
+
+	if (conv_clear(r->cur, err, sizeof err)) {
+		cmd_error(r, "/clear: %s", err);
+		return 1;
+	}
+	printf("conversation %" PRId64 " cleared\n", conv_id(r->cur));
+	return 0;
+}
+
+static int
+cmd_stats_exec(struct kvc_repl *r, const char *args)
+{
+	int turn = 0;
+
+	printf("%4s %9s %8s %8s %10s %6s %10s %s\n", "turn", "ttft_ms", "reused", "prefill",
+	    "prefill/s", "gen", "decode/s", "");
+	for (int i = 0; i < conv_n_msgs(r->cur); i++) {
+		const struct sess_msg *x = conv_msg(r->cur, i);
+
+		if (x->role != SESS_ASSISTANT)
+			continue;
+		turn++;
+		printf("%4d %9.1f %8d %8d %10.1f %6d %10.1f %s\n", turn, x->stats.ttft_ms,
+		    x->stats.reused_tokens, x->stats.prefill_tokens, x->stats.prefill_tps,
+		    x->stats.gen_tokens, x->stats.decode_tps, x->interrupted ? "interrupted" : "");
+	}
+	if (turn == 0)
+		printf("no turns yet\n");
+	return 0;
+}
+
+static const char *
+role_name(enum sess_role role)
+{
+	return role == SESS_ASSISTANT ? "assistant" : role == SESS_SYSTEM ? "system" : "user";
+}
+
+static int
+export_json(struct kvc_repl *r, struct kvc_buf *b)
+{
+	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", conv_id(r->cur));
+
+	rc = rc ? rc : cmd_json_str(b, conv_title(r->cur));
+	rc = rc ? rc : kvc_buf_printf(b, ",\"model\":");
+	rc = rc ? rc : cmd_json_str(b, r->model_path);
+	rc = rc ? rc : kvc_buf_printf(b, ",\"system\":");
+	if (rc == 0)
+		rc = conv_system(r->cur) ? cmd_json_str(b, conv_system(r->cur)) :
+		    kvc_buf_printf(b, "null");
+	rc = rc ? rc : kvc_buf_printf(b, ",\"messages\":[");
+	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
+		const struct sess_msg *x = conv_msg(r->cur, i);
+
+		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
+		    role_name(x->role));
+		rc = rc ? rc : cmd_json_str(b, x->text);
+		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", x->n_ids,
+		    x->interrupted ? "true" : "false");
+	}
+	return rc ? rc : kvc_buf_printf(b, "]}\n");
+}
+
+static int
+export_md(struct kvc_repl *r, struct kvc_buf *b)
+{
+	int rc = kvc_buf_printf(b, "# %s\n\n", conv_title(r->cur));
+
+	if (rc == 0 && conv_system(r->cur))
+		rc = kvc_buf_printf(b, "**System:** %s\n\n", conv_system(r->cur));
+	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
+		const struct sess_msg *x = conv_msg(r->cur, i);
+
+		rc = kvc_buf_printf(b, "## %s\n\n%s%s\n\n", x->role == SESS_ASSISTANT ? "Assistant" :
+		    "User", x->text, x->interrupted ? " *(interrupted)*" : "");
+	}
+	return rc;
+}
+
+static int
+cmd_export_exec(struct kvc_repl *r, const char *args)
+{
+	struct kvc_buf b = {0};
+	char fmt[8];
+	const char *path;
+	FILE *f;
+	int rc;
+
+	path = strchr(args, ' ');
+	if (path == NULL || (size_t)(path - args) >= sizeof fmt) {
+		cmd_error(r, "usage: /export md|json FILE");
+		return 1;
+	}
+	memcpy(fmt, args, (size_t)(path - args));
+	fmt[path - args] = '\0';
+	while (*path == ' ')
+		path++;
+	if (strcmp(fmt, "md") == 0)
+		rc = export_md(r, &b);
+	else if (strcmp(fmt, "json") == 0)
+		rc = export_json(r, &b);
+	else {
+		cmd_error(r, "/export: format must be md or json");
+		return 1;
+	}
+	if (rc) {
+		kvc_buf_free(&b);
+		cmd_error(r, "/export: out of memory");
+		return 1;
+	}
+	f = fopen(path, "w");
+	if (f == NULL || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0) {
+		cmd_error(r, "/export: cannot write %s", path);
+		kvc_buf_free(&b);
+		return 1;
+	}
+	kvc_buf_free(&b);
+	printf("wrote %s\n", path);
+	return 0;
+}
+
+static int
+cmd_quit_exec(struct kvc_repl *r, const char *args)
+{
+	r->quit = true;
+	return 0;
+}
+
+const struct kvc_cmd_entry cmd_session_entries[] = {
+	{ "new", "[TITLE]", "start a new conversation", cmd_new_exec },
+	{ "list", "", "list conversations (* = this one)", cmd_list_exec },
+	{ "resume", "ID|TITLE", "switch to a stored conversation", cmd_resume_exec },
+	{ "rename", "TITLE", "rename this conversation", cmd_rename_exec },
+	{ "delete", "[ID|TITLE]", "delete a conversation (default: this one)", cmd_delete_exec },
+	{ "undo", "", "drop the last exchange", cmd_undo_exec },
+	{ "retry", "", "answer the last message again", cmd_retry_exec },
+	{ "clear", "", "drop every message of this conversation", cmd_clear_exec },
+	{ "stats", "", "per-turn figures of this conversation", cmd_stats_exec },
+	{ "export", "md|json FILE", "write this conversation to FILE", cmd_export_exec },
+	{ "quit", "", "save and leave (also Ctrl-D)", cmd_quit_exec },
+	{ NULL, NULL, NULL, NULL },
+};

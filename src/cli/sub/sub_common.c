@@ -1,0 +1,65 @@
+/* cmd_common.c: option parsing shared by kvchat generate and kvchat bench. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sub_common.h"
+
+bool
+cmdc_parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+int
+cmdc_usage(const char *name, const char *usage, const char *why, const char *arg)
+{
+	if (why)
+		fprintf(stderr, "kvchat: %s: %s%s%s\n", name, why, arg ? ": " : "", arg ? arg : "");
+	fputs(usage, stderr);
+	return 2;
+}
+
+int
+cmdc_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
+    const char **why)
+{
+	long v;
+
+	if (strcmp(opt, "--threads") == 0 || strcmp(opt, "-t") == 0) {
+		if (!cmdc_parse_long(val, 0, 1024, &v)) {
+			*why = "bad --threads";
+			return -1;
+		}
+		ep->n_threads = (int)v;
+	} else if (strcmp(opt, "--kv-type") == 0) {
+		if (strcmp(val, "f16") == 0) {
+			ep->kv_type = GGML_TYPE_F16;
+		} else if (strcmp(val, "f32") == 0) {
+			ep->kv_type = GGML_TYPE_F32;
+		} else {
+			*why = "bad --kv-type (f16 or f32)";
+			return -1;
+		}
+	} else if (strcmp(opt, "--device") == 0) {
+		ep->device = val;
+	} else if (strcmp(opt, "--gpu") == 0) {
+		if (!cmdc_parse_long(val, 0, 1024, &v)) {
+			*why = "bad --gpu";
+			return -1;
+		}
+		ep->gpu = (int)v;
+	} else {
+		return 0;
+	}
+	return 1;
+}

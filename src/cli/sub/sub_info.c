@@ -1,0 +1,147 @@
+/* cmd_info.c: `kvchat info -m FILE`, a readable summary of a GGUF model. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chat/chat.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+static void
+info_usage(FILE *f)
+{
+	fprintf(f, "usage: kvchat info -m FILE\n");
+}
+
+static void
+print_size(const char *label, double v)
+{
+	const char *unit = "";
+
+	if (v >= 1e9) {
+		v /= 1e9;
+		unit = "B";
+	} else if (v >= 1e6) {
+		v /= 1e6;
+		unit = "M";
+	} else if (v >= 1e3) {
+		v /= 1e3;
+		unit = "K";
+	}
+	printf("%-18s %.2f%s\n", label, v, unit);
+}
+
+/* Key "<arch>.<suffix>" as an integer, or def. */
+static int64_t
+arch_int(const struct gguf_file *f, const char *arch, const char *suffix, int64_t def)
+{
+	char key[256];
+
+	snprintf(key, sizeof key, "%s.%s", arch, suffix);
+	return gguf_get_int(f, key, def);
+}
+
+static void
+print_special(const struct kvc_tokenizer *t, const char *label, int32_t id)
+{
+	size_t len;
+	const char *s;
+
+	if (id < 0)
+		return;
+	s = tok_piece(t, id, &len);
+	printf("  %-16s %d %.*s\n", label, id, s ? (int)len : 0, s ? s : "");
+}
+
+int
+cmd_info(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *path = NULL, *arch, *tmpl;
+	struct gguf_file *f;
+	struct kvc_tokenizer *tok = NULL;
+	char err[512];
+	uint64_t n_params = 0, bytes = 0, type_count[GGML_TYPE_COUNT] = { 0 };
+	int c, fam;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': path = optarg; break;
+		case 'h': info_usage(stdout); return 0;
+		default:
+			fprintf(stderr, "kvchat info: unknown option '%s'\n", argv[optind - 1]);
+			info_usage(stderr);
+			return 2;
+		}
+	}
+	if (path == NULL || optind != argc) {
+		info_usage(stderr);
+		return 2;
+	}
+	if (gguf_open(&f, path, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		return 1;
+	}
+	arch = gguf_get_str(f, "general.architecture", "?");
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const struct gguf_tensor *t = gguf_tensor(f, i);
+		uint64_t n = 1;
+		for (int d = 0; d < 4; d++)
+			n *= (uint64_t)t->ne[d];
+		n_params += n;
+		bytes += t->nbytes;
+		type_count[t->type]++;
+	}
+	printf("%-18s %s\n", "file", path);
+	printf("%-18s GGUF v%u, %lld keys, %lld tensors\n", "format", gguf_version(f),
+	    (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f));
+	printf("%-18s %s\n", "name", gguf_get_str(f, "general.name", "?"));
+	printf("%-18s %s\n", "architecture", arch);
+	print_size("parameters", (double)n_params);
+	print_size("tensor bytes", (double)bytes);
+	printf("%-18s", "tensor types");
+	for (int t = 0; t < GGML_TYPE_COUNT; t++)
+		if (type_count[t])
+			printf(" %s x%llu", ggml_type_name((enum ggml_type)t), (unsigned long long)type_count[t]);
+	printf("\n");
+	printf("%-18s %lld\n", "context length", (long long)arch_int(f, arch, "context_length", 0));
+	printf("%-18s %lld\n", "embedding", (long long)arch_int(f, arch, "embedding_length", 0));
+	printf("%-18s %lld\n", "layers", (long long)arch_int(f, arch, "block_count", 0));
+	printf("%-18s %lld (kv %lld)\n", "heads", (long long)arch_int(f, arch, "attention.head_count", 0),
+	    (long long)arch_int(f, arch, "attention.head_count_kv",
+		arch_int(f, arch, "attention.head_count", 0)));
+	printf("%-18s %lld\n", "feed-forward", (long long)arch_int(f, arch, "feed_forward_length", 0));
+
+	if (gguf_find_key(f, "tokenizer.ggml.model") < 0) {
+		printf("%-18s none\n", "vocabulary");
+	} else if (tok_load(&tok, f, err, sizeof err) != 0) {
+		printf("%-18s %s (%s)\n", "vocabulary", gguf_get_str(f, "tokenizer.ggml.model", "?"), err);
+	} else {
+		printf("%-18s %s, %d tokens%s%s\n", "vocabulary", tok_model_name(tok), tok_n_vocab(tok),
+		    *tok_pre_name(tok) ? ", pre-tokenizer " : "", tok_pre_name(tok));
+		printf("special tokens\n");
+		print_special(tok, "bos", tok_bos(tok));
+		print_special(tok, "eos", tok_eos(tok));
+		print_special(tok, "eot", (int32_t)gguf_get_int(f, "tokenizer.ggml.eot_token_id", -1));
+		print_special(tok, "padding", (int32_t)gguf_get_int(f, "tokenizer.ggml.padding_token_id", -1));
+		printf("  %-16s %s\n", "add bos", tok_add_bos_default(tok) ? "yes" : "no");
+	}
+	tmpl = gguf_get_str(f, "tokenizer.chat_template", NULL);
+	if (tmpl == NULL) {
+		printf("%-18s none in file (chatml will be used)\n", "chat template");
+	} else {
+		fam = chat_detect(tmpl);
+		printf("%-18s %s\n", "chat template", fam >= 0 ? chat_family_name((enum chat_family)fam) :
+		    "unrecognised (chatml will be used)");
+	}
+	tok_free(tok);
+	gguf_close(f);
+	return 0;
+}

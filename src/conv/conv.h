@@ -1,0 +1,190 @@
+/*
+ * conv.h: the conversation manager, the turn logic of the chat program.
+ *
+ * A conversation is a store row, its messages (each with the exact token ids
+ * it added to the stream) and an engine sequence whose cache holds the
+ * stream. A turn renders only the delta of the new user message, appends it
+ * (computing only those positions), generates, and commits user message,
+ * reply and a snapshot chunk of the new cache positions in one transaction.
+ *
+ * Several conversations may be open at once; their caches stay resident
+ * within a byte budget and the least recently used one is evicted (its
+ * snapshot stays on disk and restores it when it is used again).
+ *
+ * The context window: when a turn would not fit, the default policy keeps
+ * the system prompt and drops the oldest whole exchanges from the cache
+ * (never from the database). The window is remembered in the conversation's
+ * settings ("window=MSGID") and snapshot chunks of a windowed stream are
+ * keyed by fingerprint + window, so a snapshot is only ever restored over
+ * the tokens it was made from.
+ */
+#ifndef KVC_CONV_H
+#define KVC_CONV_H
+
+#include <signal.h>
+
+#include "core/kvc.h"
+#include "chat/chat.h"
+#include "engine/engine.h"
+#include "sampler/sampler.h"
+#include "sessions/store.h"
+
+enum conv_overflow {
+	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges, recompute (default) */
+	CONV_OVERFLOW_STOP,	/* refuse the turn */
+};
+
+struct conv_params {
+	enum chat_family family;
+	const char *jinja;		/* the model's template text, or NULL */
+	size_t kv_budget;		/* bytes for all resident caches; 0 = unlimited */
+	enum conv_overflow overflow;
+	/* One-line notices (rebuilds, evictions, dropped history); optional. */
+	void (*notice)(void *arg, const char *line);
+	void *notice_arg;
+	/*
+	 * Progress of long work (restoring a snapshot): called with done = 0
+	 * when it starts, with each advance, and with label = NULL when it
+	 * ends; units are cache positions. Optional: the conversation layer
+	 * draws nothing itself.
+	 */
+	void (*progress)(void *arg, const char *label, uint64_t done, uint64_t total);
+	void *progress_arg;
+};
+
+/* Per-conversation generation settings (persisted as the settings text). */
+struct conv_settings {
+	struct kvc_sampler_params smp;
+	int max_tokens;			/* reply cap; 0 = until end of turn or full context */
+};
+struct conv_settings conv_default_settings(void);
+/* "temp=0.8;top_k=40;...": format s (+ window) into out. */
+int conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_buf *out);
+/* Parse text over s (unknown names ignored); *window (if not NULL) gets window= or 0. */
+void conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window);
+/*
+ * Set one setting by its /set name (temperature|temp, top_p, top_k, min_p,
+ * repeat_penalty, seed, max_tokens). KVC_EINVAL with a message if unknown or
+ * not a number.
+ */
+int conv_settings_set(struct conv_settings *s, const char *name, const char *value,
+    char *err, size_t errlen);
+
+/* Figures of one turn (the stats line and --stats-json). */
+struct conv_stats {
+	int prompt_tokens;		/* tokens this turn's user delta added */
+	int reused_tokens;		/* positions kept from the cache */
+	int prefill_tokens;		/* positions computed for this turn's prompt */
+	int gen_tokens;			/* reply tokens */
+	int dropped_tokens;		/* history positions dropped (context overflow) */
+	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
+	double prefill_tps;		/* prefill_tokens / prefill wall time */
+	double decode_tps;		/* reply tokens / decode wall time */
+	int context_used, context_total;	/* positions */
+	bool resumed_from_snapshot;	/* cache restored from the snapshot before this turn */
+	bool rebuilt;			/* cache rebuilt from stored tokens before this turn */
+	bool interrupted;		/* stopped by the user */
+	bool ctx_full;			/* reply stopped because the context is full */
+};
+
+/* How a turn talks to its caller. */
+struct conv_io {
+	/* Reply text as it streams (valid UTF-8 pieces); non-zero return stops. */
+	int (*on_text)(void *arg, const char *s, size_t n);
+	void *arg;
+	/* Set by the caller's SIGINT handler: stop generating at once. May be NULL. */
+	volatile sig_atomic_t *interrupt;
+	double t_enter;			/* kvc_now() when the user pressed Enter (0 = at call) */
+};
+
+struct conv_mgr;
+struct conv;
+
+int conv_mgr_new(struct conv_mgr **out, struct kvc_engine *e, struct sess_store *st,
+    const struct conv_params *p, char *err, size_t errlen);
+/* Closes every open conversation (releasing locks) and frees the manager. */
+void conv_mgr_free(struct conv_mgr *m);
+struct kvc_engine *conv_mgr_engine(const struct conv_mgr *m);
+struct sess_store *conv_mgr_store(const struct conv_mgr *m);
+enum chat_family conv_mgr_family(const struct conv_mgr *m);
+/* Bytes held by resident caches, and how many conversations are open / resident. */
+size_t conv_mgr_kv_bytes(const struct conv_mgr *m, int *n_open, int *n_resident);
+
+/*
+ * Create a conversation in the store and claim it. title NULL = provisional
+ * title, replaced by the start of the first user message. system may be NULL.
+ */
+int conv_new(struct conv_mgr *m, const char *title, const char *system,
+    const struct conv_settings *s, struct conv **out, char *err, size_t errlen);
+/*
+ * Open a stored conversation (or return it if already open): claim it
+ * (KVC_EBUSY if another process holds it), load its messages and bring its
+ * cache back, from the snapshot when it matches, else by recomputing the
+ * stored tokens (with a notice saying why).
+ */
+int conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t errlen);
+/* Release the conversation's lock and cache. */
+void conv_close(struct conv *c);
+/* Close and delete it from the store. */
+int conv_delete(struct conv *c, char *err, size_t errlen);
+
+/*
+ * One turn: user text in, reply streamed through io, everything committed.
+ * KVC_ERANGE (nothing changed) if the input alone does not fit the context
+ * or the policy is stop and the context is full. An interrupted reply is
+ * committed marked interrupted; the call then returns 0 and st->interrupted.
+ */
+int conv_turn(struct conv *c, const char *text, const struct conv_io *io,
+    struct conv_stats *st, char *err, size_t errlen);
+/*
+ * Drop the last exchange from the store and the cache (or a last user
+ * message left without a reply). KVC_ENOTFOUND if none.
+ */
+int conv_undo(struct conv *c, char *err, size_t errlen);
+/*
+ * Answer the last user message again: only the reply is taken back (store
+ * and cache); its prompt is reused whole (prefill 0 when the first reply's
+ * logits are still at hand, else the last position is recomputed).
+ */
+int conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
+    char *err, size_t errlen);
+/* Drop every message (keeps title, system prompt and settings). */
+int conv_clear(struct conv *c, char *err, size_t errlen);
+int conv_rename(struct conv *c, const char *title, char *err, size_t errlen);
+/*
+ * Set the system prompt (NULL or "" = none). On a conversation with
+ * messages the stream is rendered again with it, the cache synced (the
+ * common prefix kept, usually only BOS) and the store rewritten in one
+ * transaction with a fresh snapshot; *n_computed (if not NULL) gets the
+ * positions computed. KVC_EINVAL if the template cannot render the history
+ * with another system prompt without rewriting it, KVC_ERANGE if it would
+ * no longer fit the context; nothing changes then.
+ */
+int conv_change_system(struct conv *c, const char *system, int *n_computed, char *err,
+    size_t errlen);
+/* conv_change_system without the count. */
+int conv_set_system(struct conv *c, const char *system, char *err, size_t errlen);
+int conv_set_settings(struct conv *c, const struct conv_settings *s, char *err, size_t errlen);
+/* Make sure the cache is resident (restoring it if evicted). */
+int conv_activate(struct conv *c, char *err, size_t errlen);
+
+int64_t conv_id(const struct conv *c);
+const char *conv_title(const struct conv *c);
+const char *conv_system(const struct conv *c);
+const struct conv_settings *conv_get_settings(const struct conv *c);
+int conv_n_msgs(const struct conv *c);
+const struct sess_msg *conv_msg(const struct conv *c, int i);
+/* Tokens of the stream the cache holds (the window), and their count. */
+const int32_t *conv_stream(const struct conv *c, int *n);
+bool conv_resident(const struct conv *c);
+/* The engine sequence (NULL while evicted); for tests and /show. */
+struct kvc_seq *conv_seq(const struct conv *c);
+
+/*
+ * Bytes at the end of text[0..n) that could be the start of one of the
+ * family's stop strings (chat_stop_strings), so a streamed reply holds them
+ * back until the next piece decides; 0 for families without stop strings.
+ */
+size_t conv_stop_holdback(enum chat_family f, const char *text, size_t n);
+
+#endif

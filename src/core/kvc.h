@@ -1,0 +1,81 @@
+/*
+ * kvc.h: what every kvchat module shares: error codes, the error-message
+ * convention, growable buffers and a clock.
+ *
+ * Errors: library functions return 0 (KVC_OK) on success or a negative
+ * KVC_E* code, and write one human-readable line (no trailing newline) into
+ * the caller's `char *err, size_t errlen` when err is not NULL. Only main()
+ * exits; library code never calls exit().
+ */
+#ifndef KVC_H
+#define KVC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+enum {
+	KVC_OK = 0,
+	KVC_ENOMEM = -1,	/* allocation failed */
+	KVC_EIO = -2,		/* read/write/open failed (errno-level) */
+	KVC_EFORMAT = -3,	/* malformed input (file, blob, text) */
+	KVC_EUNSUPPORTED = -4,	/* well-formed but not implemented here */
+	KVC_EINVAL = -5,	/* bad argument from the caller */
+	KVC_ERANGE = -6,	/* does not fit: context full, value out of range */
+	KVC_EBUSY = -7,		/* held by another process */
+	KVC_EINTR = -8,		/* interrupted by the user (Ctrl-C) */
+	KVC_ECORRUPT = -9,	/* checksum mismatch or inconsistent stored data */
+	KVC_ENOTFOUND = -10,	/* no such conversation, key, tensor, file */
+};
+
+/* Short name of an error code ("out of memory", "format error", ...). */
+const char *kvc_strerror(int code);
+
+/* printf into err (if err != NULL && errlen > 0); always NUL-terminates. */
+void kvc_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Monotonic time in seconds. */
+double kvc_now(void);
+
+/* Growable byte buffer. Zero-initialise ({0}) before first use. */
+struct kvc_buf {
+	char *p;	/* data, NUL-terminated when n < cap */
+	size_t n;	/* bytes used */
+	size_t cap;	/* bytes allocated */
+};
+/* Each returns 0 or KVC_ENOMEM. */
+int kvc_buf_reserve(struct kvc_buf *b, size_t extra);
+int kvc_buf_append(struct kvc_buf *b, const void *data, size_t len);
+int kvc_buf_printf(struct kvc_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void kvc_buf_free(struct kvc_buf *b);
+
+/* Growable token-id vector. Zero-initialise before first use. */
+struct kvc_tokens {
+	int32_t *v;	/* token ids */
+	size_t n;	/* used */
+	size_t cap;	/* allocated */
+};
+int kvc_tokens_push(struct kvc_tokens *t, int32_t id);
+int kvc_tokens_append(struct kvc_tokens *t, const int32_t *ids, size_t n);
+void kvc_tokens_free(struct kvc_tokens *t);
+
+/* Checked size arithmetic: return false on overflow. */
+static inline bool kvc_mul_ok(size_t a, size_t b, size_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool kvc_add_ok(size_t a, size_t b, size_t *out)
+{
+	return !__builtin_add_overflow(a, b, out);
+}
+
+/* Whether this CPU (and OS) runs AVX2 + FMA + F16C code: the SIMD paths of the
+ * quant and CPU backend modules are compiled for exactly that set. */
+bool kvc_cpu_avx2(void);
+
+/* UTF-8: length of the longest valid prefix of s[0..n) ; == n when valid. */
+size_t kvc_utf8_valid_prefix(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,714 @@
+/* engine.c: a model on a backend, and sequences that own their KV caches. */
+#include "config.h"
+
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+/* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
+#define ENG_PREFILL_CHUNK 512
+
+#define SNAP_HEADER 32
+#define SNAP_VERSION 1
+
+struct kvc_engine {
+	struct gguf_file *gf;		/* owned */
+	struct kvc_tokenizer *tok;	/* owned */
+	struct kvc_model model;		/* weights point into gf's mapping */
+	const struct kvc_backend_i *be;
+	void *bctx;			/* backend context */
+	int n_ctx;			/* positions per sequence */
+	enum ggml_type kv_type;		/* F16 or F32 */
+	int kv_dim;			/* n_head_kv * head_dim */
+	size_t kv_elem;			/* bytes per cache element */
+	char fingerprint[17];		/* 64-bit hash, hex */
+};
+
+struct kvc_seq {
+	struct kvc_engine *e;
+	struct kvc_tokens toks;		/* the sequence's tokens (all of them, even when evicted) */
+	void *kv;			/* backend cache, NULL when evicted */
+	int n_cached;			/* positions [0, n_cached) of kv hold toks' K/V; <= toks.n */
+	float *logits;			/* (n_vocab) after toks[toks.n - 1] when have_logits */
+	bool have_logits;
+};
+
+struct kvc_engine_params
+kvc_engine_default_params(void)
+{
+	struct kvc_engine_params p;
+
+	memset(&p, 0, sizeof p);
+	p.device = "auto";
+	p.gpu = 0;
+	p.n_threads = 0;
+	p.n_ctx = 0;
+	p.kv_type = GGML_TYPE_F16;
+	p.kv_budget = 0;
+	return p;
+}
+
+/* ---- fingerprint: FNV-1a 64 ---- */
+
+static void
+fnv(uint64_t *h, const void *data, size_t n)
+{
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < n; i++) {
+		*h ^= p[i];
+		*h *= 0x100000001b3ULL;
+	}
+}
+
+static void
+fnv_i64(uint64_t *h, int64_t v)
+{
+	unsigned char b[8];
+
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)((uint64_t)v >> (8 * i));
+	fnv(h, b, sizeof b);
+}
+
+static void
+fnv_str(uint64_t *h, const char *s)
+{
+	fnv(h, s, strlen(s) + 1);
+}
+
+static void
+fnv_f32(uint64_t *h, float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof u);
+	fnv_i64(h, (int64_t)u);
+}
+
+/*
+ * Hashing every byte of a multi-GB file would cost seconds at each start:
+ * the head, the tail and 16 strided 256-byte windows of each tensor tell
+ * different weights apart in practice.
+ */
+static void
+fnv_tensor_sample(uint64_t *h, const struct gguf_tensor *t)
+{
+	const unsigned char *d = t->data;
+	size_t n = t->nbytes, k = 4096;
+
+	if (d == NULL || n == 0)
+		return;
+	if (n <= 3 * k) {
+		fnv(h, d, n);
+		return;
+	}
+	fnv(h, d, k);
+	fnv(h, d + n - k, k);
+	for (int i = 1; i <= 16; i++) {
+		size_t off = (size_t)((double)(n - 256) * i / 17.0);
+		fnv(h, d + off, 256);
+	}
+}
+
+static void
+make_fingerprint(struct kvc_engine *e)
+{
+	const struct kvc_hparams *hp = &e->model.hp;
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	fnv_str(&h, "kvchat-fingerprint-1");
+	fnv_str(&h, model_arch_name(hp->arch));
+	fnv_i64(&h, hp->n_vocab);
+	fnv_i64(&h, hp->n_embd);
+	fnv_i64(&h, hp->n_layer);
+	fnv_i64(&h, hp->n_head);
+	fnv_i64(&h, hp->n_head_kv);
+	fnv_i64(&h, hp->head_dim);
+	fnv_i64(&h, hp->n_ff);
+	fnv_f32(&h, hp->rms_eps);
+	fnv_f32(&h, hp->rope_theta);
+	fnv_i64(&h, hp->rope_dim);
+	fnv_i64(&h, hp->rope_neox);
+	for (int64_t i = 0; i < gguf_n_tensors(e->gf); i++) {
+		const struct gguf_tensor *t = gguf_tensor(e->gf, i);
+
+		fnv_str(&h, t->name);
+		fnv_i64(&h, t->type);
+		for (int d = 0; d < 4; d++)
+			fnv_i64(&h, t->ne[d]);
+		fnv_tensor_sample(&h, t);
+	}
+	fnv_i64(&h, e->kv_type);
+	snprintf(e->fingerprint, sizeof e->fingerprint, "%016llx", (unsigned long long)h);
+}
+
+/* ---- engine ---- */
+
+static int
+pick_backend(struct kvc_engine *e, const char *device, char *err, size_t errlen)
+{
+	if (device == NULL || device[0] == '\0' || strcmp(device, "auto") == 0) {
+#ifdef HAVE_CUDA
+		if (kvc_cuda_device_count() > 0) {
+			e->be = &kvc_backend_cuda;
+			return KVC_OK;
+		}
+#endif
+		e->be = &kvc_backend_cpu;
+		return KVC_OK;
+	}
+	if (strcmp(device, "cpu") == 0) {
+		e->be = &kvc_backend_cpu;
+		return KVC_OK;
+	}
+	if (strcmp(device, "cuda") == 0) {
+#ifdef HAVE_CUDA
+		if (kvc_cuda_device_count() > 0) {
+			e->be = &kvc_backend_cuda;
+			return KVC_OK;
+		}
+		kvc_err(err, errlen, "device cuda: no usable CUDA device found (check the driver, or use --device cpu)");
+		return KVC_EUNSUPPORTED;
+#else
+		kvc_err(err, errlen, "device cuda: this kvchat was built without the CUDA backend (use --device cpu)");
+		return KVC_EUNSUPPORTED;
+#endif
+	}
+	kvc_err(err, errlen, "unknown device '%s' (expected auto, cpu or cuda)", device);
+	return KVC_EINVAL;
+}
+
+int
+eng_open(struct kvc_engine **out, const char *model_path,
+    const struct kvc_engine_params *pp, char *err, size_t errlen)
+{
+	struct kvc_engine_params p = pp ? *pp : kvc_engine_default_params();
+	struct kvc_backend_params bp;
+	struct kvc_engine *e;
+	const struct kvc_hparams *hp;
+	int rc;
+
+	*out = NULL;
+	if (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32) {
+		kvc_err(err, errlen, "KV cache type %s not supported (use f16 or f32)", ggml_type_name(p.kv_type));
+		return KVC_EUNSUPPORTED;
+	}
+	if (p.n_ctx < 0) {
+		kvc_err(err, errlen, "context size %d is negative", p.n_ctx);
+		return KVC_EINVAL;
+	}
+	e = calloc(1, sizeof *e);
+	if (e == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	rc = pick_backend(e, p.device, err, errlen);
+	if (rc)
+		goto fail;
+	rc = gguf_open(&e->gf, model_path, err, errlen);
+	if (rc)
+		goto fail;
+	rc = tok_load(&e->tok, e->gf, err, errlen);
+	if (rc)
+		goto fail;
+	rc = model_load(&e->model, e->gf, err, errlen);
+	if (rc)
+		goto fail;
+	hp = &e->model.hp;
+	if (tok_n_vocab(e->tok) > hp->n_vocab) {
+		kvc_err(err, errlen, "%s: the vocabulary has %d tokens but the model only %d rows",
+		    model_path, (int)tok_n_vocab(e->tok), hp->n_vocab);
+		rc = KVC_EFORMAT;
+		goto fail;
+	}
+	e->kv_type = p.kv_type;
+	e->kv_elem = p.kv_type == GGML_TYPE_F32 ? 4 : 2;
+	e->kv_dim = hp->n_head_kv * hp->head_dim;
+	e->n_ctx = p.n_ctx;
+	if (e->n_ctx == 0) {
+		e->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 8192;
+		if (e->n_ctx > 8192)
+			e->n_ctx = 8192;
+	}
+	memset(&bp, 0, sizeof bp);
+	bp.n_threads = p.n_threads;
+	bp.gpu = p.gpu;
+	bp.kv_budget = p.kv_budget;
+	bp.progress = p.progress;
+	bp.progress_arg = p.progress_arg;
+	rc = e->be->init(&e->bctx, &e->model, &bp, err, errlen);
+	if (rc)
+		goto fail;
+	make_fingerprint(e);
+	*out = e;
+	return KVC_OK;
+
+fail:
+	/* model_free is safe on a zeroed or failed model */
+	model_free(&e->model);
+	if (e->tok)
+		tok_free(e->tok);
+	if (e->gf)
+		gguf_close(e->gf);
+	free(e);
+	return rc;
+}
+
+void
+eng_close(struct kvc_engine *e)
+{
+	if (e == NULL)
+		return;
+	e->be->free(e->bctx);
+	model_free(&e->model);
+	tok_free(e->tok);
+	gguf_close(e->gf);
+	free(e);
+}
+
+const struct kvc_tokenizer *eng_tokenizer(const struct kvc_engine *e) { return e->tok; }
+const struct kvc_model *eng_model(const struct kvc_engine *e) { return &e->model; }
+const struct gguf_file *eng_gguf(const struct kvc_engine *e) { return e->gf; }
+const char *eng_backend_name(const struct kvc_engine *e) { return e->be->name; }
+int eng_n_ctx(const struct kvc_engine *e) { return e->n_ctx; }
+int eng_n_vocab(const struct kvc_engine *e) { return e->model.hp.n_vocab; }
+enum ggml_type eng_kv_type(const struct kvc_engine *e) { return e->kv_type; }
+const char *eng_fingerprint(const struct kvc_engine *e) { return e->fingerprint; }
+
+size_t
+eng_kv_bytes_per_pos(const struct kvc_engine *e)
+{
+	return 2 * (size_t)e->model.hp.n_layer * (size_t)e->kv_dim * e->kv_elem;
+}
+
+void
+eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
+{
+	const struct kvc_hparams *hp = &e->model.hp;
+
+	kvc_buf_printf(out, "model: %s, %s, %d layers, width %d, %d heads (%d kv, head %d), ffn %d, vocab %d\n",
+	    gguf_path(e->gf), model_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_head,
+	    hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
+	kvc_buf_printf(out, "weights: %.1f M parameters, %.1f MiB\n", (double)e->model.n_params / 1e6,
+	    (double)e->model.weight_bytes / (1024.0 * 1024.0));
+	kvc_buf_printf(out, "backend: %s; context %d; KV cache %s, %zu bytes per position\n",
+	    e->be->name, e->n_ctx, ggml_type_name(e->kv_type), eng_kv_bytes_per_pos(e));
+	kvc_buf_printf(out, "fingerprint: %s\n", e->fingerprint);
+	if (e->be->describe)
+		e->be->describe(e->bctx, out);
+}
+
+/* ---- sequences ---- */
+
+int
+eng_seq_new(struct kvc_engine *e, struct kvc_seq **out, char *err, size_t errlen)
+{
+	struct kvc_seq *s;
+	int rc;
+
+	*out = NULL;
+	s = calloc(1, sizeof *s);
+	if (s == NULL)
+		goto nomem;
+	s->e = e;
+	s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof *s->logits);
+	if (s->logits == NULL) {
+		free(s);
+		goto nomem;
+	}
+	rc = e->be->kv_create(e->bctx, e->n_ctx, e->kv_type, &s->kv, err, errlen);
+	if (rc) {
+		free(s->logits);
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return KVC_OK;
+nomem:
+	kvc_err(err, errlen, "out of memory creating a sequence");
+	return KVC_ENOMEM;
+}
+
+void
+eng_seq_free(struct kvc_seq *s)
+{
+	if (s == NULL)
+		return;
+	if (s->kv)
+		s->e->be->kv_destroy(s->e->bctx, s->kv);
+	kvc_tokens_free(&s->toks);
+	free(s->logits);
+	free(s);
+}
+
+int eng_seq_n_pos(const struct kvc_seq *s) { return (int)s->toks.n; }
+const int32_t *eng_seq_tokens(const struct kvc_seq *s) { return s->toks.v; }
+bool eng_seq_resident(const struct kvc_seq *s) { return s->kv != NULL; }
+
+size_t
+eng_seq_kv_bytes(const struct kvc_seq *s)
+{
+	if (s->kv == NULL)
+		return 0;
+	if (s->e->be->kv_bytes)
+		return s->e->be->kv_bytes(s->e->bctx, s->kv);
+	return (size_t)s->n_cached * eng_kv_bytes_per_pos(s->e);
+}
+
+const float *
+eng_seq_logits(const struct kvc_seq *s)
+{
+	return s->have_logits ? s->logits : NULL;
+}
+
+/* Make the cache exist again after an eviction. */
+static int
+ensure_resident(struct kvc_seq *s, char *err, size_t errlen)
+{
+	if (s->kv)
+		return KVC_OK;
+	s->n_cached = 0;
+	return s->e->be->kv_create(s->e->bctx, s->e->n_ctx, s->e->kv_type, &s->kv, err, errlen);
+}
+
+static int
+check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t errlen)
+{
+	for (int i = 0; i < n; i++)
+		if (t[i] < 0 || t[i] >= e->model.hp.n_vocab) {
+			kvc_err(err, errlen, "token id %d at index %d is outside the vocabulary (0..%d)",
+			    (int)t[i], i, e->model.hp.n_vocab - 1);
+			return KVC_EINVAL;
+		}
+	return KVC_OK;
+}
+
+/*
+ * Run s->toks[s->n_cached .. toks.n) through the model, in chunks; on success
+ * the cache covers all tokens and the logits of the last one are at hand.
+ * On failure n_cached stays where the last successful chunk ended.
+ */
+static int
+compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int n_total = (int)s->toks.n;
+	double t0 = kvc_now();
+	int rc;
+
+	if (s->n_cached >= n_total)
+		return KVC_OK;
+	rc = ensure_resident(s, err, errlen);
+	if (rc)
+		return rc;
+	s->have_logits = false;
+	while (s->n_cached < n_total) {
+		int n = n_total - s->n_cached;
+		bool last;
+
+		if (n > ENG_PREFILL_CHUNK)
+			n = ENG_PREFILL_CHUNK;
+		last = s->n_cached + n == n_total;
+		rc = e->be->forward(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
+		    last ? s->logits : NULL, false, err, errlen);
+		if (rc)
+			break;
+		s->n_cached += n;
+		if (st)
+			st->n_computed += n;
+	}
+	if (rc == 0)
+		s->have_logits = true;
+	if (st)
+		st->t_prefill += kvc_now() - t0;
+	return rc;
+}
+
+static void
+stats_begin(struct eng_stats *st)
+{
+	if (st)
+		memset(st, 0, sizeof *st);
+}
+
+int
+eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
+    struct eng_stats *st, char *err, size_t errlen)
+{
+	int rc;
+
+	stats_begin(st);
+	if (n < 0 || (n > 0 && tokens == NULL)) {
+		kvc_err(err, errlen, "append: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	if ((size_t)n > (size_t)s->e->n_ctx - s->toks.n) {
+		kvc_err(err, errlen, "context full: %zu + %d tokens exceed the context of %d",
+		    s->toks.n, n, s->e->n_ctx);
+		return KVC_ERANGE;
+	}
+	rc = check_ids(s->e, tokens, n, err, errlen);
+	if (rc)
+		return rc;
+	if (st)
+		st->n_reused = s->kv ? s->n_cached : 0;
+	if (n > 0) {
+		rc = kvc_tokens_append(&s->toks, tokens, (size_t)n);
+		if (rc) {
+			kvc_err(err, errlen, "out of memory");
+			return rc;
+		}
+		s->have_logits = false;
+	}
+	rc = compute_pending(s, st, err, errlen);
+	if (rc) {
+		/* the new tokens are not part of the sequence after a failure */
+		s->toks.n -= (size_t)n;
+		if (s->n_cached > (int)s->toks.n)
+			s->n_cached = (int)s->toks.n;
+		s->have_logits = false;
+	}
+	return rc;
+}
+
+int
+eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
+    struct eng_stats *st, char *err, size_t errlen)
+{
+	int lcp = 0, rc;
+
+	stats_begin(st);
+	if (n < 0 || (n > 0 && tokens == NULL)) {
+		kvc_err(err, errlen, "sync: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	if (n > s->e->n_ctx) {
+		kvc_err(err, errlen, "context full: %d tokens exceed the context of %d", n, s->e->n_ctx);
+		return KVC_ERANGE;
+	}
+	rc = check_ids(s->e, tokens, n, err, errlen);
+	if (rc)
+		return rc;
+	if (s->kv)
+		while (lcp < s->n_cached && lcp < n && s->toks.v[lcp] == tokens[lcp])
+			lcp++;
+	if (lcp == n && n > 0 && !(s->have_logits && (int)s->toks.n == n && s->n_cached == n))
+		lcp = n - 1;	/* logits of the last position are needed again */
+	if (lcp == n && (int)s->toks.n == n) {
+		if (st)
+			st->n_reused = n;
+		return KVC_OK;
+	}
+	if (tokens >= s->toks.v && tokens < s->toks.v + s->toks.cap) {
+		/* the caller passed (part of) our own token list: copy it out first */
+		int32_t *copy = malloc((size_t)n * sizeof *copy);
+
+		if (copy == NULL) {
+			kvc_err(err, errlen, "out of memory");
+			return KVC_ENOMEM;
+		}
+		memcpy(copy, tokens, (size_t)n * sizeof *copy);
+		rc = eng_seq_sync(s, copy, n, st, err, errlen);
+		free(copy);
+		return rc;
+	}
+	s->toks.n = (size_t)lcp;
+	if (s->n_cached > lcp)
+		s->n_cached = lcp;
+	s->have_logits = false;
+	rc = kvc_tokens_append(&s->toks, tokens + lcp, (size_t)(n - lcp));
+	if (rc) {
+		kvc_err(err, errlen, "out of memory");
+		return rc;
+	}
+	if (st)
+		st->n_reused = lcp;
+	rc = compute_pending(s, st, err, errlen);
+	if (rc)
+		s->toks.n = (size_t)s->n_cached;
+	return rc;
+}
+
+int
+eng_seq_truncate(struct kvc_seq *s, int n_pos)
+{
+	if (n_pos < 0 || (size_t)n_pos > s->toks.n)
+		return KVC_EINVAL;
+	if ((size_t)n_pos == s->toks.n)
+		return KVC_OK;
+	s->toks.n = (size_t)n_pos;
+	if (s->n_cached > n_pos)
+		s->n_cached = n_pos;
+	s->have_logits = false;
+	return KVC_OK;
+}
+
+void
+eng_seq_evict(struct kvc_seq *s)
+{
+	if (s->kv)
+		s->e->be->kv_destroy(s->e->bctx, s->kv);
+	s->kv = NULL;
+	s->n_cached = 0;
+	s->have_logits = false;
+}
+
+/* ---- snapshots ---- */
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int
+eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	unsigned char hdr[SNAP_HEADER];
+	size_t rows, total;
+	int n = pos1 - pos0, rc;
+
+	if (s->kv == NULL) {
+		kvc_err(err, errlen, "snapshot: the sequence is evicted");
+		return KVC_EINVAL;
+	}
+	if (pos0 < 0 || pos1 < pos0 || pos1 > s->n_cached) {
+		kvc_err(err, errlen, "snapshot: range [%d, %d) is not inside the %d cached positions",
+		    pos0, pos1, s->n_cached);
+		return KVC_EINVAL;
+	}
+	rows = (size_t)n * (size_t)e->kv_dim * e->kv_elem;
+	total = SNAP_HEADER + 2 * (size_t)e->model.hp.n_layer * rows;
+	if (kvc_buf_reserve(out, total) != KVC_OK) {
+		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
+		return KVC_ENOMEM;
+	}
+	memcpy(hdr, "KVC1", 4);
+	put_u32(hdr + 4, SNAP_VERSION);
+	put_u32(hdr + 8, (uint32_t)e->kv_type);
+	put_u32(hdr + 12, (uint32_t)e->model.hp.n_layer);
+	put_u32(hdr + 16, (uint32_t)e->kv_dim);
+	put_u32(hdr + 20, (uint32_t)pos0);
+	put_u32(hdr + 24, (uint32_t)n);
+	put_u32(hdr + 28, 0);
+	kvc_buf_append(out, hdr, sizeof hdr);
+	/*
+	 * The cache elements are little-endian IEEE values on every platform
+	 * kvchat runs on, so the rows are copied as they come.
+	 */
+	for (int l = 0; l < e->model.hp.n_layer; l++) {
+		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
+			if (n > 0) {
+				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, pos0, n,
+				    out->p + out->n, err, errlen);
+				if (rc) {
+					out->n -= SNAP_HEADER + (size_t)(2 * l + part) * rows;
+					return rc;
+				}
+			}
+			out->n += rows;
+		}
+	}
+	if (out->n < out->cap)
+		out->p[out->n] = '\0';
+	return KVC_OK;
+}
+
+int
+eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
+    size_t len, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	const unsigned char *b = blob;
+	uint32_t version, type, n_layer, kv_dim, pos0, n;
+	size_t rows, total;
+	int rc;
+
+	if (len < SNAP_HEADER || memcmp(b, "KVC1", 4) != 0) {
+		kvc_err(err, errlen, "KV snapshot: not a kvchat snapshot (%zu bytes, bad magic)", len);
+		return KVC_ECORRUPT;
+	}
+	version = get_u32(b + 4);
+	type = get_u32(b + 8);
+	n_layer = get_u32(b + 12);
+	kv_dim = get_u32(b + 16);
+	pos0 = get_u32(b + 20);
+	n = get_u32(b + 24);
+	if (version != SNAP_VERSION || get_u32(b + 28) != 0) {
+		kvc_err(err, errlen, "KV snapshot: version %u (reserved %u), this kvchat reads version %d",
+		    version, get_u32(b + 28), SNAP_VERSION);
+		return KVC_ECORRUPT;
+	}
+	if (type != (uint32_t)e->kv_type || n_layer != (uint32_t)e->model.hp.n_layer ||
+	    kv_dim != (uint32_t)e->kv_dim) {
+		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
+		    "%s with %d layers x %d", ggml_type_name((enum ggml_type)type), n_layer, kv_dim,
+		    ggml_type_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
+		return KVC_ECORRUPT;
+	}
+	if (s->kv == NULL)
+		s->n_cached = 0;
+	if (pos0 != (uint32_t)s->n_cached) {
+		kvc_err(err, errlen, "KV snapshot: starts at position %u but %d positions are restored",
+		    pos0, s->n_cached);
+		return KVC_ECORRUPT;
+	}
+	if (n > (uint32_t)e->n_ctx || pos0 + n > (uint32_t)e->n_ctx) {
+		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) exceed the context of %d",
+		    pos0, pos0 + n, e->n_ctx);
+		return KVC_ECORRUPT;
+	}
+	rows = (size_t)n * kv_dim * e->kv_elem;
+	total = SNAP_HEADER + 2 * (size_t)n_layer * rows;
+	if (len != total) {
+		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, n, total);
+		return KVC_ECORRUPT;
+	}
+	if (n > 0 && tokens == NULL) {
+		kvc_err(err, errlen, "KV snapshot: no tokens given for %u positions", n);
+		return KVC_EINVAL;
+	}
+	rc = check_ids(e, tokens, (int)(pos0 + n), err, errlen);
+	if (rc)
+		return rc;
+	rc = ensure_resident(s, err, errlen);
+	if (rc)
+		return rc;
+	b += SNAP_HEADER;
+	for (uint32_t l = 0; l < n_layer && n > 0; l++) {
+		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
+			rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part, (int)pos0,
+			    (int)n, b, err, errlen);
+			if (rc)
+				return rc;
+			b += rows;
+		}
+	}
+	s->n_cached = (int)(pos0 + n);
+	s->have_logits = false;
+	/* Keep the sequence's later tokens only if they extend what was restored. */
+	if (s->toks.n < (size_t)s->n_cached || (s->n_cached > 0 &&
+	    memcmp(s->toks.v, tokens, (size_t)s->n_cached * sizeof *tokens) != 0)) {
+		s->toks.n = 0;
+		if (kvc_tokens_append(&s->toks, tokens, (size_t)s->n_cached) != KVC_OK) {
+			s->n_cached = 0;
+			kvc_err(err, errlen, "out of memory");
+			return KVC_ENOMEM;
+		}
+	}
+	return KVC_OK;
+}

@@ -1,0 +1,108 @@
+/*
+ * engine.h: a loaded model and the conversations ("sequences") running on it.
+ *
+ * A sequence owns a KV cache for its whole life and remembers the exact
+ * tokens in it. Appending computes only new positions; syncing to a token
+ * list keeps the longest common prefix and computes the rest; truncating
+ * rewinds. Every call says how many positions were reused and computed.
+ */
+#ifndef KVC_ENGINE_H
+#define KVC_ENGINE_H
+
+#include "core/kvc.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+struct kvc_engine_params {
+	const char *device;	/* "auto", "cpu", "cuda" (default "auto") */
+	int gpu;		/* CUDA device ordinal (default 0) */
+	int n_threads;		/* 0 = number of cores */
+	int n_ctx;		/* 0 = min(model's training context, 8192) */
+	enum ggml_type kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
+	size_t kv_budget;	/* bytes for all resident caches (0 = unlimited) */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
+	void *progress_arg;
+};
+struct kvc_engine_params kvc_engine_default_params(void);
+
+struct kvc_engine;
+struct kvc_seq;
+
+/* Timings and counts of one engine call (all times in seconds). */
+struct eng_stats {
+	int n_reused;		/* positions kept from the cache */
+	int n_computed;		/* positions run through the model */
+	double t_prefill;	/* wall time of the forward passes */
+};
+
+/* Open model_path (GGUF), load tokenizer and weights, start the backend. */
+int eng_open(struct kvc_engine **out, const char *model_path,
+    const struct kvc_engine_params *p, char *err, size_t errlen);
+void eng_close(struct kvc_engine *e);
+
+const struct kvc_tokenizer *eng_tokenizer(const struct kvc_engine *e);
+const struct kvc_model *eng_model(const struct kvc_engine *e);
+const struct gguf_file *eng_gguf(const struct kvc_engine *e);
+const char *eng_backend_name(const struct kvc_engine *e);
+int eng_n_ctx(const struct kvc_engine *e);
+int eng_n_vocab(const struct kvc_engine *e);
+enum ggml_type eng_kv_type(const struct kvc_engine *e);
+/* Bytes of K+V per cached position (all layers) in the cache's type. */
+size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
+/*
+ * Hex string identifying the weights and everything that changes the cache's
+ * contents (architecture, shapes, types, sampled tensor-data hash, cache
+ * type). Snapshots are only restored into an engine with the same one.
+ */
+const char *eng_fingerprint(const struct kvc_engine *e);
+/* Backend memory report (weights, caches), for /show. */
+void eng_describe(const struct kvc_engine *e, struct kvc_buf *out);
+
+int eng_seq_new(struct kvc_engine *e, struct kvc_seq **out, char *err, size_t errlen);
+void eng_seq_free(struct kvc_seq *s);
+
+int eng_seq_n_pos(const struct kvc_seq *s);
+const int32_t *eng_seq_tokens(const struct kvc_seq *s);
+size_t eng_seq_kv_bytes(const struct kvc_seq *s);	/* memory the cache holds now */
+
+/*
+ * Compute tokens[0..n) at the end of the sequence. KVC_ERANGE when the
+ * context would overflow (nothing is changed then).
+ */
+int eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
+    struct eng_stats *st, char *err, size_t errlen);
+/*
+ * Make the sequence hold exactly tokens[0..n): keep the longest common
+ * prefix with what is cached, compute the rest. If nothing would be computed
+ * but the logits of the last position are not at hand, the last position is
+ * recomputed (n_computed = 1).
+ */
+int eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
+    struct eng_stats *st, char *err, size_t errlen);
+/* Drop positions >= n_pos (n_pos <= current length). */
+int eng_seq_truncate(struct kvc_seq *s, int n_pos);
+/* Release the cache memory but keep the tokens (an evicted conversation). */
+void eng_seq_evict(struct kvc_seq *s);
+bool eng_seq_resident(const struct kvc_seq *s);
+
+/* Logits (n_vocab) after the last computed position, or NULL if not at hand. */
+const float *eng_seq_logits(const struct kvc_seq *s);
+
+/*
+ * Snapshots. Stable, versioned byte layout, independent of the in-memory one
+ * (see docs/ARCHITECTURE.md, "KV snapshot layout"):
+ *   header (32 bytes, little-endian): "KVC1", u32 version = 1, u32 kv_type
+ *   (ggml type), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0;
+ *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim].
+ * eng_seq_kv_save appends positions [pos0, pos1) to out.
+ * eng_seq_kv_load restores one such blob: its pos0 must equal the number of
+ * positions already restored, tokens[0..pos1) are the tokens they belong to.
+ * A blob that does not match this engine (type, shape) is KVC_ECORRUPT.
+ */
+int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
+    char *err, size_t errlen);
+int eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
+    size_t len, char *err, size_t errlen);
+
+#endif

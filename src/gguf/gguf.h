@@ -1,0 +1,166 @@
+/*
+ * gguf.h: read-only access to GGUF v2/v3 model files.
+ *
+ * File layout (little-endian):
+ *   u32 magic "GGUF", u32 version (2 or 3), u64 n_tensors, u64 n_kv,
+ *   n_kv x { string key, u32 value_type, value },
+ *   n_tensors x { string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type,
+ *                 u64 offset (relative to the data section) },
+ *   padding to general.alignment (default 32), tensor data.
+ * A string is u64 length + bytes (no NUL). An array value is u32 elem_type,
+ * u64 count, then the elements (arrays may nest).
+ *
+ * Every length, count and offset is checked against the file size before
+ * use; allocations are bounded by the file's size. Tensor data is mmap'ed.
+ * The file is untrusted: any problem is reported as one line naming the file
+ * and what is wrong, and gguf_open returns KVC_EFORMAT (or KVC_EIO).
+ */
+#ifndef KVC_GGUF_H
+#define KVC_GGUF_H
+
+#include "core/kvc.h"
+
+enum gguf_type {
+	GGUF_TYPE_UINT8 = 0,
+	GGUF_TYPE_INT8 = 1,
+	GGUF_TYPE_UINT16 = 2,
+	GGUF_TYPE_INT16 = 3,
+	GGUF_TYPE_UINT32 = 4,
+	GGUF_TYPE_INT32 = 5,
+	GGUF_TYPE_FLOAT32 = 6,
+	GGUF_TYPE_BOOL = 7,
+	GGUF_TYPE_STRING = 8,
+	GGUF_TYPE_ARRAY = 9,
+	GGUF_TYPE_UINT64 = 10,
+	GGUF_TYPE_INT64 = 11,
+	GGUF_TYPE_FLOAT64 = 12,
+	GGUF_TYPE_COUNT
+};
+
+/* Tensor element types (ggml's numbering, part of the file format). */
+enum ggml_type {
+	GGML_TYPE_F32 = 0,
+	GGML_TYPE_F16 = 1,
+	GGML_TYPE_Q4_0 = 2,
+	GGML_TYPE_Q4_1 = 3,
+	GGML_TYPE_Q5_0 = 6,
+	GGML_TYPE_Q5_1 = 7,
+	GGML_TYPE_Q8_0 = 8,
+	GGML_TYPE_Q8_1 = 9,
+	GGML_TYPE_Q2_K = 10,
+	GGML_TYPE_Q3_K = 11,
+	GGML_TYPE_Q4_K = 12,
+	GGML_TYPE_Q5_K = 13,
+	GGML_TYPE_Q6_K = 14,
+	GGML_TYPE_Q8_K = 15,
+	GGML_TYPE_IQ2_XXS = 16,
+	GGML_TYPE_IQ2_XS = 17,
+	GGML_TYPE_IQ3_XXS = 18,
+	GGML_TYPE_IQ1_S = 19,
+	GGML_TYPE_IQ4_NL = 20,
+	GGML_TYPE_IQ3_S = 21,
+	GGML_TYPE_IQ2_S = 22,
+	GGML_TYPE_IQ4_XS = 23,
+	GGML_TYPE_I8 = 24,
+	GGML_TYPE_I16 = 25,
+	GGML_TYPE_I32 = 26,
+	GGML_TYPE_I64 = 27,
+	GGML_TYPE_F64 = 28,
+	GGML_TYPE_IQ1_M = 29,
+	GGML_TYPE_BF16 = 30,
+	GGML_TYPE_TQ1_0 = 34,
+	GGML_TYPE_TQ2_0 = 35,
+	GGML_TYPE_COUNT = 40
+};
+
+/* Elements per block and bytes per block of a tensor type; 0 if unknown. */
+int64_t ggml_blck_size(enum ggml_type t);
+size_t ggml_type_size(enum ggml_type t);
+/* "F16", "Q4_K", ...; "?" if unknown. */
+const char *ggml_type_name(enum ggml_type t);
+/* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size or the type is unknown. */
+size_t ggml_row_size(enum ggml_type t, int64_t ne0);
+
+/* A string inside the file: not NUL-terminated, points into the mapping. */
+struct gguf_str {
+	const char *ptr;
+	uint64_t len;
+};
+
+struct gguf_tensor {
+	const char *name;	/* NUL-terminated copy */
+	uint32_t n_dims;	/* 1..4 */
+	int64_t ne[4];		/* elements per dimension, ne[0] innermost; unused dims are 1 */
+	enum ggml_type type;
+	uint64_t offset;	/* from the start of the data section */
+	size_t nbytes;		/* checked to lie inside the file */
+	const void *data;	/* into the mapping */
+};
+
+struct gguf_file;
+
+/* Open and validate a file; mmap tensor data. 0 or KVC_EIO/KVC_EFORMAT/KVC_ENOMEM. */
+int gguf_open(struct gguf_file **out, const char *path, char *err, size_t errlen);
+/* Same over a caller-owned buffer that must outlive the handle (fuzzing, tests). */
+int gguf_open_mem(struct gguf_file **out, const void *data, size_t size,
+    const char *name, char *err, size_t errlen);
+void gguf_close(struct gguf_file *f);
+
+const char *gguf_path(const struct gguf_file *f);
+uint32_t gguf_version(const struct gguf_file *f);
+uint64_t gguf_file_size(const struct gguf_file *f);
+uint32_t gguf_alignment(const struct gguf_file *f);
+uint64_t gguf_data_offset(const struct gguf_file *f);
+
+/* Metadata key/value pairs, in file order. */
+int64_t gguf_n_kv(const struct gguf_file *f);
+const char *gguf_kv_key(const struct gguf_file *f, int64_t i);	/* NUL-terminated */
+enum gguf_type gguf_kv_type(const struct gguf_file *f, int64_t i);
+/* Index of key or -1. */
+int64_t gguf_find_key(const struct gguf_file *f, const char *key);
+
+/*
+ * Typed getters with defaults: the default is returned when the key is
+ * absent or its value cannot represent the requested type (any integer type
+ * converts to another when the value fits; floats convert to float).
+ */
+int64_t gguf_get_int(const struct gguf_file *f, const char *key, int64_t def);
+double gguf_get_float(const struct gguf_file *f, const char *key, double def);
+bool gguf_get_bool(const struct gguf_file *f, const char *key, bool def);
+/* NUL-terminated copy owned by the file handle; def if absent or not a string. */
+const char *gguf_get_str(const struct gguf_file *f, const char *key, const char *def);
+
+/* Scalar by index (type must match one of the scalar kinds; else 0/def). */
+int gguf_kv_int(const struct gguf_file *f, int64_t i, int64_t *out);	/* 0 or KVC_EINVAL */
+int gguf_kv_float(const struct gguf_file *f, int64_t i, double *out);
+int gguf_kv_str(const struct gguf_file *f, int64_t i, struct gguf_str *out);
+
+/*
+ * Arrays. gguf_arr_type/n give the element type and count of key i (or of a
+ * nested array). Numeric arrays: gguf_arr_data returns the raw little-endian
+ * elements inside the mapping (possibly unaligned: memcpy them out).
+ * String arrays: gguf_arr_str gives element j in O(1).
+ * Nested arrays: gguf_arr_sub gives element j as an array handle.
+ */
+struct gguf_arr;	/* opaque; owned by the file */
+const struct gguf_arr *gguf_kv_arr(const struct gguf_file *f, int64_t i);	/* NULL if not an array */
+const struct gguf_arr *gguf_get_arr(const struct gguf_file *f, const char *key);
+enum gguf_type gguf_arr_type(const struct gguf_arr *a);
+uint64_t gguf_arr_n(const struct gguf_arr *a);
+const void *gguf_arr_data(const struct gguf_arr *a);	/* NULL for string/array elements */
+int gguf_arr_str(const struct gguf_arr *a, uint64_t j, struct gguf_str *out);
+const struct gguf_arr *gguf_arr_sub(const struct gguf_arr *a, uint64_t j);
+/* Element j of a numeric array converted, or KVC_EINVAL. */
+int gguf_arr_int(const struct gguf_arr *a, uint64_t j, int64_t *out);
+int gguf_arr_float(const struct gguf_arr *a, uint64_t j, double *out);
+
+/* Tensors. */
+int64_t gguf_n_tensors(const struct gguf_file *f);
+const struct gguf_tensor *gguf_tensor(const struct gguf_file *f, int64_t i);
+const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
+
+/* Size in bytes of one value of a scalar gguf type; 0 for string/array. */
+size_t gguf_type_size(enum gguf_type t);
+const char *gguf_type_name(enum gguf_type t);
+
+#endif

@@ -1,0 +1,416 @@
+/*
+ * model.c: read a transformer's hyper-parameters and locate its weights in
+ * a GGUF (architectures llama, qwen2, qwen3), checking everything a backend
+ * will rely on: presence, shape and type of every tensor, and that the file
+ * asks for nothing kvchat does not implement.
+ *
+ * Keys and tensor names are llama.cpp's. RoPE pairing follows llama.cpp's
+ * rope types: its converter permutes llama Q/K rows into Meta's interleaved
+ * order, so GGUF llama files rotate adjacent pairs (2i, 2i+1); qwen2/qwen3
+ * keep the Hugging Face order and rotate (i, i + d/2) ("NeoX").
+ */
+#include "model.h"
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Generous bounds that keep every size product far from overflow. */
+#define MAX_DIM (1 << 24)
+#define MAX_LAYERS 4096
+
+const char *
+model_arch_name(enum kvc_arch a)
+{
+	switch (a) {
+	case KVC_ARCH_LLAMA: return "llama";
+	case KVC_ARCH_QWEN2: return "qwen2";
+	case KVC_ARCH_QWEN3: return "qwen3";
+	}
+	return "?";
+}
+
+struct loader {
+	struct kvc_model *m;
+	const struct gguf_file *f;
+	const char *arch;	/* key prefix */
+	char *err;
+	size_t errlen;
+};
+
+/*
+ * Integer hyper-parameter ARCH.name: *out = value, or def when absent and
+ * def >= 0. A per-layer array (some architectures vary heads per layer) is
+ * refused rather than misread.
+ */
+static int
+hp_int(struct loader *l, const char *name, int64_t def, int *out)
+{
+	char key[128];
+	int64_t i, v;
+
+	snprintf(key, sizeof key, "%s.%s", l->arch, name);
+	i = gguf_find_key(l->f, key);
+	if (i < 0) {
+		if (def < 0) {
+			kvc_err(l->err, l->errlen, "%s: missing key %s", gguf_path(l->f), key);
+			return KVC_EFORMAT;
+		}
+		*out = (int)def;
+		return 0;
+	}
+	if (gguf_kv_type(l->f, i) == GGUF_TYPE_ARRAY) {
+		kvc_err(l->err, l->errlen, "%s: per-layer %s is not supported",
+		    gguf_path(l->f), key);
+		return KVC_EUNSUPPORTED;
+	}
+	if (gguf_kv_int(l->f, i, &v) != 0 || v < 0 || v > MAX_DIM) {
+		kvc_err(l->err, l->errlen, "%s: key %s is not an integer in [0, %d]",
+		    gguf_path(l->f), key, MAX_DIM);
+		return KVC_EFORMAT;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+static int
+hp_float(struct loader *l, const char *name, double def, bool required, float *out)
+{
+	char key[128];
+	int64_t i;
+	double v;
+
+	snprintf(key, sizeof key, "%s.%s", l->arch, name);
+	i = gguf_find_key(l->f, key);
+	if (i < 0) {
+		if (required) {
+			kvc_err(l->err, l->errlen, "%s: missing key %s", gguf_path(l->f), key);
+			return KVC_EFORMAT;
+		}
+		*out = (float)def;
+		return 0;
+	}
+	if (gguf_kv_float(l->f, i, &v) != 0 || !(v == v)) {
+		kvc_err(l->err, l->errlen, "%s: key %s is not a number", gguf_path(l->f), key);
+		return KVC_EFORMAT;
+	}
+	*out = (float)v;
+	return 0;
+}
+
+/*
+ * Locate tensor `name` of shape (n_out, n_in) (n_out = 1: a vector) into w.
+ * An optional tensor that is absent leaves w->data NULL.
+ */
+static int
+tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
+    int64_t n_out, bool optional)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(l->f, name);
+	size_t rb;
+
+	memset(w, 0, sizeof *w);
+	if (t == NULL) {
+		if (optional)
+			return 0;
+		kvc_err(l->err, l->errlen, "%s: missing tensor %s", gguf_path(l->f), name);
+		return KVC_EFORMAT;
+	}
+	if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+		kvc_err(l->err, l->errlen,
+		    "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+		    gguf_path(l->f), name, (long long)t->ne[0], (long long)t->ne[1],
+		    (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)n_out);
+		return KVC_EFORMAT;
+	}
+	if (!q_supported(t->type)) {
+		kvc_err(l->err, l->errlen,
+		    "%s: tensor %s has type %s, which kvchat does not implement "
+		    "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)",
+		    gguf_path(l->f), name, ggml_type_name(t->type));
+		return KVC_EUNSUPPORTED;
+	}
+	rb = ggml_row_size(t->type, n_in);
+	if (rb == 0) {
+		kvc_err(l->err, l->errlen,
+		    "%s: tensor %s: row length %lld is not a multiple of the %s block size %lld",
+		    gguf_path(l->f), name, (long long)n_in, ggml_type_name(t->type),
+		    (long long)ggml_blck_size(t->type));
+		return KVC_EFORMAT;
+	}
+	if (t->data == NULL || t->nbytes < rb * (size_t)n_out) {
+		kvc_err(l->err, l->errlen, "%s: tensor %s holds %zu bytes, expected %zu",
+		    gguf_path(l->f), name, t->nbytes, rb * (size_t)n_out);
+		return KVC_EFORMAT;
+	}
+	w->data = t->data;
+	w->type = t->type;
+	w->n_in = n_in;
+	w->n_out = n_out;
+	w->row_bytes = rb;
+	l->m->n_params += (uint64_t)n_in * (uint64_t)n_out;
+	return 0;
+}
+
+static int
+layer_tensor(struct loader *l, struct kvc_weight *w, int il, const char *suffix,
+    int64_t n_in, int64_t n_out, bool optional)
+{
+	char name[96];
+
+	snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+	return tensor(l, w, name, n_in, n_out, optional);
+}
+
+/* Tensor suffixes a layer may carry, per architecture. */
+static const char *const layer_suffixes[] = {
+	"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+	"attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+	"ffn_down.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
+	"attn_q_norm.weight", "attn_k_norm.weight",
+};
+
+/*
+ * True when the loader knows what to do with tensor `name`; any other
+ * tensor means a feature kvchat would silently ignore (an output bias, an
+ * MoE router, ...), so the model is refused instead.
+ */
+static bool
+known_tensor(const struct kvc_model *m, const char *name)
+{
+	size_t j, nsuf = sizeof layer_suffixes / sizeof layer_suffixes[0];
+	int il, off = 0;
+
+	if (strcmp(name, "token_embd.weight") == 0 || strcmp(name, "output_norm.weight") == 0 ||
+	    strcmp(name, "output.weight") == 0)
+		return true;
+	if (strcmp(name, "rope_freqs.weight") == 0)
+		return m->hp.arch == KVC_ARCH_LLAMA;
+	if (sscanf(name, "blk.%d.%n", &il, &off) != 1 || off == 0 || il < 0 ||
+	    il >= m->hp.n_layer)
+		return false;
+	if (m->hp.arch != KVC_ARCH_QWEN3)
+		nsuf -= 2;	/* q/k norms are qwen3's */
+	for (j = 0; j < nsuf; j++)
+		if (strcmp(name + off, layer_suffixes[j]) == 0)
+			return true;
+	return false;
+}
+
+static int
+read_hparams(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	const struct gguf_file *f = l->f;
+	char key[128];
+	const char *st;
+	int rc, n_expert = 0, v_len = 0;
+	float factor;
+
+	if ((rc = hp_int(l, "context_length", 0, &hp->n_ctx_train)) ||
+	    (rc = hp_int(l, "embedding_length", -1, &hp->n_embd)) ||
+	    (rc = hp_int(l, "block_count", -1, &hp->n_layer)) ||
+	    (rc = hp_int(l, "feed_forward_length", -1, &hp->n_ff)) ||
+	    (rc = hp_int(l, "attention.head_count", -1, &hp->n_head)) ||
+	    (rc = hp_int(l, "expert_count", 0, &n_expert)))
+		return rc;
+	if (n_expert > 0) {
+		kvc_err(l->err, l->errlen, "%s: mixture-of-experts models (%s.expert_count = %d) are not supported",
+		    gguf_path(f), l->arch, n_expert);
+		return KVC_EUNSUPPORTED;
+	}
+	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > MAX_LAYERS ||
+	    hp->n_ff <= 0 || hp->n_head <= 0) {
+		kvc_err(l->err, l->errlen, "%s: bad dimensions (embedding %d, layers %d, ffn %d, heads %d)",
+		    gguf_path(f), hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head);
+		return KVC_EFORMAT;
+	}
+	if ((rc = hp_int(l, "attention.head_count_kv", hp->n_head, &hp->n_head_kv)))
+		return rc;
+	if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0) {
+		kvc_err(l->err, l->errlen, "%s: %d heads cannot share %d key/value heads",
+		    gguf_path(f), hp->n_head, hp->n_head_kv);
+		return KVC_EFORMAT;
+	}
+	if ((rc = hp_int(l, "attention.key_length",
+	    hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : -1, &hp->head_dim)) ||
+	    (rc = hp_int(l, "attention.value_length", hp->head_dim, &v_len)))
+		return rc;
+	if (hp->head_dim <= 0 || hp->head_dim % 2 != 0 || v_len != hp->head_dim) {
+		kvc_err(l->err, l->errlen, "%s: head size %d (value size %d) not supported: must be even and equal",
+		    gguf_path(f), hp->head_dim, v_len);
+		return KVC_EUNSUPPORTED;
+	}
+	if ((rc = hp_int(l, "rope.dimension_count", hp->head_dim, &hp->rope_dim)))
+		return rc;
+	if (hp->rope_dim <= 0 || hp->rope_dim % 2 != 0 || hp->rope_dim > hp->head_dim) {
+		kvc_err(l->err, l->errlen, "%s: rope dimension %d does not fit head size %d",
+		    gguf_path(f), hp->rope_dim, hp->head_dim);
+		return KVC_EFORMAT;
+	}
+	if ((rc = hp_float(l, "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) ||
+	    (rc = hp_float(l, "rope.freq_base", 10000.0, false, &hp->rope_theta)))
+		return rc;
+	if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_theta > 1)) {
+		kvc_err(l->err, l->errlen, "%s: bad rms epsilon %g or rope base %g",
+		    gguf_path(f), hp->rms_eps, hp->rope_theta);
+		return KVC_EFORMAT;
+	}
+
+	/* RoPE scaling: only none and linear; anything else changes the angles. */
+	hp->rope_freq_scale = 1.0f;
+	snprintf(key, sizeof key, "%s.rope.scaling.type", l->arch);
+	st = gguf_get_str(f, key, NULL);
+	if (st == NULL && gguf_find_key(f, key) >= 0) {
+		kvc_err(l->err, l->errlen, "%s: key %s is not a string", gguf_path(f), key);
+		return KVC_EFORMAT;
+	}
+	if (st != NULL && strcmp(st, "none") != 0 && strcmp(st, "linear") != 0) {
+		kvc_err(l->err, l->errlen, "%s: rope scaling type '%s' is not supported (none, linear)",
+		    gguf_path(f), st);
+		return KVC_EUNSUPPORTED;
+	}
+	if (st == NULL || strcmp(st, "linear") == 0) {
+		/* older files carry only rope.scale_linear */
+		if ((rc = hp_float(l, st ? "rope.scaling.factor" : "rope.scale_linear", 1.0, false, &factor)))
+			return rc;
+		if (!(factor >= 1.0f / 1024 && factor <= 1024)) {
+			kvc_err(l->err, l->errlen, "%s: bad rope scaling factor %g", gguf_path(f), factor);
+			return KVC_EFORMAT;
+		}
+		hp->rope_freq_scale = 1.0f / factor;
+	}
+	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA;
+	return 0;
+}
+
+int
+model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t errlen)
+{
+	struct loader l = { m, f, NULL, err, errlen };
+	struct kvc_hparams *hp = &m->hp;
+	const struct gguf_tensor *te;
+	const char *arch;
+	int64_t i, qd, kvd;
+	int rc, il;
+
+	memset(m, 0, sizeof *m);
+	m->file = f;
+	arch = gguf_get_str(f, "general.architecture", NULL);
+	if (arch == NULL) {
+		kvc_err(err, errlen, "%s: no general.architecture", gguf_path(f));
+		return KVC_EFORMAT;
+	}
+	if (strcmp(arch, "llama") == 0)
+		hp->arch = KVC_ARCH_LLAMA;
+	else if (strcmp(arch, "qwen2") == 0)
+		hp->arch = KVC_ARCH_QWEN2;
+	else if (strcmp(arch, "qwen3") == 0)
+		hp->arch = KVC_ARCH_QWEN3;
+	else {
+		kvc_err(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2, qwen3)",
+		    gguf_path(f), arch);
+		return KVC_EUNSUPPORTED;
+	}
+	l.arch = arch;
+	if ((rc = read_hparams(&l)))
+		goto fail;
+
+	/* the vocabulary size is the embedding's row count */
+	te = gguf_find_tensor(f, "token_embd.weight");
+	if ((rc = tensor(&l, &m->tok_embd, "token_embd.weight", hp->n_embd, te ? te->ne[1] : 1, false)))
+		goto fail;
+	if (m->tok_embd.n_out < 1 || m->tok_embd.n_out > INT32_MAX / 2) {
+		kvc_err(err, errlen, "%s: bad vocabulary size %lld", gguf_path(f),
+		    (long long)m->tok_embd.n_out);
+		rc = KVC_EFORMAT;
+		goto fail;
+	}
+	hp->n_vocab = (int)m->tok_embd.n_out;
+	if ((rc = tensor(&l, &m->output_norm, "output_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = tensor(&l, &m->output, "output.weight", hp->n_embd, hp->n_vocab, true)) ||
+	    (rc = tensor(&l, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, true)))
+		goto fail;
+	if (m->rope_freqs.data != NULL && hp->arch != KVC_ARCH_LLAMA) {
+		kvc_err(err, errlen, "%s: rope_freqs.weight is not supported for %s", gguf_path(f), arch);
+		rc = KVC_EUNSUPPORTED;
+		goto fail;
+	}
+	if (m->output.data == NULL)
+		m->output = m->tok_embd;	/* tied */
+	else
+		m->weight_bytes += m->output.row_bytes * (size_t)m->output.n_out;
+	m->weight_bytes += m->output_norm.row_bytes;
+
+	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+	if (m->layers == NULL) {
+		kvc_err(err, errlen, "out of memory for %d layers", hp->n_layer);
+		rc = KVC_ENOMEM;
+		goto fail;
+	}
+	qd = (int64_t)hp->n_head * hp->head_dim;
+	kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+	for (il = 0; il < hp->n_layer; il++) {
+		struct kvc_layer_weights *w = &m->layers[il];
+		bool qk_norm = hp->arch == KVC_ARCH_QWEN3;
+
+		if ((rc = layer_tensor(&l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
+		    (rc = layer_tensor(&l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
+		    (rc = layer_tensor(&l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(&l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(&l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
+		    (rc = layer_tensor(&l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
+		    (rc = layer_tensor(&l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ||
+		    (rc = layer_tensor(&l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+		    (rc = layer_tensor(&l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+		    (rc = layer_tensor(&l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
+		    (rc = layer_tensor(&l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
+		    (rc = layer_tensor(&l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
+		    (rc = layer_tensor(&l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ||
+		    (rc = layer_tensor(&l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)))
+			goto fail;
+		/* qwen2 always has Q/K/V biases; a partial set is a broken file */
+		if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
+		    (w->bq.data == NULL) != (w->bv.data == NULL)) {
+			kvc_err(err, errlen, "%s: layer %d has only some of the Q/K/V biases", gguf_path(f), il);
+			rc = KVC_EFORMAT;
+			goto fail;
+		}
+		{
+			const struct kvc_weight *all[] = {
+				&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
+				&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
+				&w->w_up, &w->w_down,
+			};
+			size_t j;
+
+			for (j = 0; j < sizeof all / sizeof all[0]; j++)
+				if (all[j]->data != NULL)
+					m->weight_bytes += all[j]->row_bytes * (size_t)all[j]->n_out;
+		}
+	}
+	for (i = 0; i < gguf_n_tensors(f); i++) {
+		const char *name = gguf_tensor(f, i)->name;
+
+		if (!known_tensor(m, name)) {
+			kvc_err(err, errlen, "%s: tensor %s is not implemented for %s",
+			    gguf_path(f), name, arch);
+			rc = KVC_EUNSUPPORTED;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	model_free(m);
+	return rc;
+}
+
+void
+model_free(struct kvc_model *m)
+{
+	if (m == NULL)
+		return;
+	free(m->layers);
+	m->layers = NULL;
+}

@@ -1,0 +1,76 @@
+/*
+ * model.h: a transformer's hyper-parameters and weight tensors, read from a
+ * GGUF (architectures llama, qwen2, qwen3). The weights stay in the file's
+ * mapping in their stored types; backends compute from (or upload) them.
+ *
+ * GGUF tensor shapes are ne[0] = columns (input dim), ne[1] = rows (output
+ * dim): a matrix W "(n_out, n_in)" has ne = {n_in, n_out} and row r is
+ * ggml_row_size(type, n_in) bytes long.
+ */
+#ifndef KVC_MODEL_H
+#define KVC_MODEL_H
+
+#include "core/kvc.h"
+#include "gguf/gguf.h"
+
+enum kvc_arch { KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3 };
+
+struct kvc_hparams {
+	enum kvc_arch arch;
+	int n_vocab;
+	int n_ctx_train;	/* <arch>.context_length */
+	int n_embd;		/* model width */
+	int n_layer;
+	int n_head;
+	int n_head_kv;		/* grouped-query: n_head % n_head_kv == 0 */
+	int head_dim;		/* qwen3: <arch>.attention.key_length; else n_embd / n_head */
+	int n_ff;		/* FFN hidden width */
+	float rms_eps;
+	float rope_theta;	/* <arch>.rope.freq_base */
+	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
+	bool rope_neox;		/* qwen2/qwen3: rotate (i, i + d/2); llama: adjacent pairs (2i, 2i+1) */
+	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
+};
+
+/* One weight matrix or vector, pointing into the GGUF mapping. */
+struct kvc_weight {
+	const void *data;	/* NULL if absent */
+	enum ggml_type type;
+	int64_t n_in;		/* ne[0] */
+	int64_t n_out;		/* ne[1] (1 for vectors) */
+	size_t row_bytes;	/* ggml_row_size(type, n_in) */
+};
+
+struct kvc_layer_weights {
+	struct kvc_weight attn_norm;	/* (n_embd) */
+	struct kvc_weight wq, wk, wv;	/* (n_head*head_dim, n_embd), (n_head_kv*head_dim, n_embd) x2 */
+	struct kvc_weight bq, bk, bv;	/* qwen2 biases, else absent */
+	struct kvc_weight q_norm, k_norm;	/* qwen3 per-head RMSNorm (head_dim), else absent */
+	struct kvc_weight wo;		/* (n_embd, n_head*head_dim) */
+	struct kvc_weight ffn_norm;	/* (n_embd) */
+	struct kvc_weight w_gate, w_up;	/* (n_ff, n_embd) */
+	struct kvc_weight w_down;	/* (n_embd, n_ff) */
+};
+
+struct kvc_model {
+	struct kvc_hparams hp;
+	struct kvc_weight tok_embd;	/* (n_vocab, n_embd): row t = embedding of token t */
+	struct kvc_weight output_norm;	/* (n_embd) */
+	struct kvc_weight output;	/* (n_vocab, n_embd); == tok_embd when tied */
+	struct kvc_weight rope_freqs;	/* llama 3.1 frequency factors (rope_dim/2), or absent */
+	struct kvc_layer_weights *layers;	/* [n_layer] */
+	uint64_t n_params;
+	uint64_t weight_bytes;		/* bytes of all tensors used per token */
+	const struct gguf_file *file;	/* not owned */
+};
+
+/*
+ * Fill m from f: checks architecture, hyper-parameters, every tensor's
+ * presence, shape and type. Anything unimplemented is refused with a message
+ * naming it (KVC_EUNSUPPORTED); inconsistent files give KVC_EFORMAT.
+ */
+int model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t errlen);
+void model_free(struct kvc_model *m);
+const char *model_arch_name(enum kvc_arch a);
+
+#endif

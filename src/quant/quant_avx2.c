@@ -1,0 +1,715 @@
+/*
+ * quant_avx2.c: AVX2+FMA(+F16C) dot products of quantised rows with float
+ * activations. Each function carries the target attribute so the rest of
+ * the program builds for the baseline CPU; q_avx2_cpu() gates every call.
+ *
+ * The quants are widened to float in registers (never stored), multiplied
+ * with x per sub-block, and the sub-block sum is scaled once: for a block
+ * with scale d and (K-quants) min m, sum_i (d q_i - m) x_i is computed as
+ * d * sum_i q_i x_i - m * sum_i x_i.
+ */
+#include "quant_impl.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+bool
+q_avx2_cpu(void)
+{
+	return kvc_cpu_avx2();
+}
+
+AVX2 static inline float
+hsum(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline uint16_t
+rd16(const void *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, 2);
+	return v;
+}
+
+AVX2 static inline float
+h2f(const void *p)
+{
+	return _cvtsh_ss(rd16(p));
+}
+
+/* 8 signed / unsigned bytes -> 8 floats */
+AVX2 static inline __m256
+i8f(__m128i b)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+AVX2 static inline __m256
+u8f(__m128i b)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+}
+
+/* sum over 32 lanes of q * x, q given as 32 bytes in two 128-bit halves */
+AVX2 static inline __m256
+dot32_i8(__m128i a, __m128i b, const float *x)
+{
+	__m256 s = _mm256_mul_ps(i8f(a), _mm256_loadu_ps(x));
+
+	s = _mm256_fmadd_ps(i8f(_mm_srli_si128(a, 8)), _mm256_loadu_ps(x + 8), s);
+	s = _mm256_fmadd_ps(i8f(b), _mm256_loadu_ps(x + 16), s);
+	return _mm256_fmadd_ps(i8f(_mm_srli_si128(b, 8)), _mm256_loadu_ps(x + 24), s);
+}
+
+AVX2 static inline __m256
+dot32_u8(__m128i a, __m128i b, const float *x)
+{
+	__m256 s = _mm256_mul_ps(u8f(a), _mm256_loadu_ps(x));
+
+	s = _mm256_fmadd_ps(u8f(_mm_srli_si128(a, 8)), _mm256_loadu_ps(x + 8), s);
+	s = _mm256_fmadd_ps(u8f(b), _mm256_loadu_ps(x + 16), s);
+	return _mm256_fmadd_ps(u8f(_mm_srli_si128(b, 8)), _mm256_loadu_ps(x + 24), s);
+}
+
+AVX2 static inline __m256
+sum32(const float *x)
+{
+	return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
+	    _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+}
+
+AVX2 static float
+dot_f32(const float *w, const float *x, int64_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t i = 0;
+	float t = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+		a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+		a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+		a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+	for (; i < n; i++) {
+		float v;
+		memcpy(&v, w + i, 4);
+		t += v * x[i];
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+}
+
+AVX2 static inline __m256
+ld_f16(const uint8_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+AVX2 static inline __m256
+ld_bf16(const uint8_t *p)
+{
+	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+
+	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AVX2 static float
+dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t i = 0;
+	float t = 0;
+
+#define LD(k) (bf ? ld_bf16(w + 2 * (i + (k))) : ld_f16(w + 2 * (i + (k))))
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm256_fmadd_ps(LD(0), _mm256_loadu_ps(x + i), a0);
+		a1 = _mm256_fmadd_ps(LD(8), _mm256_loadu_ps(x + i + 8), a1);
+		a2 = _mm256_fmadd_ps(LD(16), _mm256_loadu_ps(x + i + 16), a2);
+		a3 = _mm256_fmadd_ps(LD(24), _mm256_loadu_ps(x + i + 24), a3);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(LD(0), _mm256_loadu_ps(x + i), a0);
+#undef LD
+	for (; i < n; i++) {
+		uint16_t h = rd16(w + 2 * i);
+		t += (bf ? kvc_bf16_to_f32(h) : kvc_fp16_to_f32(h)) * x[i];
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+}
+
+/* Blocks are addressed as bytes: rows need not be aligned. */
+AVX2 static float
+dot_q8_0(const uint8_t *b, const float *x, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	int64_t i = 0;
+
+	/* two accumulators so consecutive blocks' final FMAs do not wait on each other */
+	for (; i + 2 <= nb; i += 2) {
+		const uint8_t *p = b + 34 * i, *q = p + 34;
+		__m256 s0 = dot32_i8(_mm_loadu_si128((const __m128i *)(p + 2)),
+		    _mm_loadu_si128((const __m128i *)(p + 18)), x + 32 * i);
+		__m256 s1 = dot32_i8(_mm_loadu_si128((const __m128i *)(q + 2)),
+		    _mm_loadu_si128((const __m128i *)(q + 18)), x + 32 * i + 32);
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p)), s0, acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(q)), s1, acc1);
+	}
+	for (; i < nb; i++) {
+		const uint8_t *p = b + 34 * i;
+		__m256 s0 = dot32_i8(_mm_loadu_si128((const __m128i *)(p + 2)),
+		    _mm_loadu_si128((const __m128i *)(p + 18)), x + 32 * i);
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p)), s0, acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 static float
+dot_q4_0(const uint8_t *b, const float *x, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	const __m128i lo4 = _mm_set1_epi8(0xF), eight = _mm_set1_epi8(8);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = b + 18 * i;
+		__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+		__m128i a = _mm_sub_epi8(_mm_and_si128(v, lo4), eight);
+		__m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), eight);
+		__m256 s = dot32_i8(a, h, x + 32 * i);
+		__m256 d = _mm256_set1_ps(h2f(p));
+		if (i & 1)
+			acc1 = _mm256_fmadd_ps(d, s, acc1);
+		else
+			acc0 = _mm256_fmadd_ps(d, s, acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/*
+ * dsc[j] = d * scale_j (* dx[j] when dx is given), dmn[j] = dmin * min_j
+ * for the 8 sub-blocks of a Q4_K/Q5_K block.
+ */
+AVX2 static inline void
+k_scales(const uint8_t *packed, float d, float dmin, const float *dx, float *dsc, float *dmn)
+{
+	uint8_t sc[8], mn[8];
+	__m256 s, m;
+
+	q_k_scales8_le(packed, sc, mn);
+	s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+	m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
+	s = _mm256_mul_ps(_mm256_set1_ps(d), s);
+	if (dx != NULL)
+		s = _mm256_mul_ps(s, _mm256_loadu_ps(dx));
+	_mm256_storeu_ps(dsc, s);
+	_mm256_storeu_ps(dmn, _mm256_mul_ps(_mm256_set1_ps(dmin), m));
+}
+
+/* xs[j] = sum of x[32j .. 32j+32), for the min terms of Q4_K/Q5_K. */
+AVX2 static void
+xsums(const float *x, int64_t n, float *xs)
+{
+	for (int64_t j = 0; j < n / 32; j++)
+		xs[j] = hsum(sum32(x + 32 * j));
+}
+
+/*
+ * Q4_K and Q5_K share everything but the 5th bit. The min part of block b,
+ * sum_j dmin m_j xs[8b + j], is one 8-lane FMA per block given the
+ * sub-block sums xs (precomputed once per token by the caller, or here).
+ * Two accumulators (low / high nibble halves) halve the FMA chain.
+ */
+AVX2 static float
+dot_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *x, const float *xs_in, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
+	const __m128i lo4 = _mm_set1_epi8(0xF), one = _mm_set1_epi8(1);
+	float xs_local[8];
+
+	for (int64_t i = 0; i < nb; i++, x += QK_K) {
+		const uint8_t *p = blk + (size_t)i * bsz;
+		const uint8_t *scales = p + 4;
+		const uint8_t *qh = q5 ? p + 4 + K_SCALE_SIZE : NULL;
+		const uint8_t *qs = p + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+		float d = h2f(p), dmin = h2f(p + 2);
+		float dsc[8], dmn[8];
+		__m128i h0 = _mm_setzero_si128(), h1 = h0;
+		const float *xs = xs_in ? xs_in + 8 * i : xs_local;
+
+		if (xs_in == NULL)
+			xsums(x, QK_K, xs_local);
+		k_scales(scales, d, dmin, NULL, dsc, dmn);
+		macc = _mm256_fmadd_ps(_mm256_loadu_ps(dmn), _mm256_loadu_ps(xs), macc);
+		if (q5) {
+			h0 = _mm_loadu_si128((const __m128i *)qh);
+			h1 = _mm_loadu_si128((const __m128i *)(qh + 16));
+		}
+		for (int c = 0; c < 4; c++) {
+			__m128i v0 = _mm_loadu_si128((const __m128i *)(qs + 32 * c));
+			__m128i v1 = _mm_loadu_si128((const __m128i *)(qs + 32 * c + 16));
+			__m128i a0 = _mm_and_si128(v0, lo4), a1 = _mm_and_si128(v1, lo4);
+			__m128i b0 = _mm_and_si128(_mm_srli_epi16(v0, 4), lo4);
+			__m128i b1 = _mm_and_si128(_mm_srli_epi16(v1, 4), lo4);
+
+			if (q5) {
+				/* bit 2c of qh[l] tops value l of sub-block 2c, bit 2c+1 of 2c+1 */
+				__m128i c0 = _mm_cvtsi32_si128(2 * c), c1 = _mm_cvtsi32_si128(2 * c + 1);
+				a0 = _mm_or_si128(a0, _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h0, c0), one), 4));
+				a1 = _mm_or_si128(a1, _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h1, c0), one), 4));
+				b0 = _mm_or_si128(b0, _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h0, c1), one), 4));
+				b1 = _mm_or_si128(b1, _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(h1, c1), one), 4));
+			}
+			const float *xc = x + 64 * c;
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c]), dot32_u8(a0, a1, xc), acc0);
+			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c + 1]), dot32_u8(b0, b1, xc + 32), acc1);
+		}
+	}
+	return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
+}
+
+/* fs[g] = d * scales[g] for the 16 int8 scales of a Q6_K block */
+AVX2 static inline void
+q6_scales(const int8_t *sc, float d, float *fs)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)sc);
+	__m256 dd = _mm256_set1_ps(d);
+
+	_mm256_storeu_ps(fs, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+	_mm256_storeu_ps(fs + 8, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))));
+}
+
+AVX2 static float
+dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
+{
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+	const __m128i lo4 = _mm_set1_epi8(0xF), three = _mm_set1_epi8(3), k32 = _mm_set1_epi8(32);
+
+	for (int64_t i = 0; i < nb; i++) {
+		/* ql[128], qh[64], scales[16], d */
+		const uint8_t *blk = b + 210 * i;
+		float fs16[16];
+		q6_scales((const int8_t *)(blk + 192), h2f(blk + 208), fs16);
+		for (int h = 0; h < 2; h++) {
+			const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+			const float *fs = fs16 + 8 * h;
+			const float *xh = x + QK_K * i + 128 * h;
+			/* l in [16g, 16g+16): sub-blocks g, 2+g, 4+g, 6+g */
+			for (int g = 0; g < 2; g++) {
+				__m128i la = _mm_loadu_si128((const __m128i *)(ql + 16 * g));
+				__m128i lb = _mm_loadu_si128((const __m128i *)(ql + 32 + 16 * g));
+				__m128i hh = _mm_loadu_si128((const __m128i *)(qh + 16 * g));
+				__m128i q[4];
+				q[0] = _mm_or_si128(_mm_and_si128(la, lo4),
+				    _mm_slli_epi16(_mm_and_si128(hh, three), 4));
+				q[1] = _mm_or_si128(_mm_and_si128(lb, lo4),
+				    _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 2), three), 4));
+				q[2] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(la, 4), lo4),
+				    _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 4), three), 4));
+				q[3] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(lb, 4), lo4),
+				    _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(hh, 6), three), 4));
+				for (int k = 0; k < 4; k++) {
+					__m128i v = _mm_sub_epi8(q[k], k32);
+					const float *xs = xh + 32 * k + 16 * g;
+					__m256 s = _mm256_mul_ps(i8f(v), _mm256_loadu_ps(xs));
+					s = _mm256_fmadd_ps(i8f(_mm_srli_si128(v, 8)), _mm256_loadu_ps(xs + 8), s);
+					__m256 dd = _mm256_broadcast_ss(fs + 2 * k + g);
+					acc[k] = _mm256_fmadd_ps(dd, s, acc[k]);
+				}
+			}
+		}
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+bool
+q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out)
+{
+	switch (t) {
+	case GGML_TYPE_F32: *out = dot_f32(row, x, n); return true;
+	case GGML_TYPE_F16: *out = dot_f16(row, x, n, false); return true;
+	case GGML_TYPE_BF16: *out = dot_f16(row, x, n, true); return true;
+	case GGML_TYPE_Q8_0: *out = dot_q8_0(row, x, n / QK8_0); return true;
+	case GGML_TYPE_Q4_0: *out = dot_q4_0(row, x, n / QK4_0); return true;
+	case GGML_TYPE_Q4_K: *out = dot_q45_k(row, sizeof(block_q4_K), false, x, xs, n / QK_K); return true;
+	case GGML_TYPE_Q5_K: *out = dot_q45_k(row, sizeof(block_q5_K), true, x, xs, n / QK_K); return true;
+	case GGML_TYPE_Q6_K: *out = dot_q6_k(row, x, n / QK_K); return true;
+	default: return false;
+	}
+}
+
+void
+q_avx2_xsums(const float *x, int64_t n, float *xs)
+{
+	xsums(x, n, xs);
+}
+
+/* ---- integer kernels: int8 activations (see q_act_prepare) ---- */
+
+/* 8 int32 lanes: lane k = sum of u[4k..4k+4) * s[4k..4k+4), u unsigned, s signed */
+AVX2 static inline __m256i
+mad_u8i8(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* the same for signed w: |w| times x with w's sign */
+AVX2 static inline __m256i
+mad_i8i8(__m256i w, __m256i x)
+{
+	return mad_u8i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+AVX2 static inline __m256i
+ld256(const void *p)
+{
+	return _mm256_loadu_si256((const __m256i *)p);
+}
+
+AVX2 static float
+dot_act_q8_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	int64_t i = 0;
+
+	for (; i + 2 <= nb; i += 2) {
+		const uint8_t *p = b + 34 * i, *r = p + 34;
+		__m256i s0 = mad_i8i8(ld256(p + 2), ld256(q + 32 * i));
+		__m256i s1 = mad_i8i8(ld256(r + 2), ld256(q + 32 * i + 32));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p) * d[i]), _mm256_cvtepi32_ps(s0), acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(r) * d[i + 1]), _mm256_cvtepi32_ps(s1), acc1);
+	}
+	for (; i < nb; i++) {
+		const uint8_t *p = b + 34 * i;
+		__m256i s0 = mad_i8i8(ld256(p + 2), ld256(q + 32 * i));
+		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p) * d[i]), _mm256_cvtepi32_ps(s0), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 static float
+dot_act_q4_0(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = b + 18 * i;
+		__m128i v = _mm_loadu_si128((const __m128i *)(p + 2));
+		/* low 128 bits: low nibbles = values 0..15; high: values 16..31 */
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
+		__m256i s = mad_i8i8(_mm256_sub_epi8(u, eight), ld256(q + 32 * i));
+		__m256 sc = _mm256_set1_ps(h2f(p) * d[i]);
+		if (i & 1)
+			acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc1);
+		else
+			acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* Byte i of the result is 0xFF where bit i of the 32-bit word at p is set, else 0. */
+AVX2 static inline __m256i
+bits_to_mask(const uint8_t *p)
+{
+	/* byte i takes byte i / 8 of the word, then tests bit i % 8 of it */
+	const __m256i pick = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+	    0x0101010101010101ll, 0x0000000000000000ll);
+	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+	uint32_t h;
+
+	memcpy(&h, p, 4);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/*
+ * Q4_1, Q5_0, Q5_1 (32 values a block): d * dx * sum(level * qx) per block.
+ * Q5_0's level - 16 is formed directly as a signed byte: the nibble when the
+ * 5th bit is set, the nibble - 16 (high bits 0xF0) when it is not. Q4_1 and
+ * Q5_1 levels are unsigned; their m is added as m * (exact float sum of x).
+ * Always inlined with a constant t, so each type gets its own loop.
+ */
+__attribute__((always_inline)) AVX2 static inline float
+dot_act_q32_t(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), k10 = _mm256_set1_epi8(0x10),
+	    kf0 = _mm256_set1_epi8((char)0xF0);
+	const bool has_m = t != GGML_TYPE_Q5_0, q5 = t != GGML_TYPE_Q4_1;
+	const size_t bsz = 2 + (has_m ? 2 : 0) + (q5 ? 4 : 0) + 16;
+	float moff = 0;
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = b + (size_t)i * bsz, *qh = p + (has_m ? 4 : 2), *qs = qh + (q5 ? 4 : 0);
+		__m128i v = _mm_loadu_si128((const __m128i *)qs);
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
+		__m256i s;
+
+		if (t == GGML_TYPE_Q5_0) {
+			u = _mm256_or_si256(u, _mm256_andnot_si256(bits_to_mask(qh), kf0));
+			s = mad_i8i8(u, ld256(q + 32 * i));
+		} else {
+			if (q5)
+				u = _mm256_or_si256(u, _mm256_and_si256(bits_to_mask(qh), k10));
+			s = mad_u8i8(u, ld256(q + 32 * i));
+			moff += h2f(p + 2) * xs[i];
+		}
+		__m256 sc = _mm256_set1_ps(h2f(p) * d[i]);
+		if (i & 1)
+			acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc1);
+		else
+			acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(s), acc0);
+	}
+	return hsum(_mm256_add_ps(acc0, acc1)) + moff;
+}
+
+AVX2 static float
+dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	switch (t) {
+	case GGML_TYPE_Q4_1: return dot_act_q32_t(GGML_TYPE_Q4_1, b, d, xs, q, nb);
+	case GGML_TYPE_Q5_0: return dot_act_q32_t(GGML_TYPE_Q5_0, b, d, xs, q, nb);
+	default: return dot_act_q32_t(GGML_TYPE_Q5_1, b, d, xs, q, nb);
+	}
+}
+
+AVX2 static float
+dot_act_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *d, const float *xs,
+    const int8_t *q, int64_t nb)
+{
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
+	const __m256i lo4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *p = blk + (size_t)i * bsz;
+		const uint8_t *qs = p + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+		const float *di = d + 8 * i;
+		const int8_t *qi = q + QK_K * i;
+		float dw = h2f(p), dmin = h2f(p + 2);
+		float dsc[8], dmn[8];
+		__m256i hb = _mm256_setzero_si256();
+
+		k_scales(p + 4, dw, dmin, di, dsc, dmn);
+		macc = _mm256_fmadd_ps(_mm256_loadu_ps(dmn), _mm256_loadu_ps(xs + 8 * i), macc);
+		if (q5)
+			hb = ld256(p + 4 + K_SCALE_SIZE);
+		for (int c = 0; c < 4; c++) {
+			__m256i v = ld256(qs + 32 * c);
+			__m256i a = _mm256_and_si256(v, lo4);
+			__m256i b = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+			if (q5) {
+				__m128i c0 = _mm_cvtsi32_si128(2 * c), c1 = _mm_cvtsi32_si128(2 * c + 1);
+				a = _mm256_or_si256(a, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, c0), one), 4));
+				b = _mm256_or_si256(b, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hb, c1), one), 4));
+			}
+			__m256i sa = mad_u8i8(a, ld256(qi + 64 * c));
+			__m256i sb = mad_u8i8(b, ld256(qi + 64 * c + 32));
+			acc0 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c]), _mm256_cvtepi32_ps(sa), acc0);
+			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c + 1]), _mm256_cvtepi32_ps(sb), acc1);
+		}
+	}
+	return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
+}
+
+AVX2 static float
+dot_act_q6_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+	const __m256i lo4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *blk = b + 210 * i;
+		float fs[16];
+		q6_scales((const int8_t *)(blk + 192), h2f(blk + 208), fs);
+		for (int h = 0; h < 2; h++) {
+			__m256i la = ld256(blk + 64 * h), lb = ld256(blk + 64 * h + 32);
+			__m256i hh = ld256(blk + 128 + 32 * h);
+			__m256i v[4];
+			v[0] = _mm256_or_si256(_mm256_and_si256(la, lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));
+			v[1] = _mm256_or_si256(_mm256_and_si256(lb, lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 2), three), 4));
+			v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 4), three), 4));
+			v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), lo4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hh, 6), three), 4));
+			for (int k = 0; k < 4; k++) {
+				/* values 128h + 32k + [0, 32): activation block 8i + 4h + k; scales 8h + 2k, +1 per 16 */
+				int64_t ab = 8 * i + 4 * h + k;
+				__m256i s = mad_i8i8(_mm256_sub_epi8(v[k], k32), ld256(q + 32 * ab));
+				__m256 scv = _mm256_mul_ps(_mm256_broadcast_ss(d + ab),
+				    _mm256_set_m128(_mm_broadcast_ss(fs + 8 * h + 2 * k + 1),
+				    _mm_broadcast_ss(fs + 8 * h + 2 * k)));
+				acc[k] = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(s), acc[k]);
+			}
+		}
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+/* Q3_K's 16 6-bit scales (quant.h) as signed bytes, offset 32 removed, with word operations. */
+static inline void
+q3_scales16(const uint8_t *p, int8_t *sc)
+{
+	uint32_t w0, w1, w2, v[4];
+	uint8_t u[16];
+
+	memcpy(&w0, p, 4);
+	memcpy(&w1, p + 4, 4);
+	memcpy(&w2, p + 8, 4);
+	v[0] = (w0 & 0x0f0f0f0fu) | (((w2 >> 0) & 0x03030303u) << 4);
+	v[1] = (w1 & 0x0f0f0f0fu) | (((w2 >> 2) & 0x03030303u) << 4);
+	v[2] = ((w0 >> 4) & 0x0f0f0f0fu) | (((w2 >> 4) & 0x03030303u) << 4);
+	v[3] = ((w1 >> 4) & 0x0f0f0f0fu) | (((w2 >> 6) & 0x03030303u) << 4);
+	memcpy(u, v, 16);
+	for (int k = 0; k < 16; k++)
+		sc[k] = (int8_t)(u[k] - 32);
+}
+
+/*
+ * Q3_K: per half of 128 values, the 32 qs bytes hold 4 groups of 32 levels'
+ * low 2 bits (shift 2j) and hmask bit 4h + j their third bit; level =
+ * low - 4 when that bit is clear. Scales per 16 as in the Q6_K kernel.
+ */
+AVX2 static float
+dot_act_q3_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
+{
+	__m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+	const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *blk = b + 110 * i;
+		int8_t sc[16];
+		float fs[16];
+		__m256i hm = ld256(blk);
+
+		q3_scales16(blk + 96, sc);
+		q6_scales(sc, h2f(blk + 108), fs);
+		for (int h = 0; h < 2; h++) {
+			__m256i qv = ld256(blk + 32 + 32 * h);
+			for (int k = 0; k < 4; k++) {
+				__m256i lo = _mm256_and_si256(_mm256_srl_epi16(qv, _mm_cvtsi32_si128(2 * k)), three);
+				__m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + k)), one);
+				__m256i lv = _mm256_sub_epi8(lo, _mm256_slli_epi16(_mm256_xor_si256(hb, one), 2));
+				int64_t ab = 8 * i + 4 * h + k;
+				__m256i s = mad_i8i8(lv, ld256(q + 32 * ab));
+				__m256 scv = _mm256_mul_ps(_mm256_broadcast_ss(d + ab),
+				    _mm256_set_m128(_mm_broadcast_ss(fs + 8 * h + 2 * k + 1),
+				    _mm_broadcast_ss(fs + 8 * h + 2 * k)));
+				acc[k] = _mm256_fmadd_ps(scv, _mm256_cvtepi32_ps(s), acc[k]);
+			}
+		}
+	}
+	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+bool
+q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+    const int8_t *q, int64_t n, float *out)
+{
+	switch (t) {
+	case GGML_TYPE_Q3_K: *out = dot_act_q3_k(row, d, q, n / QK_K); return true;
+	case GGML_TYPE_Q8_0: *out = dot_act_q8_0(row, d, q, n / 32); return true;
+	case GGML_TYPE_Q4_0: *out = dot_act_q4_0(row, d, q, n / 32); return true;
+	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+		*out = dot_act_q32(t, row, d, xsum, q, n / 32);
+		return true;
+	case GGML_TYPE_Q4_K: *out = dot_act_q45_k(row, sizeof(block_q4_K), false, d, xsum, q, n / QK_K); return true;
+	case GGML_TYPE_Q5_K: *out = dot_act_q45_k(row, sizeof(block_q5_K), true, d, xsum, q, n / QK_K); return true;
+	case GGML_TYPE_Q6_K: *out = dot_act_q6_k(row, d, q, n / QK_K); return true;
+	default: return false;
+	}
+}
+
+/*
+ * The row loop of q_matmul_rows_act with the type dispatched once: at
+ * decode shapes a row is about a kilobyte (Qwen2.5-0.5B: 896 values), so a
+ * per-row type switch and CPU check cost a noticeable share of the row's
+ * time. Row-outer, token-inner, as q_matmul_rows_act documents.
+ */
+#define ROWS_ACT(call) do {							\
+	for (int64_t r = r0; r < r1; r++) {					\
+		const uint8_t *row = W + (size_t)r * row_bytes;			\
+		for (int tok = 0; tok < n_tok; tok++) {				\
+			const float *d = (const float *)(act + (size_t)tok * ab);	\
+			const float *xs = d + nb;					\
+			const int8_t *q = (const int8_t *)(xs + nb);		\
+			(void)xs;						\
+			y[(size_t)tok * (size_t)n_out + (size_t)r] = (call);	\
+		}								\
+	}									\
+} while (0)
+
+AVX2 bool
+q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	int64_t nb = n_in / 32;
+
+	switch (t) {
+	case GGML_TYPE_Q8_0: ROWS_ACT(dot_act_q8_0(row, d, q, nb)); return true;
+	case GGML_TYPE_Q4_0: ROWS_ACT(dot_act_q4_0(row, d, q, nb)); return true;
+	case GGML_TYPE_Q4_1: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q4_1, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q5_0: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q5_0, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q5_1: ROWS_ACT(dot_act_q32_t(GGML_TYPE_Q5_1, row, d, xs, q, nb)); return true;
+	case GGML_TYPE_Q4_K:
+		ROWS_ACT(dot_act_q45_k(row, sizeof(block_q4_K), false, d, xs, q, n_in / QK_K));
+		return true;
+	case GGML_TYPE_Q5_K:
+		ROWS_ACT(dot_act_q45_k(row, sizeof(block_q5_K), true, d, xs, q, n_in / QK_K));
+		return true;
+	case GGML_TYPE_Q3_K: ROWS_ACT(dot_act_q3_k(row, d, q, n_in / QK_K)); return true;
+	case GGML_TYPE_Q6_K: ROWS_ACT(dot_act_q6_k(row, d, q, n_in / QK_K)); return true;
+	default: return false;
+	}
+}
+#undef ROWS_ACT
+
+#else	/* not x86: the portable kernels only */
+
+bool
+q_avx2_cpu(void)
+{
+	return false;
+}
+
+bool
+q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out)
+{
+	return false;
+}
+
+void
+q_avx2_xsums(const float *x, int64_t n, float *xs)
+{
+}
+
+bool
+q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+    const int8_t *q, int64_t n, float *out)
+{
+	return false;
+}
+
+bool
+q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	return false;
+}
+
+#endif

@@ -1,0 +1,33 @@
+# tests/e2e/lib.sh: helpers for kvchat's shell tests (sourced).
+# The test environment sets KVCHAT, top_srcdir, top_builddir, SHARED_DATA.
+set -u
+T_PASS=0
+T_FAIL=0
+TMPD=$(mktemp -d "${TMPDIR:-/tmp}/kvchat-test.XXXXXX")
+trap 'rm -rf "$TMPD"' EXIT
+export HOME="$TMPD/home" XDG_DATA_HOME="$TMPD/data" XDG_STATE_HOME="$TMPD/state" XDG_CONFIG_HOME="$TMPD/config"
+mkdir -p "$HOME"
+
+ok() { T_PASS=$((T_PASS + 1)); }
+fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL: $*" >&2; }
+# check DESCRIPTION COMMAND...: passes when the command succeeds
+check() { d=$1; shift; if "$@"; then ok; else fail "$d"; fi; }
+skip() { echo "SKIP: $*"; exit 77; }
+have_shared() { [ -f "${SHARED_DATA:-/nonexistent}/SOURCES.md" ]; }
+done_testing() { echo "$T_PASS passed, $T_FAIL failed"; [ "$T_FAIL" -eq 0 ]; }
+# The sqlite3 shell has no busy timeout by default: a read that lands while
+# kvchat commits would fail at once and read as an empty answer.
+sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }
+
+# The fixture generator, and helpers the end-to-end tests share.
+MKMODEL="$top_builddir/tests/fixtures/mkmodel"
+# jget FILE LINE KEY: a scalar field of the JSON object on line LINE of FILE
+jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
+# kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
+kvrun() {
+	_d=$1 _e=$2; shift 2
+	"$KVCHAT" "$@" 2>"$_e"
+	_rc=$?
+	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
+	return $_rc
+}

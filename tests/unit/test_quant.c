@@ -1,0 +1,712 @@
+/*
+ * test_quant: the weight formats. Dequantisation is checked against blocks
+ * built byte by byte here, with the expected values derived from the ggml
+ * format definitions written out independently in this file; dot products
+ * against a double-precision dot of the dequantised row (scalar and AVX2
+ * kernels both); quantise -> dequantise against per-type error bounds.
+ */
+#include "quant/quant.h"
+#include "test.h"
+
+#include <stdint.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static float
+frand(void)	/* uniform in [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static const char *
+tname(enum ggml_type t)
+{
+	switch (t) {
+	case GGML_TYPE_F32: return "F32";
+	case GGML_TYPE_F16: return "F16";
+	case GGML_TYPE_BF16: return "BF16";
+	case GGML_TYPE_Q8_0: return "Q8_0";
+	case GGML_TYPE_Q4_0: return "Q4_0";
+	case GGML_TYPE_Q4_1: return "Q4_1";
+	case GGML_TYPE_Q5_0: return "Q5_0";
+	case GGML_TYPE_Q5_1: return "Q5_1";
+	case GGML_TYPE_Q3_K: return "Q3_K";
+	case GGML_TYPE_Q4_K: return "Q4_K";
+	case GGML_TYPE_Q5_K: return "Q5_K";
+	case GGML_TYPE_Q6_K: return "Q6_K";
+	default: return "?";
+	}
+}
+
+static float
+h2f(uint16_t h)
+{
+	return kvc_fp16_to_f32(h);
+}
+
+static uint16_t
+f2h(float f)
+{
+	return kvc_f32_to_fp16(f);
+}
+
+static void
+test_fp16(void)
+{
+	/* decoding: sign, 5-bit exponent (bias 15), 10-bit mantissa */
+	test_cond(h2f(0x0000) == 0.0f && !signbit(h2f(0x0000)), "+0");
+	test_cond(h2f(0x8000) == 0.0f && signbit(h2f(0x8000)), "-0");
+	test_cond(h2f(0x3c00) == 1.0f, "1");
+	test_cond(h2f(0xc000) == -2.0f, "-2");
+	test_cond(h2f(0x7bff) == 65504.0f, "max half");
+	test_cond(h2f(0x3555) == 0.333251953125f, "1/3 ~ 1365/4096");
+	test_cond(h2f(0x0001) == ldexpf(1, -24), "smallest subnormal");
+	test_cond(h2f(0x03ff) == 1023 * ldexpf(1, -24), "largest subnormal");
+	test_cond(h2f(0x0400) == ldexpf(1, -14), "smallest normal");
+	test_cond(isinf(h2f(0x7c00)) && h2f(0x7c00) > 0, "+inf");
+	test_cond(isinf(h2f(0xfc00)) && h2f(0xfc00) < 0, "-inf");
+	test_cond(isnan(h2f(0x7e00)) && isnan(h2f(0x7c01)), "nan");
+
+	/* encoding, round to nearest even */
+	test_cond(f2h(1.0f) == 0x3c00, "%04x", f2h(1.0f));
+	test_cond(f2h(-0.0f) == 0x8000, "%04x", f2h(-0.0f));
+	test_cond(f2h(65504.0f) == 0x7bff, "max");
+	test_cond(f2h(65519.0f) == 0x7bff, "below the overflow midpoint");
+	test_cond(f2h(65520.0f) == 0x7c00, "overflow midpoint ties to inf");
+	test_cond(f2h(1e6f) == 0x7c00 && f2h(-1e6f) == 0xfc00, "overflow");
+	test_cond(f2h(1.0f + ldexpf(1, -11)) == 0x3c00, "tie to even (down)");
+	test_cond(f2h(1.0f + 3 * ldexpf(1, -11)) == 0x3c02, "tie to even (up)");
+	test_cond(f2h(1.0f + ldexpf(1, -11) + ldexpf(1, -20)) == 0x3c01, "above tie");
+	test_cond(f2h(ldexpf(1, -24)) == 0x0001, "subnormal 1");
+	test_cond(f2h(ldexpf(1, -25)) == 0x0000, "2^-25 ties to 0");
+	test_cond(f2h(1.5f * ldexpf(1, -25)) == 0x0001, "0.75 ulp rounds up");
+	test_cond(f2h(3 * ldexpf(1, -25)) == 0x0002, "1.5 ulp ties to 2");
+	test_cond(f2h(ldexpf(1, -14) - ldexpf(1, -25)) == 0x0400, "rounds up to min normal");
+	test_cond(f2h(ldexpf(1, -30)) == 0x0000, "underflow");
+	test_cond(f2h(1e-45f) == 0x0000, "f32 subnormal");
+	uint16_t hn = f2h(NAN);
+	test_cond((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0, "nan stays nan: %04x", hn);
+	test_cond(f2h(INFINITY) == 0x7c00, "inf");
+
+	/* every finite half survives a round trip through float */
+	int bad = 0;
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+			continue;
+		if (f2h(h2f((uint16_t)h)) != h)
+			bad++;
+	}
+	test_cond(bad == 0, "%d halves do not round-trip", bad);
+
+	/* bf16 is the top half of a float */
+	test_cond(kvc_bf16_to_f32(0x3f80) == 1.0f, "bf16 1");
+	test_cond(kvc_bf16_to_f32(0x4049) == 3.140625f, "bf16 pi");
+	test_cond(kvc_f32_to_bf16(1.0f) == 0x3f80, "1");
+	test_cond(kvc_f32_to_bf16(1.0f + ldexpf(1, -8)) == 0x3f80, "tie down");
+	test_cond(kvc_f32_to_bf16(1.0f + 3 * ldexpf(1, -8)) == 0x3f82, "tie up");
+	test_cond(kvc_f32_to_bf16(1.0f + ldexpf(1, -8) + ldexpf(1, -20)) == 0x3f81, "above tie");
+	test_cond(kvc_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
+	test_cond(kvc_f32_to_bf16(-INFINITY) == 0xff80, "-inf");
+	uint16_t bn = kvc_f32_to_bf16(NAN);
+	test_cond((bn & 0x7f80) == 0x7f80 && (bn & 0x7f) != 0, "bf16 nan %04x", bn);
+}
+
+static void
+expect_row(enum ggml_type t, const void *blk, const float *want, int n, const char *what)
+{
+	float got[256];
+	int bad = 0;
+
+	q_dequant_row(t, blk, got, n);
+	for (int i = 0; i < n; i++) {
+		if (got[i] != want[i]) {
+			if (bad++ < 3)
+				fprintf(stderr, "%s[%d]: got %g want %g\n", what, i, got[i], want[i]);
+		}
+	}
+	test_cond(bad == 0, "%s: %d of %d values differ", what, bad, n);
+}
+
+/* The 8 (scale, min) pairs and their 12 packed bytes used by the K tests. */
+static const int ks_sc[8] = {1, 2, 3, 4, 17, 33, 63, 40};
+static const int ks_mn[8] = {0, 1, 5, 63, 16, 2, 48, 7};
+/*
+ * Packing, from the format: bytes 0-3 hold scales 0-3 in their low 6 bits,
+ * bytes 4-7 mins 0-3; scales/mins 4-7 keep their low 4 bits in bytes 8-11
+ * (scale low nibble, min high nibble) and their top 2 bits in the top 2
+ * bits of bytes 0-3 (scales) and 4-7 (mins).
+ *   byte0 = 1 | (17>>4)<<6 = 0x41   byte4 = 0 | (16>>4)<<6 = 0x40
+ *   byte1 = 2 | (33>>4)<<6 = 0x82   byte5 = 1 | (2>>4)<<6 = 0x01
+ *   byte2 = 3 | (63>>4)<<6 = 0xC3   byte6 = 5 | (48>>4)<<6 = 0xC5
+ *   byte3 = 4 | (40>>4)<<6 = 0x84   byte7 = 63 | (7>>4)<<6 = 0x3F
+ *   byte8 = 17&15 | (16&15)<<4 = 0x01   byte9 = 33&15 | (2&15)<<4 = 0x21
+ *   byte10 = 63&15 | (48&15)<<4 = 0x0F  byte11 = 40&15 | (7&15)<<4 = 0x78
+ */
+static const uint8_t ks_bytes[12] = {0x41, 0x82, 0xC3, 0x84, 0x40, 0x01, 0xC5, 0x3F,
+	0x01, 0x21, 0x0F, 0x78};
+
+static void
+test_dequant_by_hand(void)
+{
+	float want[256];
+
+	/* Q8_0: d = 0x3800 = 0.5; value = d * q */
+	{
+		block_q8_0 b = {0x3800, {0}};
+		int8_t qs[32] = {0, 1, -1, 127, -128, 64, -64, 3};
+		for (int i = 8; i < 32; i++)
+			qs[i] = (int8_t)(i * 5 - 80);
+		memcpy(b.qs, qs, 32);
+		for (int i = 0; i < 32; i++)
+			want[i] = 0.5f * qs[i];
+		test_cond(want[3] == 63.5f && want[4] == -64.0f, "hand values");
+		expect_row(GGML_TYPE_Q8_0, &b, want, 32, "q8_0");
+	}
+	/* Q4_0: d = 0x4000 = 2; byte j: low nibble -> value j, high -> value j+16; value = d * (q - 8) */
+	{
+		block_q4_0 b = {0x4000, {0}};
+		memset(b.qs, 0x88, 16);		/* q = 8 -> 0 */
+		b.qs[0] = 0x1F;	/* v0 = 2*(15-8) = 14, v16 = 2*(1-8) = -14 */
+		b.qs[1] = 0x80;	/* v1 = 2*(0-8) = -16, v17 = 0 */
+		b.qs[15] = 0x3A;	/* v15 = 2*(10-8) = 4, v31 = 2*(3-8) = -10 */
+		memset(want, 0, sizeof want);
+		want[0] = 14; want[16] = -14; want[1] = -16; want[17] = 0; want[15] = 4; want[31] = -10;
+		expect_row(GGML_TYPE_Q4_0, &b, want, 32, "q4_0");
+	}
+	/* Q4_1: d = 2 (0x4000), m = -1 (0xbc00); nibbles as Q4_0; value = d * q + m */
+	{
+		block_q4_1 b = {0x4000, 0xbc00, {0}};
+		b.qs[0] = 0x1F;	/* v0 = 2*15 - 1 = 29, v16 = 2*1 - 1 = 1 */
+		b.qs[15] = 0xA3;	/* v15 = 2*3 - 1 = 5, v31 = 2*10 - 1 = 19 */
+		for (int i = 0; i < 32; i++)
+			want[i] = -1;
+		want[0] = 29; want[16] = 1; want[15] = 5; want[31] = 19;
+		expect_row(GGML_TYPE_Q4_1, &b, want, 32, "q4_1");
+	}
+	/*
+	 * Q5_0 / Q5_1: the 4 qh bytes are a little-endian word whose bit i is
+	 * value i's 5th bit (+16); Q5_0 value = d * (q - 16), Q5_1 d * q + m.
+	 */
+	{
+		block_q5_0 b = {0x3800, {0x01, 0x80, 0x00, 0x80}, {0}};	/* d = 0.5; bits 0, 15, 31 */
+		b.qs[0] = 0x2F;	/* v0 = 0.5*((15|16) - 16) = 7.5, v16 = 0.5*(2 - 16) = -7 */
+		b.qs[7] = 0x90;	/* v7 = 0.5*(0 - 16) = -8, v23 = 0.5*(9 - 16) = -3.5 */
+		for (int i = 0; i < 32; i++)
+			want[i] = -8;	/* level 0 */
+		want[0] = 7.5f; want[16] = -7; want[7] = -8; want[23] = -3.5f;
+		want[15] = 0; want[31] = 0;	/* level 16: only the 5th bit */
+		expect_row(GGML_TYPE_Q5_0, &b, want, 32, "q5_0");
+	}
+	{
+		block_q5_1 b = {0x3400, 0x4000, {0}, {0}};	/* d = 0.25, m = 2 */
+		for (int k = 0; k < 4; k++)
+			b.qh[k] = (uint8_t)(k * 71 + 29);
+		for (int i = 0; i < 16; i++)
+			b.qs[i] = (uint8_t)(i * 37 + 5);
+		for (int i = 0; i < 32; i++) {
+			int nib = i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4;
+			int hb = (b.qh[i / 8] >> (i % 8)) & 1;
+			want[i] = 0.25f * (float)(nib + 16 * hb) + 2.0f;
+		}
+		/* value 0: qs[0] = 5, qh[0] = 29 = 0b11101 -> bit 0 set: 0.25*21 + 2 = 7.25 */
+		test_cond(want[0] == 7.25f, "hand value %g", want[0]);
+		expect_row(GGML_TYPE_Q5_1, &b, want, 32, "q5_1");
+	}
+	/*
+	 * Q4_K: d = 1 (0x3c00), dmin = 0.5 (0x3800). 4 chunks of 64 values,
+	 * 32 bytes each: value 64c+l is d*sc[2c]*(byte & 15) - dmin*mn[2c],
+	 * value 64c+32+l is d*sc[2c+1]*(byte >> 4) - dmin*mn[2c+1].
+	 */
+	{
+		block_q4_K b;
+		b.d = 0x3c00;
+		b.dmin = 0x3800;
+		memcpy(b.scales, ks_bytes, 12);
+		for (int c = 0; c < 4; c++) {
+			for (int l = 0; l < 32; l++) {
+				uint8_t byte = (uint8_t)(l * 7 + c * 13);
+				b.qs[32 * c + l] = byte;
+				want[64 * c + l] = 1.0f * ks_sc[2 * c] * (byte & 15) - 0.5f * ks_mn[2 * c];
+				want[64 * c + 32 + l] = 1.0f * ks_sc[2 * c + 1] * (byte >> 4) - 0.5f * ks_mn[2 * c + 1];
+			}
+		}
+		/* two by hand: value 0: byte 0 -> 1*1*0 - 0.5*0 = 0; value 224+1: chunk 3, byte 7+39=46=0x2E -> 40*2 - 3.5 */
+		test_cond(want[0] == 0 && want[225] == 76.5f, "hand values %g %g", want[0], want[225]);
+		expect_row(GGML_TYPE_Q4_K, &b, want, 256, "q4_k");
+	}
+	/* Q5_K: as Q4_K, plus bit 2c (low half) / 2c+1 (high half) of qh[l] as the 5th bit (+16) */
+	{
+		block_q5_K b;
+		b.d = 0x3400;	/* 0.25 */
+		b.dmin = 0x4000;	/* 2 */
+		memcpy(b.scales, ks_bytes, 12);
+		for (int l = 0; l < 32; l++)
+			b.qh[l] = (uint8_t)(l * 37 + 11);
+		for (int c = 0; c < 4; c++) {
+			for (int l = 0; l < 32; l++) {
+				uint8_t byte = (uint8_t)(l * 5 + c * 29 + 3);
+				int h0 = (b.qh[l] >> (2 * c)) & 1, h1 = (b.qh[l] >> (2 * c + 1)) & 1;
+				b.qs[32 * c + l] = byte;
+				want[64 * c + l] = 0.25f * ks_sc[2 * c] * ((byte & 15) + 16 * h0) - 2.0f * ks_mn[2 * c];
+				want[64 * c + 32 + l] = 0.25f * ks_sc[2 * c + 1] * ((byte >> 4) + 16 * h1) - 2.0f * ks_mn[2 * c + 1];
+			}
+		}
+		/* value 0: byte 3, qh[0] = 11 = 0b1011 -> bit0 = 1: 0.25*1*(3+16) - 0 = 4.75 */
+		test_cond(want[0] == 4.75f, "hand value %g", want[0]);
+		expect_row(GGML_TYPE_Q5_K, &b, want, 256, "q5_k");
+	}
+	/*
+	 * Q3_K (110 bytes: hmask[32], qs[64], scales[12], d): value e = 128h +
+	 * 32j + l has 2 low bits (qs[32h + l] >> 2j) & 3 and a third bit, bit
+	 * 4h + j of hmask[l]; level = low + 4 * bit - 4 (-4..3). Its scale is
+	 * number 8h + 2j + l/16 of 16 6-bit values stored + 32: low 4 bits of
+	 * scale k in byte k (k < 8, low nibble) or byte k - 8 (high nibble), top
+	 * 2 bits in bits 2(k/4), 2(k/4)+1 of byte 8 + k%4. value = d * (s - 32) * level.
+	 */
+	{
+		block_q3_K b;
+		static const int s6[16] = {32, 0, 63, 31, 33, 1, 62, 40, 16, 48, 5, 58, 32, 20, 44, 7};
+		b.d = 0x3800;	/* 0.5 */
+		memset(b.scales, 0, 12);
+		for (int k = 0; k < 16; k++) {
+			b.scales[k < 8 ? k : k - 8] |= (uint8_t)((s6[k] & 15) << (k < 8 ? 0 : 4));
+			b.scales[8 + k % 4] |= (uint8_t)((s6[k] >> 4) << (2 * (k / 4)));
+		}
+		for (int i = 0; i < 32; i++)
+			b.hmask[i] = (uint8_t)(i * 29 + 3);
+		for (int i = 0; i < 64; i++)
+			b.qs[i] = (uint8_t)(i * 53 + 17);
+		for (int e = 0; e < 256; e++) {
+			int h = e / 128, j = (e % 128) / 32, l = e % 32;
+			int low = (b.qs[32 * h + l] >> (2 * j)) & 3, hb = (b.hmask[l] >> (4 * h + j)) & 1;
+			want[e] = 0.5f * (float)(s6[8 * h + 2 * j + l / 16] - 32) * (float)(low + 4 * hb - 4);
+		}
+		/*
+		 * By hand: value 0: qs[0] = 17 = 0b10001 -> low 1; hmask[0] = 3 -> bit 0
+		 * set: level 1; scale 0 = 32 -> 0: value 0. Value 16: qs[16] = 16*53+17
+		 * = 865 & 255 = 97 = 0b1100001 -> low 1; hmask[16] = 467 & 255 = 211 =
+		 * 0b11010011 -> bit 0 set: level 1; scale 1 = 0 -> -32: 0.5*-32*1 = -16.
+		 * Value 224 + 31 = 255 (h 1, j 3, l 31): qs[63] = 3356 & 255 = 28 =
+		 * 0b00011100 -> >> 6: 0; hmask[31] = 902 & 255 = 134 = 0b10000110 -> bit
+		 * 7 set: level 0 -> 0. Value 128 (h 1, j 0, l 0): qs[32] = 1713 & 255 =
+		 * 177 = 0b10110001 -> low 1; hmask[0] bit 4 = 0: level -3; scale 8 = 16
+		 * -> -16: 0.5*-16*-3 = 24.
+		 */
+		test_cond(want[0] == 0 && want[16] == -16 && want[255] == 0 && want[128] == 24,
+		    "hand values %g %g %g %g", want[0], want[16], want[255], want[128]);
+		expect_row(GGML_TYPE_Q3_K, &b, want, 256, "q3_k");
+	}
+	/*
+	 * Q6_K: value e = 128h + 32k + l (h < 2, k < 4, l < 32) has low 4 bits
+	 * from ql[64h + l + 32(k&1)] (low nibble for k < 2, high for k >= 2),
+	 * high 2 bits from bits 2k..2k+1 of qh[32h + l]; q = that - 32; value =
+	 * d * scales[8h + 2k + l/16] * q.
+	 */
+	{
+		block_q6_K b;
+		static const int8_t sc[16] = {1, -2, 3, 127, -128, 5, 0, 7, 9, -10, 11, 12, 13, -14, 15, 16};
+		b.d = 0x3400;	/* 0.25 */
+		memcpy(b.scales, sc, 16);
+		for (int i = 0; i < 128; i++)
+			b.ql[i] = (uint8_t)(i * 11 + 5);
+		for (int i = 0; i < 64; i++)
+			b.qh[i] = (uint8_t)(i * 23 + 1);
+		for (int e = 0; e < 256; e++) {
+			int h = e / 128, k = (e % 128) / 32, l = e % 32;
+			uint8_t lb = b.ql[64 * h + l + 32 * (k & 1)];
+			int lo = k >= 2 ? lb >> 4 : lb & 15;
+			int hi = (b.qh[32 * h + l] >> (2 * k)) & 3;
+			want[e] = 0.25f * (float)sc[8 * h + 2 * k + l / 16] * (float)((lo | hi << 4) - 32);
+		}
+		/* value 0: ql[0] = 5, qh[0] = 1 -> q = (5 | 1<<4) - 32 = -11; 0.25 * 1 * -11 */
+		test_cond(want[0] == -2.75f, "hand value %g", want[0]);
+		expect_row(GGML_TYPE_Q6_K, &b, want, 256, "q6_k");
+	}
+	/* F16 / BF16 rows, unaligned */
+	{
+		uint8_t raw[1 + 3 * 2] = {0, 0x00, 0x3c, 0x00, 0xc0, 0x55, 0x35};
+		float w16[3] = {1.0f, -2.0f, 0.333251953125f};
+		expect_row(GGML_TYPE_F16, raw + 1, w16, 3, "f16");
+		uint8_t rawb[1 + 2 * 2] = {0, 0x80, 0x3f, 0x49, 0x40};
+		float wb[2] = {1.0f, 3.140625f};
+		expect_row(GGML_TYPE_BF16, rawb + 1, wb, 2, "bf16");
+	}
+}
+
+static const enum ggml_type all_types[] = {
+	GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+	GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+};
+
+/* Test-local reading of K-quant scale j (format definition, as in the comment above ks_bytes). */
+static void
+k_scale(const uint8_t *q, int j, int *sc, int *mn)
+{
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*mn = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+		*mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+/*
+ * Round-trip bounds per element, from how q_quantize_row chooses scales
+ * (fp16 rounding of the stored d adds a relative 2^-11, covered by slack):
+ *   F16: |err| <= 2^-11 |x| (normal range); BF16: 2^-8 |x|.
+ *   Q8_0: d = amax/127: |err| <= d/2 (+ amax 2^-11 for the rounded d).
+ *   Q4_0: d = -max/8 (max: signed value of largest magnitude): levels -8..7
+ *     of d cover it, except +8 clamps to 7: |err| <= |d|. Q5_0 the same
+ *     with -16..15.
+ *   Q4_1/Q5_1 (levels 0..N): d = (max - min)/N, m = min, both rounded to
+ *     fp16 (relative 2^-11 each): |err| <= d/2 + (N d + |m|) 2^-10.
+ *   Q4_K/Q5_K (levels 0..N, N = 15/31): sub-block scale s = range/N and min
+ *     m are quantised to d1 = d*sc6, m1 = dmin*mn6 with |d1 - s| <= d/2,
+ *     |m1 - m| <= dmin/2. Unclamped values err <= d1/2; clamped at the low
+ *     end <= dmin/2, at the high end <= N|s - d1| + |m1 - m|:
+ *     |err| <= max(d1/2, N d/2 + dmin/2).
+ *   Q6_K (levels -32..31, scale s = amax/31 per 16): |err| <= max(|d1|/2, 31 d/2).
+ *   Q3_K (levels -4..3, s = -mx/4 per 16, mx the value of largest
+ *     magnitude, quantised to d1 = d * sc with |d1 - s| <= d/2): unclamped
+ *     |err| <= |d1|/2; clamped at -4 <= 4 |s - d1| <= 2d, at +3 (values up
+ *     to 4|s|) <= 4|s| - 3|d1| <= |d1| + 2d: |err| <= |d1| + 2d.
+ */
+static void
+test_roundtrip(void)
+{
+	enum { N = 1024 };
+	static float x[N], y[N];
+	static uint8_t buf[N * 4];
+
+	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+		enum ggml_type t = all_types[ti];
+		double worst = 0;	/* err / bound */
+		for (int rep = 0; rep < 4; rep++) {
+			for (int i = 0; i < N; i++) {
+				/* vary the scale between blocks, some all-positive stretches */
+				float sc = (rep == 3) ? 0 : 0.01f + (float)((i / 32) % 7);
+				x[i] = sc * (rep == 2 && (i / 64) % 2 ? fabsf(frand()) : frand());
+			}
+			test_cond(q_quantize_row(t, x, buf, N) == 0, "%s quantize", tname(t));
+			q_dequant_row(t, buf, y, N);
+			for (int i = 0; i < N; i++) {
+				double bound = 0, err = fabs((double)x[i] - y[i]);
+				int bi;
+				switch (t) {
+				case GGML_TYPE_F32: bound = 0; break;
+				case GGML_TYPE_F16: bound = ldexp(fabs(x[i]), -11); break;
+				case GGML_TYPE_BF16: bound = ldexp(fabs(x[i]), -8); break;
+				case GGML_TYPE_Q8_0: {
+					const block_q8_0 *b = (const block_q8_0 *)buf + i / 32;
+					double d = h2f(b->d);
+					bound = d / 2 + 127 * d * ldexp(1, -10);
+					break;
+				}
+				case GGML_TYPE_Q4_0: {
+					const block_q4_0 *b = (const block_q4_0 *)buf + i / 32;
+					bound = fabs(h2f(b->d)) * (1 + ldexp(1, -7));
+					break;
+				}
+				case GGML_TYPE_Q5_0: {
+					const block_q5_0 *b = (const block_q5_0 *)buf + i / 32;
+					bound = fabs(h2f(b->d)) * (1 + ldexp(1, -7));
+					break;
+				}
+				case GGML_TYPE_Q4_1: {
+					const block_q4_1 *b = (const block_q4_1 *)buf + i / 32;
+					double d = h2f(b->d);
+					bound = d / 2 + (15 * d + fabs(h2f(b->m))) * ldexp(1, -10);
+					break;
+				}
+				case GGML_TYPE_Q5_1: {
+					const block_q5_1 *b = (const block_q5_1 *)buf + i / 32;
+					double d = h2f(b->d);
+					bound = d / 2 + (31 * d + fabs(h2f(b->m))) * ldexp(1, -10);
+					break;
+				}
+				case GGML_TYPE_Q4_K:
+				case GGML_TYPE_Q5_K: {
+					bool q5 = t == GGML_TYPE_Q5_K;
+					bi = i / 256;
+					const uint8_t *b = buf + (size_t)bi * (q5 ? 176 : 144);
+					uint16_t dh, mh;
+					int sc, mn, nmax = q5 ? 31 : 15;
+					memcpy(&dh, b, 2);
+					memcpy(&mh, b + 2, 2);
+					k_scale(b + 4, (i % 256) / 32, &sc, &mn);
+					double d = h2f(dh), dmin = h2f(mh);
+					bound = fmax(d * sc / 2, nmax * d / 2 + dmin / 2) * 1.01;
+					break;
+				}
+				case GGML_TYPE_Q3_K: {
+					const block_q3_K *b = (const block_q3_K *)buf + i / 256;
+					int k = (i % 256) / 16;
+					int sc6 = ((k < 8 ? b->scales[k] & 15 : b->scales[k - 8] >> 4) |
+					    ((b->scales[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+					double d = h2f(b->d);
+					bound = (fabs(d * sc6) + 2 * d) * 1.01;
+					break;
+				}
+				case GGML_TYPE_Q6_K: {
+					const block_q6_K *b = (const block_q6_K *)buf + i / 256;
+					double d = h2f(b->d);
+					bound = fmax(fabs(d * b->scales[(i % 256) / 16]) / 2, 31 * d / 2) * 1.01;
+					break;
+				}
+				default: break;
+				}
+				bound += 1e-7;
+				if (err / bound > worst)
+					worst = err / bound;
+				if (!isfinite(y[i]))
+					worst = INFINITY;
+			}
+		}
+		test_cond(worst <= 1.0, "%s round trip: error reaches %.3f x the bound",
+		    tname(t), worst);
+		printf("%-5s round trip: worst error %.3f of the bound\n", tname(t), worst);
+	}
+}
+
+/* Reference: double dot of the dequantised row. Returns sum |w_i x_i| in *mag. */
+static double
+ref_dot(enum ggml_type t, const void *row, const float *x, int64_t n, double *mag)
+{
+	float *w = malloc((size_t)n * sizeof *w);
+	double s = 0, m = 0;
+
+	q_dequant_row(t, row, w, n);
+	for (int64_t i = 0; i < n; i++) {
+		s += (double)w[i] * x[i];
+		m += fabs((double)w[i] * x[i]);
+	}
+	free(w);
+	*mag = m;
+	return s;
+}
+
+static void
+test_dot(void)
+{
+	static const int64_t lens[] = {256, 512, 4096, 4864};
+	bool have_avx2 = q_simd_available(Q_SIMD_AVX2);
+
+	printf("simd: %s\n", q_simd_name());
+	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+		enum ggml_type t = all_types[ti];
+		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+			int64_t n = lens[li];
+			size_t rb = q_row_bytes(t, n);
+			float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)n * sizeof *w);
+			uint8_t *raw = malloc(rb + 1), *row = raw + 1;	/* rows are not aligned in files */
+			for (int64_t i = 0; i < n; i++) {
+				w[i] = frand() * (1 + (float)(i % 97) / 10);
+				x[i] = frand();
+			}
+			test_cond(q_quantize_row(t, w, row, n) == 0, "quantize");
+			double mag, want = ref_dot(t, row, x, n, &mag);
+			double tol = 1e-5 * mag + 1e-6;	/* float summation of n terms */
+			float s = q_dot_simd(Q_SIMD_SCALAR, t, row, x, n);
+			float a = q_dot_simd(Q_SIMD_AVX2, t, row, x, n);
+			float d = q_dot(t, row, x, n);
+			test_cond(fabs(s - want) <= tol, "%s n=%lld scalar %g want %g", tname(t), (long long)n, s, want);
+			test_cond(fabs(a - want) <= tol, "%s n=%lld avx2 %g want %g", tname(t), (long long)n, a, want);
+			test_cond(d == (have_avx2 ? a : s), "q_dot picks the available path");
+			free(x);
+			free(w);
+			free(raw);
+		}
+	}
+	/* F32/F16/BF16 rows of any length (tails) */
+	for (int n = 1; n < 70; n += 3) {
+		float x[70], w[70], wr[70];
+		uint8_t row[70 * 4];
+		for (int i = 0; i < n; i++) {
+			w[i] = frand();
+			x[i] = frand();
+		}
+		for (int k = 0; k < 3; k++) {
+			enum ggml_type t = k == 0 ? GGML_TYPE_F32 : k == 1 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
+			double want = 0, mag = 0;
+			q_quantize_row(t, w, row, n);
+			q_dequant_row(t, row, wr, n);
+			for (int i = 0; i < n; i++) {
+				want += (double)wr[i] * x[i];
+				mag += fabs((double)wr[i] * x[i]);
+			}
+			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++) {
+				float got = q_dot_simd((enum q_simd)p, t, row, x, n);
+				test_cond(fabs(got - want) <= 1e-6 * mag + 1e-7, "%s n=%d path %d: %g want %g",
+				    tname(t), n, p, got, want);
+			}
+		}
+	}
+	if (!have_avx2)
+		printf("note: no AVX2 on this CPU; the AVX2 requests ran the scalar kernels\n");
+}
+
+static void
+test_matmul(void)
+{
+	enum { N_IN = 512, N_OUT = 7, N_TOK = 3 };
+	static float w[N_OUT * N_IN], x[N_TOK * N_IN], y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N_IN * 4];
+
+	for (int i = 0; i < N_OUT * N_IN; i++)
+		w[i] = frand();
+	for (int i = 0; i < N_TOK * N_IN; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+		enum ggml_type t = all_types[ti];
+		size_t rb = q_row_bytes(t, N_IN);
+		for (int r = 0; r < N_OUT; r++)
+			q_quantize_row(t, w + r * N_IN, W + r * rb, N_IN);
+		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++) {
+			for (int i = 0; i < N_TOK * N_OUT; i++)
+				y[i] = -12345.0f;
+			/* only rows [2, 5) are this caller's */
+			q_matmul_rows_simd((enum q_simd)p, t, W, rb, x, N_TOK, N_IN, y, N_OUT, 2, 5);
+			int bad = 0;
+			for (int tok = 0; tok < N_TOK; tok++) {
+				for (int r = 0; r < N_OUT; r++) {
+					float got = y[tok * N_OUT + r];
+					if (r < 2 || r >= 5) {
+						bad += got != -12345.0f;
+						continue;
+					}
+					double mag, want = ref_dot(t, W + r * rb, x + tok * N_IN, N_IN, &mag);
+					bad += !(fabs(got - want) <= 1e-5 * mag);
+					/* a token's result does not depend on the batch */
+					bad += got != q_dot_simd((enum q_simd)p, t, W + r * rb, x + tok * N_IN, N_IN);
+				}
+			}
+			test_cond(bad == 0, "%s path %d matmul: %d bad", tname(t), p, bad);
+		}
+	}
+}
+
+/*
+ * The integer kernels: activations rounded to int8 per 32. Bound against the
+ * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
+ * float rounding. Scalar and AVX2 compute the same integer sums: they agree to
+ * float rounding of the scaled block sums.
+ */
+static void
+test_act(void)
+{
+	static const enum ggml_type types[] = {
+		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	};
+	enum { N = 1024, N_OUT = 5, N_TOK = 2 };
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
+	size_t ab = q_act_bytes(N);
+
+	test_cond(ab == N + 8 * (N / 32), "act bytes %zu", ab);
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	/* the prepared form: |x - d q| <= d/2, exact sums */
+	{
+		const float *d = (const float *)act, *xs = d + N / 32;
+		const int8_t *q = (const int8_t *)(xs + N / 32);
+		int bad = 0;
+		for (int i = 0; i < N; i++)
+			bad += !(fabs(x[i] - d[i / 32] * q[i]) <= d[i / 32] * 0.5 * (1 + 1e-5));
+		for (int b = 0; b < N / 32; b++) {
+			double sum = 0;
+			for (int i = 0; i < 32; i++)
+				sum += x[32 * b + i];
+			bad += !(fabs(sum - xs[b]) <= 1e-5 * (1 + fabs(sum)));
+		}
+		test_cond(bad == 0, "q_act_prepare: %d bad", bad);
+	}
+	test_cond(!q_act_supported(GGML_TYPE_F16) && q_act_supported(GGML_TYPE_Q6_K), "act types");
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum ggml_type t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		int bad = 0;
+		for (int r = 0; r < N_OUT; r++)
+			q_quantize_row(t, w + r * N, W + r * rb, N);
+		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++)
+			q_matmul_rows_act((enum q_simd)p, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
+		for (int r = 0; r < N_OUT; r++) {
+			q_dequant_row(t, W + r * rb, wd, N);
+			for (int tok = 0; tok < N_TOK; tok++) {
+				const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
+				double exact = 0, bound = 0, mag = 0;
+				const uint8_t *row = W + r * rb;
+				for (int i = 0; i < N; i++) {
+					double m = 0;	/* the block's offset (quant.h's m_i) */
+					if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
+						const uint8_t *b = row + (size_t)(i / 256) * (t == GGML_TYPE_Q4_K ? 144 : 176);
+						uint16_t mh;
+						int sc, mn;
+						memcpy(&mh, b + 2, 2);
+						k_scale(b + 4, (i % 256) / 32, &sc, &mn);
+						m = h2f(mh) * mn;
+					} else if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1) {
+						uint16_t mh;	/* m follows d in both */
+						memcpy(&mh, row + (size_t)(i / 32) * (t == GGML_TYPE_Q4_1 ? 20 : 24) + 2, 2);
+						m = fabs(h2f(mh));
+					}
+					exact += (double)wd[i] * xt[i];
+					bound += d[i / 32] / 2 * (fabs(wd[i]) + m);
+					mag += fabs((double)wd[i] * xt[i]);
+				}
+				bound += 1e-5 * mag;
+				float sc = q_dot_act(Q_SIMD_SCALAR, t, W + r * rb, act + tok * ab, N);
+				float av = q_dot_act(Q_SIMD_AVX2, t, W + r * rb, act + tok * ab, N);
+				if (!(fabs(sc - exact) <= bound) || !(fabs(av - exact) <= bound) ||
+				    !(fabs(av - sc) <= 1e-5 * mag) || y[tok * N_OUT + r] != av) {
+					if (bad++ < 3)
+						fprintf(stderr, "%s row %d tok %d: scalar %g avx2 %g exact %g bound %g\n",
+						    tname(t), r, tok, sc, av, exact, bound);
+				}
+			}
+		}
+		test_cond(bad == 0, "%s integer kernels: %d bad", tname(t), bad);
+	}
+}
+
+static void
+test_misc(void)
+{
+	test_cond(q_supported(GGML_TYPE_Q4_K) && q_supported(GGML_TYPE_Q4_1) &&
+	    q_supported(GGML_TYPE_Q5_0) && q_supported(GGML_TYPE_Q5_1) &&
+	    !q_supported(GGML_TYPE_Q8_1) && !q_supported(GGML_TYPE_Q2_K) &&
+	    q_supported(GGML_TYPE_Q3_K) && !q_supported(GGML_TYPE_IQ4_NL), "supported set");
+	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 512) == 288 && q_row_bytes(GGML_TYPE_Q6_K, 256) == 210 &&
+	    q_row_bytes(GGML_TYPE_Q8_0, 64) == 68 && q_row_bytes(GGML_TYPE_Q4_0, 32) == 18 &&
+	    q_row_bytes(GGML_TYPE_Q5_K, 256) == 176 && q_row_bytes(GGML_TYPE_BF16, 3) == 6 &&
+	    q_row_bytes(GGML_TYPE_Q4_1, 64) == 40 && q_row_bytes(GGML_TYPE_Q5_0, 64) == 44 &&
+	    q_row_bytes(GGML_TYPE_Q5_1, 896) == 28 * 24 && q_row_bytes(GGML_TYPE_Q3_K, 512) == 220,
+	    "row bytes");
+	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 100) == 0, "partial block");
+	float x[32] = {0};
+	uint8_t b[64];
+	test_cond(q_quantize_row(GGML_TYPE_Q2_K, x, b, 32) == KVC_EUNSUPPORTED, "refuses Q2_K");
+	test_cond(q_quantize_row(GGML_TYPE_Q8_0, x, b, 31) == KVC_EUNSUPPORTED, "refuses a partial block");
+}
+
+int
+main(void)
+{
+	test_fp16();
+	test_dequant_by_hand();
+	test_roundtrip();
+	test_dot();
+	test_matmul();
+	test_act();
+	test_misc();
+	return test_done();
+}
