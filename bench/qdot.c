@@ -21,7 +21,7 @@ struct job {
 	bool act;		/* integer kernels on prepared activations */
 	const void *xa;		/* prepared activations (q_act_prepare) */
 	enum q_simd simd;
-	enum ggml_type t;
+	enum gguf_dtype t;
 	const uint8_t *W;
 	size_t rb;
 	const float *x;
@@ -76,7 +76,7 @@ matmul(struct job *base, int nt)
 int
 main(int argc, char **argv)
 {
-	static const enum ggml_type types[] = {
+	static const enum gguf_dtype types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 		GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
 		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
@@ -125,7 +125,7 @@ main(int argc, char **argv)
 	    "int8: activations rounded to int8 per 32 (q_matmul_rows_act), float: q_matmul_rows\n", batch);
 	printf("type   float GB/s  int8 GB/s  float GFLOP/s  int8 GFLOP/s\n");
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-		enum ggml_type t = types[ti];
+		enum gguf_dtype t = types[ti];
 		size_t rb = q_row_bytes(t, n_in);
 		if (rb == 0) {	/* the K-quants need N_IN % 256 == 0 */
 			printf("%-5s  (rows of %lld are not whole blocks)\n", names[ti], (long long)n_in);

@@ -57,7 +57,7 @@ extern "C" {
 /* A weight on the device, in its file type. */
 struct dweight {
 	const void *d;		/* device bytes; NULL if absent */
-	int type;		/* enum ggml_type */
+	int type;		/* enum gguf_dtype */
 	int64_t n_in, n_out;
 	size_t row_bytes;
 };
@@ -293,7 +293,7 @@ block_dot(int type, const uint8_t *row, int64_t b, const float *x, float *out)
 static int
 dev_block(int type)
 {
-	int64_t b = ggml_blck_size((enum ggml_type)type);
+	int64_t b = gguf_dtype_block((enum gguf_dtype)type);
 	return b == 1 ? 32 : (int)b;
 }
 
@@ -752,7 +752,7 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
 		/* the float types run through 32-element pseudo-blocks */
 		kvc_err(err, errlen, "cuda: %s matrix with %lld columns (not a multiple of 32)",
-		    ggml_type_name(w->type), (long long)w->n_in);
+		    gguf_dtype_name(w->type), (long long)w->n_in);
 		return KVC_EUNSUPPORTED;
 	}
 	if ((rc = upload(c, w->data, w->row_bytes * (size_t)w->n_out, &p, err, errlen)) != KVC_OK)
@@ -835,7 +835,7 @@ upload_inv_freq(struct cuda_ctx *c, char *err, size_t errlen)
 			float ff;
 
 			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
-			    (size_t)i * ggml_type_size(m->rope_freqs.type), &ff, 1);
+			    (size_t)i * gguf_dtype_size(m->rope_freqs.type), &ff, 1);
 			f[i] /= ff;
 		}
 	}
@@ -1212,14 +1212,14 @@ kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errl
 }
 
 static int
-cuda_kv_create(void *ctx, int n_ctx, enum ggml_type kv_type, void **out, char *err, size_t errlen)
+cuda_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *err, size_t errlen)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	struct cuda_kv *kv;
 
 	*out = NULL;
 	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", ggml_type_name(kv_type));
+		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", gguf_dtype_name(kv_type));
 		return KVC_EUNSUPPORTED;
 	}
 	if (n_ctx < 1) {

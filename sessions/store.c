@@ -395,7 +395,7 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 
 /* Title of conversation id (malloc'ed) inside the current transaction. */
 static int
-conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
+title_of(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen)
 {
 	sqlite3_stmt *s;
@@ -423,7 +423,7 @@ int
 sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen)
 {
-	return conv_title(st, id, title, what, err, errlen);
+	return title_of(st, id, title, what, err, errlen);
 }
 
 int
@@ -436,7 +436,7 @@ sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = conv_title(st, id, &title, what, err, errlen);
+	ret = title_of(st, id, &title, what, err, errlen);
 	/* Pulling it from under another process would fail its next turn. */
 	if (ret == KVC_OK)
 		ret = sess_lock_check(st, id, title, err, errlen);
@@ -578,7 +578,7 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = conv_title(st, conv, &title, what, err, errlen);
+	ret = title_of(st, conv, &title, what, err, errlen);
 	free(title);
 	if (ret == KVC_OK)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
@@ -607,7 +607,7 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = conv_title(st, conv, &title, what, err, errlen);
+	ret = title_of(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
 	if (ret == KVC_OK)

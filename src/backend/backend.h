@@ -37,7 +37,7 @@ struct kvc_backend_i {
 	 * (GGML_TYPE_F16 or GGML_TYPE_F32). Memory may be committed lazily as
 	 * positions are used. KVC_ERANGE when the budget is exhausted.
 	 */
-	int (*kv_create)(void *ctx, int n_ctx, enum ggml_type kv_type,
+	int (*kv_create)(void *ctx, int n_ctx, enum gguf_dtype kv_type,
 	    void **kv, char *err, size_t errlen);
 	void (*kv_destroy)(void *ctx, void *kv);
 	/* Bytes currently committed by kv (optional). */

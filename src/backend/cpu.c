@@ -1,5 +1,5 @@
 /*
- * backend_cpu.c: the forward pass on the CPU.
+ * cpu.c: the forward pass on the CPU.
  *
  * Per layer: RMSNorm -> Q/K/V products (one thread dispatch) -> biases,
  * qwen3 Q/K norms, RoPE, K/V stored into the cache -> attention over the
@@ -42,7 +42,7 @@ struct cpu_kv {
 	int n_ctx;		/* most positions it may hold */
 	int cap;		/* positions allocated */
 	int n_valid;		/* positions [0, n_valid) hold data */
-	enum ggml_type type;	/* GGML_TYPE_F16 or GGML_TYPE_F32 */
+	enum gguf_dtype type;	/* GGML_TYPE_F16 or GGML_TYPE_F32 */
 	size_t row_bytes;	/* kv_dim elements of type */
 	void **k, **v;		/* [n_layer] -> (cap, kv_dim) */
 	struct cpu_kv *next;	/* list of the context's caches */
@@ -478,7 +478,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 
 			/* one element at a time: the vector's type has block size 1 */
 			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
-			    (size_t)i * ggml_type_size(m->rope_freqs.type), &ff, 1);
+			    (size_t)i * gguf_dtype_size(m->rope_freqs.type), &ff, 1);
 			f /= ff;
 		}
 		c->inv_freq[i] = f;
@@ -588,14 +588,14 @@ kv_bytes_at(const struct cpu_ctx *c, const struct cpu_kv *kv, int cap)
 }
 
 static int
-cpu_kv_create(void *ctx, int n_ctx, enum ggml_type kv_type, void **out, char *err, size_t errlen)
+cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *err, size_t errlen)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_kv *kv;
 
 	*out = NULL;
 	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", ggml_type_name(kv_type));
+		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", gguf_dtype_name(kv_type));
 		return KVC_EUNSUPPORTED;
 	}
 	if (n_ctx < 1) {

@@ -5,13 +5,13 @@
 #ifndef KVC_CLI_H
 #define KVC_CLI_H
 
-int cmd_tokenize(int argc, char **argv);	/* cmd_tokenize.c */
-int cmd_detokenize(int argc, char **argv);	/* cmd_tokenize.c */
-int cmd_info(int argc, char **argv);		/* cmd_info.c */
-int cmd_generate(int argc, char **argv);	/* cmd_generate.c */
-int cmd_bench(int argc, char **argv);		/* cmd_bench.c */
-int cmd_convert_llama2c(int argc, char **argv);	/* cmd_convert.c */
-int cmd_chat(int argc, char **argv);		/* repl.c: the default command */
+int sub_tokenize(int argc, char **argv);	/* sub_tokenize.c */
+int sub_detokenize(int argc, char **argv);	/* sub_tokenize.c */
+int sub_info(int argc, char **argv);		/* sub_info.c */
+int sub_generate(int argc, char **argv);	/* sub_generate.c */
+int sub_bench(int argc, char **argv);		/* sub_bench.c */
+int sub_convert_llama2c(int argc, char **argv);	/* sub_convert.c */
+int repl_main(int argc, char **argv);		/* repl.c: the default command */
 
 /* Prints kvchat's usage to f. */
 #include <stdio.h>

@@ -158,7 +158,7 @@ read_type(struct disc_model *m)
 			}
 		}
 		if (first != NULL)
-			snprintf(m->type, sizeof m->type, "%s", ggml_type_name(first->type));
+			snprintf(m->type, sizeof m->type, "%s", gguf_dtype_name(first->type));
 	}
 	gguf_close(g);
 }

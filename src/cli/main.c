@@ -14,12 +14,12 @@ struct cli_entry {
 };
 
 static const struct cli_entry cli_table[] = {
-	{ "tokenize", cmd_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
-	{ "detokenize", cmd_detokenize, "detokenize -m FILE" },
-	{ "info", cmd_info, "info -m FILE" },
-	{ "generate", cmd_generate, "generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--threads N]" },
-	{ "bench", cmd_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
-	{ "convert-llama2c", cmd_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
+	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
+	{ "detokenize", sub_detokenize, "detokenize -m FILE" },
+	{ "info", sub_info, "info -m FILE" },
+	{ "generate", sub_generate, "generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--threads N]" },
+	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
+	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
 };
 
 void
@@ -141,5 +141,5 @@ main(int argc, char **argv)
 		cli_usage(stderr);
 		return 2;
 	}
-	return cmd_chat(argc, argv);
+	return repl_main(argc, argv);
 }

@@ -224,7 +224,7 @@ xstrdup(const char *s)
 }
 
 static const char *
-kv_type_name(enum ggml_type t)
+kv_type_name(enum gguf_dtype t)
 {
 	return t == GGML_TYPE_F32 ? "f32" : "f16";
 }

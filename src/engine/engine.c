@@ -22,7 +22,7 @@ struct kvc_engine {
 	const struct kvc_backend_i *be;
 	void *bctx;			/* backend context */
 	int n_ctx;			/* positions per sequence */
-	enum ggml_type kv_type;		/* F16 or F32 */
+	enum gguf_dtype kv_type;		/* F16 or F32 */
 	int kv_dim;			/* n_head_kv * head_dim */
 	size_t kv_elem;			/* bytes per cache element */
 	char fingerprint[17];		/* 64-bit hash, hex */
@@ -195,7 +195,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 
 	*out = NULL;
 	if (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s not supported (use f16 or f32)", ggml_type_name(p.kv_type));
+		kvc_err(err, errlen, "KV cache type %s not supported (use f16 or f32)", gguf_dtype_name(p.kv_type));
 		return KVC_EUNSUPPORTED;
 	}
 	if (p.n_ctx < 0) {
@@ -277,7 +277,7 @@ const struct gguf_file *eng_gguf(const struct kvc_engine *e) { return e->gf; }
 const char *eng_backend_name(const struct kvc_engine *e) { return e->be->name; }
 int eng_n_ctx(const struct kvc_engine *e) { return e->n_ctx; }
 int eng_n_vocab(const struct kvc_engine *e) { return e->model.hp.n_vocab; }
-enum ggml_type eng_kv_type(const struct kvc_engine *e) { return e->kv_type; }
+enum gguf_dtype eng_kv_type(const struct kvc_engine *e) { return e->kv_type; }
 const char *eng_fingerprint(const struct kvc_engine *e) { return e->fingerprint; }
 
 size_t
@@ -297,7 +297,7 @@ eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
 	kvc_buf_printf(out, "weights: %.1f M parameters, %.1f MiB\n", (double)e->model.n_params / 1e6,
 	    (double)e->model.weight_bytes / (1024.0 * 1024.0));
 	kvc_buf_printf(out, "backend: %s; context %d; KV cache %s, %zu bytes per position\n",
-	    e->be->name, e->n_ctx, ggml_type_name(e->kv_type), eng_kv_bytes_per_pos(e));
+	    e->be->name, e->n_ctx, gguf_dtype_name(e->kv_type), eng_kv_bytes_per_pos(e));
 	kvc_buf_printf(out, "fingerprint: %s\n", e->fingerprint);
 	if (e->be->describe)
 		e->be->describe(e->bctx, out);
@@ -656,8 +656,8 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
 	if (type != (uint32_t)e->kv_type || n_layer != (uint32_t)e->model.hp.n_layer ||
 	    kv_dim != (uint32_t)e->kv_dim) {
 		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
-		    "%s with %d layers x %d", ggml_type_name((enum ggml_type)type), n_layer, kv_dim,
-		    ggml_type_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
+		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)type), n_layer, kv_dim,
+		    gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
 		return KVC_ECORRUPT;
 	}
 	if (s->kv == NULL)

@@ -19,7 +19,7 @@ struct kvc_engine_params {
 	int gpu;		/* CUDA device ordinal (default 0) */
 	int n_threads;		/* 0 = number of cores */
 	int n_ctx;		/* 0 = min(model's training context, 8192) */
-	enum ggml_type kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
+	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
 	size_t kv_budget;	/* bytes for all resident caches (0 = unlimited) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
@@ -47,7 +47,7 @@ const struct gguf_file *eng_gguf(const struct kvc_engine *e);
 const char *eng_backend_name(const struct kvc_engine *e);
 int eng_n_ctx(const struct kvc_engine *e);
 int eng_n_vocab(const struct kvc_engine *e);
-enum ggml_type eng_kv_type(const struct kvc_engine *e);
+enum gguf_dtype eng_kv_type(const struct kvc_engine *e);
 /* Bytes of K+V per cached position (all layers) in the cache's type. */
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*

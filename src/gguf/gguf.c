@@ -71,7 +71,7 @@ static const struct {
 	const char *name;
 	int64_t blck;
 	size_t size;
-} ggml_types[GGML_TYPE_COUNT] = {
+} dtypes[GGML_TYPE_COUNT] = {
 	[GGML_TYPE_F32] = { "F32", 1, 4 },
 	[GGML_TYPE_F16] = { "F16", 1, 2 },
 	[GGML_TYPE_Q4_0] = { "Q4_0", 32, 18 },
@@ -106,38 +106,38 @@ static const struct {
 };
 
 int64_t
-ggml_blck_size(enum ggml_type t)
+gguf_dtype_block(enum gguf_dtype t)
 {
 	if ((unsigned)t >= GGML_TYPE_COUNT)
 		return 0;
-	return ggml_types[t].blck;
+	return dtypes[t].blck;
 }
 
 size_t
-ggml_type_size(enum ggml_type t)
+gguf_dtype_size(enum gguf_dtype t)
 {
 	if ((unsigned)t >= GGML_TYPE_COUNT)
 		return 0;
-	return ggml_types[t].size;
+	return dtypes[t].size;
 }
 
 const char *
-ggml_type_name(enum ggml_type t)
+gguf_dtype_name(enum gguf_dtype t)
 {
-	if ((unsigned)t >= GGML_TYPE_COUNT || ggml_types[t].name == NULL)
+	if ((unsigned)t >= GGML_TYPE_COUNT || dtypes[t].name == NULL)
 		return "?";
-	return ggml_types[t].name;
+	return dtypes[t].name;
 }
 
 size_t
-ggml_row_size(enum ggml_type t, int64_t ne0)
+gguf_dtype_row_size(enum gguf_dtype t, int64_t ne0)
 {
-	int64_t blck = ggml_blck_size(t);
+	int64_t blck = gguf_dtype_block(t);
 	size_t out;
 
 	if (blck <= 0 || ne0 < 0 || ne0 % blck != 0)
 		return 0;
-	if (!kvc_mul_ok((size_t)(ne0 / blck), ggml_type_size(t), &out))
+	if (!kvc_mul_ok((size_t)(ne0 / blck), gguf_dtype_size(t), &out))
 		return 0;
 	return out;
 }
@@ -389,17 +389,17 @@ parse_tensor_info(struct cursor *c, struct gguf_tensor *t, int64_t idx)
 	}
 	if ((rc = cur_u32(c, &type, "truncated tensor type")) != KVC_OK)
 		return rc;
-	if (type >= GGML_TYPE_COUNT || ggml_types[type].blck == 0) {
+	if (type >= GGML_TYPE_COUNT || dtypes[type].blck == 0) {
 		snprintf(msg, sizeof msg, "tensor '%s' has unknown type %u", t->name, type);
 		return cur_fail(c, msg);
 	}
-	t->type = (enum ggml_type)type;
+	t->type = (enum gguf_dtype)type;
 	if ((rc = cur_u64(c, &offset, "truncated tensor offset")) != KVC_OK)
 		return rc;
 	t->offset = offset;
-	if (t->ne[0] % ggml_blck_size(t->type) != 0) {
+	if (t->ne[0] % gguf_dtype_block(t->type) != 0) {
 		snprintf(msg, sizeof msg, "tensor '%s': row of %lld elements is not a multiple of %s's block size",
-		    t->name, (long long)t->ne[0], ggml_type_name(t->type));
+		    t->name, (long long)t->ne[0], gguf_dtype_name(t->type));
 		return cur_fail(c, msg);
 	}
 	(void)idx;
@@ -412,7 +412,7 @@ check_tensor_extents(struct gguf_file *f, char *err, size_t errlen)
 {
 	for (int64_t i = 0; i < f->n_tensors; i++) {
 		struct gguf_tensor *t = &f->tensors[i];
-		size_t bytes = ggml_row_size(t->type, t->ne[0]);
+		size_t bytes = gguf_dtype_row_size(t->type, t->ne[0]);
 		uint64_t start;
 
 		for (int d = 1; d < GGUF_MAX_DIMS; d++) {

@@ -38,7 +38,7 @@ enum gguf_type {
 };
 
 /* Tensor element types (ggml's numbering, part of the file format). */
-enum ggml_type {
+enum gguf_dtype {
 	GGML_TYPE_F32 = 0,
 	GGML_TYPE_F16 = 1,
 	GGML_TYPE_Q4_0 = 2,
@@ -74,12 +74,12 @@ enum ggml_type {
 };
 
 /* Elements per block and bytes per block of a tensor type; 0 if unknown. */
-int64_t ggml_blck_size(enum ggml_type t);
-size_t ggml_type_size(enum ggml_type t);
+int64_t gguf_dtype_block(enum gguf_dtype t);
+size_t gguf_dtype_size(enum gguf_dtype t);
 /* "F16", "Q4_K", ...; "?" if unknown. */
-const char *ggml_type_name(enum ggml_type t);
+const char *gguf_dtype_name(enum gguf_dtype t);
 /* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size or the type is unknown. */
-size_t ggml_row_size(enum ggml_type t, int64_t ne0);
+size_t gguf_dtype_row_size(enum gguf_dtype t, int64_t ne0);
 
 /* A string inside the file: not NUL-terminated, points into the mapping. */
 struct gguf_str {
@@ -91,7 +91,7 @@ struct gguf_tensor {
 	const char *name;	/* NUL-terminated copy */
 	uint32_t n_dims;	/* 1..4 */
 	int64_t ne[4];		/* elements per dimension, ne[0] innermost; unused dims are 1 */
-	enum ggml_type type;
+	enum gguf_dtype type;
 	uint64_t offset;	/* from the start of the data section */
 	size_t nbytes;		/* checked to lie inside the file */
 	const void *data;	/* into the mapping */

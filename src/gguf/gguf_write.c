@@ -11,7 +11,7 @@
 
 struct w_tensor {
 	char *name;
-	enum ggml_type type;
+	enum gguf_dtype type;
 	uint32_t n_dims;
 	int64_t ne[4];
 	size_t nbytes;
@@ -169,7 +169,7 @@ gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, size_t 
 }
 
 int
-gguf_w_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
+gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_dtype type,
     uint32_t n_dims, const int64_t *ne, const void *data, size_t nbytes)
 {
 	struct w_tensor *t;
@@ -177,7 +177,7 @@ gguf_w_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
 
 	if (n_dims < 1 || n_dims > 4)
 		return KVC_EINVAL;
-	want = ggml_row_size(type, ne[0]);
+	want = gguf_dtype_row_size(type, ne[0]);
 	for (uint32_t d = 1; d < n_dims; d++)
 		want *= (size_t)ne[d];
 	if (want == 0 || want != nbytes)

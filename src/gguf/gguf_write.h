@@ -28,8 +28,8 @@ int gguf_w_arr_i32(struct gguf_writer *w, const char *key, const int32_t *v, siz
 /* Raw key with any scalar/array payload already encoded (for hostile-file tests). */
 int gguf_w_raw(struct gguf_writer *w, const char *key, enum gguf_type type, const void *payload, size_t len);
 
-/* ne[0] innermost. data is copied; nbytes must equal ggml_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
-int gguf_w_tensor(struct gguf_writer *w, const char *name, enum ggml_type type,
+/* ne[0] innermost. data is copied; nbytes must equal gguf_dtype_row_size(type, ne[0]) * ne[1] * ne[2] * ne[3]. */
+int gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_dtype type,
     uint32_t n_dims, const int64_t *ne, const void *data, size_t nbytes);
 
 /*

@@ -128,15 +128,15 @@ tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
 		kvc_err(l->err, l->errlen,
 		    "%s: tensor %s has type %s, which kvchat does not implement "
 		    "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)",
-		    gguf_path(l->f), name, ggml_type_name(t->type));
+		    gguf_path(l->f), name, gguf_dtype_name(t->type));
 		return KVC_EUNSUPPORTED;
 	}
-	rb = ggml_row_size(t->type, n_in);
+	rb = gguf_dtype_row_size(t->type, n_in);
 	if (rb == 0) {
 		kvc_err(l->err, l->errlen,
 		    "%s: tensor %s: row length %lld is not a multiple of the %s block size %lld",
-		    gguf_path(l->f), name, (long long)n_in, ggml_type_name(t->type),
-		    (long long)ggml_blck_size(t->type));
+		    gguf_path(l->f), name, (long long)n_in, gguf_dtype_name(t->type),
+		    (long long)gguf_dtype_block(t->type));
 		return KVC_EFORMAT;
 	}
 	if (t->data == NULL || t->nbytes < rb * (size_t)n_out) {

@@ -5,7 +5,7 @@
  *
  * GGUF tensor shapes are ne[0] = columns (input dim), ne[1] = rows (output
  * dim): a matrix W "(n_out, n_in)" has ne = {n_in, n_out} and row r is
- * ggml_row_size(type, n_in) bytes long.
+ * gguf_dtype_row_size(type, n_in) bytes long.
  */
 #ifndef KVC_MODEL_H
 #define KVC_MODEL_H
@@ -35,10 +35,10 @@ struct kvc_hparams {
 /* One weight matrix or vector, pointing into the GGUF mapping. */
 struct kvc_weight {
 	const void *data;	/* NULL if absent */
-	enum ggml_type type;
+	enum gguf_dtype type;
 	int64_t n_in;		/* ne[0] */
 	int64_t n_out;		/* ne[1] (1 for vectors) */
-	size_t row_bytes;	/* ggml_row_size(type, n_in) */
+	size_t row_bytes;	/* gguf_dtype_row_size(type, n_in) */
 };
 
 struct kvc_layer_weights {

@@ -102,7 +102,7 @@ kvc_f32_to_bf16(float f)
 /* ---- types ------------------------------------------------------------- */
 
 bool
-q_supported(enum ggml_type t)
+q_supported(enum gguf_dtype t)
 {
 	/* the float types, plus every block type the int8 path also takes */
 	return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 ||
@@ -110,7 +110,7 @@ q_supported(enum ggml_type t)
 }
 
 int64_t
-q_block_elems(enum ggml_type t)
+q_block_elems(enum gguf_dtype t)
 {
 	switch (t) {
 	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: return 1;
@@ -123,7 +123,7 @@ q_block_elems(enum ggml_type t)
 }
 
 static size_t
-block_bytes(enum ggml_type t)
+block_bytes(enum gguf_dtype t)
 {
 	switch (t) {
 	case GGML_TYPE_F32: return 4;
@@ -142,7 +142,7 @@ block_bytes(enum ggml_type t)
 }
 
 size_t
-q_row_bytes(enum ggml_type t, int64_t n)
+q_row_bytes(enum gguf_dtype t, int64_t n)
 {
 	int64_t b = q_block_elems(t);
 
@@ -317,7 +317,7 @@ union any_block {
  * aligned local first.
  */
 static void
-deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
+deq_block(enum gguf_dtype t, const void *src, int64_t i, float *y)
 {
 	union any_block b;
 	size_t bs = block_bytes(t);
@@ -338,7 +338,7 @@ deq_block(enum ggml_type t, const void *src, int64_t i, float *y)
 }
 
 void
-q_dequant_row(enum ggml_type t, const void *src, float *dst, int64_t n)
+q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n)
 {
 	const uint8_t *p = src;
 	int64_t bs = q_block_elems(t);
@@ -636,7 +636,7 @@ quant_q6_k(const float *x, block_q6_K *b)
 }
 
 int
-q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n)
+q_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 {
 	uint8_t *p = dst;
 	int64_t bs = q_block_elems(t);
@@ -706,7 +706,7 @@ dot_f32_scalar(const float *w, const float *x, int64_t n)
 }
 
 static float
-dot_scalar(enum ggml_type t, const void *row, const float *x, int64_t n)
+dot_scalar(enum gguf_dtype t, const void *row, const float *x, int64_t n)
 {
 	float buf[QK_K];
 	float sum = 0;
@@ -763,7 +763,7 @@ q_simd_name(void)
 }
 
 float
-q_dot_simd(enum q_simd s, enum ggml_type t, const void *row, const float *x, int64_t n)
+q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, int64_t n)
 {
 	float r;
 
@@ -773,7 +773,7 @@ q_dot_simd(enum q_simd s, enum ggml_type t, const void *row, const float *x, int
 }
 
 float
-q_dot(enum ggml_type t, const void *row, const float *x, int64_t n)
+q_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n)
 {
 	return q_dot_simd(Q_SIMD_AUTO, t, row, x, n);
 }
@@ -787,7 +787,7 @@ q_dot(enum ggml_type t, const void *row, const float *x, int64_t n)
  * token's x (the min terms) are computed once per call instead of per row.
  */
 void
-q_matmul_rows_simd(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
     const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1)
 {
@@ -817,7 +817,7 @@ q_matmul_rows_simd(enum q_simd s, enum ggml_type t, const void *W, size_t row_by
 }
 
 void
-q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
+q_matmul_rows(enum gguf_dtype t, const void *W, size_t row_bytes,
     const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1)
 {
@@ -827,7 +827,7 @@ q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
 /* ---- integer kernels over int8 activations -------------------------------- */
 
 bool
-q_act_supported(enum ggml_type t)
+q_act_supported(enum gguf_dtype t)
 {
 	switch (t) {
 	case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
@@ -878,7 +878,7 @@ struct int_block {
 };
 
 static void
-unpack_int(enum ggml_type t, const uint8_t *p, struct int_block *o)
+unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 {
 	uint16_t h, hm;
 	float d, dmin;
@@ -978,7 +978,7 @@ unpack_int(enum ggml_type t, const uint8_t *p, struct int_block *o)
 }
 
 static float
-dot_act_scalar(enum ggml_type t, const uint8_t *row, const float *d, const float *xs,
+dot_act_scalar(enum gguf_dtype t, const uint8_t *row, const float *d, const float *xs,
     const int8_t *q, int64_t n)
 {
 	int64_t bs = q_block_elems(t);
@@ -1002,7 +1002,7 @@ dot_act_scalar(enum ggml_type t, const uint8_t *row, const float *d, const float
 }
 
 float
-q_dot_act(enum q_simd s, enum ggml_type t, const void *row, const void *act, int64_t n)
+q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, int64_t n)
 {
 	int64_t nb = n / 32;
 	const float *d = act, *xs = d + nb;
@@ -1015,7 +1015,7 @@ q_dot_act(enum q_simd s, enum ggml_type t, const void *row, const void *act, int
 }
 
 void
-q_matmul_rows_act(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
     const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1)
 {

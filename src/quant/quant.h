@@ -65,19 +65,19 @@ float kvc_bf16_to_f32(uint16_t h);
 uint16_t kvc_f32_to_bf16(float f);	/* round to nearest even */
 
 /* True for the weight types kvchat computes with. */
-bool q_supported(enum ggml_type t);
+bool q_supported(enum gguf_dtype t);
 
 /* dst[0..n) = dequantised src; n a multiple of the type's block size. */
-void q_dequant_row(enum ggml_type t, const void *src, float *dst, int64_t n);
+void q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n);
 
 /*
  * Quantise n floats (multiple of the block size) into dst. Used by the
  * fixture generator and tests; not on any hot path. Returns 0 or KVC_EUNSUPPORTED.
  */
-int q_quantize_row(enum ggml_type t, const float *src, void *dst, int64_t n);
+int q_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n);
 
 /* sum_i row[i] * x[i] over n elements, row in type t. */
-float q_dot(enum ggml_type t, const void *row, const float *x, int64_t n);
+float q_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n);
 
 /*
  * y[tok * n_out + r] = dot(W row r, x[tok * n_in ...]) for rows r in [r0, r1)
@@ -85,7 +85,7 @@ float q_dot(enum ggml_type t, const void *row, const float *x, int64_t n);
  * read once from memory and used for all tokens (prefill reuses it from cache).
  * Threads split [0, n_out) between them and call this on their own range.
  */
-void q_matmul_rows(enum ggml_type t, const void *W, size_t row_bytes,
+void q_matmul_rows(enum gguf_dtype t, const void *W, size_t row_bytes,
     const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1);
 
@@ -100,15 +100,15 @@ const char *q_simd_name(void);
  */
 enum q_simd { Q_SIMD_AUTO = 0, Q_SIMD_SCALAR = 1, Q_SIMD_AVX2 = 2 };
 bool q_simd_available(enum q_simd s);
-float q_dot_simd(enum q_simd s, enum ggml_type t, const void *row, const float *x, int64_t n);
-void q_matmul_rows_simd(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+float q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, int64_t n);
+void q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
     const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1);
 
 /* Bytes of n elements of a supported type; 0 if unsupported or n is not a multiple of the block. */
-size_t q_row_bytes(enum ggml_type t, int64_t n);
+size_t q_row_bytes(enum gguf_dtype t, int64_t n);
 /* Elements per block of a supported type (1 for F32/F16/BF16, 32, 256); 0 if unsupported. */
-int64_t q_block_elems(enum ggml_type t);
+int64_t q_block_elems(enum gguf_dtype t);
 
 /*
  * Integer kernels (opt-in, llama.cpp's approach): the activations are
@@ -127,11 +127,11 @@ int64_t q_block_elems(enum ggml_type t);
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],
  * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart.
  */
-bool q_act_supported(enum ggml_type t);
+bool q_act_supported(enum gguf_dtype t);
 size_t q_act_bytes(int64_t n_in);
 void q_act_prepare(const float *x, int64_t n_in, void *act);
-float q_dot_act(enum q_simd s, enum ggml_type t, const void *row, const void *act, int64_t n);
-void q_matmul_rows_act(enum q_simd s, enum ggml_type t, const void *W, size_t row_bytes,
+float q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, int64_t n);
+void q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
     const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1);
 

@@ -334,7 +334,7 @@ dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
 }
 
 bool
-q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out)
+q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, int64_t n, float *out)
 {
 	switch (t) {
 	case GGML_TYPE_F32: *out = dot_f32(row, x, n); return true;
@@ -442,7 +442,7 @@ bits_to_mask(const uint8_t *p)
  * Always inlined with a constant t, so each type gets its own loop.
  */
 __attribute__((always_inline)) AVX2 static inline float
-dot_act_q32_t(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+dot_act_q32_t(enum gguf_dtype t, const uint8_t *b, const float *d, const float *xs,
     const int8_t *q, int64_t nb)
 {
 	__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
@@ -477,7 +477,7 @@ dot_act_q32_t(enum ggml_type t, const uint8_t *b, const float *d, const float *x
 }
 
 AVX2 static float
-dot_act_q32(enum ggml_type t, const uint8_t *b, const float *d, const float *xs,
+dot_act_q32(enum gguf_dtype t, const uint8_t *b, const float *d, const float *xs,
     const int8_t *q, int64_t nb)
 {
 	switch (t) {
@@ -618,7 +618,7 @@ dot_act_q3_k(const uint8_t *b, const float *d, const int8_t *q, int64_t nb)
 }
 
 bool
-q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+q_avx2_dot_act(enum gguf_dtype t, const void *row, const float *d, const float *xsum,
     const int8_t *q, int64_t n, float *out)
 {
 	switch (t) {
@@ -655,7 +655,7 @@ q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *x
 } while (0)
 
 AVX2 bool
-q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+q_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	int64_t nb = n_in / 32;
@@ -688,7 +688,7 @@ q_avx2_cpu(void)
 }
 
 bool
-q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out)
+q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, int64_t n, float *out)
 {
 	return false;
 }
@@ -699,14 +699,14 @@ q_avx2_xsums(const float *x, int64_t n, float *xs)
 }
 
 bool
-q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+q_avx2_dot_act(enum gguf_dtype t, const void *row, const float *d, const float *xsum,
     const int8_t *q, int64_t n, float *out)
 {
 	return false;
 }
 
 bool
-q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+q_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	return false;

@@ -16,13 +16,13 @@ bool q_avx2_cpu(void);
  * xs: for Q4_K/Q5_K, the sums of x over each 32 (from q_avx2_xsums), or
  * NULL to compute them here; the result is bitwise the same either way.
  */
-bool q_avx2_dot(enum ggml_type t, const void *row, const float *x, const float *xs, int64_t n, float *out);
+bool q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, int64_t n, float *out);
 void q_avx2_xsums(const float *x, int64_t n, float *xs);	/* xs[n / 32] */
 /* Integer kernel over prepared activations (d, xsum, q as in quant.h); false if none for t. */
-bool q_avx2_dot_act(enum ggml_type t, const void *row, const float *d, const float *xsum,
+bool q_avx2_dot_act(enum gguf_dtype t, const void *row, const float *d, const float *xsum,
     const int8_t *q, int64_t n, float *out);
 /* q_matmul_rows_act's loop on the integer kernels (act: tokens ab bytes apart); false if none for t. */
-bool q_avx2_rows_act(enum ggml_type t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+bool q_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 
 /* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes. */

@@ -58,7 +58,7 @@ put_file(const char *rel, const char *text)
  * extra data make sizes differ.
  */
 static uint64_t
-put_gguf(const char *rel, const char *arch, int ftype, enum ggml_type ttype, int pad)
+put_gguf(const char *rel, const char *arch, int ftype, enum gguf_dtype ttype, int pad)
 {
 	struct gguf_writer *w = gguf_writer_new();
 	char p[1024], err[256];

@@ -63,7 +63,7 @@
 
 struct spec {
 	const char *arch;
-	enum ggml_type wtype;
+	enum gguf_dtype wtype;
 	int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
 	bool explicit_head_dim;	/* write attention.key_length */
 	bool tied;		/* no output.weight */
@@ -86,10 +86,10 @@ rnd(void)	/* uniform in [-1, 1) */
 }
 
 static int
-add_tensor(struct gguf_writer *w, const char *name, enum ggml_type type, int64_t n_in,
+add_tensor(struct gguf_writer *w, const char *name, enum gguf_dtype type, int64_t n_in,
     int64_t n_out, double scale, double offset)
 {
-	size_t rb = ggml_row_size(type, n_in);
+	size_t rb = gguf_dtype_row_size(type, n_in);
 	float *row = malloc((size_t)n_in * sizeof *row);
 	uint8_t *data = malloc(rb * (size_t)n_out);
 	int64_t ne[2] = { n_in, n_out };
@@ -229,7 +229,7 @@ max_abs(const float *a, size_t n)
 
 /* Bound for the F32 cache: weights with integer kernels add the int8 activation term. */
 static double
-tol_weights(enum ggml_type t)
+tol_weights(enum gguf_dtype t)
 {
 	if (!q_act_supported(t))
 		return TOL_F32;
@@ -242,7 +242,7 @@ tol_weights(enum ggml_type t)
 
 /* Prefill PREFILL tokens (all logits), then decode one by one; worst error against ref. */
 static double
-run_vs_ref(void *ctx, const struct kvc_model *m, enum ggml_type kv_type,
+run_vs_ref(void *ctx, const struct kvc_model *m, enum gguf_dtype kv_type,
     const int32_t *tok, const double *ref, float *lg)
 {
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
@@ -274,7 +274,7 @@ run_vs_ref(void *ctx, const struct kvc_model *m, enum ggml_type kv_type,
  * cache into another bit for bit; overflow and budget give KVC_ERANGE.
  */
 static void
-cache_contract(const struct kvc_model *m, const int32_t *tok, enum ggml_type kv_type)
+cache_contract(const struct kvc_model *m, const int32_t *tok, enum gguf_dtype kv_type)
 {
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
 	struct kvc_backend_params bp = { .n_threads = 2 };
@@ -483,7 +483,7 @@ refusals(const struct spec *base)
 		const char *what;
 		void (*extra)(struct gguf_writer *);
 		const char *arch;
-		enum ggml_type wtype;
+		enum gguf_dtype wtype;
 		int rc;
 		const char *needle;
 	} cases[] = {
@@ -548,7 +548,7 @@ refusals(const struct spec *base)
 int
 main(void)
 {
-	static const enum ggml_type types[] = {
+	static const enum gguf_dtype types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 		GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
 		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
@@ -588,13 +588,13 @@ main(void)
 
 			s.wtype = types[ti];
 			f = open_spec(&s, &mem, NULL);
-			test_cond(f != NULL, "%s %s: fixture", s.arch, ggml_type_name(s.wtype));
+			test_cond(f != NULL, "%s %s: fixture", s.arch, gguf_dtype_name(s.wtype));
 			if (f == NULL) {
 				free(mem);
 				continue;
 			}
 			if (model_load(&m, f, err, sizeof err) != 0) {
-				test_cond(0, "%s %s: model_load: %s", s.arch, ggml_type_name(s.wtype), err);
+				test_cond(0, "%s %s: model_load: %s", s.arch, gguf_dtype_name(s.wtype), err);
 				gguf_close(f);
 				free(mem);
 				continue;
@@ -616,13 +616,13 @@ main(void)
 			e16 = run_vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref, lg);
 			kvc_backend_cpu.free(ctx);
 			printf("%-5s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
-			    ggml_type_name(s.wtype), e32, e16);
+			    gguf_dtype_name(s.wtype), e32, e16);
 			tol = tol_weights(s.wtype);
 			test_cond(e32 <= tol, "%s %s F32 cache: %g > %g", s.arch,
-			    ggml_type_name(s.wtype), e32, tol);
+			    gguf_dtype_name(s.wtype), e32, tol);
 			/* the cache's rounding and the activations' add up */
 			test_cond(e16 <= tol + TOL_F16, "%s %s F16 cache: %g > %g", s.arch,
-			    ggml_type_name(s.wtype), e16, tol + TOL_F16);
+			    gguf_dtype_name(s.wtype), e16, tol + TOL_F16);
 			/* the errors must be small because the paths agree, not because logits vanish */
 			test_cond(fabs(ref[(size_t)(N_TOK - 1) * s.n_vocab]) < 1e3, "ref sane");
 

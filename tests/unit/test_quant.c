@@ -22,7 +22,7 @@ frand(void)	/* uniform in [-1, 1) */
 }
 
 static const char *
-tname(enum ggml_type t)
+tname(enum gguf_dtype t)
 {
 	switch (t) {
 	case GGML_TYPE_F32: return "F32";
@@ -115,7 +115,7 @@ test_fp16(void)
 }
 
 static void
-expect_row(enum ggml_type t, const void *blk, const float *want, int n, const char *what)
+expect_row(enum gguf_dtype t, const void *blk, const float *want, int n, const char *what)
 {
 	float got[256];
 	int bad = 0;
@@ -336,7 +336,7 @@ test_dequant_by_hand(void)
 	}
 }
 
-static const enum ggml_type all_types[] = {
+static const enum gguf_dtype all_types[] = {
 	GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
 	GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
 	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
@@ -384,7 +384,7 @@ test_roundtrip(void)
 	static uint8_t buf[N * 4];
 
 	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
-		enum ggml_type t = all_types[ti];
+		enum gguf_dtype t = all_types[ti];
 		double worst = 0;	/* err / bound */
 		for (int rep = 0; rep < 4; rep++) {
 			for (int i = 0; i < N; i++) {
@@ -475,7 +475,7 @@ test_roundtrip(void)
 
 /* Reference: double dot of the dequantised row. Returns sum |w_i x_i| in *mag. */
 static double
-ref_dot(enum ggml_type t, const void *row, const float *x, int64_t n, double *mag)
+ref_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n, double *mag)
 {
 	float *w = malloc((size_t)n * sizeof *w);
 	double s = 0, m = 0;
@@ -498,7 +498,7 @@ test_dot(void)
 
 	printf("simd: %s\n", q_simd_name());
 	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
-		enum ggml_type t = all_types[ti];
+		enum gguf_dtype t = all_types[ti];
 		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
 			int64_t n = lens[li];
 			size_t rb = q_row_bytes(t, n);
@@ -531,7 +531,7 @@ test_dot(void)
 			x[i] = frand();
 		}
 		for (int k = 0; k < 3; k++) {
-			enum ggml_type t = k == 0 ? GGML_TYPE_F32 : k == 1 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
+			enum gguf_dtype t = k == 0 ? GGML_TYPE_F32 : k == 1 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
 			double want = 0, mag = 0;
 			q_quantize_row(t, w, row, n);
 			q_dequant_row(t, row, wr, n);
@@ -562,7 +562,7 @@ test_matmul(void)
 	for (int i = 0; i < N_TOK * N_IN; i++)
 		x[i] = frand();
 	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
-		enum ggml_type t = all_types[ti];
+		enum gguf_dtype t = all_types[ti];
 		size_t rb = q_row_bytes(t, N_IN);
 		for (int r = 0; r < N_OUT; r++)
 			q_quantize_row(t, w + r * N_IN, W + r * rb, N_IN);
@@ -599,7 +599,7 @@ test_matmul(void)
 static void
 test_act(void)
 {
-	static const enum ggml_type types[] = {
+	static const enum gguf_dtype types[] = {
 		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
 		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 	};
@@ -632,7 +632,7 @@ test_act(void)
 	}
 	test_cond(!q_act_supported(GGML_TYPE_F16) && q_act_supported(GGML_TYPE_Q6_K), "act types");
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-		enum ggml_type t = types[ti];
+		enum gguf_dtype t = types[ti];
 		size_t rb = q_row_bytes(t, N);
 		int bad = 0;
 		for (int r = 0; r < N_OUT; r++)

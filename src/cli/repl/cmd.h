@@ -1,8 +1,8 @@
 /*
  * cmd.h: the REPL's state and its /commands.
  *
- * Each command group lives in its own file (cmd-session.c, cmd-model.c,
- * cmd-sample.c) and exports a table of struct kvc_cmd_entry ending with a
+ * Each command group lives in its own file (cmd_session.c, cmd_model.c,
+ * cmd_sample.c) and exports a table of struct kvc_cmd_entry ending with a
  * NULL name; cmd.c gathers them, and /help and tab completion read them.
  */
 #ifndef KVC_CMD_H
@@ -51,7 +51,7 @@ struct kvc_cmd_entry {
 	int (*exec)(struct kvc_repl *r, const char *args);
 };
 
-/* cmd-session.c, cmd-model.c, cmd-sample.c: NULL-name-terminated tables. */
+/* cmd_session.c, cmd_model.c, cmd_sample.c: NULL-name-terminated tables. */
 extern const struct kvc_cmd_entry cmd_session_entries[];
 extern const struct kvc_cmd_entry cmd_model_entries[];
 extern const struct kvc_cmd_entry cmd_sample_entries[];

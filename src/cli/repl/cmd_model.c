@@ -1,4 +1,4 @@
-/* cmd-model.c: /show (model, memory, settings) and /system. */
+/* cmd_model.c: /show (model, memory, settings) and /system. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

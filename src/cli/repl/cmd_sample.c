@@ -1,4 +1,4 @@
-/* cmd-sample.c: /set NAME VALUE, the sampling settings of this conversation. */
+/* cmd_sample.c: /set NAME VALUE, the sampling settings of this conversation. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

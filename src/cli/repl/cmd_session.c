@@ -1,4 +1,4 @@
-/* cmd-session.c: /new /list /resume /rename /delete /undo /retry /clear /stats /export /quit. */
+/* cmd_session.c: /new /list /resume /rename /delete /undo /retry /clear /stats /export /quit. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -950,7 +950,7 @@ open_conversation(struct kvc_repl *r, const struct chat_opts *o)
 }
 
 int
-cmd_chat(int argc, char **argv)
+repl_main(int argc, char **argv)
 {
 	struct chat_opts o;
 	struct kvc_repl r;

@@ -1,5 +1,5 @@
 /*
- * cmd_bench.c: kvchat bench: prefill and decode speed of a model, median of
+ * sub_bench.c: kvchat bench: prefill and decode speed of a model, median of
  * several runs, and the memory bandwidth decode achieves (decode is bound by
  * reading every weight plus the KV cache once per token).
  */
@@ -19,7 +19,7 @@ static const char bench_usage[] =
 static int
 usage(const char *why, const char *arg)
 {
-	return cmdc_usage("bench", bench_usage, why, arg);
+	return sub_usage("bench", bench_usage, why, arg);
 }
 
 static int
@@ -52,7 +52,7 @@ argmax(const float *x, int n)
 }
 
 int
-cmd_bench(int argc, char **argv)
+sub_bench(int argc, char **argv)
 {
 	struct kvc_engine_params ep = kvc_engine_default_params();
 	const char *model = NULL;
@@ -73,19 +73,19 @@ cmd_bench(int argc, char **argv)
 			return 0;
 		} else if (val == NULL) {
 			return usage("option needs a value or is unknown", a);
-		} else if ((eo = cmdc_engine_option(a, val, &ep, &why)) != 0) {
+		} else if ((eo = sub_engine_option(a, val, &ep, &why)) != 0) {
 			if (eo < 0)
 				return usage(why, val);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
 			model = val;
 		} else if (strcmp(a, "-p") == 0) {
-			if (!cmdc_parse_long(val, 0, 1L << 20, &n_p))
+			if (!sub_parse_long(val, 0, 1L << 20, &n_p))
 				return usage("bad -p", val);
 		} else if (strcmp(a, "-n") == 0) {
-			if (!cmdc_parse_long(val, 0, 1L << 20, &n_n))
+			if (!sub_parse_long(val, 0, 1L << 20, &n_n))
 				return usage("bad -n", val);
 		} else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-			if (!cmdc_parse_long(val, 1, 15, &reps))
+			if (!sub_parse_long(val, 1, 15, &reps))
 				return usage("bad -r (1..15)", val);
 		} else {
 			return usage("unknown argument", a);
@@ -162,11 +162,11 @@ cmd_bench(int argc, char **argv)
 		printf("weights:");
 		for (int t = 0; t < GGML_TYPE_COUNT; t++)
 			if (by_type[t] > 0)
-				printf(" %s %.1f MiB", ggml_type_name((enum ggml_type)t), by_type[t] / (1024.0 * 1024.0));
+				printf(" %s %.1f MiB", gguf_dtype_name((enum gguf_dtype)t), by_type[t] / (1024.0 * 1024.0));
 		printf("\n");
 		printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
 		    eng_backend_name(e), ep.n_threads > 0 ? ep.n_threads : tp_default_threads(),
-		    ggml_type_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
+		    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
 		printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
 		printf("|---------|--------|----------|------------------|---------------|\n");
 		if (n_p > 0)

@@ -1,4 +1,4 @@
-/* cmd_common.c: option parsing shared by kvchat generate and kvchat bench. */
+/* sub_common.c: option parsing shared by kvchat generate and kvchat bench. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include "sub_common.h"
 
 bool
-cmdc_parse_long(const char *s, long lo, long hi, long *out)
+sub_parse_long(const char *s, long lo, long hi, long *out)
 {
 	char *end;
 	long v;
@@ -21,7 +21,7 @@ cmdc_parse_long(const char *s, long lo, long hi, long *out)
 }
 
 int
-cmdc_usage(const char *name, const char *usage, const char *why, const char *arg)
+sub_usage(const char *name, const char *usage, const char *why, const char *arg)
 {
 	if (why)
 		fprintf(stderr, "kvchat: %s: %s%s%s\n", name, why, arg ? ": " : "", arg ? arg : "");
@@ -30,13 +30,13 @@ cmdc_usage(const char *name, const char *usage, const char *why, const char *arg
 }
 
 int
-cmdc_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
+sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why)
 {
 	long v;
 
 	if (strcmp(opt, "--threads") == 0 || strcmp(opt, "-t") == 0) {
-		if (!cmdc_parse_long(val, 0, 1024, &v)) {
+		if (!sub_parse_long(val, 0, 1024, &v)) {
 			*why = "bad --threads";
 			return -1;
 		}
@@ -53,7 +53,7 @@ cmdc_engine_option(const char *opt, const char *val, struct kvc_engine_params *e
 	} else if (strcmp(opt, "--device") == 0) {
 		ep->device = val;
 	} else if (strcmp(opt, "--gpu") == 0) {
-		if (!cmdc_parse_long(val, 0, 1024, &v)) {
+		if (!sub_parse_long(val, 0, 1024, &v)) {
 			*why = "bad --gpu";
 			return -1;
 		}

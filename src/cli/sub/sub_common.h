@@ -1,9 +1,9 @@
 /*
- * cmd_common.h: what the one-shot subcommands (generate, bench) share:
+ * sub_common.h: what the one-shot subcommands (generate, bench) share:
  * strict number parsing, the usage-error exit, and the engine options.
  */
-#ifndef KVC_CMD_COMMON_H
-#define KVC_CMD_COMMON_H
+#ifndef KVC_SUB_COMMON_H
+#define KVC_SUB_COMMON_H
 
 #include <stdbool.h>
 
@@ -11,22 +11,22 @@
 
 /* True when all of s is a decimal integer in [lo, hi], stored in *out;
  * false (and *out untouched) otherwise. */
-bool cmdc_parse_long(const char *s, long lo, long hi, long *out);
+bool sub_parse_long(const char *s, long lo, long hi, long *out);
 
 /*
  * Prints "kvchat: NAME: WHY[: ARG]" (when why is not NULL), then the usage
  * text, to stderr. Returns 2, the usage exit status.
  */
-int cmdc_usage(const char *name, const char *usage, const char *why, const char *arg);
+int sub_usage(const char *name, const char *usage, const char *why, const char *arg);
 
 /*
  * Applies one engine option to ep: --threads/-t N, --kv-type f16|f32,
  * --device D, --gpu N (val is the option's value, not NULL).
  * Returns 1 when opt was one of them and val was good, 0 when opt is not
  * an engine option (ep untouched), -1 when val is bad, with *why set to
- * the message for cmdc_usage.
+ * the message for sub_usage.
  */
-int cmdc_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
+int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why);
 
 #endif

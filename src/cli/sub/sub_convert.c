@@ -1,4 +1,4 @@
-/* cmd_convert.c: kvchat convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf */
+/* sub_convert.c: kvchat convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,7 +13,7 @@ usage(void)
 }
 
 int
-cmd_convert_llama2c(int argc, char **argv)
+sub_convert_llama2c(int argc, char **argv)
 {
 	const char *pos[2] = { NULL, NULL }, *out = NULL;
 	struct l2c_config c;

@@ -1,5 +1,5 @@
 /*
- * cmd_generate.c: kvchat generate: raw completion (no chat template).
+ * sub_generate.c: kvchat generate: raw completion (no chat template).
  * Generated text (or ids) to stdout as it comes; timings to stderr.
  */
 #include <errno.h>
@@ -21,7 +21,7 @@ static const char gen_usage[] =
 static int
 usage(const char *why, const char *arg)
 {
-	return cmdc_usage("generate", gen_usage, why, arg);
+	return sub_usage("generate", gen_usage, why, arg);
 }
 
 static bool
@@ -55,7 +55,7 @@ parse_float(const char *s, float *out)
 }
 
 int
-cmd_generate(int argc, char **argv)
+sub_generate(int argc, char **argv)
 {
 	struct kvc_engine_params ep = kvc_engine_default_params();
 	struct kvc_sampler_params sp = kvc_sampler_default_params();
@@ -87,7 +87,7 @@ cmd_generate(int argc, char **argv)
 			takes = false;
 		} else if (val == NULL && a[0] == '-') {
 			return usage("option needs a value or is unknown", a);
-		} else if ((eo = cmdc_engine_option(a, val, &ep, &why)) != 0) {
+		} else if ((eo = sub_engine_option(a, val, &ep, &why)) != 0) {
 			if (eo < 0)
 				return usage(why, val);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -95,13 +95,13 @@ cmd_generate(int argc, char **argv)
 		} else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
 			prompt = val;
 		} else if (strcmp(a, "-n") == 0) {
-			if (!cmdc_parse_long(val, 0, 1L << 30, &n_predict))
+			if (!sub_parse_long(val, 0, 1L << 30, &n_predict))
 				return usage("bad -n", val);
 		} else if (strcmp(a, "--temp") == 0) {
 			if (!parse_float(val, &sp.temp))
 				return usage("bad --temp", val);
 		} else if (strcmp(a, "--top-k") == 0) {
-			if (!cmdc_parse_long(val, -1, 1L << 30, &v))
+			if (!sub_parse_long(val, -1, 1L << 30, &v))
 				return usage("bad --top-k", val);
 			sp.top_k = (int)v;
 		} else if (strcmp(a, "--top-p") == 0) {
@@ -117,7 +117,7 @@ cmd_generate(int argc, char **argv)
 			if (!parse_u64(val, &sp.seed))
 				return usage("bad --seed", val);
 		} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-			if (!cmdc_parse_long(val, 0, 1L << 24, &v))
+			if (!sub_parse_long(val, 0, 1L << 24, &v))
 				return usage("bad --ctx", val);
 			ep.n_ctx = (int)v;
 		} else {
@@ -219,7 +219,7 @@ cmd_generate(int argc, char **argv)
 		t_first = t_end;
 	fprintf(stderr, "kvchat: %s, %s cache: prompt %zu tokens, prefill %.1f tok/s (%.3f s); "
 	    "first token after %.1f ms; %d generated, decode %.1f tok/s\n",
-	    eng_backend_name(e), ggml_type_name(eng_kv_type(e)), in.n,
+	    eng_backend_name(e), gguf_dtype_name(eng_kv_type(e)), in.n,
 	    st.t_prefill > 0 ? (double)st.n_computed / st.t_prefill : 0.0, st.t_prefill,
 	    (t_first - t_start) * 1e3, n_gen,
 	    n_dec > 0 && t_end > t_first ? n_dec / (t_end - t_first) : 0.0);

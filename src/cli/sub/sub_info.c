@@ -1,4 +1,4 @@
-/* cmd_info.c: `kvchat info -m FILE`, a readable summary of a GGUF model. */
+/* sub_info.c: `kvchat info -m FILE`, a readable summary of a GGUF model. */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,7 +55,7 @@ print_special(const struct kvc_tokenizer *t, const char *label, int32_t id)
 }
 
 int
-cmd_info(int argc, char **argv)
+sub_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
@@ -109,7 +109,7 @@ cmd_info(int argc, char **argv)
 	printf("%-18s", "tensor types");
 	for (int t = 0; t < GGML_TYPE_COUNT; t++)
 		if (type_count[t])
-			printf(" %s x%llu", ggml_type_name((enum ggml_type)t), (unsigned long long)type_count[t]);
+			printf(" %s x%llu", gguf_dtype_name((enum gguf_dtype)t), (unsigned long long)type_count[t]);
 	printf("\n");
 	printf("%-18s %lld\n", "context length", (long long)arch_int(f, arch, "context_length", 0));
 	printf("%-18s %lld\n", "embedding", (long long)arch_int(f, arch, "embedding_length", 0));

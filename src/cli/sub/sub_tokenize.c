@@ -1,5 +1,5 @@
 /*
- * cmd_tokenize.c: `kvchat tokenize` and `kvchat detokenize`, the stable
+ * sub_tokenize.c: `kvchat tokenize` and `kvchat detokenize`, the stable
  * command-line contract tests and benchmarks use:
  *
  *   kvchat tokenize -m FILE [--parse-special] [--bos]
@@ -110,7 +110,7 @@ usage(FILE *f, bool tokenize)
 }
 
 int
-cmd_tokenize(int argc, char **argv)
+sub_tokenize(int argc, char **argv)
 {
 	const char *path = NULL;
 	bool special = false, bos = false;
@@ -159,7 +159,7 @@ out:
 }
 
 int
-cmd_detokenize(int argc, char **argv)
+sub_detokenize(int argc, char **argv)
 {
 	const char *path = NULL;
 	bool special = false, bos = false;
