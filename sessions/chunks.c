@@ -2,7 +2,11 @@
  * chunks.c: KV snapshot chunks. A chunk holds cache positions [pos0, pos1)
  * and is stored as one or more kv_chunks rows ("parts") of bounded size,
  * written and read with incremental BLOB I/O so SQLite never builds a copy
- * of the whole chunk in memory.
+ * of the whole chunk in memory. Every part carries its own checksum
+ * (checksum.c), verified on every read.
+ *
+ * Calls only db.c and checksum.c: the turn that writes a chunk (store.c) and
+ * the integrity check that verifies them all (check.c) sit above.
  */
 #include "store_int.h"
 
@@ -252,7 +256,7 @@ check_origin(struct sess_store *st, int64_t conv, const char *title, const char 
 
 /*
  * Walks the rows in position order, reassembling chunks. fn == NULL only
- * verifies (sess_check). Runs inside the caller's read transaction.
+ * verifies (sess_chunks_verify). Runs inside the caller's read transaction.
  */
 static int
 walk_chunks(struct sess_store *st, int64_t conv, const char *title,
@@ -351,6 +355,13 @@ sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
 }
 
 int
+sess_chunks_verify(struct sess_store *st, int64_t conv, const char *title, const char *what,
+    char *err, size_t errlen)
+{
+	return walk_chunks(st, conv, title, NULL, NULL, NULL, what, err, errlen);
+}
+
+int
 sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 {
 	static const char what[] = "cannot clear snapshot";
@@ -362,57 +373,4 @@ sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 	ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", conv, 0,
 	    what, err, errlen);
 	return sess_tx_end(st, ret, what, err, errlen);
-}
-
-/* First row of a PRAGMA that answers "ok" or a list of problems. */
-static int
-pragma_ok(struct sess_store *st, const char *sql, bool want_ok, char *err, size_t errlen)
-{
-	static const char what[] = "integrity check";
-	sqlite3_stmt *s;
-	int rc, ret;
-
-	ret = sess_prepare(st, &s, sql, what, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		const char *t = (const char *)sqlite3_column_text(s, 0);
-
-		if (!want_ok || t == NULL || strcmp(t, "ok") != 0) {
-			kvc_err(err, errlen, "%s: %s: %s: %s", st->path, what, sql,
-			    t ? t : "(null)");
-			ret = KVC_ECORRUPT;
-		}
-	} else if (rc != SQLITE_DONE) {
-		ret = sess_db_fail(st, rc, what, err, errlen);
-	} else if (want_ok) {
-		kvc_err(err, errlen, "%s: %s: %s gave no answer", st->path, what, sql);
-		ret = KVC_ECORRUPT;
-	}
-	sqlite3_finalize(s);
-	return ret;
-}
-
-int
-sess_check(struct sess_store *st, char *err, size_t errlen)
-{
-	struct sess_conv *v;
-	int n, i, rc, ret;
-
-	ret = pragma_ok(st, "PRAGMA integrity_check", true, err, errlen);
-	if (ret == KVC_OK)
-		ret = pragma_ok(st, "PRAGMA foreign_key_check", false, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	rc = sqlite3_exec(st->db, "BEGIN", NULL, NULL, NULL);
-	if (rc != SQLITE_OK)
-		return sess_db_fail(st, rc, "integrity check", err, errlen);
-	ret = sess_conv_list(st, &v, &n, err, errlen);
-	for (i = 0; ret == KVC_OK && i < n; i++)
-		ret = walk_chunks(st, v[i].id, v[i].title, NULL, NULL, NULL, "integrity check",
-		    err, errlen);
-	sess_conv_list_free(v, n);
-	sess_tx_rollback(st);
-	return ret;
 }

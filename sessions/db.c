@@ -1,6 +1,10 @@
 /*
- * db.c: opening the sessions database, its schema and migrations, and the
- * error and transaction helpers the other files of the module share.
+ * db.c: the bottom of the sessions module. Opening the database, its schema
+ * and migrations, freeing the handle, and what every other file of the
+ * module shares: error reporting, prepared statements, write transactions
+ * and the lookup of a conversation's title (each layer above names the
+ * conversation in its messages and must first know that it exists).
+ * Nothing here calls another file of the module.
  *
  * Durability: WAL with synchronous=FULL. WAL alone already makes a commit
  * survive a SIGKILL of the process (the frames are in the WAL file before
@@ -225,6 +229,48 @@ sess_tx_end(struct sess_store *st, int ret, const char *what, char *err, size_t 
 	return sess_tx_commit(st, what, err, errlen);
 }
 
+int
+sess_step_conv(struct sess_store *st, sqlite3_stmt *s, int64_t id, const char *what,
+    char *err, size_t errlen)
+{
+	int rc = sqlite3_step(s);
+
+	if (rc == SQLITE_ROW)
+		return KVC_OK;
+	if (rc == SQLITE_DONE) {
+		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+		return KVC_ENOTFOUND;
+	}
+	return sess_db_fail(st, rc, what, err, errlen);
+}
+
+int
+sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
+    char *err, size_t errlen)
+{
+	sqlite3_stmt *s;
+	int ret;
+
+	*title = NULL;
+	ret = sess_prepare(st, &s, "SELECT title FROM conversations WHERE id = ?1",
+	    what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	sqlite3_bind_int64(s, 1, id);
+	ret = sess_step_conv(st, s, id, what, err, errlen);
+	if (ret == KVC_OK) {
+		const unsigned char *t = sqlite3_column_text(s, 0);
+
+		*title = strdup(t ? (const char *)t : "");
+		if (*title == NULL) {
+			kvc_err(err, errlen, "%s: %s: out of memory", st->path, what);
+			ret = KVC_ENOMEM;
+		}
+	}
+	sqlite3_finalize(s);
+	return ret;
+}
+
 /* The next migration step runs only on a schema we know to be ours. */
 static int
 check_identity(struct sess_store *st, int64_t version, int64_t app_id, int64_t n_objects,
@@ -432,12 +478,12 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 	rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
 	if (rc != SQLITE_OK) {
 		ret = sess_db_fail(st, rc, "cannot open", err, errlen);
-		sess_close(st);
+		sess_db_free(st);
 		return ret;
 	}
 	ret = schema_setup(st, err, errlen);
 	if (ret != KVC_OK) {
-		sess_close(st);
+		sess_db_free(st);
 		return ret;
 	}
 	*out = st;
@@ -445,12 +491,10 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 }
 
 void
-sess_close(struct sess_store *st)
+sess_db_free(struct sess_store *st)
 {
 	if (st == NULL)
 		return;
-	while (st->n_locked > 0)
-		sess_conv_unlock(st, st->locked[st->n_locked - 1]);
 	free(st->locked);
 	if (st->db)
 		sqlite3_close(st->db);

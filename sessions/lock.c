@@ -3,6 +3,10 @@
  * A row in `locks` names the holder (pid, host, boot id, process start
  * time); a holder that no longer runs is taken over, so a crash never leaves
  * a conversation locked for good.
+ *
+ * sess_close lives here rather than beside sess_open in db.c: closing first
+ * gives back the locks this handle took, and db.c, below this file, knows
+ * nothing of locks. Only db.c is called from here.
  */
 #include "store_int.h"
 
@@ -256,4 +260,14 @@ sess_conv_unlock(struct sess_store *st, int64_t conv)
 	sqlite3_bind_text(s, 3, me.host, -1, SQLITE_STATIC);
 	sqlite3_step(s);
 	sqlite3_finalize(s);
+}
+
+void
+sess_close(struct sess_store *st)
+{
+	if (st == NULL)
+		return;
+	while (st->n_locked > 0)
+		sess_conv_unlock(st, st->locked[st->n_locked - 1]);
+	sess_db_free(st);
 }

@@ -1,6 +1,8 @@
 /*
- * store.c: conversations and their messages; a turn (messages + snapshot
- * chunk) as one transaction; rewinds.
+ * store.c: conversation rows and their messages; a turn (messages + snapshot
+ * chunk) as one transaction; rewinds. Above chunks.c (a turn writes its
+ * chunk through it) and lock.c (a conversation another live process holds
+ * is not deleted); below check.c.
  */
 #include "store_int.h"
 
@@ -46,7 +48,7 @@ sess_conv_clear(struct sess_conv *c)
 }
 
 static int
-conv_from_row(sqlite3_stmt *s, struct sess_conv *c)
+fill_conv(sqlite3_stmt *s, struct sess_conv *c)
 {
 	bool oom = false;
 
@@ -92,23 +94,6 @@ grow(void *v, int used, int *cap, size_t size)
 	if (v != NULL)
 		*cap = ncap;
 	return v;
-}
-
-/* Steps s, a lookup of conversation id: KVC_OK on its row, KVC_ENOTFOUND (with a
- * message) if there is none. */
-static int
-step_conv(struct sess_store *st, sqlite3_stmt *s, int64_t id, const char *what, char *err,
-    size_t errlen)
-{
-	int rc = sqlite3_step(s);
-
-	if (rc == SQLITE_ROW)
-		return KVC_OK;
-	if (rc == SQLITE_DONE) {
-		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
-		return KVC_ENOTFOUND;
-	}
-	return sess_db_fail(st, rc, what, err, errlen);
 }
 
 int
@@ -224,9 +209,9 @@ sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *er
 	if (ret != KVC_OK)
 		return ret;
 	sqlite3_bind_int64(s, 1, id);
-	ret = step_conv(st, s, id, what, err, errlen);
+	ret = sess_step_conv(st, s, id, what, err, errlen);
 	if (ret == KVC_OK) {
-		ret = conv_from_row(s, out);
+		ret = fill_conv(s, out);
 		if (ret != KVC_OK)
 			oom(st, what, err, errlen);
 	}
@@ -255,7 +240,7 @@ sess_conv_list(struct sess_store *st, struct sess_conv **out, int *n, char *err,
 			break;
 		}
 		v = nv;
-		if (conv_from_row(s, &v[used]) != KVC_OK) {
+		if (fill_conv(s, &v[used]) != KVC_OK) {
 			ret = oom(st, what, err, errlen);
 			break;
 		}
@@ -285,7 +270,7 @@ sess_conv_list_free(struct sess_conv *v, int n)
 
 /* UPDATE conversations SET <column> = text; KVC_ENOTFOUND if no such id. */
 static int
-conv_set(struct sess_store *st, int64_t id, const char *sql, const char *text,
+set_conv_text(struct sess_store *st, int64_t id, const char *sql, const char *text,
     const char *what, char *err, size_t errlen)
 {
 	sqlite3_stmt *s = NULL;
@@ -314,7 +299,7 @@ conv_set(struct sess_store *st, int64_t id, const char *sql, const char *text,
 int
 sess_conv_rename(struct sess_store *st, int64_t id, const char *title, char *err, size_t errlen)
 {
-	return conv_set(st, id, "UPDATE conversations SET title = ?2 WHERE id = ?1",
+	return set_conv_text(st, id, "UPDATE conversations SET title = ?2 WHERE id = ?1",
 	    title ? title : "", "cannot rename conversation", err, errlen);
 }
 
@@ -322,7 +307,7 @@ int
 sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, char *err,
     size_t errlen)
 {
-	return conv_set(st, id, "UPDATE conversations SET system = ?2 WHERE id = ?1", system,
+	return set_conv_text(st, id, "UPDATE conversations SET system = ?2 WHERE id = ?1", system,
 	    "cannot set the system prompt", err, errlen);
 }
 
@@ -330,7 +315,7 @@ int
 sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err,
     size_t errlen)
 {
-	return conv_set(st, id, "UPDATE conversations SET settings = ?2 WHERE id = ?1",
+	return set_conv_text(st, id, "UPDATE conversations SET settings = ?2 WHERE id = ?1",
 	    settings ? settings : "", "cannot save settings", err, errlen);
 }
 
@@ -363,8 +348,8 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 		else
 			sqlite3_bind_null(s, 2);
 		ret = sqlite3_step(s) == SQLITE_DONE ? KVC_OK :
-		    sess_db_fail(st, sqlite3_errcode(sess_sqlite(st)), what, err, errlen);
-		if (ret == KVC_OK && sqlite3_changes(sess_sqlite(st)) != 1) {
+		    sess_db_fail(st, sqlite3_errcode(st->db), what, err, errlen);
+		if (ret == KVC_OK && sqlite3_changes(st->db) != 1) {
 			kvc_err(err, errlen, "%s: no conversation with id %lld", what, (long long)id);
 			ret = KVC_ENOTFOUND;
 		}
@@ -377,8 +362,8 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 		sqlite3_bind_int64(s, 1, id);
 		sqlite3_bind_blob(s, 2, blob, n * 4, SQLITE_STATIC);
 		ret = sqlite3_step(s) == SQLITE_DONE ? KVC_OK :
-		    sess_db_fail(st, sqlite3_errcode(sess_sqlite(st)), what, err, errlen);
-		if (ret == KVC_OK && sqlite3_changes(sess_sqlite(st)) != 1) {
+		    sess_db_fail(st, sqlite3_errcode(st->db), what, err, errlen);
+		if (ret == KVC_OK && sqlite3_changes(st->db) != 1) {
 			kvc_err(err, errlen, "%s: conversation %lld has no messages", what, (long long)id);
 			ret = KVC_ENOTFOUND;
 		}
@@ -393,39 +378,6 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
-/* Title of conversation id (malloc'ed) inside the current transaction. */
-static int
-title_of(struct sess_store *st, int64_t id, char **title, const char *what,
-    char *err, size_t errlen)
-{
-	sqlite3_stmt *s;
-	int ret;
-
-	*title = NULL;
-	ret = sess_prepare(st, &s, "SELECT title FROM conversations WHERE id = ?1",
-	    what, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
-	sqlite3_bind_int64(s, 1, id);
-	ret = step_conv(st, s, id, what, err, errlen);
-	if (ret == KVC_OK) {
-		const unsigned char *t = sqlite3_column_text(s, 0);
-
-		*title = strdup(t ? (const char *)t : "");
-		if (*title == NULL)
-			ret = oom(st, what, err, errlen);
-	}
-	sqlite3_finalize(s);
-	return ret;
-}
-
-int
-sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
-    char *err, size_t errlen)
-{
-	return title_of(st, id, title, what, err, errlen);
-}
-
 int
 sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 {
@@ -436,7 +388,7 @@ sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen)
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = title_of(st, id, &title, what, err, errlen);
+	ret = sess_conv_title(st, id, &title, what, err, errlen);
 	/* Pulling it from under another process would fail its next turn. */
 	if (ret == KVC_OK)
 		ret = sess_lock_check(st, id, title, err, errlen);
@@ -578,7 +530,7 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = title_of(st, conv, &title, what, err, errlen);
+	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	free(title);
 	if (ret == KVC_OK)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
@@ -607,7 +559,7 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_tx_begin(st, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
-	ret = title_of(st, conv, &title, what, err, errlen);
+	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
 	if (ret == KVC_OK)

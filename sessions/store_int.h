@@ -1,6 +1,13 @@
 /*
  * store_int.h: what the files of the sessions module share and nobody else
- * sees: the store handle, SQLite error mapping, write transactions.
+ * sees: the store handle and, file by file from the bottom up, the calls
+ * one file makes into another. Calls only go down this list:
+ *   db.c        open, schema, errors, statements, transactions, titles
+ *   checksum.c  XXH64 of chunk data (public: store.h)
+ *   lock.c      per-conversation process locks; sess_close
+ *   chunks.c    snapshot chunk rows: write, load, verify, clear
+ *   store.c     conversation rows, messages, turns, rewinds
+ *   check.c     sess_check, the integrity check
  */
 #ifndef KVC_STORE_INT_H
 #define KVC_STORE_INT_H
@@ -13,9 +20,11 @@ struct sess_store {
 	sqlite3 *db;
 	char *path;		/* as given to sess_open, prefixes every error */
 	size_t part_max;	/* bytes of chunk data per kv_chunks row */
-	int64_t *locked;	/* conversations locked through this handle */
+	int64_t *locked;	/* conversations locked through this handle (lock.c) */
 	int n_locked, cap_locked;
 };
+
+/* --- db.c --- */
 
 /*
  * Turn SQLite's state after a failed call (rc) into a KVC_E* code and the
@@ -51,17 +60,38 @@ int sess_exec_ids(struct sess_store *st, const char *sql, int64_t a1, int64_t a2
 /* Unix seconds. */
 int64_t sess_time(void);
 
+/*
+ * Steps s, a lookup of conversation id: KVC_OK on its row, KVC_ENOTFOUND
+ * with "no conversation with id N" if there is none.
+ */
+int sess_step_conv(struct sess_store *st, sqlite3_stmt *s, int64_t id, const char *what,
+    char *err, size_t errlen);
+
 /* Title of conversation id (malloc'ed); KVC_ENOTFOUND with a message if none. */
 int sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen);
 
-/* Chunks (chunks.c): argument checks, and the write inside a turn's transaction. */
+/* Closes the connection and frees st, locks or not (sess_close gives them back first). */
+void sess_db_free(struct sess_store *st);
+
+/* --- lock.c --- */
+
+/* Inside a write transaction: KVC_EBUSY with a message if a live other process holds conv. */
+int sess_lock_check(struct sess_store *st, int64_t conv, const char *title,
+    char *err, size_t errlen);
+
+/* --- chunks.c --- */
+
+/* Argument checks, and the write inside a turn's transaction. */
 int sess_chunk_check(struct sess_store *st, const struct sess_chunk *c, char *err, size_t errlen);
 int sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
     const struct sess_chunk *c, char *err, size_t errlen);
-
-/* Lock rows (lock.c): KVC_EBUSY with a message if a live other process holds conv. */
-int sess_lock_check(struct sess_store *st, int64_t conv, const char *title,
-    char *err, size_t errlen);
+/*
+ * Reads back every chunk of conv and checks it as sess_chunks_load does
+ * (contiguous from 0, all parts, checksums), inside the caller's read
+ * transaction. 0 or KVC_ECORRUPT naming title and the chunk.
+ */
+int sess_chunks_verify(struct sess_store *st, int64_t conv, const char *title,
+    const char *what, char *err, size_t errlen);
 
 #endif
