@@ -11,6 +11,73 @@
  * COMMIT returns); FULL adds one fsync per commit so it also survives an OS
  * crash or power loss. A turn takes seconds to generate, an fsync
  * milliseconds, so the user's words are worth it.
+ *
+ * The schema (version SESS_SCHEMA_VERSION, in PRAGMA user_version; PRAGMA
+ * application_id is "kvc1"; migrations[] below builds it). Times are unix
+ * seconds. Deleting a conversation deletes its rows in every other table
+ * (ON DELETE CASCADE).
+ *
+ * conversations: one row per saved conversation.
+ *   id             its number; sess_conv_find takes it or the title
+ *   title          its name; not unique, a lookup by title takes the most
+ *                  recently touched
+ *   model_fp       fingerprint of the engine (model) it was created with
+ *   template       name of the chat template family its messages were
+ *                  rendered with
+ *   system         the system prompt, NULL if none
+ *   settings       sampler settings as "name=value;..." text
+ *   created        when it was created
+ *   updated        when it was created or last changed by a turn, a rewind
+ *                  or sess_conv_replace_system (renames and settings do not
+ *                  count)
+ *   touched        recency counter, set with updated to one more than the
+ *                  highest so far: orders listings and title lookups, where
+ *                  seconds would tie
+ *
+ * messages: what was said, in order, with the exact tokens.
+ *   id             row number
+ *   conv_id        the conversation it belongs to
+ *   seq            its place in the conversation, from 0 (unique per conversation)
+ *   role           0 system, 1 user, 2 assistant (enum sess_role)
+ *   text           the text as shown
+ *   tokens         the token ids this message added to the stream, each a
+ *                  little-endian int32, so the stream is rebuilt without
+ *                  re-tokenizing; the first message's also hold the
+ *                  rendered system prompt
+ *   interrupted    1 if the reply was cut short (stopped or failed mid-way)
+ *   ttft_ms, prefill_tokens, reused_tokens, prefill_tps, gen_tokens,
+ *   decode_tps     the turn's figures (struct sess_stats) on an assistant
+ *                  reply: time to first token, positions computed and reused
+ *                  from the cache, prompt speed, tokens generated, generation
+ *                  speed; 0 on other messages
+ *   created        when it was said
+ *
+ * kv_chunks: the KV-cache snapshot, in chunks. A chunk holds the cache
+ * positions [pos0, pos1) that the turn added, as eng_seq_kv_save serialised
+ * them; a chunk is stored as n_parts rows of at most part_max bytes, so no
+ * row needs a giant BLOB. A conversation's chunks run from position 0
+ * without gaps.
+ *   id             row number (opened with incremental BLOB I/O by it)
+ *   conv_id        the conversation it belongs to
+ *   pos0, pos1     the chunk's cache positions [pos0, pos1), on every part
+ *   part, n_parts  this row's index in the chunk (0..n_parts-1), and the
+ *                  chunk's number of rows
+ *   kv_type        the cache's element type, "f16" or "f32"
+ *   model_fp       fingerprint of the engine that computed it; a snapshot is
+ *                  only loaded into the same engine and cache type
+ *   len            bytes of data in this row
+ *   checksum       XXH64 (seed 0) of this row's data, as a signed 64-bit integer
+ *   data           this row's slice of the chunk; the last column, so reading
+ *                  the others never touches its pages
+ *
+ * locks: which process has a conversation open (lock.c).
+ *   conv_id        the conversation (one holder at most)
+ *   pid, host      the holding process and the machine it runs on
+ *   boot_id        the kernel's boot id then ("" if unknown): a lock from
+ *                  before a reboot is stale
+ *   start_time     the process's start in clock ticks after boot (0 if
+ *                  unknown): a reused pid is not the holder
+ *   acquired       when it was taken
  */
 #include "store_int.h"
 
