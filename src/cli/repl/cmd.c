@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "cli/colour.h"
 #include "cli/progress.h"
 
 static int cmd_help_exec(struct kvc_repl *r, const char *args);

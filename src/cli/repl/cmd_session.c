@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "cmd.h"
+#include "cli/colour.h"
 #include "cli/progress.h"
 
 static int

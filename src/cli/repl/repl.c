@@ -20,6 +20,7 @@
 #include "cli/cli.h"
 #include "cmd.h"
 #include "cli/discover.h"
+#include "cli/colour.h"
 #include "cli/progress.h"
 
 /*
