@@ -1,9 +1,12 @@
 /*
- * cli.h: the kvchat subcommands. Each takes argc/argv starting at the
- * command name and returns the process exit status (0 ok, 1 error, 2 usage).
+ * cli.h: the kvchat subcommands, their table, and the usage and --help
+ * texts. Each subcommand takes argc/argv starting at the command name and
+ * returns the process exit status (0 ok, 1 error, 2 usage).
  */
 #ifndef KVC_CLI_H
 #define KVC_CLI_H
+
+#include <stdio.h>
 
 int sub_tokenize(int argc, char **argv);	/* sub_tokenize.c */
 int sub_detokenize(int argc, char **argv);	/* sub_tokenize.c */
@@ -11,10 +14,18 @@ int sub_info(int argc, char **argv);		/* sub_info.c */
 int sub_generate(int argc, char **argv);	/* sub_generate.c */
 int sub_bench(int argc, char **argv);		/* sub_bench.c */
 int sub_convert_llama2c(int argc, char **argv);	/* sub_convert.c */
-int repl_main(int argc, char **argv);		/* repl.c: the default command */
+int repl_main(int argc, char **argv);		/* repl/repl.c: the default command */
+
+/* help.c */
+struct cli_subcommand {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *usage;	/* the synopsis after "kvchat " */
+};
+/* The subcommands in the order the usage lists them, ending with a NULL name. */
+extern const struct cli_subcommand cli_subcommands[];
 
 /* Prints kvchat's usage to f. */
-#include <stdio.h>
 void cli_usage(FILE *f);
 /* Prints the full --help text (options, REPL commands, files, environment) to f. */
 void cli_help(FILE *f);

@@ -5,122 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "cli/repl/cmd.h"
-
-struct cli_entry {
-	const char *name;
-	int (*fn)(int, char **);
-	const char *usage;
-};
-
-static const struct cli_entry cli_table[] = {
-	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
-	{ "detokenize", sub_detokenize, "detokenize -m FILE" },
-	{ "info", sub_info, "info -m FILE" },
-	{ "generate", sub_generate, "generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--threads N]" },
-	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
-	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
-};
-
-void
-cli_usage(FILE *f)
-{
-	fprintf(f, "usage: kvchat [-m MODEL] [options]          chat (see kvchat(1))\n");
-	for (size_t i = 0; i < sizeof cli_table / sizeof cli_table[0]; i++)
-		fprintf(f, "       kvchat %s\n", cli_table[i].usage);
-	fprintf(f, "       kvchat --help | --version\n");
-}
-
-/*
- * The whole --help text, in one place: man/kvchat.1 documents the same
- * options, commands, files and environment.
- */
-void
-cli_help(FILE *f)
-{
-	fprintf(f,
-"usage: kvchat [-m MODEL] [options]\n"
-"Chat with a local GGUF model in the terminal; conversations are kept in a\n"
-"SQLite database with snapshots of their KV cache, so they resume instantly.\n"
-"\n"
-"Model and engine:\n"
-"  -m, --model MODEL       GGUF file or ollama name (qwen2.5:7b); default: pick\n"
-"                          from the models found (see FILES)\n"
-"  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma\n"
-"                          (default: detected from the model)\n"
-"  --threads N             CPU threads (default: number of cores)\n"
-"  --ctx N                 context size in tokens (default: min(model, 8192))\n"
-"  --kv-type f16|f32       KV cache type (default f16)\n"
-"  --kv-budget SIZE        memory for all resident caches, e.g. 512M, 2G; the\n"
-"                          least recently used conversation leaves memory when\n"
-"                          it is exceeded (default: half of physical memory;\n"
-"                          0 = unlimited)\n"
-"  --ctx-overflow drop|stop  full context: drop the oldest exchanges and\n"
-"                          recompute (default), or refuse the turn\n"
-"  --device auto|cpu|cuda  backend (default auto)\n"
-"  --gpu N                 CUDA device (default 0)\n"
-"\n"
-"Conversations:\n"
-"  --db PATH               database (default $XDG_DATA_HOME/kvchat/sessions.db)\n"
-"  --session NAME          continue the conversation titled NAME, or create it\n"
-"  --resume [ID|TITLE]     continue a conversation (default: the most recent)\n"
-"  --new [TITLE]           start a new conversation (the default)\n"
-"  --system TEXT           system prompt of a new conversation\n"
-"\n"
-"Sampling (stored with the conversation; /set changes them):\n"
-"  -n, --max-tokens N      cap each reply at N tokens (default: no cap)\n"
-"  --temp T                temperature; 0 = greedy (default 0.8)\n"
-"  --top-k K               (default 40; 0 = off)\n"
-"  --top-p P               (default 0.95; 1 = off)\n"
-"  --min-p P               (default 0.05; 0 = off)\n"
-"  --repeat-penalty R      (default 1.1; 1 = off)\n"
-"  --seed S                random seed (same seed, same text)\n"
-"\n"
-"Output:\n"
-"  --stats-json PATH       append one JSON object per turn to PATH: turn,\n"
-"                          conversation_id, title, prompt_tokens, reused_tokens,\n"
-"                          prefill_tokens, gen_tokens, ttft_ms, prefill_tps,\n"
-"                          decode_tps, context_used, context_total,\n"
-"                          resumed_from_snapshot, rebuilt, dropped_tokens,\n"
-"                          interrupted (also prefill_tok_s, decode_tok_s,\n"
-"                          ctx_used, ctx_size)\n"
-"  --no-color              no colour (also when NO_COLOR is set or not a tty)\n"
-"  -h, --help              this text\n"
-"  --version               print the version\n"
-"\n"
-"When standard input is not a terminal, each line is one user message (the\n"
-"two characters \\n stand for a newline); each reply goes to stdout followed\n"
-"by an empty line; statistics and notices go to stderr. Exit status: 0 at\n"
-"end of input, 1 on errors, 2 on bad usage.\n"
-"\n"
-"Commands in the chat:\n");
-	cmd_print_help(f);
-	fprintf(f,
-"\n"
-"Input: end a line with \\ to continue it; wrap several lines in \"\"\" ... \"\"\".\n"
-"Ctrl-C stops a reply (the partial reply is kept) or clears the line; Ctrl-D\n"
-"leaves.\n"
-"\n"
-"Other commands:\n");
-	for (size_t i = 0; i < sizeof cli_table / sizeof cli_table[0]; i++)
-		fprintf(f, "  kvchat %s\n", cli_table[i].usage);
-	fprintf(f,
-"\n"
-"Files:\n"
-"  $XDG_DATA_HOME/kvchat/sessions.db    conversations (default ~/.local/share)\n"
-"  $XDG_DATA_HOME/kvchat/models/        models kvchat finds by itself\n"
-"  $XDG_STATE_HOME/kvchat/history       line-editing history (default ~/.local/state)\n"
-"  also searched for models: ollama's store (~/.ollama/models), the Hugging\n"
-"  Face hub cache, LM Studio's models folder\n"
-"\n"
-"Environment:\n"
-"  KVCHAT_MODEL     model file used when -m is not given\n"
-"  XDG_DATA_HOME    where the database and models folder live\n"
-"  XDG_STATE_HOME   where the history file lives\n"
-"  NO_COLOR         when set (non-empty), no colour\n"
-"\n"
-"See kvchat(1).\n");
-}
 
 int
 main(int argc, char **argv)
@@ -134,9 +18,9 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (argc >= 2 && argv[1][0] != '-') {
-		for (size_t i = 0; i < sizeof cli_table / sizeof cli_table[0]; i++)
-			if (strcmp(argv[1], cli_table[i].name) == 0)
-				return cli_table[i].fn(argc - 1, argv + 1);
+		for (const struct cli_subcommand *c = cli_subcommands; c->name; c++)
+			if (strcmp(argv[1], c->name) == 0)
+				return c->fn(argc - 1, argv + 1);
 		fprintf(stderr, "kvchat: unknown command '%s'\n", argv[1]);
 		cli_usage(stderr);
 		return 2;

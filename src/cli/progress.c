@@ -1,8 +1,7 @@
-/* progress.c: the load/restore progress bar and the colour decision. */
+/* progress.c: the load/restore progress bar. */
 #include "config.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
@@ -143,24 +142,4 @@ progress_end(struct kvc_progress *p)
 		write_all(p->fd, "\r\033[K", 4);
 	p->shown = false;
 	p->enabled = false;
-}
-
-bool
-kvc_use_color(int fd)
-{
-	const char *nc = getenv("NO_COLOR");
-	const char *term = getenv("TERM");
-
-	/* no-color.org: set and not empty means no colour. */
-	if (nc != NULL && nc[0] != '\0')
-		return false;
-	if (term != NULL && strcmp(term, "dumb") == 0)
-		return false;
-	return isatty(fd) != 0;
-}
-
-const char *
-kvc_sgr(bool on, const char *seq)
-{
-	return on ? seq : "";
 }

@@ -1,6 +1,5 @@
 /*
- * progress.h: a progress bar on stderr for long loads and restores, and the
- * colour decision.
+ * progress.h: a progress bar on stderr for long loads and restores.
  *
  * The bar is drawn only when stderr is a terminal and the operation has been
  * running for more than KVC_PROGRESS_DELAY seconds (a fast load prints
@@ -44,21 +43,5 @@ void progress_end(struct kvc_progress *p);
 /* Render the bar text for a given state into buf (no escapes); for tests. */
 void progress_format(char *buf, size_t len, const char *label, uint64_t done,
     uint64_t total, double elapsed, int width);
-
-/*
- * Colour: true when fd is a terminal, NO_COLOR is unset or empty, and TERM
- * is not "dumb".
- */
-bool kvc_use_color(int fd);
-
-/* seq (one of KVC_SGR_*) when on, else "": kvc_sgr(color, KVC_SGR_BOLD). */
-const char *kvc_sgr(bool on, const char *seq);
-#define KVC_SGR_RESET "\033[0m"
-#define KVC_SGR_BOLD "\033[1m"
-#define KVC_SGR_DIM "\033[2m"
-#define KVC_SGR_RED "\033[31m"
-#define KVC_SGR_GREEN "\033[32m"
-#define KVC_SGR_YELLOW "\033[33m"
-#define KVC_SGR_CYAN "\033[36m"
 
 #endif

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "test.h"
+#include "cli/colour.h"
 #include "cli/discover.h"
 #include "cli/progress.h"
 #include "gguf/gguf_write.h"

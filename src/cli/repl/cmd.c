@@ -1,11 +1,11 @@
-/* cmd.c: the REPL command table, /help, dispatch, and small shared helpers. */
-#include <stdarg.h>
+/*
+ * cmd.c: the REPL's command table (the groups' tables in /help's order),
+ * /help, and dispatch of a "/name args" line.
+ */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cmd.h"
-#include "cli/progress.h"
 
 static int cmd_help_exec(struct kvc_repl *r, const char *args);
 
@@ -64,7 +64,7 @@ cmd_exec(struct kvc_repl *r, const char *line)
 		line++;
 	e = cmd_find(name);
 	if (e == NULL) {
-		cmd_error(r, "unknown command '/%s' (/help lists them)", name);
+		repl_error(r, "unknown command '/%s' (/help lists them)", name);
 		return 1;
 	}
 	return e->exec(r, line);
@@ -90,40 +90,4 @@ cmd_help_exec(struct kvc_repl *r, const char *args)
 	printf("Input: a line is one message; end a line with \\ to continue it, or wrap\n"
 	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply; Ctrl-D or /quit leaves.\n");
 	return 0;
-}
-
-int
-cmd_json_str(struct kvc_buf *b, const char *s)
-{
-	int rc = kvc_buf_append(b, "\"", 1);
-
-	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); rc == 0 && *p; p++) {
-		switch (*p) {
-		case '"': rc = kvc_buf_append(b, "\\\"", 2); break;
-		case '\\': rc = kvc_buf_append(b, "\\\\", 2); break;
-		case '\n': rc = kvc_buf_append(b, "\\n", 2); break;
-		case '\r': rc = kvc_buf_append(b, "\\r", 2); break;
-		case '\t': rc = kvc_buf_append(b, "\\t", 2); break;
-		default:
-			if (*p < 0x20)
-				rc = kvc_buf_printf(b, "\\u%04x", *p);
-			else
-				rc = kvc_buf_append(b, p, 1);
-		}
-	}
-	return rc ? rc : kvc_buf_append(b, "\"", 1);
-}
-
-void
-cmd_error(struct kvc_repl *r, const char *fmt, ...)
-{
-	bool color = r != NULL && r->tty && kvc_use_color(2);
-	va_list ap;
-
-	fflush(stdout);
-	fprintf(stderr, "%skvchat: ", kvc_sgr(color, KVC_SGR_RED));
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "%s\n", kvc_sgr(color, KVC_SGR_RESET));
 }

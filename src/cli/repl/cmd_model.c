@@ -60,7 +60,7 @@ cmd_system_exec(struct kvc_repl *r, const char *args)
 	}
 	had = conv_n_msgs(r->cur) > 0;
 	if (conv_change_system(r->cur, args, &n, err, sizeof err)) {
-		cmd_error(r, "/system: %s", err);
+		repl_error(r, "/system: %s", err);
 		return 1;
 	}
 	if (had)

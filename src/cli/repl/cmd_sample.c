@@ -33,7 +33,7 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 	value = strchr(args, ' ');
 	n = value ? (size_t)(value - args) : strlen(args);
 	if (value == NULL || n >= sizeof name) {
-		cmd_error(r, "usage: /set NAME VALUE (temperature, top_p, top_k, min_p, "
+		repl_error(r, "usage: /set NAME VALUE (temperature, top_p, top_k, min_p, "
 		    "repeat_penalty, seed, max_tokens)");
 		return 1;
 	}
@@ -43,7 +43,7 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 		value++;
 	if (conv_settings_set(&s, name, value, err, sizeof err) ||
 	    conv_set_settings(r->cur, &s, err, sizeof err)) {
-		cmd_error(r, "/set: %s", err);
+		repl_error(r, "/set: %s", err);
 		return 1;
 	}
 	print_settings(&s);

@@ -6,7 +6,8 @@
 #include <time.h>
 
 #include "cmd.h"
-#include "cli/progress.h"
+#include "cli/colour.h"
+#include "core/json.h"
 
 static int
 cmd_new_exec(struct kvc_repl *r, const char *args)
@@ -15,7 +16,7 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 	struct conv *c;
 
 	if (conv_new(r->mgr, args[0] ? args : NULL, r->system, &r->set, &c, err, sizeof err)) {
-		cmd_error(r, "/new: %s", err);
+		repl_error(r, "/new: %s", err);
 		return 1;
 	}
 	repl_switch(r, c);
@@ -31,7 +32,7 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 	int n;
 
 	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
-		cmd_error(r, "/list: %s", err);
+		repl_error(r, "/list: %s", err);
 		return 1;
 	}
 	if (n == 0)
@@ -61,15 +62,15 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 
 	if (args[0] == '\0') {
 		if (sess_conv_latest(r->st, &id, err, sizeof err)) {
-			cmd_error(r, "/resume: %s", err);
+			repl_error(r, "/resume: %s", err);
 			return 1;
 		}
 	} else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
-		cmd_error(r, "/resume: %s", err);
+		repl_error(r, "/resume: %s", err);
 		return 1;
 	}
 	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
-		cmd_error(r, "/resume: %s", err);
+		repl_error(r, "/resume: %s", err);
 		return 1;
 	}
 	repl_switch(r, c);
@@ -85,11 +86,11 @@ cmd_rename_exec(struct kvc_repl *r, const char *args)
 	char err[512];
 
 	if (args[0] == '\0') {
-		cmd_error(r, "usage: /rename TITLE");
+		repl_error(r, "usage: /rename TITLE");
 		return 1;
 	}
 	if (conv_rename(r->cur, args, err, sizeof err)) {
-		cmd_error(r, "/rename: %s", err);
+		repl_error(r, "/rename: %s", err);
 		return 1;
 	}
 	return 0;
@@ -106,19 +107,19 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 	if (args[0] == '\0')
 		id = conv_id(r->cur);
 	else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
-		cmd_error(r, "/delete: %s", err);
+		repl_error(r, "/delete: %s", err);
 		return 1;
 	}
 	was_cur = conv_id(r->cur) == id;
 	/* Open it first: that takes its lock, so a conversation in use elsewhere is refused. */
 	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
-		cmd_error(r, "/delete: %s", err);
+		repl_error(r, "/delete: %s", err);
 		return 1;
 	}
 	if (was_cur)
 		r->cur = NULL;
 	if (conv_delete(c, err, sizeof err)) {
-		cmd_error(r, "/delete: %s", err);
+		repl_error(r, "/delete: %s", err);
 		return 1;
 	}
 	printf("deleted conversation %" PRId64 "\n", id);
@@ -136,7 +137,7 @@ cmd_undo_exec(struct kvc_repl *r, const char *args)
 	int n;
 
 	if (conv_undo(r->cur, err, sizeof err)) {
-		cmd_error(r, "/undo: %s", err);
+		repl_error(r, "/undo: %s", err);
 		return 1;
 	}
 	(void)conv_stream(r->cur, &n);
@@ -156,7 +157,7 @@ cmd_clear_exec(struct kvc_repl *r, const char *args)
 	char err[512];
 
 	if (conv_clear(r->cur, err, sizeof err)) {
-		cmd_error(r, "/clear: %s", err);
+		repl_error(r, "/clear: %s", err);
 		return 1;
 	}
 	printf("conversation %" PRId64 " cleared\n", conv_id(r->cur));
@@ -191,17 +192,24 @@ role_name(enum sess_role role)
 	return role == SESS_ASSISTANT ? "assistant" : role == SESS_SYSTEM ? "system" : "user";
 }
 
+/* s (NULL as "") as a JSON string literal. */
+static int
+json_text(struct kvc_buf *b, const char *s)
+{
+	return kvc_json_str(b, s, s ? strlen(s) : 0);
+}
+
 static int
 export_json(struct kvc_repl *r, struct kvc_buf *b)
 {
 	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", conv_id(r->cur));
 
-	rc = rc ? rc : cmd_json_str(b, conv_title(r->cur));
+	rc = rc ? rc : json_text(b, conv_title(r->cur));
 	rc = rc ? rc : kvc_buf_printf(b, ",\"model\":");
-	rc = rc ? rc : cmd_json_str(b, r->model_path);
+	rc = rc ? rc : json_text(b, r->model_path);
 	rc = rc ? rc : kvc_buf_printf(b, ",\"system\":");
 	if (rc == 0)
-		rc = conv_system(r->cur) ? cmd_json_str(b, conv_system(r->cur)) :
+		rc = conv_system(r->cur) ? json_text(b, conv_system(r->cur)) :
 		    kvc_buf_printf(b, "null");
 	rc = rc ? rc : kvc_buf_printf(b, ",\"messages\":[");
 	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
@@ -209,7 +217,7 @@ export_json(struct kvc_repl *r, struct kvc_buf *b)
 
 		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
 		    role_name(x->role));
-		rc = rc ? rc : cmd_json_str(b, x->text);
+		rc = rc ? rc : json_text(b, x->text);
 		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", x->n_ids,
 		    x->interrupted ? "true" : "false");
 	}
@@ -243,7 +251,7 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 
 	path = strchr(args, ' ');
 	if (path == NULL || (size_t)(path - args) >= sizeof fmt) {
-		cmd_error(r, "usage: /export md|json FILE");
+		repl_error(r, "usage: /export md|json FILE");
 		return 1;
 	}
 	memcpy(fmt, args, (size_t)(path - args));
@@ -255,17 +263,17 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 	else if (strcmp(fmt, "json") == 0)
 		rc = export_json(r, &b);
 	else {
-		cmd_error(r, "/export: format must be md or json");
+		repl_error(r, "/export: format must be md or json");
 		return 1;
 	}
 	if (rc) {
 		kvc_buf_free(&b);
-		cmd_error(r, "/export: out of memory");
+		repl_error(r, "/export: out of memory");
 		return 1;
 	}
 	f = fopen(path, "w");
 	if (f == NULL || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0) {
-		cmd_error(r, "/export: cannot write %s", path);
+		repl_error(r, "/export: cannot write %s", path);
 		kvc_buf_free(&b);
 		return 1;
 	}

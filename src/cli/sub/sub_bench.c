@@ -9,8 +9,9 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
-#include "engine/engine.h"
 #include "backend/threadpool.h"
+#include "core/parse.h"
+#include "engine/engine.h"
 
 static const char bench_usage[] =
     "usage: kvchat bench -m FILE [-p 512] [-n 128] [--threads N] [-r REPS]\n"
@@ -51,130 +52,155 @@ argmax(const float *x, int n)
 	return best;
 }
 
-int
-sub_bench(int argc, char **argv)
-{
-	struct kvc_engine_params ep = kvc_engine_default_params();
-	const char *model = NULL;
-	long n_p = 512, n_n = 128, reps = 3;
-	struct kvc_engine *e = NULL;
-	struct kvc_seq *s = NULL;
-	int32_t *prompt = NULL;
-	double pre[16], dec[16];
-	int n_runs = 0, rc = 1;
-	char err[512] = "";
+/* What the command line asks for. */
+struct bench_opts {
+	struct kvc_engine_params ep;
+	const char *model;
+	long n_p;	/* prompt tokens, timed as one prefill */
+	long n_n;	/* tokens decoded one at a time */
+	long reps;	/* runs, of which the median is reported */
+};
 
+/* 0 to go on, -1 after printing --help, or 2 after a usage error. */
+static int
+parse_args(int argc, char **argv, struct bench_opts *o)
+{
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why;
 		int eo;
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fputs(bench_usage, stdout);
-			return 0;
+			return -1;
 		} else if (val == NULL) {
 			return usage("option needs a value or is unknown", a);
-		} else if ((eo = sub_engine_option(a, val, &ep, &why)) != 0) {
+		} else if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0) {
 			if (eo < 0)
 				return usage(why, val);
 		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-			model = val;
+			o->model = val;
 		} else if (strcmp(a, "-p") == 0) {
-			if (!sub_parse_long(val, 0, 1L << 20, &n_p))
+			if (kvc_parse_long(val, 0, 1L << 20, &o->n_p) != KVC_OK)
 				return usage("bad -p", val);
 		} else if (strcmp(a, "-n") == 0) {
-			if (!sub_parse_long(val, 0, 1L << 20, &n_n))
+			if (kvc_parse_long(val, 0, 1L << 20, &o->n_n) != KVC_OK)
 				return usage("bad -n", val);
 		} else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
-			if (!sub_parse_long(val, 1, 15, &reps))
+			if (kvc_parse_long(val, 1, 15, &o->reps) != KVC_OK)
 				return usage("bad -r (1..15)", val);
 		} else {
 			return usage("unknown argument", a);
 		}
 		i++;
 	}
-	if (model == NULL)
+	if (o->model == NULL)
 		return usage("no model given (-m FILE)", NULL);
-	if (n_p + n_n < 1)
+	if (o->n_p + o->n_n < 1)
 		return usage("nothing to measure (-p 0 -n 0)", NULL);
+	return 0;
+}
+
+/* The model, its weight types, and the table of medians and achieved bandwidth. */
+static void
+report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *dec, int n_runs)
+{
+	const struct kvc_model *m = eng_model(e);
+	double pre_med = median(pre, n_runs), dec_med = median(dec, n_runs);
+	double p0 = o->n_p > 0 ? (double)o->n_p : 1;
+	/* decode step k attends over p0 + k + 1 positions: mean over k in [0, n) */
+	double kv_per_tok = (double)eng_kv_bytes_per_pos(e) * (p0 + 0.5 * (double)(o->n_n + 1));
+	double bytes_per_tok = (double)m->weight_bytes + kv_per_tok;
+	const struct gguf_file *f = eng_gguf(e);
+	double by_type[GGML_TYPE_COUNT] = { 0 };
+
+	printf("model:   %s (%s, %.1f M params, %.1f MiB read per token)\n",
+	    o->model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6,
+	    (double)m->weight_bytes / (1024.0 * 1024.0));
+	/* Files called "Q4_K" mix types; say which, by size. */
+	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+		const struct gguf_tensor *t = gguf_tensor(f, i);
+
+		if ((int)t->type >= 0 && t->type < GGML_TYPE_COUNT)
+			by_type[t->type] += (double)t->nbytes;
+	}
+	printf("weights:");
+	for (int t = 0; t < GGML_TYPE_COUNT; t++)
+		if (by_type[t] > 0)
+			printf(" %s %.1f MiB", gguf_dtype_name((enum gguf_dtype)t),
+			    by_type[t] / (1024.0 * 1024.0));
+	printf("\n");
+	printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
+	    eng_backend_name(e), o->ep.n_threads > 0 ? o->ep.n_threads : tp_default_threads(),
+	    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
+	printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
+	printf("|---------|--------|----------|------------------|---------------|\n");
+	if (o->n_p > 0)
+		printf("| prefill | %6ld | %8.2f |                  |               |\n", o->n_p,
+		    pre_med);
+	if (o->n_n > 0)
+		printf("| decode  | %6ld | %8.2f | %13.1f MB | %13.2f |\n", o->n_n, dec_med,
+		    bytes_per_tok / 1e6, bytes_per_tok * dec_med / 1e9);
+}
+
+int
+sub_bench(int argc, char **argv)
+{
+	struct bench_opts o = {
+		.ep = kvc_engine_default_params(), .n_p = 512, .n_n = 128, .reps = 3,
+	};
+	struct kvc_engine *e = NULL;
+	struct kvc_seq *s = NULL;
+	int32_t *prompt = NULL;
+	double pre[16], dec[16];
+	int n_runs = 0, rc;
+	char err[512] = "";
+
+	if ((rc = parse_args(argc, argv, &o)) != 0)
+		return rc < 0 ? 0 : rc;
+	rc = 1;
 	/* Exactly the positions the benchmark uses, whatever the model's own context. */
-	ep.n_ctx = (int)(n_p + n_n + 1);
-	if (eng_open(&e, model, &ep, err, sizeof err) != 0) {
+	o.ep.n_ctx = (int)(o.n_p + o.n_n + 1);
+	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: bench: %s\n", err);
 		return 1;
 	}
 	if (eng_seq_new(e, &s, err, sizeof err) != 0)
 		goto fail;
-	prompt = malloc((size_t)(n_p + 1) * sizeof *prompt);
+	prompt = malloc((size_t)(o.n_p + 1) * sizeof *prompt);
 	if (prompt == NULL) {
 		snprintf(err, sizeof err, "out of memory");
 		goto fail;
 	}
 	/* A fixed pseudo-random prompt: the same work on every run and every build. */
-	for (long i = 0; i <= n_p; i++)
+	for (long i = 0; i <= o.n_p; i++)
 		prompt[i] = (int32_t)(((uint64_t)i * 2654435761u + 17) % (uint64_t)eng_n_vocab(e));
 
-	for (int r = 0; r < reps; r++) {
+	for (int r = 0; r < o.reps; r++) {
 		struct eng_stats st;
 		double t0, t1;
 		int32_t id;
 
 		eng_seq_truncate(s, 0);
 		/* With -p 0 decoding starts from one token, which is not timed. */
-		if (eng_seq_append(s, prompt, n_p > 0 ? (int)n_p : 1, &st, err, sizeof err) != 0)
+		if (eng_seq_append(s, prompt, o.n_p > 0 ? (int)o.n_p : 1, &st, err, sizeof err) != 0)
 			goto fail;
-		pre[r] = n_p > 0 ? (double)n_p / st.t_prefill : 0;
+		pre[r] = o.n_p > 0 ? (double)o.n_p / st.t_prefill : 0;
 		t0 = kvc_now();
-		for (long k = 0; k < n_n; k++) {
+		for (long k = 0; k < o.n_n; k++) {
 			id = argmax(eng_seq_logits(s), eng_n_vocab(e));
 			if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
 				goto fail;
 		}
 		t1 = kvc_now();
-		dec[r] = n_n > 0 ? (double)n_n / (t1 - t0) : 0;
+		dec[r] = o.n_n > 0 ? (double)o.n_n / (t1 - t0) : 0;
 		n_runs++;
 		fprintf(stderr, "kvchat: bench: run %d/%ld: prefill %.2f tok/s, decode %.2f tok/s\n",
-		    r + 1, reps, pre[r], dec[r]);
+		    r + 1, o.reps, pre[r], dec[r]);
 		/* Long runs on a slow machine: one more is enough for a median of two. */
 		if (r >= 1 && st.t_prefill + (t1 - t0) > 120)
 			break;
 	}
-
-	{
-		const struct kvc_model *m = eng_model(e);
-		double pre_med = median(pre, n_runs), dec_med = median(dec, n_runs);
-		double p0 = n_p > 0 ? (double)n_p : 1;
-		/* decode step k attends over p0 + k + 1 positions: mean over k in [0, n) */
-		double kv_per_tok = (double)eng_kv_bytes_per_pos(e) * (p0 + 0.5 * (double)(n_n + 1));
-		double bytes_per_tok = (double)m->weight_bytes + kv_per_tok;
-		const struct gguf_file *f = eng_gguf(e);
-		double by_type[GGML_TYPE_COUNT] = { 0 };
-
-		printf("model:   %s (%s, %.1f M params, %.1f MiB read per token)\n",
-		    model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6,
-		    (double)m->weight_bytes / (1024.0 * 1024.0));
-		/* Files called "Q4_K" mix types; say which, by size. */
-		for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-			const struct gguf_tensor *t = gguf_tensor(f, i);
-
-			if ((int)t->type >= 0 && t->type < GGML_TYPE_COUNT)
-				by_type[t->type] += (double)t->nbytes;
-		}
-		printf("weights:");
-		for (int t = 0; t < GGML_TYPE_COUNT; t++)
-			if (by_type[t] > 0)
-				printf(" %s %.1f MiB", gguf_dtype_name((enum gguf_dtype)t), by_type[t] / (1024.0 * 1024.0));
-		printf("\n");
-		printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
-		    eng_backend_name(e), ep.n_threads > 0 ? ep.n_threads : tp_default_threads(),
-		    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
-		printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
-		printf("|---------|--------|----------|------------------|---------------|\n");
-		if (n_p > 0)
-			printf("| prefill | %6ld | %8.2f |                  |               |\n", n_p, pre_med);
-		if (n_n > 0)
-			printf("| decode  | %6ld | %8.2f | %13.1f MB | %13.2f |\n", n_n, dec_med,
-			    bytes_per_tok / 1e6, bytes_per_tok * dec_med / 1e9);
-	}
+	report(e, &o, pre, dec, n_runs);
 	rc = 0;
 	goto out;
 fail:

@@ -1,23 +1,14 @@
 /* sub_common.c: option parsing shared by kvchat generate and kvchat bench. */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "sub_common.h"
+#include "core/parse.h"
 
 bool
 sub_parse_long(const char *s, long lo, long hi, long *out)
 {
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < lo || v > hi)
-		return false;
-	*out = v;
-	return true;
+	return kvc_parse_long(s, lo, hi, out) == KVC_OK;
 }
 
 int
@@ -36,7 +27,7 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 	long v;
 
 	if (strcmp(opt, "--threads") == 0 || strcmp(opt, "-t") == 0) {
-		if (!sub_parse_long(val, 0, 1024, &v)) {
+		if (kvc_parse_long(val, 0, 1024, &v) != KVC_OK) {
 			*why = "bad --threads";
 			return -1;
 		}
@@ -53,7 +44,7 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 	} else if (strcmp(opt, "--device") == 0) {
 		ep->device = val;
 	} else if (strcmp(opt, "--gpu") == 0) {
-		if (!sub_parse_long(val, 0, 1024, &v)) {
+		if (kvc_parse_long(val, 0, 1024, &v) != KVC_OK) {
 			*why = "bad --gpu";
 			return -1;
 		}

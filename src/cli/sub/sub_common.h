@@ -1,6 +1,7 @@
 /*
  * sub_common.h: what the one-shot subcommands (generate, bench) share:
- * strict number parsing, the usage-error exit, and the engine options.
+ * the usage-error exit and the engine options (and, for generate, an
+ * integer parser).
  */
 #ifndef KVC_SUB_COMMON_H
 #define KVC_SUB_COMMON_H
@@ -9,8 +10,11 @@
 
 #include "engine/engine.h"
 
-/* True when all of s is a decimal integer in [lo, hi], stored in *out;
- * false (and *out untouched) otherwise. */
+/*
+ * True when all of s is a decimal integer in [lo, hi], stored in *out;
+ * false (and *out untouched) otherwise. kvc_parse_long (core/parse.h) with
+ * a boolean result, kept for sub_generate.c until it moves onto that.
+ */
 bool sub_parse_long(const char *s, long lo, long hi, long *out);
 
 /*

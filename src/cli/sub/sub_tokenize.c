@@ -16,8 +16,12 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/parse.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+
+/* What separates the ids detokenize reads. */
+#define ID_SPACE " \t\n\r"
 
 static int
 read_all(FILE *in, struct kvc_buf *b)
@@ -182,15 +186,18 @@ sub_detokenize(int argc, char **argv)
 	tok_detok_init(&d, TOK_DETOK_SPECIAL);
 	for (p = in.p;;) {
 		long v;
+		char c;
 
-		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-			p++;
+		p += strspn(p, ID_SPACE);
 		if (*p == '\0')
 			break;
-		errno = 0;
-		v = strtol(p, &end, 10);
-		if (end == p || errno != 0 || v < 0 || v >= tok_n_vocab(tok) ||
-		    (*end != '\0' && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+		/* One id: cut it out of the text while it is parsed. */
+		end = p + strcspn(p, ID_SPACE);
+		c = *end;
+		*end = '\0';
+		rc = kvc_parse_long(p, 0, tok_n_vocab(tok) - 1, &v);
+		*end = c;
+		if (rc != KVC_OK) {
 			fprintf(stderr, "kvchat: standard input: '%.20s' is not a token id of this vocabulary (0..%d)\n",
 			    p, tok_n_vocab(tok) - 1);
 			goto out;

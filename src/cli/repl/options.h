@@ -1,0 +1,33 @@
+/* options.h: the chat program's command line, parsed. */
+#ifndef KVC_OPTIONS_H
+#define KVC_OPTIONS_H
+
+#include "repl.h"
+
+enum repl_open_mode { OPEN_NEW, OPEN_SESSION, OPEN_RESUME };
+
+struct repl_opts {
+	const char *model;
+	const char *db;
+	enum repl_open_mode mode;
+	const char *name;		/* --session NAME, --resume X, --new TITLE */
+	const char *system;
+	const char *template_name;
+	struct kvc_engine_params ep;
+	struct conv_settings set;
+	unsigned set_mask;		/* KVC_SET_*: which of set were given */
+	size_t kv_budget;
+	bool kv_budget_given;
+	enum conv_overflow overflow;
+	const char *stats_json;
+	bool no_color;
+};
+
+/*
+ * Parses argv into o (defaults for what is not given). Returns 0 to go on,
+ * -1 when --help or --version has been printed (exit 0), or 2 after
+ * printing a usage error on stderr.
+ */
+int repl_parse_opts(int argc, char **argv, struct repl_opts *o);
+
+#endif

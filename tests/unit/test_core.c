@@ -1,0 +1,202 @@
+/*
+ * test_core: the core module's JSON string literals (escapes, UTF-8 and
+ * invalid bytes passed through) and its strict number parsers (whole
+ * string, range, overflow, the size multipliers, seeds).
+ */
+#include "config.h"
+
+#include <float.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+#include "core/json.h"
+#include "core/parse.h"
+
+/* kvc_json_str of s[0..n) into a fresh buffer equals want (want_n bytes). */
+static int
+json_is(const char *s, size_t n, const char *want, size_t want_n)
+{
+	struct kvc_buf b = {0};
+	int ok = kvc_json_str(&b, s, n) == KVC_OK && b.n == want_n &&
+	    memcmp(b.p, want, want_n) == 0;
+
+	if (!ok)
+		fprintf(stderr, "got \"%.*s\"\n", b.p ? (int)b.n : 0, b.p ? b.p : "");
+	kvc_buf_free(&b);
+	return ok;
+}
+
+#define JSON_IS(lit, want) json_is(lit, sizeof lit - 1, want, sizeof want - 1)
+
+static void
+test_json(void)
+{
+	struct kvc_buf b = {0};
+
+	test_cond(JSON_IS("", "\"\""), "empty");
+	test_cond(json_is(NULL, 0, "\"\"", 2), "NULL, 0");
+	test_cond(JSON_IS("hello, world", "\"hello, world\""), "plain");
+	test_cond(JSON_IS("say \"hi\"", "\"say \\\"hi\\\"\""), "quotes");
+	test_cond(JSON_IS("a\\b", "\"a\\\\b\""), "backslash");
+	test_cond(JSON_IS("/", "\"/\""), "slash is not escaped");
+	test_cond(JSON_IS("l1\nl2\r\tx", "\"l1\\nl2\\r\\tx\""), "named escapes");
+	test_cond(JSON_IS("\x01\x08\x0c\x1f", "\"\\u0001\\u0008\\u000c\\u001f\""),
+	    "other control characters as \\u00XX");
+	test_cond(JSON_IS("a\0b", "\"a\\u0000b\""), "a NUL inside the length");
+	test_cond(JSON_IS("\x7f", "\"\x7f\""), "DEL passes");
+	test_cond(JSON_IS("h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80",
+	    "\"h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\""), "UTF-8 passes through");
+	test_cond(JSON_IS("\xff\xc3(\xed\xa0\x80", "\"\xff\xc3(\xed\xa0\x80\""),
+	    "invalid UTF-8 is copied as it is");
+	test_cond(json_is("abc\"def", 3, "\"abc\"", 5), "only n bytes");
+
+	/* Appends to what the buffer holds. */
+	test_cond(kvc_buf_printf(&b, "{\"t\":") == KVC_OK && kvc_json_str(&b, "x\"", 2) == KVC_OK &&
+	    kvc_buf_append(&b, "}", 1) == KVC_OK && strcmp(b.p, "{\"t\":\"x\\\"\"}") == 0,
+	    "appends: %s", b.p);
+	kvc_buf_free(&b);
+
+	/* Every byte value, one at a time: each maps by the rule. */
+	for (int c = 0; c < 256; c++) {
+		char in = (char)c, want[16];
+		size_t wn;
+
+		if (c == '"' || c == '\\')
+			wn = (size_t)snprintf(want, sizeof want, "\"\\%c\"", c);
+		else if (c == '\n' || c == '\r' || c == '\t')
+			wn = (size_t)snprintf(want, sizeof want, "\"\\%c\"",
+			    c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+		else if (c < 0x20)
+			wn = (size_t)snprintf(want, sizeof want, "\"\\u%04x\"", c);
+		else {
+			want[0] = '"';
+			want[1] = (char)c;
+			want[2] = '"';
+			wn = 3;
+		}
+		test_cond(json_is(&in, 1, want, wn), "byte 0x%02x", c);
+	}
+}
+
+static void
+test_long(void)
+{
+	long v;
+
+	test_cond(kvc_parse_long("42", 0, 100, &v) == KVC_OK && v == 42, "42");
+	test_cond(kvc_parse_long("-7", -10, 10, &v) == KVC_OK && v == -7, "-7");
+	test_cond(kvc_parse_long("+3", 0, 10, &v) == KVC_OK && v == 3, "+3");
+	test_cond(kvc_parse_long(" 5", 0, 10, &v) == KVC_OK && v == 5, "leading space as strtol");
+	test_cond(kvc_parse_long("0", 0, 0, &v) == KVC_OK && v == 0, "lo == hi");
+	test_cond(kvc_parse_long("16", 16, 32, &v) == KVC_OK && v == 16, "lo is in range");
+	test_cond(kvc_parse_long("32", 16, 32, &v) == KVC_OK && v == 32, "hi is in range");
+	v = 1234;
+	test_cond(kvc_parse_long("15", 16, 32, &v) == KVC_ERANGE && v == 1234, "below lo");
+	test_cond(kvc_parse_long("33", 16, 32, &v) == KVC_ERANGE && v == 1234, "above hi");
+	test_cond(kvc_parse_long("99999999999999999999999", 0, 10, &v) == KVC_ERANGE,
+	    "overflow");
+	test_cond(kvc_parse_long("-99999999999999999999999", -10, 0, &v) == KVC_ERANGE,
+	    "negative overflow");
+	test_cond(kvc_parse_long("", 0, 10, &v) == KVC_EINVAL, "empty");
+	test_cond(kvc_parse_long("abc", 0, 10, &v) == KVC_EINVAL, "letters");
+	test_cond(kvc_parse_long("12x", 0, 100, &v) == KVC_EINVAL, "trailing letter");
+	test_cond(kvc_parse_long("5 ", 0, 10, &v) == KVC_EINVAL, "trailing space");
+	test_cond(kvc_parse_long("1.5", 0, 10, &v) == KVC_EINVAL, "a fraction");
+	test_cond(kvc_parse_long("-", -10, 10, &v) == KVC_EINVAL, "a sign alone");
+	test_cond(v == 1234, "untouched on failure");
+}
+
+static void
+test_double(void)
+{
+	double d;
+
+	test_cond(kvc_parse_double("0.8", 0, 2, &d) == KVC_OK && d == 0.8, "0.8");
+	test_cond(kvc_parse_double("1e3", 0, 1e4, &d) == KVC_OK && d == 1000, "1e3");
+	test_cond(kvc_parse_double("-2.5", -FLT_MAX, FLT_MAX, &d) == KVC_OK && d == -2.5, "-2.5");
+	test_cond(kvc_parse_double("0", 0, 1, &d) == KVC_OK && d == 0, "lo");
+	test_cond(kvc_parse_double("1", 0, 1, &d) == KVC_OK && d == 1, "hi");
+	d = 7;
+	test_cond(kvc_parse_double("1.01", 0, 1, &d) == KVC_ERANGE && d == 7, "above hi");
+	test_cond(kvc_parse_double("nan", -FLT_MAX, FLT_MAX, &d) == KVC_ERANGE, "NaN");
+	test_cond(kvc_parse_double("inf", -FLT_MAX, FLT_MAX, &d) == KVC_ERANGE, "inf");
+	test_cond(kvc_parse_double("1e999", -DBL_MAX, DBL_MAX, &d) == KVC_ERANGE, "overflow");
+	test_cond(kvc_parse_double("1e-999", -1, 1, &d) == KVC_ERANGE, "underflow");
+	test_cond(kvc_parse_double("", 0, 1, &d) == KVC_EINVAL, "empty");
+	test_cond(kvc_parse_double(".", 0, 1, &d) == KVC_EINVAL, "a dot");
+	test_cond(kvc_parse_double("0.5x", 0, 1, &d) == KVC_EINVAL, "trailing letter");
+	test_cond(kvc_parse_double("0.5 ", 0, 1, &d) == KVC_EINVAL, "trailing space");
+	test_cond(d == 7, "untouched on failure");
+}
+
+static void
+test_size(void)
+{
+	static const struct {
+		const char *s;
+		size_t want;
+	} ok[] = {
+		{ "0", 0 }, { "4096", 4096 }, { "1k", 1024 },
+		{ "64kB", 65536 }, { "1K", 1024 }, { "512M", 512ull << 20 },
+		{ "1Mi", 1ull << 20 }, { "2G", 2ull << 30 }, { "2GiB", 2ull << 30 },
+		{ "1.5G", 3ull << 29 }, { "1T", 1ull << 40 }, { "0.5k", 512 },
+		{ "1000.9", 1000 },
+	};
+	static const struct {
+		const char *s;
+		int rc;
+	} bad[] = {
+		{ "", KVC_EINVAL }, { "M", KVC_EINVAL }, { "1X", KVC_EINVAL },
+		{ "1MiBx", KVC_EINVAL }, { "1 M", KVC_EINVAL }, { "1Bi", KVC_EINVAL },
+		{ "1MM", KVC_EINVAL }, { "4096B", KVC_EINVAL }, { "-1", KVC_ERANGE }, { "-1G", KVC_ERANGE },
+		{ "nan", KVC_ERANGE }, { "inf", KVC_ERANGE }, { "1e30", KVC_ERANGE },
+		{ "16777216T", KVC_ERANGE }, { "1e999", KVC_ERANGE },
+	};
+	size_t z;
+
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		z = 1;
+		test_cond(kvc_parse_size(ok[i].s, &z) == KVC_OK && z == ok[i].want,
+		    "'%s': %zu", ok[i].s, z);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		z = 1;
+		test_cond(kvc_parse_size(bad[i].s, &z) == bad[i].rc && z == 1, "'%s'", bad[i].s);
+	}
+}
+
+static void
+test_seed(void)
+{
+	uint64_t s;
+
+	test_cond(kvc_parse_seed("0", &s) == KVC_OK && s == 0, "0");
+	test_cond(kvc_parse_seed("42", &s) == KVC_OK && s == 42, "42");
+	test_cond(kvc_parse_seed("18446744073709551615", &s) == KVC_OK && s == UINT64_MAX,
+	    "2^64 - 1");
+	test_cond(kvc_parse_seed("9007199254740993", &s) == KVC_OK && s == 9007199254740993ull,
+	    "past a double's precision");
+	s = 5;
+	test_cond(kvc_parse_seed("18446744073709551616", &s) == KVC_ERANGE, "2^64");
+	test_cond(kvc_parse_seed("-1", &s) == KVC_ERANGE, "-1");
+	test_cond(kvc_parse_seed(" -1", &s) == KVC_ERANGE, "' -1'");
+	test_cond(kvc_parse_seed("-", &s) == KVC_EINVAL, "a minus alone");
+	test_cond(kvc_parse_seed("", &s) == KVC_EINVAL, "empty");
+	test_cond(kvc_parse_seed("random", &s) == KVC_EINVAL, "a word");
+	test_cond(kvc_parse_seed("12 ", &s) == KVC_EINVAL, "trailing space");
+	test_cond(kvc_parse_seed("1.0", &s) == KVC_EINVAL, "a fraction");
+	test_cond(s == 5, "untouched on failure");
+}
+
+int
+main(void)
+{
+	test_json();
+	test_long();
+	test_double();
+	test_size();
+	test_seed();
+	return test_done();
+}
