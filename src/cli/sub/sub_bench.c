@@ -65,7 +65,8 @@ struct bench_opts {
 static int
 parse_args(int argc, char **argv, struct bench_opts *o)
 {
-	for (int i = 1; i < argc; i++) {
+	/* Every option but --help takes a value: step over both. */
+	for (int i = 1; i < argc; i += 2) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why;
 		int eo;
 
@@ -91,7 +92,6 @@ parse_args(int argc, char **argv, struct bench_opts *o)
 		} else {
 			return usage("unknown argument", a);
 		}
-		i++;
 	}
 	if (o->model == NULL)
 		return usage("no model given (-m FILE)", NULL);
