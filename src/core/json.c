@@ -1,5 +1,5 @@
 /* json.c: JSON string literals (escaping) for the JSON the program writes. */
-#include "json.h"
+#include "kvc.h"
 
 int
 kvc_json_str(struct kvc_buf *b, const char *s, size_t n)

@@ -78,4 +78,43 @@ bool kvc_cpu_avx2(void);
 /* UTF-8: length of the longest valid prefix of s[0..n) ; == n when valid. */
 size_t kvc_utf8_valid_prefix(const char *s, size_t n);
 
+
+/* ---- JSON (json.c) ---- */
+/* The program writes its JSON (/export json, --stats-json) with
+ * kvc_buf_printf; the one part that needs care, escaping text, is here. */
+/*
+ * Appends s[0..n) to b as a JSON string literal, quotes included: '"' and
+ * '\' are escaped, \n \r \t by name, other bytes below 0x20 as \u00XX.
+ * Every other byte is copied as it is, so UTF-8 passes through unchanged
+ * and invalid UTF-8 is not repaired (the caller validates text it takes
+ * in). s may be NULL when n is 0. Returns 0 or KVC_ENOMEM.
+ */
+int kvc_json_str(struct kvc_buf *b, const char *s, size_t n);
+
+/* ---- number parsers (parse.c) ----
+ * One for each kind of value read from a command line or a /command. Each
+ * is strict: the whole of s must be the number (leading white space and a
+ * sign as strtol/strtod take them; nothing may follow), the value must be
+ * in range, and an overflow is an error, never a clamped value. Each
+ * returns KVC_OK and stores the value in *out, or returns KVC_EINVAL (not
+ * a number) or KVC_ERANGE (out of range) and leaves *out untouched; the
+ * caller words the message, which names its option. */
+/* A decimal integer in [lo, hi]. */
+int kvc_parse_long(const char *s, long lo, long hi, long *out);
+
+/* A decimal floating-point number in [lo, hi]; NaN is never in range. */
+int kvc_parse_double(const char *s, double lo, double hi, double *out);
+
+/*
+ * A size in bytes: a non-negative number, fractions allowed, with an
+ * optional binary multiplier k, M, G or T (either case; 1024-based), which
+ * may be followed by "i", "B" or "iB": "4096", "512M", "1.5G", "2GiB",
+ * "64kB" (a bare "B" is not taken). The result is rounded down to whole
+ * bytes.
+ */
+int kvc_parse_size(const char *s, size_t *out);
+
+/* A sampler seed: a decimal integer in [0, 2^64 - 1], no minus sign. */
+int kvc_parse_seed(const char *s, uint64_t *out);
+
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parse.h"
+#include "kvc.h"
 
 int
 kvc_parse_long(const char *s, long lo, long hi, long *out)

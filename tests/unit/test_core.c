@@ -10,9 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/kvc.h"
 #include "test.h"
-#include "core/json.h"
-#include "core/parse.h"
 
 /* kvc_json_str of s[0..n) into a fresh buffer equals want (want_n bytes). */
 static int

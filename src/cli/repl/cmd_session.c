@@ -7,7 +7,6 @@
 
 #include "cmd.h"
 #include "cli/colour.h"
-#include "core/json.h"
 
 static int
 cmd_new_exec(struct kvc_repl *r, const char *args)

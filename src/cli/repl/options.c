@@ -1,7 +1,7 @@
 /*
  * options.c: the chat program's command line: getopt_long over the options
  * kvchat(1) documents, each value checked with the strict parsers of
- * core/parse.h; a bad value is a usage error (exit status 2).
+ * core/kvc.h; a bad value is a usage error (exit status 2).
  */
 #include <float.h>
 #include <getopt.h>
@@ -10,7 +10,6 @@
 
 #include "options.h"
 #include "cli/cli.h"
-#include "core/parse.h"
 
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE, OPT_TEMP,

@@ -15,7 +15,6 @@
 #include "cli/cli.h"
 #include "cli/colour.h"
 #include "cli/discover.h"
-#include "core/parse.h"
 
 /*
  * The one piece of state a signal handler may touch. It is handed to the

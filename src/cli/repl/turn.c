@@ -10,7 +10,6 @@
 
 #include "repl.h"
 #include "cli/colour.h"
-#include "core/json.h"
 
 /* conv_io.on_text: the reply as it comes. */
 static int

@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "sub_common.h"
 #include "backend/threadpool.h"
-#include "core/parse.h"
 #include "engine/engine.h"
 
 static const char bench_usage[] =

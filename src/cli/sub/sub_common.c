@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "sub_common.h"
-#include "core/parse.h"
 
 bool
 sub_parse_long(const char *s, long lo, long hi, long *out)

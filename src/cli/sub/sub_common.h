@@ -12,7 +12,7 @@
 
 /*
  * True when all of s is a decimal integer in [lo, hi], stored in *out;
- * false (and *out untouched) otherwise. kvc_parse_long (core/parse.h) with
+ * false (and *out untouched) otherwise. kvc_parse_long (core/kvc.h) with
  * a boolean result, kept for sub_generate.c until it moves onto that.
  */
 bool sub_parse_long(const char *s, long lo, long hi, long *out);

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "core/parse.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
