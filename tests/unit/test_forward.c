@@ -50,6 +50,7 @@
 #include "gguf/gguf_write.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 #include "fixtures/ref_forward.h"
 #include "test.h"
 
