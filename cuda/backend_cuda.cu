@@ -80,7 +80,7 @@ struct cuda_ctx {
 	double *inv_freq;			/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
 	struct dlayer *layers;
 	size_t weight_bytes;
-	size_t kv_budget, kv_used;
+	size_t kv_used;				/* bytes committed by all caches */
 	int64_t max_n_in;			/* widest matrix input (matvec shared memory) */
 	size_t max_w_elems;			/* largest matrix, elements */
 	/* scratch, grown to the largest batch seen (at most CHUNK tokens) */
@@ -875,7 +875,6 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	}
 	c->m = m;
 	c->dev = gpu;
-	c->kv_budget = p ? p->kv_budget : 0;
 	*out = c;
 #define TRY(x) do { if ((rc = (x)) != KVC_OK) { cuda_free(c); *out = NULL; return rc; } } while (0)
 	TRY(cuda_call(cudaSetDevice(c->dev), "cudaSetDevice", err, errlen));
@@ -1140,9 +1139,8 @@ kv_bytes_at(const struct cuda_kv *kv, int cap)
 }
 
 /*
- * Make kv hold positions [0, need): doubling, capped by n_ctx and the
- * budget as on the CPU (without headroom when the doubled size would not
- * fit). New buffers are all allocated before any old one is released, so a
+ * Make kv hold positions [0, need): doubling, capped by n_ctx, as on the
+ * CPU. New buffers are all allocated before any old one is released, so a
  * failure leaves the cache as it was.
  */
 static int
@@ -1163,16 +1161,6 @@ kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errl
 		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
 	if (cap > kv->n_ctx)
 		cap = kv->n_ctx;
-	if (c->kv_budget && c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
-		cap = need;
-		if (c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
-			kvc_err(err, errlen,
-			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
-			    need, kv_bytes_at(kv, cap) / 1048576.0, c->kv_used / 1048576.0,
-			    c->kv_budget / 1048576.0);
-			return KVC_ERANGE;
-		}
-	}
 	if ((nb = (void **)calloc(2 * (size_t)kv->n_layer, sizeof *nb)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
@@ -1468,10 +1456,7 @@ cuda_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "backend cuda: device %d (%s), %.1f of %.1f GiB free\n",
 	    c->dev, prop.name, free_b / 1073741824.0, total_b / 1073741824.0);
 	kvc_buf_printf(out, "weights: %.1f MiB in GPU memory\n", c->weight_bytes / 1048576.0);
-	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory", c->kv_used / 1048576.0);
-	if (c->kv_budget)
-		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
-	kvc_buf_printf(out, "\n");
+	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory\n", c->kv_used / 1048576.0);
 }
 
 extern "C" int

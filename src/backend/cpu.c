@@ -82,7 +82,6 @@ struct cpu_ctx {
 	float *att_s;			/* (n_threads, cap_att) scores */
 	float *att_o;			/* (n_threads, head_dim) accumulators */
 
-	size_t kv_budget;		/* 0 = unlimited */
 	size_t kv_used;			/* bytes committed by all caches */
 	struct cpu_kv *caches;
 };
@@ -423,7 +422,6 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	c->hp = *hp;
 	c->q_dim = hp->n_head * hp->head_dim;
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
-	c->kv_budget = p ? p->kv_budget : 0;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
 	c->act_in = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
 	if (hp->n_ff > c->act_in)
@@ -650,7 +648,7 @@ cpu_kv_bytes(void *ctx, void *kv)
 	return kv_bytes_at(ctx, kv, ((struct cpu_kv *)kv)->cap);
 }
 
-/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx and the budget. */
+/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx. */
 static int
 kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen)
 {
@@ -668,16 +666,6 @@ kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t er
 		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
 	if (cap > kv->n_ctx)
 		cap = kv->n_ctx;
-	if (c->kv_budget && c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
-		cap = n_pos;	/* without headroom, then */
-		if (c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
-			kvc_err(err, errlen,
-			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
-			    n_pos, kv_bytes_at(c, kv, cap) / 1048576.0, c->kv_used / 1048576.0,
-			    c->kv_budget / 1048576.0);
-			return KVC_ERANGE;
-		}
-	}
 	for (il = 0; il < c->hp.n_layer; il++) {
 		void *k = realloc(kv->k[il], (size_t)cap * kv->row_bytes);
 
@@ -937,10 +925,7 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	    tp_size(c->pool), q_simd_name(), c->simd ? "avx2+f16c" : "scalar");
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
-	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed", n, c->kv_used / 1048576.0);
-	if (c->kv_budget)
-		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
-	kvc_buf_printf(out, "\n");
+	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 }
 
 const struct kvc_backend_i kvc_backend_cpu = {

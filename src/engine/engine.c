@@ -48,7 +48,6 @@ kvc_engine_default_params(void)
 	p.n_threads = 0;
 	p.n_ctx = 0;
 	p.kv_type = GGML_TYPE_F16;
-	p.kv_budget = 0;
 	return p;
 }
 
@@ -238,7 +237,6 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	memset(&bp, 0, sizeof bp);
 	bp.n_threads = p.n_threads;
 	bp.gpu = p.gpu;
-	bp.kv_budget = p.kv_budget;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
 	rc = e->be->init(&e->bctx, &e->model, &bp, err, errlen);
