@@ -67,6 +67,14 @@ struct kvc_backend_i {
 	void (*describe)(void *ctx, struct kvc_buf *out);
 };
 
+/*
+ * backend.c: the backend for device "auto" (CUDA when a device is usable,
+ * else the CPU), "cpu" or "cuda" (NULL or "" = "auto"). KVC_EUNSUPPORTED
+ * when CUDA is asked for but not built or no device is usable,
+ * KVC_EINVAL for another name; the message says which.
+ */
+int kvc_backend_pick(const struct kvc_backend_i **out, const char *device, char *err, size_t errlen);
+
 extern const struct kvc_backend_i kvc_backend_cpu;
 #ifdef HAVE_CUDA
 extern const struct kvc_backend_i kvc_backend_cuda;

@@ -148,40 +148,6 @@ make_fingerprint(struct kvc_engine *e)
 
 /* ---- engine ---- */
 
-static int
-pick_backend(struct kvc_engine *e, const char *device, char *err, size_t errlen)
-{
-	if (device == NULL || device[0] == '\0' || strcmp(device, "auto") == 0) {
-#ifdef HAVE_CUDA
-		if (kvc_cuda_device_count() > 0) {
-			e->be = &kvc_backend_cuda;
-			return KVC_OK;
-		}
-#endif
-		e->be = &kvc_backend_cpu;
-		return KVC_OK;
-	}
-	if (strcmp(device, "cpu") == 0) {
-		e->be = &kvc_backend_cpu;
-		return KVC_OK;
-	}
-	if (strcmp(device, "cuda") == 0) {
-#ifdef HAVE_CUDA
-		if (kvc_cuda_device_count() > 0) {
-			e->be = &kvc_backend_cuda;
-			return KVC_OK;
-		}
-		kvc_err(err, errlen, "device cuda: no usable CUDA device found (check the driver, or use --device cpu)");
-		return KVC_EUNSUPPORTED;
-#else
-		kvc_err(err, errlen, "device cuda: this kvchat was built without the CUDA backend (use --device cpu)");
-		return KVC_EUNSUPPORTED;
-#endif
-	}
-	kvc_err(err, errlen, "unknown device '%s' (expected auto, cpu or cuda)", device);
-	return KVC_EINVAL;
-}
-
 int
 eng_open(struct kvc_engine **out, const char *model_path,
     const struct kvc_engine_params *pp, char *err, size_t errlen)
@@ -206,7 +172,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
-	rc = pick_backend(e, p.device, err, errlen);
+	rc = kvc_backend_pick(&e->be, p.device, err, errlen);
 	if (rc)
 		goto fail;
 	rc = gguf_open(&e->gf, model_path, err, errlen);
