@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 
 #include <pthread.h>
 #include <stdio.h>

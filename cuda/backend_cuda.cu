@@ -80,7 +80,7 @@ struct cuda_ctx {
 	double *inv_freq;			/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
 	struct dlayer *layers;
 	size_t weight_bytes;
-	size_t kv_budget, kv_used;
+	size_t kv_used;				/* bytes committed by all caches */
 	int64_t max_n_in;			/* widest matrix input (matvec shared memory) */
 	size_t max_w_elems;			/* largest matrix, elements */
 	/* scratch, grown to the largest batch seen (at most CHUNK tokens) */
@@ -134,159 +134,224 @@ k_scale_min(int j, const uint8_t *q, float *sc, float *mn)
 }
 
 /*
+ * One function per block type: the dot of block b of a row with x, and
+ * when out != NULL the block's values written there. The float types use
+ * 32-element pseudo-blocks.
+ */
+__device__ static inline float
+bdot_f32(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const float *w = (const float *)row + b * 32;
+	float s = 0.f;
+
+	for (int i = 0; i < 32; i++) {
+		if (out) out[i] = w[i];
+		s += w[i] * x[i];
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_f16(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint16_t *w = (const uint16_t *)row + b * 32;
+	float s = 0.f;
+
+	for (int i = 0; i < 32; i++) {
+		float f = h2f(w[i]);
+		if (out) out[i] = f;
+		s += f * x[i];
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_bf16(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint16_t *w = (const uint16_t *)row + b * 32;
+	float s = 0.f;
+
+	for (int i = 0; i < 32; i++) {
+		float f = __uint_as_float((uint32_t)w[i] << 16);
+		if (out) out[i] = f;
+		s += f * x[i];
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_q8_0(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 34;
+	float d = h2f(ld16(p));
+	const int8_t *q = (const int8_t *)(p + 2);
+	float s = 0.f;
+
+	for (int i = 0; i < 32; i++) {
+		float f = d * q[i];
+		if (out) out[i] = f;
+		s += f * x[i];
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_q4_0(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 18;
+	float d = h2f(ld16(p));
+	const uint8_t *q = p + 2;
+	float s = 0.f;
+
+	for (int i = 0; i < 16; i++) {
+		float lo = d * ((q[i] & 0xF) - 8), hi = d * ((q[i] >> 4) - 8);
+		if (out) { out[i] = lo; out[i + 16] = hi; }
+		s += lo * x[i] + hi * x[i + 16];
+	}
+	return s;
+}
+
+/*
+ * Q4_1: d m qs (20 bytes); Q5_0: d qh qs (22); Q5_1: d m qh qs (24): 4- or
+ * 5-bit levels, with or without an offset m.
+ */
+__device__ static inline float
+bdot_q4_1_q5(int type, const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	bool has_m = type != GGML_TYPE_Q5_0, q5 = type != GGML_TYPE_Q4_1;
+	const uint8_t *p = row + b * (type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22 : 24);
+	const uint8_t *qh = p + (has_m ? 4 : 2), *q = qh + (q5 ? 4 : 0);
+	float d = h2f(ld16(p)), m = has_m ? h2f(ld16(p + 2)) : 0.f;
+	uint32_t hw = q5 ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+	    (uint32_t)qh[3] << 24 : 0;
+	int sub = type == GGML_TYPE_Q5_0 ? 16 : 0;
+	float s = 0.f;
+
+	for (int i = 0; i < 16; i++) {
+		float lo = d * (float)((int)((q[i] & 0xF) | ((hw >> i) & 1) << 4) - sub) + m;
+		float hi = d * (float)((int)((q[i] >> 4) | ((hw >> (i + 16)) & 1) << 4) - sub) + m;
+		if (out) { out[i] = lo; out[i + 16] = hi; }
+		s += lo * x[i] + hi * x[i + 16];
+	}
+	return s;
+}
+
+/* Q3_K: hmask[32] qs[64] scales[12] d (110 bytes); value 128h + 32j + l (quant/quant.h) */
+__device__ static inline float
+bdot_q3_k(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 110, *hm = p, *qs = p + 32, *sc = p + 96;
+	float d = h2f(ld16(p + 108));
+	float s = 0.f;
+
+	for (int e = 0; e < 256; e++) {
+		int h = e / 128, j = (e % 128) / 32, l = e % 32, k = e / 16;
+		int s6 = ((k < 8 ? sc[k] & 15 : sc[k - 8] >> 4) | ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+		int lv = ((qs[32 * h + l] >> (2 * j)) & 3) - (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4);
+		float f = d * (float)s6 * (float)lv;
+		if (out) out[e] = f;
+		s += f * x[e];
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_q4_k(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 144;
+	float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));
+	const uint8_t *scales = p + 4, *q = p + 16;
+	float s = 0.f;
+
+	for (int g = 0; g < 4; g++) {
+		float sc1, m1, sc2, m2;
+		k_scale_min(2 * g, scales, &sc1, &m1);
+		k_scale_min(2 * g + 1, scales, &sc2, &m2);
+		for (int l = 0; l < 32; l++) {
+			float lo = d * sc1 * (q[32 * g + l] & 0xF) - dmin * m1;
+			float hi = d * sc2 * (q[32 * g + l] >> 4) - dmin * m2;
+			if (out) { out[64 * g + l] = lo; out[64 * g + 32 + l] = hi; }
+			s += lo * x[64 * g + l] + hi * x[64 * g + 32 + l];
+		}
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_q5_k(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 176;
+	float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));
+	const uint8_t *scales = p + 4, *qh = p + 16, *q = p + 48;
+	float s = 0.f;
+
+	for (int g = 0; g < 4; g++) {
+		float sc1, m1, sc2, m2;
+		k_scale_min(2 * g, scales, &sc1, &m1);
+		k_scale_min(2 * g + 1, scales, &sc2, &m2);
+		for (int l = 0; l < 32; l++) {
+			int ql = q[32 * g + l];
+			int h1 = (qh[l] >> (2 * g)) & 1, h2 = (qh[l] >> (2 * g + 1)) & 1;
+			float lo = d * sc1 * ((ql & 0xF) + 16 * h1) - dmin * m1;
+			float hi = d * sc2 * ((ql >> 4) + 16 * h2) - dmin * m2;
+			if (out) { out[64 * g + l] = lo; out[64 * g + 32 + l] = hi; }
+			s += lo * x[64 * g + l] + hi * x[64 * g + 32 + l];
+		}
+	}
+	return s;
+}
+
+__device__ static inline float
+bdot_q6_k(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 210;
+	const uint8_t *ql0 = p, *qh0 = p + 128;
+	const int8_t *sc0 = (const int8_t *)(p + 192);
+	float d = h2f(ld16(p + 208));
+	float s = 0.f;
+
+	for (int h = 0; h < 2; h++) {
+		const uint8_t *ql = ql0 + 64 * h, *qh = qh0 + 32 * h;
+		const int8_t *sc = sc0 + 8 * h;
+		const float *xx = x + 128 * h;
+		for (int l = 0; l < 32; l++) {
+			int is = l / 16;
+			float v1 = d * sc[is + 0] * (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+			float v2 = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+			float v3 = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+			float v4 = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+			if (out) {
+				out[128 * h + l] = v1; out[128 * h + l + 32] = v2;
+				out[128 * h + l + 64] = v3; out[128 * h + l + 96] = v4;
+			}
+			s += v1 * xx[l] + v2 * xx[l + 32] + v3 * xx[l + 64] + v4 * xx[l + 96];
+		}
+	}
+	return s;
+}
+
+/*
  * Dot of one block (block index b of a row) with x; also usable to
- * dequantise by passing out != NULL. Blocks: F32/F16/BF16 use 32-element
- * pseudo-blocks so one code path serves every type.
+ * dequantise by passing out != NULL. One code path serves every type.
  */
 __device__ static float
 block_dot(int type, const uint8_t *row, int64_t b, const float *x, float *out)
 {
-	float s = 0.f;
-
 	switch (type) {
-	case GGML_TYPE_F32: {
-		const float *w = (const float *)row + b * 32;
-		for (int i = 0; i < 32; i++) {
-			if (out) out[i] = w[i];
-			s += w[i] * x[i];
-		}
-		break;
-	}
-	case GGML_TYPE_F16: {
-		const uint16_t *w = (const uint16_t *)row + b * 32;
-		for (int i = 0; i < 32; i++) {
-			float f = h2f(w[i]);
-			if (out) out[i] = f;
-			s += f * x[i];
-		}
-		break;
-	}
-	case GGML_TYPE_BF16: {
-		const uint16_t *w = (const uint16_t *)row + b * 32;
-		for (int i = 0; i < 32; i++) {
-			float f = __uint_as_float((uint32_t)w[i] << 16);
-			if (out) out[i] = f;
-			s += f * x[i];
-		}
-		break;
-	}
-	case GGML_TYPE_Q8_0: {
-		const uint8_t *p = row + b * 34;
-		float d = h2f(ld16(p));
-		const int8_t *q = (const int8_t *)(p + 2);
-		for (int i = 0; i < 32; i++) {
-			float f = d * q[i];
-			if (out) out[i] = f;
-			s += f * x[i];
-		}
-		break;
-	}
-	case GGML_TYPE_Q4_0: {
-		const uint8_t *p = row + b * 18;
-		float d = h2f(ld16(p));
-		const uint8_t *q = p + 2;
-		for (int i = 0; i < 16; i++) {
-			float lo = d * ((q[i] & 0xF) - 8), hi = d * ((q[i] >> 4) - 8);
-			if (out) { out[i] = lo; out[i + 16] = hi; }
-			s += lo * x[i] + hi * x[i + 16];
-		}
-		break;
-	}
+	case GGML_TYPE_F32: return bdot_f32(row, b, x, out);
+	case GGML_TYPE_F16: return bdot_f16(row, b, x, out);
+	case GGML_TYPE_BF16: return bdot_bf16(row, b, x, out);
+	case GGML_TYPE_Q8_0: return bdot_q8_0(row, b, x, out);
+	case GGML_TYPE_Q4_0: return bdot_q4_0(row, b, x, out);
 	case GGML_TYPE_Q4_1:
 	case GGML_TYPE_Q5_0:
-	case GGML_TYPE_Q5_1: {
-		/* Q4_1: d m qs (20 bytes); Q5_0: d qh qs (22); Q5_1: d m qh qs (24) */
-		bool has_m = type != GGML_TYPE_Q5_0, q5 = type != GGML_TYPE_Q4_1;
-		const uint8_t *p = row + b * (type == GGML_TYPE_Q4_1 ? 20 : type == GGML_TYPE_Q5_0 ? 22 : 24);
-		const uint8_t *qh = p + (has_m ? 4 : 2), *q = qh + (q5 ? 4 : 0);
-		float d = h2f(ld16(p)), m = has_m ? h2f(ld16(p + 2)) : 0.f;
-		uint32_t hw = q5 ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
-		    (uint32_t)qh[3] << 24 : 0;
-		int sub = type == GGML_TYPE_Q5_0 ? 16 : 0;
-		for (int i = 0; i < 16; i++) {
-			float lo = d * (float)((int)((q[i] & 0xF) | ((hw >> i) & 1) << 4) - sub) + m;
-			float hi = d * (float)((int)((q[i] >> 4) | ((hw >> (i + 16)) & 1) << 4) - sub) + m;
-			if (out) { out[i] = lo; out[i + 16] = hi; }
-			s += lo * x[i] + hi * x[i + 16];
-		}
-		break;
+	case GGML_TYPE_Q5_1: return bdot_q4_1_q5(type, row, b, x, out);
+	case GGML_TYPE_Q3_K: return bdot_q3_k(row, b, x, out);
+	case GGML_TYPE_Q4_K: return bdot_q4_k(row, b, x, out);
+	case GGML_TYPE_Q5_K: return bdot_q5_k(row, b, x, out);
+	case GGML_TYPE_Q6_K: return bdot_q6_k(row, b, x, out);
 	}
-	case GGML_TYPE_Q3_K: {
-		/* hmask[32] qs[64] scales[12] d (110 bytes); value 128h + 32j + l (src/quant.h) */
-		const uint8_t *p = row + b * 110, *hm = p, *qs = p + 32, *sc = p + 96;
-		float d = h2f(ld16(p + 108));
-		for (int e = 0; e < 256; e++) {
-			int h = e / 128, j = (e % 128) / 32, l = e % 32, k = e / 16;
-			int s6 = ((k < 8 ? sc[k] & 15 : sc[k - 8] >> 4) | ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
-			int lv = ((qs[32 * h + l] >> (2 * j)) & 3) - (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4);
-			float f = d * (float)s6 * (float)lv;
-			if (out) out[e] = f;
-			s += f * x[e];
-		}
-		break;
-	}
-	case GGML_TYPE_Q4_K: {
-		const uint8_t *p = row + b * 144;
-		float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));
-		const uint8_t *scales = p + 4, *q = p + 16;
-		for (int g = 0; g < 4; g++) {
-			float sc1, m1, sc2, m2;
-			k_scale_min(2 * g, scales, &sc1, &m1);
-			k_scale_min(2 * g + 1, scales, &sc2, &m2);
-			for (int l = 0; l < 32; l++) {
-				float lo = d * sc1 * (q[32 * g + l] & 0xF) - dmin * m1;
-				float hi = d * sc2 * (q[32 * g + l] >> 4) - dmin * m2;
-				if (out) { out[64 * g + l] = lo; out[64 * g + 32 + l] = hi; }
-				s += lo * x[64 * g + l] + hi * x[64 * g + 32 + l];
-			}
-		}
-		break;
-	}
-	case GGML_TYPE_Q5_K: {
-		const uint8_t *p = row + b * 176;
-		float d = h2f(ld16(p)), dmin = h2f(ld16(p + 2));
-		const uint8_t *scales = p + 4, *qh = p + 16, *q = p + 48;
-		for (int g = 0; g < 4; g++) {
-			float sc1, m1, sc2, m2;
-			k_scale_min(2 * g, scales, &sc1, &m1);
-			k_scale_min(2 * g + 1, scales, &sc2, &m2);
-			for (int l = 0; l < 32; l++) {
-				int ql = q[32 * g + l];
-				int h1 = (qh[l] >> (2 * g)) & 1, h2 = (qh[l] >> (2 * g + 1)) & 1;
-				float lo = d * sc1 * ((ql & 0xF) + 16 * h1) - dmin * m1;
-				float hi = d * sc2 * ((ql >> 4) + 16 * h2) - dmin * m2;
-				if (out) { out[64 * g + l] = lo; out[64 * g + 32 + l] = hi; }
-				s += lo * x[64 * g + l] + hi * x[64 * g + 32 + l];
-			}
-		}
-		break;
-	}
-	case GGML_TYPE_Q6_K: {
-		const uint8_t *p = row + b * 210;
-		const uint8_t *ql0 = p, *qh0 = p + 128;
-		const int8_t *sc0 = (const int8_t *)(p + 192);
-		float d = h2f(ld16(p + 208));
-		for (int h = 0; h < 2; h++) {
-			const uint8_t *ql = ql0 + 64 * h, *qh = qh0 + 32 * h;
-			const int8_t *sc = sc0 + 8 * h;
-			const float *xx = x + 128 * h;
-			for (int l = 0; l < 32; l++) {
-				int is = l / 16;
-				float v1 = d * sc[is + 0] * (((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-				float v2 = d * sc[is + 2] * (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-				float v3 = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-				float v4 = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-				if (out) {
-					out[128 * h + l] = v1; out[128 * h + l + 32] = v2;
-					out[128 * h + l + 64] = v3; out[128 * h + l + 96] = v4;
-				}
-				s += v1 * xx[l] + v2 * xx[l + 32] + v3 * xx[l + 64] + v4 * xx[l + 96];
-			}
-		}
-		break;
-	}
-	}
-	return s;
+	return 0.f;
 }
 
 /* Elements per block as block_dot sees them (32 for the float types). */
@@ -875,7 +940,6 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	}
 	c->m = m;
 	c->dev = gpu;
-	c->kv_budget = p ? p->kv_budget : 0;
 	*out = c;
 #define TRY(x) do { if ((rc = (x)) != KVC_OK) { cuda_free(c); *out = NULL; return rc; } } while (0)
 	TRY(cuda_call(cudaSetDevice(c->dev), "cudaSetDevice", err, errlen));
@@ -1140,9 +1204,8 @@ kv_bytes_at(const struct cuda_kv *kv, int cap)
 }
 
 /*
- * Make kv hold positions [0, need): doubling, capped by n_ctx and the
- * budget as on the CPU (without headroom when the doubled size would not
- * fit). New buffers are all allocated before any old one is released, so a
+ * Make kv hold positions [0, need): doubling, capped by n_ctx, as on the
+ * CPU. New buffers are all allocated before any old one is released, so a
  * failure leaves the cache as it was.
  */
 static int
@@ -1163,16 +1226,6 @@ kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errl
 		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
 	if (cap > kv->n_ctx)
 		cap = kv->n_ctx;
-	if (c->kv_budget && c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
-		cap = need;
-		if (c->kv_used - old + kv_bytes_at(kv, cap) > c->kv_budget) {
-			kvc_err(err, errlen,
-			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
-			    need, kv_bytes_at(kv, cap) / 1048576.0, c->kv_used / 1048576.0,
-			    c->kv_budget / 1048576.0);
-			return KVC_ERANGE;
-		}
-	}
 	if ((nb = (void **)calloc(2 * (size_t)kv->n_layer, sizeof *nb)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
@@ -1468,10 +1521,7 @@ cuda_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "backend cuda: device %d (%s), %.1f of %.1f GiB free\n",
 	    c->dev, prop.name, free_b / 1073741824.0, total_b / 1073741824.0);
 	kvc_buf_printf(out, "weights: %.1f MiB in GPU memory\n", c->weight_bytes / 1048576.0);
-	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory", c->kv_used / 1048576.0);
-	if (c->kv_budget)
-		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
-	kvc_buf_printf(out, "\n");
+	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory\n", c->kv_used / 1048576.0);
 }
 
 extern "C" int

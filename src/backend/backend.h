@@ -16,7 +16,6 @@
 struct kvc_backend_params {
 	int n_threads;		/* CPU worker threads (0 = number of cores) */
 	int gpu;		/* CUDA device ordinal */
-	size_t kv_budget;	/* bytes all KV caches together may use (0 = unlimited) */
 	/* called with done/total while weights load or upload (optional, may be NULL) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
@@ -35,7 +34,8 @@ struct kvc_backend_i {
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type
 	 * (GGML_TYPE_F16 or GGML_TYPE_F32). Memory may be committed lazily as
-	 * positions are used. KVC_ERANGE when the budget is exhausted.
+	 * positions are used. (How many caches stay resident is the
+	 * conversation layer's choice, not the backend's.)
 	 */
 	int (*kv_create)(void *ctx, int n_ctx, enum gguf_dtype kv_type,
 	    void **kv, char *err, size_t errlen);
@@ -66,6 +66,14 @@ struct kvc_backend_i {
 	/* Human-readable memory report for /show (optional). */
 	void (*describe)(void *ctx, struct kvc_buf *out);
 };
+
+/*
+ * backend.c: the backend for device "auto" (CUDA when a device is usable,
+ * else the CPU), "cpu" or "cuda" (NULL or "" = "auto"). KVC_EUNSUPPORTED
+ * when CUDA is asked for but not built or no device is usable,
+ * KVC_EINVAL for another name; the message says which.
+ */
+int kvc_backend_pick(const struct kvc_backend_i **out, const char *device, char *err, size_t errlen);
 
 extern const struct kvc_backend_i kvc_backend_cpu;
 #ifdef HAVE_CUDA

@@ -20,9 +20,11 @@
  * (or a longer context) first appears, never per token. Prefill runs in
  * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16 or F32,
- * grown by doubling up to n_ctx.
+ * grown by doubling up to n_ctx. The attention's row kernels (scalar and
+ * AVX2) are in cpu_simd.c.
  */
 #include "backend.h"
+#include "cpu_simd.h"
 #include "quant/quant.h"
 #include "threadpool.h"
 
@@ -30,11 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_X86_SIMD 1
-#endif
 
 #define CHUNK 128	/* tokens per prefill step */
 
@@ -82,127 +79,9 @@ struct cpu_ctx {
 	float *att_s;			/* (n_threads, cap_att) scores */
 	float *att_o;			/* (n_threads, head_dim) accumulators */
 
-	size_t kv_budget;		/* 0 = unlimited */
 	size_t kv_used;			/* bytes committed by all caches */
 	struct cpu_kv *caches;
 };
-
-/* ---- small vector kernels ---- */
-
-static float
-dot_f32(const float *a, const float *b, int n)
-{
-	float s = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-static float
-dot_f16(const uint16_t *a, const float *b, int n)
-{
-	float s = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		s += kvc_fp16_to_f32(a[i]) * b[i];
-	return s;
-}
-
-static void
-axpy_f32(float *y, float a, const float *x, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		y[i] += a * x[i];
-}
-
-static void
-axpy_f16(float *y, float a, const uint16_t *x, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		y[i] += a * kvc_fp16_to_f32(x[i]);
-}
-
-#ifdef HAVE_X86_SIMD
-#define SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
-
-SIMD_TARGET static float
-hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-SIMD_TARGET static float
-dot_f32_avx(const float *a, const float *b, int n)
-{
-	__m256 acc = _mm256_setzero_ps();
-	float s;
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-	s = hsum8(acc);
-	for (; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-SIMD_TARGET static float
-dot_f16_avx(const uint16_t *a, const float *b, int n)
-{
-	__m256 acc = _mm256_setzero_ps();
-	float s;
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8) {
-		__m256 va = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));
-
-		acc = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + i), acc);
-	}
-	s = hsum8(acc);
-	for (; i < n; i++)
-		s += kvc_fp16_to_f32(a[i]) * b[i];
-	return s;
-}
-
-SIMD_TARGET static void
-axpy_f32_avx(float *y, float a, const float *x, int n)
-{
-	__m256 va = _mm256_set1_ps(a);
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
-		    _mm256_loadu_ps(y + i)));
-	for (; i < n; i++)
-		y[i] += a * x[i];
-}
-
-SIMD_TARGET static void
-axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
-{
-	__m256 va = _mm256_set1_ps(a);
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8) {
-		__m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
-	}
-	for (; i < n; i++)
-		y[i] += a * kvc_fp16_to_f32(x[i]);
-}
-#endif
 
 /* y = x / rms(x) * w over n elements (x and y may alias). */
 static void
@@ -353,10 +232,10 @@ att_run(void *arg, int ith, int nth)
 			float d;
 #ifdef HAVE_X86_SIMD
 			if (c->simd)
-				d = f16 ? dot_f16_avx(kr, q, hd) : dot_f32_avx(kr, q, hd);
+				d = f16 ? cpu_dot_f16_avx(kr, q, hd) : cpu_dot_f32_avx(kr, q, hd);
 			else
 #endif
-				d = f16 ? dot_f16(kr, q, hd) : dot_f32(kr, q, hd);
+				d = f16 ? cpu_dot_f16(kr, q, hd) : cpu_dot_f32(kr, q, hd);
 			s[p] = d * scale;
 			if (s[p] > mx)
 				mx = s[p];
@@ -372,15 +251,15 @@ att_run(void *arg, int ith, int nth)
 #ifdef HAVE_X86_SIMD
 			if (c->simd) {
 				if (f16)
-					axpy_f16_avx(o, a, vr, hd);
+					cpu_axpy_f16_avx(o, a, vr, hd);
 				else
-					axpy_f32_avx(o, a, vr, hd);
+					cpu_axpy_f32_avx(o, a, vr, hd);
 			} else
 #endif
 			if (f16)
-				axpy_f16(o, a, vr, hd);
+				cpu_axpy_f16(o, a, vr, hd);
 			else
-				axpy_f32(o, a, vr, hd);
+				cpu_axpy_f32(o, a, vr, hd);
 		}
 		memcpy(c->att + (size_t)t * c->q_dim + (size_t)h * hd, o, (size_t)hd * sizeof *o);
 	}
@@ -423,7 +302,6 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	c->hp = *hp;
 	c->q_dim = hp->n_head * hp->head_dim;
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
-	c->kv_budget = p ? p->kv_budget : 0;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
 	c->act_in = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
 	if (hp->n_ff > c->act_in)
@@ -650,7 +528,7 @@ cpu_kv_bytes(void *ctx, void *kv)
 	return kv_bytes_at(ctx, kv, ((struct cpu_kv *)kv)->cap);
 }
 
-/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx and the budget. */
+/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx. */
 static int
 kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen)
 {
@@ -668,16 +546,6 @@ kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t er
 		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
 	if (cap > kv->n_ctx)
 		cap = kv->n_ctx;
-	if (c->kv_budget && c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
-		cap = n_pos;	/* without headroom, then */
-		if (c->kv_used - old + kv_bytes_at(c, kv, cap) > c->kv_budget) {
-			kvc_err(err, errlen,
-			    "KV cache budget exhausted: %d positions need %.1f MiB, %.1f of %.1f MiB in use",
-			    n_pos, kv_bytes_at(c, kv, cap) / 1048576.0, c->kv_used / 1048576.0,
-			    c->kv_budget / 1048576.0);
-			return KVC_ERANGE;
-		}
-	}
 	for (il = 0; il < c->hp.n_layer; il++) {
 		void *k = realloc(kv->k[il], (size_t)cap * kv->row_bytes);
 
@@ -937,10 +805,7 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	    tp_size(c->pool), q_simd_name(), c->simd ? "avx2+f16c" : "scalar");
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
-	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed", n, c->kv_used / 1048576.0);
-	if (c->kv_budget)
-		kvc_buf_printf(out, " of a %.1f MiB budget", c->kv_budget / 1048576.0);
-	kvc_buf_printf(out, "\n");
+	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 }
 
 const struct kvc_backend_i kvc_backend_cpu = {

@@ -226,6 +226,109 @@ add_f32(struct gguf_writer *w, const char *name, const unsigned char *src,
 	return rc;
 }
 
+/*
+ * Bytes a checkpoint with header c has: the header, then the float32
+ * arrays in the order llama2c.h lists them (the header bounds keep this
+ * from overflowing).
+ */
+static uint64_t
+ckpt_bytes(const struct l2c_config *c)
+{
+	uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+	uint64_t V = (uint64_t)c->vocab_size, head = dim / (uint64_t)c->n_heads;
+	uint64_t kv_dim = head * (uint64_t)c->n_kv_heads, need;
+
+	need = V * dim + L * dim + L * dim * dim + 2 * L * kv_dim * dim + L * dim * dim +
+	    L * dim + 3 * L * hid * dim + dim + (uint64_t)c->seq_len * head +
+	    (c->shared_cls ? 0 : V * dim);
+	return 28 + 4 * need;
+}
+
+/* The GGUF metadata: llama hyper-parameters and the SPM vocabulary. 0 or KVC_ENOMEM. */
+static int
+put_metadata(struct gguf_writer *w, const struct l2c_config *c, const struct l2c_vocab *v,
+    const char *name)
+{
+	int rc;
+
+	rc = gguf_w_str(w, "general.architecture", "llama");
+	rc = rc ? rc : gguf_w_str(w, "general.name", name);
+	rc = rc ? rc : gguf_w_u32(w, "general.file_type", 0);	/* all F32 */
+	rc = rc ? rc : gguf_w_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+	rc = rc ? rc : gguf_w_u32(w, "llama.context_length", (uint32_t)c->seq_len);
+	rc = rc ? rc : gguf_w_u32(w, "llama.embedding_length", (uint32_t)c->dim);
+	rc = rc ? rc : gguf_w_u32(w, "llama.block_count", (uint32_t)c->n_layers);
+	rc = rc ? rc : gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
+	rc = rc ? rc : gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
+	rc = rc ? rc : gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+	rc = rc ? rc : gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	rc = rc ? rc : gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
+	/*
+	 * llama2.c rotates adjacent pairs (2i, 2i+1) of each head, which is
+	 * the "llama" convention of model.h, so wq/wk are stored unpermuted.
+	 */
+	rc = rc ? rc : gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)(c->dim / c->n_heads));
+	rc = rc ? rc : gguf_w_str(w, "tokenizer.ggml.model", "llama");
+	rc = rc ? rc : gguf_w_arr_strn(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->len, (size_t)v->n);
+	rc = rc ? rc : gguf_w_arr_f32(w, "tokenizer.ggml.scores", v->score, (size_t)v->n);
+	rc = rc ? rc : gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v->type, (size_t)v->n);
+	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
+	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
+	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
+	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
+	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", true);
+	return rc;
+}
+
+/* Every tensor of the checkpoint ck (size already checked), as F32. 0 or KVC_ENOMEM. */
+static int
+put_tensors(struct gguf_writer *w, const unsigned char *ck, const struct l2c_config *c)
+{
+	uint64_t dim = (uint64_t)c->dim, hid = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers;
+	uint64_t V = (uint64_t)c->vocab_size, head = dim / (uint64_t)c->n_heads;
+	uint64_t kv_dim = head * (uint64_t)c->n_kv_heads;
+	const unsigned char *emb = ck + 28, *att, *wq, *wk, *wv, *wo, *ffn, *w1, *w2, *w3, *fin, *cls;
+	size_t f = 4;
+	char name[96];
+	int rc;
+
+	att = emb + V * dim * f;
+	wq = att + L * dim * f;
+	wk = wq + L * dim * dim * f;
+	wv = wk + L * kv_dim * dim * f;
+	wo = wv + L * kv_dim * dim * f;
+	ffn = wo + L * dim * dim * f;
+	w1 = ffn + L * dim * f;
+	w2 = w1 + L * hid * dim * f;
+	w3 = w2 + L * dim * hid * f;
+	fin = w3 + L * hid * dim * f;
+	cls = fin + dim * f + (uint64_t)c->seq_len * head * f;
+
+	rc = add_f32(w, "token_embd.weight", emb, (int64_t)dim, (int64_t)V);
+	for (uint64_t l = 0; l < L && rc == 0; l++) {
+#define T(suffix, src, n_in, n_out) do { \
+		snprintf(name, sizeof name, "blk.%llu.%s.weight", (unsigned long long)l, suffix); \
+		if (rc == 0) rc = add_f32(w, name, src, (int64_t)(n_in), (int64_t)(n_out)); \
+	} while (0)
+		T("attn_norm", att + l * dim * f, dim, 0);
+		T("attn_q", wq + l * dim * dim * f, dim, dim);
+		T("attn_k", wk + l * kv_dim * dim * f, dim, kv_dim);
+		T("attn_v", wv + l * kv_dim * dim * f, dim, kv_dim);
+		T("attn_output", wo + l * dim * dim * f, dim, dim);
+		T("ffn_norm", ffn + l * dim * f, dim, 0);
+		T("ffn_gate", w1 + l * hid * dim * f, dim, hid);
+		T("ffn_down", w2 + l * dim * hid * f, hid, dim);
+		T("ffn_up", w3 + l * hid * dim * f, dim, hid);
+#undef T
+	}
+	if (rc == 0)
+		rc = add_f32(w, "output_norm.weight", fin, (int64_t)dim, 0);
+	if (rc == 0 && !c->shared_cls)
+		rc = add_f32(w, "output.weight", cls, (int64_t)dim, (int64_t)V);
+	return rc;
+}
+
 int
 l2c_convert(const char *ckpt_path, const char *tok_path, const char *out_path,
     struct l2c_config *cfg_out, char *err, size_t errlen)
@@ -235,10 +338,9 @@ l2c_convert(const char *ckpt_path, const char *tok_path, const char *out_path,
 	struct l2c_config c;
 	struct l2c_vocab v = { 0 };
 	struct gguf_writer *w = NULL;
-	int rc;
-	uint64_t dim, hid, L, V, kv_dim, head, need;
+	uint64_t need;
 	const char *base;
-	char name[96];
+	int rc;
 
 	rc = read_file(ckpt_path, &ck, &ck_len, err, errlen);
 	if (rc)
@@ -248,17 +350,7 @@ l2c_convert(const char *ckpt_path, const char *tok_path, const char *out_path,
 		goto out;
 	if (cfg_out)
 		*cfg_out = c;
-	dim = (uint64_t)c.dim;
-	hid = (uint64_t)c.hidden_dim;
-	L = (uint64_t)c.n_layers;
-	V = (uint64_t)c.vocab_size;
-	head = dim / (uint64_t)c.n_heads;
-	kv_dim = head * (uint64_t)c.n_kv_heads;
-	/* floats in the file, in order (the header bounds keep this from overflowing) */
-	need = V * dim + L * dim + L * dim * dim + 2 * L * kv_dim * dim + L * dim * dim +
-	    L * dim + 3 * L * hid * dim + dim + (uint64_t)c.seq_len * head +
-	    (c.shared_cls ? 0 : V * dim);
-	need = 28 + 4 * need;
+	need = ckpt_bytes(&c);
 	if (ck_len != need) {
 		kvc_err(err, errlen, "%s: %s: the header (dim=%d hidden=%d layers=%d heads=%d kv_heads=%d "
 		    "vocab=%d seq_len=%d) needs %llu bytes, the file has %zu", ckpt_path,
@@ -285,77 +377,8 @@ l2c_convert(const char *ckpt_path, const char *tok_path, const char *out_path,
 	}
 	base = strrchr(ckpt_path, '/');
 	base = base ? base + 1 : ckpt_path;
-	rc = gguf_w_str(w, "general.architecture", "llama");
-	rc = rc ? rc : gguf_w_str(w, "general.name", base);
-	rc = rc ? rc : gguf_w_u32(w, "general.file_type", 0);	/* all F32 */
-	rc = rc ? rc : gguf_w_u32(w, "llama.vocab_size", (uint32_t)c.vocab_size);
-	rc = rc ? rc : gguf_w_u32(w, "llama.context_length", (uint32_t)c.seq_len);
-	rc = rc ? rc : gguf_w_u32(w, "llama.embedding_length", (uint32_t)c.dim);
-	rc = rc ? rc : gguf_w_u32(w, "llama.block_count", (uint32_t)c.n_layers);
-	rc = rc ? rc : gguf_w_u32(w, "llama.feed_forward_length", (uint32_t)c.hidden_dim);
-	rc = rc ? rc : gguf_w_u32(w, "llama.attention.head_count", (uint32_t)c.n_heads);
-	rc = rc ? rc : gguf_w_u32(w, "llama.attention.head_count_kv", (uint32_t)c.n_kv_heads);
-	rc = rc ? rc : gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-	rc = rc ? rc : gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
-	/*
-	 * llama2.c rotates adjacent pairs (2i, 2i+1) of each head, which is
-	 * the "llama" convention of model.h, so wq/wk are stored unpermuted.
-	 */
-	rc = rc ? rc : gguf_w_u32(w, "llama.rope.dimension_count", (uint32_t)head);
-	rc = rc ? rc : gguf_w_str(w, "tokenizer.ggml.model", "llama");
-	rc = rc ? rc : gguf_w_arr_strn(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.len, (size_t)v.n);
-	rc = rc ? rc : gguf_w_arr_f32(w, "tokenizer.ggml.scores", v.score, (size_t)v.n);
-	rc = rc ? rc : gguf_w_arr_i32(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n);
-	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 1);
-	rc = rc ? rc : gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 2);
-	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_bos_token", true);
-	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_eos_token", false);
-	rc = rc ? rc : gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", true);
-	if (rc)
+	if ((rc = put_metadata(w, &c, &v, base)) != 0 || (rc = put_tensors(w, ck, &c)) != 0)
 		goto nomem;
-
-	{
-		const unsigned char *p = ck + 28;
-		const unsigned char *emb = p, *att, *wq, *wk, *wv, *wo, *ffn, *w1, *w2, *w3, *fin, *cls;
-		size_t f = 4;
-
-		att = emb + V * dim * f;
-		wq = att + L * dim * f;
-		wk = wq + L * dim * dim * f;
-		wv = wk + L * kv_dim * dim * f;
-		wo = wv + L * kv_dim * dim * f;
-		ffn = wo + L * dim * dim * f;
-		w1 = ffn + L * dim * f;
-		w2 = w1 + L * hid * dim * f;
-		w3 = w2 + L * dim * hid * f;
-		fin = w3 + L * hid * dim * f;
-		cls = fin + dim * f + (uint64_t)c.seq_len * head * f;
-
-		rc = add_f32(w, "token_embd.weight", emb, (int64_t)dim, (int64_t)V);
-		for (uint64_t l = 0; l < L && rc == 0; l++) {
-#define T(suffix, src, n_in, n_out) do { \
-		snprintf(name, sizeof name, "blk.%llu.%s.weight", (unsigned long long)l, suffix); \
-		if (rc == 0) rc = add_f32(w, name, src, (int64_t)(n_in), (int64_t)(n_out)); \
-	} while (0)
-			T("attn_norm", att + l * dim * f, dim, 0);
-			T("attn_q", wq + l * dim * dim * f, dim, dim);
-			T("attn_k", wk + l * kv_dim * dim * f, dim, kv_dim);
-			T("attn_v", wv + l * kv_dim * dim * f, dim, kv_dim);
-			T("attn_output", wo + l * dim * dim * f, dim, dim);
-			T("ffn_norm", ffn + l * dim * f, dim, 0);
-			T("ffn_gate", w1 + l * hid * dim * f, dim, hid);
-			T("ffn_down", w2 + l * dim * hid * f, hid, dim);
-			T("ffn_up", w3 + l * hid * dim * f, dim, hid);
-#undef T
-		}
-		if (rc == 0)
-			rc = add_f32(w, "output_norm.weight", fin, (int64_t)dim, 0);
-		if (rc == 0 && !c.shared_cls)
-			rc = add_f32(w, "output.weight", cls, (int64_t)dim, (int64_t)V);
-		if (rc)
-			goto nomem;
-	}
 	rc = gguf_w_write(w, out_path, err, errlen);
 	goto out;
 nomem:

@@ -1,4 +1,7 @@
-/* engine.c: a model on a backend, and sequences that own their KV caches. */
+/*
+ * engine.c: a model on a backend, and sequences that own their KV caches;
+ * saving and restoring those caches as snapshots (laid out by snapshot.c).
+ */
 #include "config.h"
 
 #include "engine.h"
@@ -8,12 +11,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "snapshot.h"
 
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
 #define ENG_PREFILL_CHUNK 512
-
-#define SNAP_HEADER 32
-#define SNAP_VERSION 1
 
 struct kvc_engine {
 	struct gguf_file *gf;		/* owned */
@@ -48,7 +49,6 @@ kvc_engine_default_params(void)
 	p.n_threads = 0;
 	p.n_ctx = 0;
 	p.kv_type = GGML_TYPE_F16;
-	p.kv_budget = 0;
 	return p;
 }
 
@@ -149,40 +149,6 @@ make_fingerprint(struct kvc_engine *e)
 
 /* ---- engine ---- */
 
-static int
-pick_backend(struct kvc_engine *e, const char *device, char *err, size_t errlen)
-{
-	if (device == NULL || device[0] == '\0' || strcmp(device, "auto") == 0) {
-#ifdef HAVE_CUDA
-		if (kvc_cuda_device_count() > 0) {
-			e->be = &kvc_backend_cuda;
-			return KVC_OK;
-		}
-#endif
-		e->be = &kvc_backend_cpu;
-		return KVC_OK;
-	}
-	if (strcmp(device, "cpu") == 0) {
-		e->be = &kvc_backend_cpu;
-		return KVC_OK;
-	}
-	if (strcmp(device, "cuda") == 0) {
-#ifdef HAVE_CUDA
-		if (kvc_cuda_device_count() > 0) {
-			e->be = &kvc_backend_cuda;
-			return KVC_OK;
-		}
-		kvc_err(err, errlen, "device cuda: no usable CUDA device found (check the driver, or use --device cpu)");
-		return KVC_EUNSUPPORTED;
-#else
-		kvc_err(err, errlen, "device cuda: this kvchat was built without the CUDA backend (use --device cpu)");
-		return KVC_EUNSUPPORTED;
-#endif
-	}
-	kvc_err(err, errlen, "unknown device '%s' (expected auto, cpu or cuda)", device);
-	return KVC_EINVAL;
-}
-
 int
 eng_open(struct kvc_engine **out, const char *model_path,
     const struct kvc_engine_params *pp, char *err, size_t errlen)
@@ -207,7 +173,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
-	rc = pick_backend(e, p.device, err, errlen);
+	rc = kvc_backend_pick(&e->be, p.device, err, errlen);
 	if (rc)
 		goto fail;
 	rc = gguf_open(&e->gf, model_path, err, errlen);
@@ -238,7 +204,6 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	memset(&bp, 0, sizeof bp);
 	bp.n_threads = p.n_threads;
 	bp.gpu = p.gpu;
-	bp.kv_budget = p.kv_budget;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
 	rc = e->be->init(&e->bctx, &e->model, &bp, err, errlen);
@@ -558,27 +523,15 @@ eng_seq_evict(struct kvc_seq *s)
 	s->have_logits = false;
 }
 
-/* ---- snapshots ---- */
-
-static void
-put_u32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t
-get_u32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
+/* ---- snapshots (the byte layout is snapshot.c's) ---- */
 
 int
 eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	unsigned char hdr[SNAP_HEADER];
+	struct eng_snap h;
+	unsigned char hdr[ENG_SNAP_HEADER];
 	size_t rows, total;
 	int n = pos1 - pos0, rc;
 
@@ -591,32 +544,23 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 		    pos0, pos1, s->n_cached);
 		return KVC_EINVAL;
 	}
-	rows = (size_t)n * (size_t)e->kv_dim * e->kv_elem;
-	total = SNAP_HEADER + 2 * (size_t)e->model.hp.n_layer * rows;
+	h = (struct eng_snap){ (uint32_t)e->kv_type, (uint32_t)e->model.hp.n_layer,
+	    (uint32_t)e->kv_dim, (uint32_t)pos0, (uint32_t)n };
+	rows = eng_snap_part_bytes(&h, e->kv_elem);
+	total = eng_snap_bytes(&h, e->kv_elem);
 	if (kvc_buf_reserve(out, total) != KVC_OK) {
 		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
 		return KVC_ENOMEM;
 	}
-	memcpy(hdr, "KVC1", 4);
-	put_u32(hdr + 4, SNAP_VERSION);
-	put_u32(hdr + 8, (uint32_t)e->kv_type);
-	put_u32(hdr + 12, (uint32_t)e->model.hp.n_layer);
-	put_u32(hdr + 16, (uint32_t)e->kv_dim);
-	put_u32(hdr + 20, (uint32_t)pos0);
-	put_u32(hdr + 24, (uint32_t)n);
-	put_u32(hdr + 28, 0);
+	eng_snap_put_header(hdr, &h);
 	kvc_buf_append(out, hdr, sizeof hdr);
-	/*
-	 * The cache elements are little-endian IEEE values on every platform
-	 * kvchat runs on, so the rows are copied as they come.
-	 */
 	for (int l = 0; l < e->model.hp.n_layer; l++) {
 		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
 			if (n > 0) {
 				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, pos0, n,
 				    out->p + out->n, err, errlen);
 				if (rc) {
-					out->n -= SNAP_HEADER + (size_t)(2 * l + part) * rows;
+					out->n -= eng_snap_part_offset(&h, e->kv_elem, l, (enum kvc_kv_part)part);
 					return rc;
 				}
 			}
@@ -633,72 +577,58 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
     size_t len, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	const unsigned char *b = blob;
-	uint32_t version, type, n_layer, kv_dim, pos0, n;
-	size_t rows, total;
+	struct eng_snap h;
+	size_t total;
 	int rc;
 
-	if (len < SNAP_HEADER || memcmp(b, "KVC1", 4) != 0) {
-		kvc_err(err, errlen, "KV snapshot: not a kvchat snapshot (%zu bytes, bad magic)", len);
-		return KVC_ECORRUPT;
-	}
-	version = get_u32(b + 4);
-	type = get_u32(b + 8);
-	n_layer = get_u32(b + 12);
-	kv_dim = get_u32(b + 16);
-	pos0 = get_u32(b + 20);
-	n = get_u32(b + 24);
-	if (version != SNAP_VERSION || get_u32(b + 28) != 0) {
-		kvc_err(err, errlen, "KV snapshot: version %u (reserved %u), this kvchat reads version %d",
-		    version, get_u32(b + 28), SNAP_VERSION);
-		return KVC_ECORRUPT;
-	}
-	if (type != (uint32_t)e->kv_type || n_layer != (uint32_t)e->model.hp.n_layer ||
-	    kv_dim != (uint32_t)e->kv_dim) {
+	if ((rc = eng_snap_get_header(blob, len, &h, err, errlen)) != KVC_OK)
+		return rc;
+	if (h.kv_type != (uint32_t)e->kv_type || h.n_layer != (uint32_t)e->model.hp.n_layer ||
+	    h.kv_dim != (uint32_t)e->kv_dim) {
 		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
-		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)type), n_layer, kv_dim,
-		    gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
+		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)h.kv_type), h.n_layer,
+		    h.kv_dim, gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
 		return KVC_ECORRUPT;
 	}
 	if (s->kv == NULL)
 		s->n_cached = 0;
-	if (pos0 != (uint32_t)s->n_cached) {
+	if (h.pos0 != (uint32_t)s->n_cached) {
 		kvc_err(err, errlen, "KV snapshot: starts at position %u but %d positions are restored",
-		    pos0, s->n_cached);
+		    h.pos0, s->n_cached);
 		return KVC_ECORRUPT;
 	}
-	if (n > (uint32_t)e->n_ctx || pos0 + n > (uint32_t)e->n_ctx) {
+	if (h.n > (uint32_t)e->n_ctx || h.pos0 + h.n > (uint32_t)e->n_ctx) {
 		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) exceed the context of %d",
-		    pos0, pos0 + n, e->n_ctx);
+		    h.pos0, h.pos0 + h.n, e->n_ctx);
 		return KVC_ECORRUPT;
 	}
-	rows = (size_t)n * kv_dim * e->kv_elem;
-	total = SNAP_HEADER + 2 * (size_t)n_layer * rows;
+	total = eng_snap_bytes(&h, e->kv_elem);
 	if (len != total) {
-		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, n, total);
+		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, h.n, total);
 		return KVC_ECORRUPT;
 	}
-	if (n > 0 && tokens == NULL) {
-		kvc_err(err, errlen, "KV snapshot: no tokens given for %u positions", n);
+	if (h.n > 0 && tokens == NULL) {
+		kvc_err(err, errlen, "KV snapshot: no tokens given for %u positions", h.n);
 		return KVC_EINVAL;
 	}
-	rc = check_ids(e, tokens, (int)(pos0 + n), err, errlen);
+	rc = check_ids(e, tokens, (int)(h.pos0 + h.n), err, errlen);
 	if (rc)
 		return rc;
 	rc = ensure_resident(s, err, errlen);
 	if (rc)
 		return rc;
-	b += SNAP_HEADER;
-	for (uint32_t l = 0; l < n_layer && n > 0; l++) {
+	for (uint32_t l = 0; l < h.n_layer && h.n > 0; l++) {
 		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
-			rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part, (int)pos0,
-			    (int)n, b, err, errlen);
+			const unsigned char *rows = (const unsigned char *)blob +
+			    eng_snap_part_offset(&h, e->kv_elem, (int)l, (enum kvc_kv_part)part);
+
+			rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part, (int)h.pos0,
+			    (int)h.n, rows, err, errlen);
 			if (rc)
 				return rc;
-			b += rows;
 		}
 	}
-	s->n_cached = (int)(pos0 + n);
+	s->n_cached = (int)(h.pos0 + h.n);
 	s->have_logits = false;
 	/* Keep the sequence's later tokens only if they extend what was restored. */
 	if (s->toks.n < (size_t)s->n_cached || (s->n_cached > 0 &&

@@ -20,7 +20,6 @@ struct kvc_engine_params {
 	int n_threads;		/* 0 = number of cores */
 	int n_ctx;		/* 0 = min(model's training context, 8192) */
 	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
-	size_t kv_budget;	/* bytes for all resident caches (0 = unlimited) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
 };

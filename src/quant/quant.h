@@ -59,6 +59,7 @@ typedef struct {
 	uint16_t d;			/* super-block scale */
 } block_q6_K;								/* 210 bytes */
 
+/* half.c */
 float kvc_fp16_to_f32(uint16_t h);
 uint16_t kvc_f32_to_fp16(float f);	/* round to nearest even */
 float kvc_bf16_to_f32(uint16_t h);
@@ -67,14 +68,11 @@ uint16_t kvc_f32_to_bf16(float f);	/* round to nearest even */
 /* True for the weight types kvchat computes with. */
 bool q_supported(enum gguf_dtype t);
 
-/* dst[0..n) = dequantised src; n a multiple of the type's block size. */
-void q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n);
-
 /*
- * Quantise n floats (multiple of the block size) into dst. Used by the
- * fixture generator and tests; not on any hot path. Returns 0 or KVC_EUNSUPPORTED.
+ * dst[0..n) = dequantised src; n a multiple of the type's block size.
+ * (Quantising is quant_ref.h's, for fixtures and tests only.)
  */
-int q_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n);
+void q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n);
 
 /* sum_i row[i] * x[i] over n elements, row in type t. */
 float q_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n);

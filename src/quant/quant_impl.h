@@ -1,6 +1,6 @@
 /*
- * quant_impl.h: what quant.c and its SIMD kernels (quant_avx2.c) share;
- * internal to the quant module.
+ * quant_impl.h: what quant.c, its SIMD kernels (quant_avx2.c) and the
+ * reference quantisers (quant_ref.c) share; internal to the quant module.
  */
 #ifndef KVC_QUANT_IMPL_H
 #define KVC_QUANT_IMPL_H
@@ -24,6 +24,19 @@ bool q_avx2_dot_act(enum gguf_dtype t, const void *row, const float *d, const fl
 /* q_matmul_rows_act's loop on the integer kernels (act: tokens ab bytes apart); false if none for t. */
 bool q_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+
+/* One block of any quantised type, for aligned copies of blocks in unaligned rows. */
+union any_block {
+	block_q8_0 q8_0;
+	block_q4_0 q4_0;
+	block_q4_1 q4_1;
+	block_q5_0 q5_0;
+	block_q5_1 q5_1;
+	block_q3_K q3_k;
+	block_q4_K q4_k;
+	block_q5_K q5_k;
+	block_q6_K q6_k;
+};
 
 /* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes. */
 static inline void

@@ -1,6 +1,9 @@
 /*
- * tok_internal.h: what tokenizer.c shares with tok_bpe.c and tok_spm.c.
- * Not part of the module's contract: use tokenizer.h.
+ * tok_internal.h: what the tokenizer's files share: the vocabulary's
+ * layout (tokenizer.c loads it), its hash maps (tok_maps.c), the merge
+ * heap (tok_heap.c), the GPT-2 byte map (tok_bytes.c) and the two merge
+ * loops (tok_bpe.c, tok_spm.c). Not part of the module's contract: use
+ * tokenizer.h.
  */
 #ifndef KVC_TOK_INTERNAL_H
 #define KVC_TOK_INTERNAL_H
@@ -38,7 +41,7 @@ struct tok_heap {
 	struct tok_cand *v;
 	size_t n, cap;
 };
-/* 0 or KVC_ENOMEM. */
+/* tok_heap.c. 0 or KVC_ENOMEM. */
 int tok_heap_push(struct tok_heap *h, const struct tok_cand *c);
 /* Remove the best candidate into *top; h->n must be > 0. */
 void tok_heap_pop(struct tok_heap *h, struct tok_cand *top);
@@ -87,13 +90,24 @@ tok_text(const struct kvc_tokenizer *t, int32_t id, size_t *len)
 	return t->text + t->text_off[id];
 }
 
+/* tok_maps.c: FNV-1a of s[0..n). */
 uint32_t tok_hash_bytes(const char *s, size_t n);
+/* Room for n strings: 0 or KVC_ENOMEM (then tok_strmap_free what was allocated). */
+int tok_strmap_init(struct tok_strmap *m, size_t n);
+void tok_strmap_free(struct tok_strmap *m);
+/* Insert id under its own string; an earlier id with the same string is replaced. */
+void tok_strmap_put(const struct kvc_tokenizer *t, struct tok_strmap *m, int32_t id);
 /* Id whose string is s[0..n) in m, or -1. */
 int32_t tok_strmap_find(const struct kvc_tokenizer *t, const struct tok_strmap *m, const char *s, size_t n);
+/* Room for n merges: 0 or KVC_ENOMEM (then tok_pairmap_free what was allocated). */
+int tok_pairmap_init(struct tok_pairmap *m, size_t n);
+void tok_pairmap_free(struct tok_pairmap *m);
+/* Add the merge (a, b) -> result of this rank; the first merge of a pair wins. */
+void tok_pairmap_put(struct tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t result);
 /* Merge of (a, b): its rank and result, or false. */
 bool tok_pairmap_find(const struct tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *result);
 
-/* GPT-2's byte <-> unicode table. */
+/* tok_bytes.c: GPT-2's byte <-> unicode table. */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp);	/* -1 if cp is not one of the 256 */
 /* Writes cp (< 0x110000) as UTF-8 to o, which has room for 4; returns the byte count. */

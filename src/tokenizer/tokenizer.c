@@ -1,7 +1,8 @@
 /*
  * tokenizer.c: loading a vocabulary from GGUF metadata, special-token
- * splitting, the encode entry point and the streaming detokenizer. The
- * merging itself lives in tok_bpe.c and tok_spm.c.
+ * splitting and the encode entry point. The merging itself lives in
+ * tok_bpe.c and tok_spm.c, the hash maps in tok_maps.c, the merge heap in
+ * tok_heap.c, the GPT-2 byte map in tok_bytes.c, the detokenizer in detok.c.
  *
  * Behaviour follows llama.cpp's llama-vocab.cpp (whose test vectors are the
  * reference), with one deliberate difference noted where it happens.
@@ -11,190 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- hashing ---- */
-
-uint32_t
-tok_hash_bytes(const char *s, size_t n)
-{
-	uint32_t h = 2166136261u;	/* FNV-1a */
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= (uint8_t)s[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
-static uint32_t
-pow2_at_least(size_t n)
-{
-	uint32_t c = 16;
-
-	while (c < n && c < (1u << 31))
-		c <<= 1;
-	return c;
-}
-
-static int
-strmap_init(struct tok_strmap *m, size_t n)
-{
-	uint32_t cap = pow2_at_least(n * 2);
-
-	m->slot = malloc(cap * sizeof *m->slot);
-	m->hash = malloc(cap * sizeof *m->hash);
-	if (m->slot == NULL || m->hash == NULL)
-		return KVC_ENOMEM;
-	memset(m->slot, 0xff, cap * sizeof *m->slot);
-	m->mask = cap - 1;
-	return KVC_OK;
-}
-
-static void
-strmap_free(struct tok_strmap *m)
-{
-	free(m->slot);
-	free(m->hash);
-	m->slot = NULL;
-	m->hash = NULL;
-}
-
-/* Insert id under its own string; an earlier id with the same string is replaced. */
-static void
-strmap_put(const struct kvc_tokenizer *t, struct tok_strmap *m, int32_t id)
-{
-	size_t len;
-	const char *s = tok_text(t, id, &len);
-	uint32_t h = tok_hash_bytes(s, len), i = h & m->mask;
-
-	while (m->slot[i] >= 0) {
-		size_t l2;
-		const char *s2 = tok_text(t, m->slot[i], &l2);
-		if (m->hash[i] == h && l2 == len && memcmp(s, s2, len) == 0)
-			break;
-		i = (i + 1) & m->mask;
-	}
-	m->slot[i] = id;
-	m->hash[i] = h;
-}
-
-int32_t
-tok_strmap_find(const struct kvc_tokenizer *t, const struct tok_strmap *m, const char *s, size_t n)
-{
-	uint32_t h = tok_hash_bytes(s, n), i = h & m->mask;
-
-	while (m->slot[i] >= 0) {
-		if (m->hash[i] == h) {
-			size_t l2;
-			const char *s2 = tok_text(t, m->slot[i], &l2);
-			if (l2 == n && memcmp(s, s2, n) == 0)
-				return m->slot[i];
-		}
-		i = (i + 1) & m->mask;
-	}
-	return -1;
-}
-
-static uint32_t
-pair_hash(uint64_t k)
-{
-	return (uint32_t)((k * 0x9E3779B97F4A7C15ull) >> 32);
-}
-
-static int
-pairmap_init(struct tok_pairmap *m, size_t n)
-{
-	uint32_t cap = pow2_at_least(n * 2);
-
-	m->key = malloc(cap * sizeof *m->key);
-	m->rank = malloc(cap * sizeof *m->rank);
-	m->result = malloc(cap * sizeof *m->result);
-	if (m->key == NULL || m->rank == NULL || m->result == NULL)
-		return KVC_ENOMEM;
-	memset(m->key, 0xff, cap * sizeof *m->key);
-	m->mask = cap - 1;
-	return KVC_OK;
-}
-
-static void
-pairmap_free(struct tok_pairmap *m)
-{
-	free(m->key);
-	free(m->rank);
-	free(m->result);
-	m->key = NULL;
-	m->rank = m->result = NULL;
-}
-
-/* The first merge of a pair wins, as in llama.cpp (emplace). */
-static void
-pairmap_put(struct tok_pairmap *m, int32_t a, int32_t b, int32_t rank, int32_t result)
-{
-	uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-	uint32_t i = pair_hash(k) & m->mask;
-
-	while (m->key[i] != UINT64_MAX) {
-		if (m->key[i] == k)
-			return;
-		i = (i + 1) & m->mask;
-	}
-	m->key[i] = k;
-	m->rank[i] = rank;
-	m->result[i] = result;
-}
-
-bool
-tok_pairmap_find(const struct tok_pairmap *m, int32_t a, int32_t b, int32_t *rank, int32_t *result)
-{
-	uint64_t k = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-	uint32_t i;
-
-	if (m->key == NULL)
-		return false;
-	i = pair_hash(k) & m->mask;
-	while (m->key[i] != UINT64_MAX) {
-		if (m->key[i] == k) {
-			*rank = m->rank[i];
-			*result = m->result[i];
-			return true;
-		}
-		i = (i + 1) & m->mask;
-	}
-	return false;
-}
-
-/* ---- GPT-2 byte <-> unicode ---- */
-
-/*
- * Printable bytes (33..126, 161..172, 174..255) stand for themselves; the
- * other 68 bytes, in increasing order, become U+0100, U+0101, ...
- */
-uint32_t
-tok_byte_to_cp(uint8_t b)
-{
-	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)
-		return b;
-	if (b <= 32)
-		return 256u + b;
-	if (b <= 160)
-		return 256u + 33 + (b - 127u);
-	return 256u + 67;	/* 173 */
-}
-
-int
-tok_cp_to_byte(uint32_t cp)
-{
-	if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
-		return (int)cp;
-	if (cp < 256 || cp > 256 + 67)
-		return -1;
-	cp -= 256;
-	if (cp < 33)
-		return (int)cp;
-	if (cp < 67)
-		return (int)(127 + cp - 33);
-	return 173;
-}
 
 /* ---- loading ---- */
 
@@ -221,9 +38,9 @@ tok_free(struct kvc_tokenizer *t)
 	free(t->dec_off);
 	free(t->eog);
 	free(t->slen);
-	strmap_free(&t->map);
-	strmap_free(&t->smap);
-	pairmap_free(&t->merges);
+	tok_strmap_free(&t->map);
+	tok_strmap_free(&t->smap);
+	tok_pairmap_free(&t->merges);
 	free(t);
 }
 
@@ -331,7 +148,7 @@ load_merges(struct kvc_tokenizer *t, const struct gguf_file *f, const char *path
 		kvc_err(err, errlen, "%s: too many merges (%llu)", path, (unsigned long long)n);
 		return KVC_EFORMAT;
 	}
-	if (pairmap_init(&t->merges, n) != KVC_OK)
+	if (tok_pairmap_init(&t->merges, n) != KVC_OK)
 		return KVC_ENOMEM;
 	for (uint64_t i = 0; i < n; i++) {
 		struct gguf_str s;
@@ -365,35 +182,10 @@ load_merges(struct kvc_tokenizer *t, const struct gguf_file *f, const char *path
 		ir = tok_strmap_find(t, &t->map, tmp, la + lb);
 		/* a merge whose parts or result are not tokens can never produce a token: skip it */
 		if (ia >= 0 && ib >= 0 && ir >= 0)
-			pairmap_put(&t->merges, ia, ib, (int32_t)i, ir);
+			tok_pairmap_put(&t->merges, ia, ib, (int32_t)i, ir);
 	}
 	free(tmp);
 	return KVC_OK;
-}
-
-size_t
-tok_put_utf8(char *o, uint32_t cp)
-{
-	if (cp < 0x80) {
-		o[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xC0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (char)(0xE0 | (cp >> 12));
-		o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-		o[2] = (char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (char)(0xF0 | (cp >> 18));
-	o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-	o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
 }
 
 static int
@@ -514,7 +306,7 @@ build_specials(struct kvc_tokenizer *t)
 		    t->text_off[id + 1] - t->text_off[id] > 1)
 			n_special++;
 	}
-	if (strmap_init(&t->smap, n_special) != KVC_OK)
+	if (tok_strmap_init(&t->smap, n_special) != KVC_OK)
 		return KVC_ENOMEM;
 	if (n_special == 0)
 		return KVC_OK;
@@ -528,7 +320,7 @@ build_specials(struct kvc_tokenizer *t)
 
 		if (!(ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED || ty == TOK_TYPE_UNKNOWN) || len == 0)
 			continue;
-		strmap_put(t, &t->smap, id);
+		tok_strmap_put(t, &t->smap, id);
 		t->sfirst[(uint8_t)s[0]] = 1;
 		if (ty == TOK_TYPE_USER_DEFINED)
 			t->has_user_defined = true;
@@ -612,10 +404,10 @@ tok_load_inner(struct kvc_tokenizer *t, const struct gguf_file *f, char *err, si
 	}
 	if ((rc = load_tokens(t, f, path, err, errlen)) != KVC_OK)
 		goto fail;
-	if ((rc = strmap_init(&t->map, (size_t)t->n_vocab)) != KVC_OK)
+	if ((rc = tok_strmap_init(&t->map, (size_t)t->n_vocab)) != KVC_OK)
 		goto fail;
 	for (int32_t id = 0; id < t->n_vocab; id++)
-		strmap_put(t, &t->map, id);
+		tok_strmap_put(t, &t->map, id);
 	if (t->kind == TOK_KIND_BPE && (rc = load_merges(t, f, path, err, errlen)) != KVC_OK)
 		goto fail;
 	for (int b = 0; b < 256; b++) {
@@ -828,197 +620,4 @@ done:
 	else if (rc == KVC_ERANGE)
 		kvc_err(err, errlen, "text too long to tokenize at once");
 	return rc;
-}
-
-/* ---- streaming detokenizer ---- */
-
-void
-tok_detok_init(struct tok_detok *d, unsigned flags)
-{
-	memset(d, 0, sizeof *d);
-	d->flags = flags;
-}
-
-static int
-utf8_need(uint8_t b)
-{
-	if (b >= 0xC2 && b <= 0xDF)
-		return 2;
-	if (b >= 0xE0 && b <= 0xEF)
-		return 3;
-	if (b >= 0xF0 && b <= 0xF4)
-		return 4;
-	return 0;
-}
-
-/* May b follow the held-back bytes? (excludes overlongs, surrogates, > U+10FFFF) */
-static bool
-utf8_continues(const struct tok_detok *d, uint8_t b)
-{
-	uint8_t lo = 0x80, hi = 0xBF;
-
-	if (d->n_pending == 1) {
-		switch (d->pending[0]) {
-		case 0xE0: lo = 0xA0; break;
-		case 0xED: hi = 0x9F; break;
-		case 0xF0: lo = 0x90; break;
-		case 0xF4: hi = 0x8F; break;
-		default: break;
-		}
-	}
-	return b >= lo && b <= hi;
-}
-
-static const char replacement[] = "\xef\xbf\xbd";	/* U+FFFD */
-
-static int
-detok_bytes(struct tok_detok *d, const uint8_t *p, size_t n, struct kvc_buf *out)
-{
-	size_t i = 0;
-
-	/* fast path: nothing held back, the piece is whole UTF-8 */
-	if (d->n_pending == 0) {
-		size_t v = kvc_utf8_valid_prefix((const char *)p, n);
-		if (kvc_buf_append(out, p, v) != KVC_OK)
-			return KVC_ENOMEM;
-		i = v;
-	}
-	while (i < n) {
-		uint8_t b = p[i];
-
-		if (d->n_pending == 0) {
-			int need = utf8_need(b);
-			if (b < 0x80) {
-				if (kvc_buf_append(out, &b, 1) != KVC_OK)
-					return KVC_ENOMEM;
-			} else if (need == 0) {
-				if (kvc_buf_append(out, replacement, 3) != KVC_OK)
-					return KVC_ENOMEM;
-			} else {
-				d->pending[d->n_pending++] = b;
-			}
-			i++;
-			continue;
-		}
-		if (!utf8_continues(d, b)) {
-			/* the held-back sequence can never complete: one U+FFFD, then look at b afresh */
-			d->n_pending = 0;
-			if (kvc_buf_append(out, replacement, 3) != KVC_OK)
-				return KVC_ENOMEM;
-			continue;
-		}
-		d->pending[d->n_pending++] = b;
-		i++;
-		if (d->n_pending == utf8_need(d->pending[0])) {
-			if (kvc_buf_append(out, d->pending, (size_t)d->n_pending) != KVC_OK)
-				return KVC_ENOMEM;
-			d->n_pending = 0;
-		}
-	}
-	return KVC_OK;
-}
-
-int
-tok_detok_push(const struct kvc_tokenizer *t, struct tok_detok *d, int32_t id, struct kvc_buf *out)
-{
-	const uint8_t *p;
-	size_t n;
-	uint8_t ty;
-
-	if (id < 0 || id >= t->n_vocab)
-		return KVC_EINVAL;
-	ty = t->type[id];
-	if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN) && !(d->flags & TOK_DETOK_SPECIAL))
-		return KVC_OK;
-	p = (const uint8_t *)t->dec + t->dec_off[id];
-	n = t->dec_off[id + 1] - t->dec_off[id];
-	/* SPM: drop the space tok_encode's leading U+2581 stands for (llama.cpp's lstrip) */
-	if (t->kind == TOK_KIND_SPM && t->add_space_prefix && d->n_emitted == 0 &&
-	    !(d->flags & TOK_DETOK_KEEP_LEADING_SPACE) && n > 0 && p[0] == ' ') {
-		p++;
-		n--;
-	}
-	if (d->n_emitted < INT32_MAX)
-		d->n_emitted++;
-	return detok_bytes(d, p, n, out);
-}
-
-int
-tok_detok_flush(struct tok_detok *d, struct kvc_buf *out)
-{
-	if (d->n_pending == 0)
-		return KVC_OK;
-	d->n_pending = 0;
-	return kvc_buf_append(out, replacement, 3);
-}
-
-int
-tok_decode(const struct kvc_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, struct kvc_buf *out)
-{
-	struct tok_detok d;
-	int rc;
-
-	tok_detok_init(&d, flags);
-	for (size_t i = 0; i < n; i++)
-		if ((rc = tok_detok_push(t, &d, ids[i], out)) != KVC_OK)
-			return rc;
-	return tok_detok_flush(&d, out);
-}
-
-/* The merge-candidate heap shared by tok_bpe.c and tok_spm.c. */
-static bool
-cand_before(const struct tok_cand *a, const struct tok_cand *b)
-{
-	return a->key < b->key || (a->key == b->key && a->left < b->left);
-}
-
-int
-tok_heap_push(struct tok_heap *h, const struct tok_cand *c)
-{
-	size_t i;
-
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? h->cap * 2 : 256;
-		struct tok_cand *v = realloc(h->v, cap * sizeof *v);
-		if (v == NULL)
-			return KVC_ENOMEM;
-		h->v = v;
-		h->cap = cap;
-	}
-	i = h->n++;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		if (!cand_before(c, &h->v[p]))
-			break;
-		h->v[i] = h->v[p];
-		i = p;
-	}
-	h->v[i] = *c;
-	return KVC_OK;
-}
-
-void
-tok_heap_pop(struct tok_heap *h, struct tok_cand *top)
-{
-	struct tok_cand last;
-	size_t i = 0;
-
-	*top = h->v[0];
-	last = h->v[--h->n];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		const struct tok_cand *best = &last;
-		if (l < h->n && cand_before(&h->v[l], best)) {
-			m = l;
-			best = &h->v[l];
-		}
-		if (r < h->n && cand_before(&h->v[r], best))
-			m = r;
-		if (m == i)
-			break;
-		h->v[i] = h->v[m];
-		i = m;
-	}
-	if (h->n > 0)
-		h->v[i] = last;
 }

@@ -2,8 +2,8 @@
  * test_forward: the CPU backend's logits against the float64 reference
  * (tests/fixtures/ref_forward.c) on tiny random-weight models built here, for every
  * architecture x weight type, with F32 and F16 KV caches; plus the KV cache
- * contract (batch splitting, rewinding, kv_read/kv_write, budget, context
- * limit) and model_load's refusals.
+ * contract (batch splitting, rewinding, kv_read/kv_write, context limit)
+ * and model_load's refusals.
  *
  * Error bounds. Both paths use the same dequantised weights (the reference
  * dequantises the very blocks the backend dots with), so weight
@@ -50,6 +50,7 @@
 #include "gguf/gguf_write.h"
 #include "model/model.h"
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 #include "fixtures/ref_forward.h"
 #include "test.h"
 
@@ -271,7 +272,7 @@ run_vs_ref(void *ctx, const struct kvc_model *m, enum gguf_dtype kv_type,
 /*
  * The cache contract on one model: split batches equal one batch;
  * rewinding and recomputing reproduces logits; kv_read/kv_write move a
- * cache into another bit for bit; overflow and budget give KVC_ERANGE.
+ * cache into another bit for bit; overflow gives KVC_ERANGE.
  */
 static void
 cache_contract(const struct kvc_model *m, const int32_t *tok, enum gguf_dtype kv_type)
@@ -406,41 +407,6 @@ long_prefill(const struct kvc_model *m, const struct gguf_file *f, const struct 
 	free(ref);
 	free(lg[0]);
 	free(lg[1]);
-}
-
-/* A budget of 100 positions' worth: 64 fit (first doubling), 101 do not. */
-static void
-budget(const struct kvc_model *m, const int32_t *tok)
-{
-	const struct kvc_backend_i *be = &kvc_backend_cpu;
-	size_t per_pos = (size_t)m->hp.n_head_kv * m->hp.head_dim * 4 * 2 * m->hp.n_layer;
-	struct kvc_backend_params bp = { .n_threads = 1, .kv_budget = 100 * per_pos };
-	float *lg = malloc((size_t)m->hp.n_vocab * sizeof *lg);
-	int32_t *many = malloc(128 * sizeof *many);
-	void *ctx = NULL, *kv = NULL, *kv2 = NULL;
-	char err[256];
-	int i, rc;
-
-	for (i = 0; i < 128; i++)
-		many[i] = tok[i % N_TOK];
-	rc = be->init(&ctx, m, &bp, err, sizeof err);
-	test_cond(rc == 0, "init: %s", err);
-	if (rc == 0) {
-		be->kv_create(ctx, 512, GGML_TYPE_F32, &kv, err, sizeof err);
-		be->kv_create(ctx, 512, GGML_TYPE_F32, &kv2, err, sizeof err);
-		rc = be->forward(ctx, kv, many, 90, 0, lg, false, err, sizeof err);
-		test_cond(rc == 0, "90 positions within budget: %s", err);
-		rc = be->forward(ctx, kv2, many, 20, 0, lg, false, err, sizeof err);
-		test_cond(rc == KVC_ERANGE && strstr(err, "budget") != NULL,
-		    "second cache over budget: %d %s", rc, err);
-		be->kv_destroy(ctx, kv);
-		rc = be->forward(ctx, kv2, many, 20, 0, lg, false, err, sizeof err);
-		test_cond(rc == 0, "fits after the first cache is gone: %s", err);
-		be->kv_destroy(ctx, kv2);
-		be->free(ctx);
-	}
-	free(lg);
-	free(many);
 }
 
 static void
@@ -629,10 +595,8 @@ main(void)
 			if (s.wtype == GGML_TYPE_Q4_K) {
 				cache_contract(&m, tok, GGML_TYPE_F32);
 				cache_contract(&m, tok, GGML_TYPE_F16);
-				if (si == 0) {
-					budget(&m, tok);
+				if (si == 0)
 					long_prefill(&m, f, &rc);
-				}
 			}
 			free(ref);
 			free(lg);

@@ -6,6 +6,7 @@
  * kernels both); quantise -> dequantise against per-type error bounds.
  */
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 #include "test.h"
 
 #include <stdint.h>

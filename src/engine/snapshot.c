@@ -1,0 +1,87 @@
+/*
+ * snapshot.c: the KV snapshot codec. Layout (version 1, all little-endian,
+ * independent of any backend's memory layout; docs/ARCHITECTURE.md, "KV
+ * snapshot layout"):
+ *
+ *   header, 32 bytes: "KVC1", u32 version = 1, u32 cache type (ggml type
+ *   number), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0;
+ *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim],
+ *   elements in the cache type.
+ *
+ * The integers are written byte by byte so the layout does not depend on
+ * the host; the cache elements are little-endian IEEE values on every
+ * platform kvchat runs on, so the rows are copied as they come.
+ */
+#include "snapshot.h"
+
+#include <string.h>
+
+#define SNAP_VERSION 1
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+size_t
+eng_snap_part_bytes(const struct eng_snap *h, size_t elem)
+{
+	return (size_t)h->n * h->kv_dim * elem;
+}
+
+size_t
+eng_snap_bytes(const struct eng_snap *h, size_t elem)
+{
+	return ENG_SNAP_HEADER + 2 * (size_t)h->n_layer * eng_snap_part_bytes(h, elem);
+}
+
+size_t
+eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_kv_part part)
+{
+	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, elem);
+}
+
+void
+eng_snap_put_header(unsigned char *p, const struct eng_snap *h)
+{
+	memcpy(p, "KVC1", 4);
+	put_u32(p + 4, SNAP_VERSION);
+	put_u32(p + 8, h->kv_type);
+	put_u32(p + 12, h->n_layer);
+	put_u32(p + 16, h->kv_dim);
+	put_u32(p + 20, h->pos0);
+	put_u32(p + 24, h->n);
+	put_u32(p + 28, 0);
+}
+
+int
+eng_snap_get_header(const void *blob, size_t len, struct eng_snap *h, char *err, size_t errlen)
+{
+	const unsigned char *b = blob;
+	uint32_t version;
+
+	if (len < ENG_SNAP_HEADER || memcmp(b, "KVC1", 4) != 0) {
+		kvc_err(err, errlen, "KV snapshot: not a kvchat snapshot (%zu bytes, bad magic)", len);
+		return KVC_ECORRUPT;
+	}
+	version = get_u32(b + 4);
+	h->kv_type = get_u32(b + 8);
+	h->n_layer = get_u32(b + 12);
+	h->kv_dim = get_u32(b + 16);
+	h->pos0 = get_u32(b + 20);
+	h->n = get_u32(b + 24);
+	if (version != SNAP_VERSION || get_u32(b + 28) != 0) {
+		kvc_err(err, errlen, "KV snapshot: version %u (reserved %u), this kvchat reads version %d",
+		    version, get_u32(b + 28), SNAP_VERSION);
+		return KVC_ECORRUPT;
+	}
+	return KVC_OK;
+}

@@ -1,0 +1,37 @@
+/*
+ * snapshot.h: the byte layout of a KV snapshot (snapshot.c); internal to
+ * the engine module, whose eng_seq_kv_save/eng_seq_kv_load fill and read
+ * the rows through the backend.
+ */
+#ifndef KVC_ENG_SNAPSHOT_H
+#define KVC_ENG_SNAPSHOT_H
+
+#include "backend/backend.h"
+
+#define ENG_SNAP_HEADER 32	/* bytes of the header */
+
+/* What the header says. */
+struct eng_snap {
+	uint32_t kv_type;	/* ggml type of the cache elements */
+	uint32_t n_layer;
+	uint32_t kv_dim;	/* elements per row: n_head_kv * head_dim */
+	uint32_t pos0, n;	/* the blob holds positions [pos0, pos0 + n) */
+};
+
+/* Bytes of one layer's K (or V) rows, elements of elem bytes. */
+size_t eng_snap_part_bytes(const struct eng_snap *h, size_t elem);
+/* Bytes of the whole blob: header and every layer's K and V rows. */
+size_t eng_snap_bytes(const struct eng_snap *h, size_t elem);
+/* Where layer's K or V rows start in the blob. */
+size_t eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_kv_part part);
+/* Write the header for h into p[0..ENG_SNAP_HEADER). */
+void eng_snap_put_header(unsigned char *p, const struct eng_snap *h);
+/*
+ * Read the header of blob[0..len) into h, checking what needs no engine:
+ * the magic, the version and the reserved word. 0 or KVC_ECORRUPT with a
+ * message; the caller checks the shape against its own and the length
+ * against eng_snap_bytes.
+ */
+int eng_snap_get_header(const void *blob, size_t len, struct eng_snap *h, char *err, size_t errlen);
+
+#endif
