@@ -290,7 +290,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	struct cpu_ctx *c;
 	size_t n_vec = 0;
 	float *mem;
-	int il, i, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : tp_default_threads();
+	int il, i, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : kvc_n_cores();
 
 	*out = NULL;
 	c = calloc(1, sizeof *c);
@@ -637,7 +637,7 @@ store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
 		uint16_t *d = (uint16_t *)((char *)base + (size_t)pos * kv->row_bytes);
 
 		for (i = 0; i < n; i++)
-			d[i] = kvc_f32_to_fp16(src[i]);
+			d[i] = q_f32_to_fp16(src[i]);
 	}
 }
 

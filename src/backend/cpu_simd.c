@@ -28,7 +28,7 @@ cpu_dot_f16(const uint16_t *a, const float *b, int n)
 	int i;
 
 	for (i = 0; i < n; i++)
-		s += kvc_fp16_to_f32(a[i]) * b[i];
+		s += q_fp16_to_f32(a[i]) * b[i];
 	return s;
 }
 
@@ -47,7 +47,7 @@ cpu_axpy_f16(float *y, float a, const uint16_t *x, int n)
 	int i;
 
 	for (i = 0; i < n; i++)
-		y[i] += a * kvc_fp16_to_f32(x[i]);
+		y[i] += a * q_fp16_to_f32(x[i]);
 }
 
 #ifdef HAVE_X86_SIMD
@@ -92,7 +92,7 @@ cpu_dot_f16_avx(const uint16_t *a, const float *b, int n)
 	}
 	s = hsum8(acc);
 	for (; i < n; i++)
-		s += kvc_fp16_to_f32(a[i]) * b[i];
+		s += q_fp16_to_f32(a[i]) * b[i];
 	return s;
 }
 
@@ -121,6 +121,6 @@ cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
 		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
 	}
 	for (; i < n; i++)
-		y[i] += a * kvc_fp16_to_f32(x[i]);
+		y[i] += a * q_fp16_to_f32(x[i]);
 }
 #endif

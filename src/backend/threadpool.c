@@ -190,14 +190,3 @@ tp_run(struct tp_pool *p, tp_fn fn, void *arg)
 	pthread_mutex_unlock(&p->mu);
 }
 
-int
-tp_default_threads(void)
-{
-	cpu_set_t set;
-	long n;
-
-	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-		return CPU_COUNT(&set);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (int)n : 1;
-}

@@ -20,7 +20,5 @@ void tp_free(struct tp_pool *p);
 int tp_size(const struct tp_pool *p);
 /* Run fn on every thread; returns when all are done. */
 void tp_run(struct tp_pool *p, tp_fn fn, void *arg);
-/* CPUs this process may run on (at least 1). */
-int tp_default_threads(void);
 
 #endif

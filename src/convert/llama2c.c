@@ -1,4 +1,5 @@
 /* llama2c.c: llama2.c checkpoint + tokenizer.bin -> GGUF. */
+#include "gguf/gguf.h"
 #include "llama2c.h"
 
 #include <errno.h>
@@ -6,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf/gguf_write.h"
 
 /* Read a whole file into memory (caller frees *out). */
 static int

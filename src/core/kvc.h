@@ -35,6 +35,9 @@ const char *kvc_strerror(int code);
 void kvc_err(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* CPUs this process may run on (default thread count); at least 1. */
+int kvc_n_cores(void);
+
 /* Monotonic time in seconds. */
 double kvc_now(void);
 

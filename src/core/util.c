@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *
 kvc_strerror(int code)
@@ -217,3 +219,16 @@ kvc_cpu_avx2(void)
 	return false;
 }
 #endif
+
+/* The CPUs this process may run on (its affinity mask), else those online. */
+int
+kvc_n_cores(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+		return CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}

@@ -2,7 +2,7 @@
  * gguf_write.c: GGUF v3 writer. Metadata is encoded into a byte buffer as
  * keys are added; tensor data is either held (copied) or streamed later.
  */
-#include "gguf_write.h"
+#include "gguf.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@ bits_f32(uint32_t u)
 }
 
 float
-kvc_fp16_to_f32(uint16_t h)
+q_fp16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
 	uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -43,7 +43,7 @@ kvc_fp16_to_f32(uint16_t h)
 }
 
 uint16_t
-kvc_f32_to_fp16(float f)
+q_f32_to_fp16(float f)
 {
 	uint32_t x = f32_bits(f);
 	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
@@ -81,13 +81,13 @@ kvc_f32_to_fp16(float f)
 }
 
 float
-kvc_bf16_to_f32(uint16_t h)
+q_bf16_to_f32(uint16_t h)
 {
 	return bits_f32((uint32_t)h << 16);
 }
 
 uint16_t
-kvc_f32_to_bf16(float f)
+q_f32_to_bf16(float f)
 {
 	uint32_t x = f32_bits(f);
 

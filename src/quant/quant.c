@@ -84,7 +84,7 @@ _Static_assert(offsetof(block_q4_K, qs) == 16, "block_q4_K offsets");
 static void
 deq_q8_0(const block_q8_0 *b, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d);
+	float d = q_fp16_to_f32(b->d);
 
 	for (int i = 0; i < QK8_0; i++)
 		y[i] = d * (float)b->qs[i];
@@ -93,7 +93,7 @@ deq_q8_0(const block_q8_0 *b, float *y)
 static void
 deq_q4_0(const block_q4_0 *b, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d);
+	float d = q_fp16_to_f32(b->d);
 
 	for (int i = 0; i < QK4_0 / 2; i++) {
 		y[i] = d * (float)((b->qs[i] & 0xF) - 8);
@@ -109,7 +109,7 @@ deq_q4_0(const block_q4_0 *b, float *y)
 static inline void
 deq_32(uint16_t d16, float off, const uint8_t *qh4, const uint8_t *qs, int sub, float *y)
 {
-	float d = kvc_fp16_to_f32(d16);
+	float d = q_fp16_to_f32(d16);
 	uint32_t qh = 0;
 
 	if (qh4 != NULL)
@@ -131,7 +131,7 @@ static inline void
 deq_k_nibbles(uint16_t d16, uint16_t dmin16, const uint8_t *scales, const uint8_t *q,
     const uint8_t *qh, float *y)
 {
-	float d = kvc_fp16_to_f32(d16), dmin = kvc_fp16_to_f32(dmin16);
+	float d = q_fp16_to_f32(d16), dmin = q_fp16_to_f32(dmin16);
 
 	for (int c = 0; c < 4; c++, q += 32, y += 64) {
 		uint8_t s0, m0, s1, m1;
@@ -180,7 +180,7 @@ q3_level(const uint8_t *hmask, const uint8_t *qs, int e)
 static void
 deq_q3_k(const block_q3_K *b, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d);
+	float d = q_fp16_to_f32(b->d);
 
 	for (int e = 0; e < QK_K; e++)
 		y[e] = d * (float)q3_scale(b->scales, e / 16) * (float)q3_level(b->hmask, b->qs, e);
@@ -189,7 +189,7 @@ deq_q3_k(const block_q3_K *b, float *y)
 static void
 deq_q6_k(const block_q6_K *b, float *y)
 {
-	float d = kvc_fp16_to_f32(b->d);
+	float d = q_fp16_to_f32(b->d);
 	const uint8_t *ql = b->ql, *qh = b->qh;
 	const int8_t *sc = b->scales;
 
@@ -224,9 +224,9 @@ deq_block(enum gguf_dtype t, const void *src, int64_t i, float *y)
 	switch (t) {
 	case GGML_TYPE_Q8_0: deq_q8_0(&b.q8_0, y); break;
 	case GGML_TYPE_Q4_0: deq_q4_0(&b.q4_0, y); break;
-	case GGML_TYPE_Q4_1: deq_32(b.q4_1.d, kvc_fp16_to_f32(b.q4_1.m), NULL, b.q4_1.qs, 0, y); break;
+	case GGML_TYPE_Q4_1: deq_32(b.q4_1.d, q_fp16_to_f32(b.q4_1.m), NULL, b.q4_1.qs, 0, y); break;
 	case GGML_TYPE_Q5_0: deq_32(b.q5_0.d, 0, b.q5_0.qh, b.q5_0.qs, 16, y); break;
-	case GGML_TYPE_Q5_1: deq_32(b.q5_1.d, kvc_fp16_to_f32(b.q5_1.m), b.q5_1.qh, b.q5_1.qs, 0, y); break;
+	case GGML_TYPE_Q5_1: deq_32(b.q5_1.d, q_fp16_to_f32(b.q5_1.m), b.q5_1.qh, b.q5_1.qs, 0, y); break;
 	case GGML_TYPE_Q3_K: deq_q3_k(&b.q3_k, y); break;
 	case GGML_TYPE_Q4_K: deq_q4_k(&b.q4_k, y); break;
 	case GGML_TYPE_Q5_K: deq_q5_k(&b.q5_k, y); break;
@@ -250,7 +250,7 @@ q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n)
 		for (int64_t i = 0; i < n; i++) {
 			uint16_t h;
 			memcpy(&h, p + 2 * i, 2);	/* rows may be unaligned */
-			dst[i] = t == GGML_TYPE_F16 ? kvc_fp16_to_f32(h) : kvc_bf16_to_f32(h);
+			dst[i] = t == GGML_TYPE_F16 ? q_fp16_to_f32(h) : q_bf16_to_f32(h);
 		}
 		return;
 	default:
@@ -461,7 +461,7 @@ unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 	float d, dmin;
 
 	memcpy(&h, p, 2);
-	d = kvc_fp16_to_f32(h);
+	d = q_fp16_to_f32(h);
 	switch (t) {
 	case GGML_TYPE_Q8_0:
 		memcpy(o->q, p + 2, 32);
@@ -491,7 +491,7 @@ unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 		}
 		o->s16[0] = o->s16[1] = d;
 		memcpy(&hm, p + 2, 2);
-		o->mn[0] = has_m ? -kvc_fp16_to_f32(hm) : 0;
+		o->mn[0] = has_m ? -q_fp16_to_f32(hm) : 0;
 		break;
 	}
 	case GGML_TYPE_Q4_K:
@@ -499,7 +499,7 @@ unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 		bool q5 = t == GGML_TYPE_Q5_K;
 		const uint8_t *qh = p + 16, *qs = p + 16 + (q5 ? 32 : 0);
 		memcpy(&hm, p + 2, 2);
-		dmin = kvc_fp16_to_f32(hm);
+		dmin = q_fp16_to_f32(hm);
 		for (int j = 0; j < 8; j++) {
 			uint8_t sc, mn;
 			q_k_scale_min(j, p + 4, &sc, &mn);
@@ -522,7 +522,7 @@ unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 	case GGML_TYPE_Q3_K: {
 		const uint8_t *hmask = p, *qs = p + 32, *sc = p + 96;
 		memcpy(&h, p + 108, 2);
-		d = kvc_fp16_to_f32(h);
+		d = q_fp16_to_f32(h);
 		for (int g = 0; g < 16; g++)
 			o->s16[g] = d * (float)q3_scale(sc, g);
 		for (int j = 0; j < 8; j++)
@@ -535,7 +535,7 @@ unpack_int(enum gguf_dtype t, const uint8_t *p, struct int_block *o)
 		const uint8_t *ql = p, *qh = p + 128;
 		const int8_t *sc = (const int8_t *)(p + 192);
 		memcpy(&h, p + 208, 2);
-		d = kvc_fp16_to_f32(h);
+		d = q_fp16_to_f32(h);
 		for (int g = 0; g < 16; g++)
 			o->s16[g] = d * sc[g];
 		for (int j = 0; j < 8; j++)

@@ -60,10 +60,10 @@ typedef struct {
 } block_q6_K;								/* 210 bytes */
 
 /* half.c */
-float kvc_fp16_to_f32(uint16_t h);
-uint16_t kvc_f32_to_fp16(float f);	/* round to nearest even */
-float kvc_bf16_to_f32(uint16_t h);
-uint16_t kvc_f32_to_bf16(float f);	/* round to nearest even */
+float q_fp16_to_f32(uint16_t h);
+uint16_t q_f32_to_fp16(float f);	/* round to nearest even */
+float q_bf16_to_f32(uint16_t h);
+uint16_t q_f32_to_bf16(float f);	/* round to nearest even */
 
 /* True for the weight types kvchat computes with. */
 bool q_supported(enum gguf_dtype t);

@@ -145,7 +145,7 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 #undef LD
 	for (; i < n; i++) {
 		uint16_t h = rd16(w + 2 * i);
-		t += (bf ? kvc_bf16_to_f32(h) : kvc_fp16_to_f32(h)) * x[i];
+		t += (bf ? q_bf16_to_f32(h) : q_fp16_to_f32(h)) * x[i];
 	}
 	return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
 }

@@ -24,8 +24,8 @@ quant_q8_0(const float *x, block_q8_0 *b)
 
 	for (int i = 0; i < QK8_0; i++)
 		amax = fmaxf(amax, fabsf(x[i]));
-	b->d = kvc_f32_to_fp16(amax / 127.0f);
-	float d = kvc_fp16_to_f32(b->d), id = d > 0 ? 1.0f / d : 0;
+	b->d = q_f32_to_fp16(amax / 127.0f);
+	float d = q_fp16_to_f32(b->d), id = d > 0 ? 1.0f / d : 0;
 	for (int i = 0; i < QK8_0; i++) {
 		int q = nearest_int(x[i] * id);
 		b->qs[i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
@@ -44,8 +44,8 @@ quant_q4_0(const float *x, block_q4_0 *b)
 			mx = x[i];
 		}
 	}
-	b->d = kvc_f32_to_fp16(mx / -8.0f);
-	float d = kvc_fp16_to_f32(b->d), id = d != 0 ? 1.0f / d : 0;
+	b->d = q_f32_to_fp16(mx / -8.0f);
+	float d = q_fp16_to_f32(b->d), id = d != 0 ? 1.0f / d : 0;
 	for (int i = 0; i < QK4_0 / 2; i++) {
 		int q0 = nearest_int(x[i] * id) + 8, q1 = nearest_int(x[i + 16] * id) + 8;
 		q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
@@ -70,8 +70,8 @@ quant_sym5(const float *x, uint16_t *dp, uint8_t *q)
 			mx = x[i];
 		}
 	}
-	*dp = kvc_f32_to_fp16(mx / -16.0f);
-	float d = kvc_fp16_to_f32(*dp), id = d != 0 ? 1.0f / d : 0;
+	*dp = q_f32_to_fp16(mx / -16.0f);
+	float d = q_fp16_to_f32(*dp), id = d != 0 ? 1.0f / d : 0;
 	for (int i = 0; i < 32; i++) {
 		int v = nearest_int(x[i] * id) + 16;
 		q[i] = (uint8_t)(v < 0 ? 0 : v > 31 ? 31 : v);
@@ -87,9 +87,9 @@ quant_affine(const float *x, int nmax, uint16_t *dp, uint16_t *mp, uint8_t *q)
 		lo = fminf(lo, x[i]);
 		hi = fmaxf(hi, x[i]);
 	}
-	*dp = kvc_f32_to_fp16((hi - lo) / (float)nmax);
-	*mp = kvc_f32_to_fp16(lo);
-	float d = kvc_fp16_to_f32(*dp), m = kvc_fp16_to_f32(*mp), id = d > 0 ? 1.0f / d : 0;
+	*dp = q_f32_to_fp16((hi - lo) / (float)nmax);
+	*mp = q_f32_to_fp16(lo);
+	float d = q_fp16_to_f32(*dp), m = q_fp16_to_f32(*mp), id = d > 0 ? 1.0f / d : 0;
 	for (int i = 0; i < 32; i++) {
 		int v = nearest_int((x[i] - m) * id);
 		q[i] = (uint8_t)(v < 0 ? 0 : v > nmax ? nmax : v);
@@ -146,9 +146,9 @@ quant_k_common(const float *x, int nmax, uint16_t *dp, uint16_t *dminp,
 		smax = fmaxf(smax, sc[j]);
 		mmax = fmaxf(mmax, mn[j]);
 	}
-	*dp = kvc_f32_to_fp16(smax / 63.0f);
-	*dminp = kvc_f32_to_fp16(mmax / 63.0f);
-	float d = kvc_fp16_to_f32(*dp), dmin = kvc_fp16_to_f32(*dminp);
+	*dp = q_f32_to_fp16(smax / 63.0f);
+	*dminp = q_f32_to_fp16(mmax / 63.0f);
+	float d = q_fp16_to_f32(*dp), dmin = q_fp16_to_f32(*dminp);
 	for (int j = 0; j < 8; j++) {
 		int s = d > 0 ? nearest_int(sc[j] / d) : 0;
 		int m = dmin > 0 ? nearest_int(mn[j] / dmin) : 0;
@@ -214,8 +214,8 @@ quant_q3_k(const float *x, block_q3_K *b)
 		sc[j] = mx / -4.0f;
 		smax = fmaxf(smax, fabsf(sc[j]));
 	}
-	b->d = kvc_f32_to_fp16(smax / 31.0f);
-	float d = kvc_fp16_to_f32(b->d);
+	b->d = q_f32_to_fp16(smax / 31.0f);
+	float d = q_fp16_to_f32(b->d);
 	for (int j = 0; j < 16; j++) {
 		int v = d > 0 ? nearest_int(sc[j] / d) : 0;
 		sq[j] = v > 31 ? 31 : v < -31 ? -31 : v;
@@ -257,8 +257,8 @@ quant_q6_k(const float *x, block_q6_K *b)
 		sc[j] = amax / 31.0f;
 		smax = fmaxf(smax, sc[j]);
 	}
-	b->d = kvc_f32_to_fp16(smax / 127.0f);
-	float d = kvc_fp16_to_f32(b->d);
+	b->d = q_f32_to_fp16(smax / 127.0f);
+	float d = q_fp16_to_f32(b->d);
 	for (int j = 0; j < 16; j++) {
 		int s = d > 0 ? nearest_int(sc[j] / d) : 0;
 		b->scales[j] = (int8_t)(s > 127 ? 127 : s);
@@ -300,7 +300,7 @@ q_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 			break;
 		case GGML_TYPE_F16:
 		case GGML_TYPE_BF16: {
-			uint16_t h = t == GGML_TYPE_F16 ? kvc_f32_to_fp16(*x) : kvc_f32_to_bf16(*x);
+			uint16_t h = t == GGML_TYPE_F16 ? q_f32_to_fp16(*x) : q_f32_to_bf16(*x);
 			memcpy(p + 2 * i, &h, 2);
 			break;
 		}

@@ -13,7 +13,6 @@
 #include "test.h"
 #include "chat/chat.h"
 #include "gguf/gguf.h"
-#include "gguf/gguf_write.h"
 #include "tokenizer/tok_internal.h"
 #include "tok_testlib.h"
 

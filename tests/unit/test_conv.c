@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gguf/gguf.h"
 #include "test.h"
 #include "conv/conv.h"
 

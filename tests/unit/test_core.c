@@ -3,6 +3,7 @@
  * invalid bytes passed through) and its strict number parsers (whole
  * string, range, overflow, the size multipliers, seeds).
  */
+#include "gguf/gguf.h"
 #include "config.h"
 
 #include <float.h>

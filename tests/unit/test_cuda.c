@@ -15,6 +15,7 @@
  * with a block offset: Q4_1, Q5_1, Q4_K, Q5_K; 1 otherwise), so they get
  * 2e-2 + 0.05 rho.
  */
+#include "gguf/gguf.h"
 #include "test.h"
 
 #include <stdint.h>

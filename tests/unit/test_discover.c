@@ -3,6 +3,7 @@
  * kvchat trees in a temporary HOME, ollama name resolution, the progress bar
  * text and the colour decision.
  */
+#include "gguf/gguf.h"
 #include "config.h"
 
 #include <errno.h>
@@ -17,7 +18,6 @@
 #include "cli/colour.h"
 #include "cli/discover.h"
 #include "cli/progress.h"
-#include "gguf/gguf_write.h"
 
 static char root[512];
 

@@ -4,13 +4,13 @@
  * full prefill, rewind + re-append, sync's common prefix, eviction,
  * snapshots (and rejection of bad blobs), context overflow, fingerprints.
  */
+#include "gguf/gguf.h"
 #include "test.h"
 
 #include <stdint.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "gguf/gguf_write.h"
 
 #define N_VOCAB (3 + 256 + 16)
 

@@ -46,8 +46,8 @@
  *    max|v|; the residual stream passes that through 2 layers with O(1)
  *    gain, so logits move by a few u: bound 2e-3 (~4u; measured <= 3.3e-4).
  */
+#include "gguf/gguf.h"
 #include "backend/backend.h"
-#include "gguf/gguf_write.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"

@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
-#include "gguf/gguf_write.h"
 
 static char err[512];
 

@@ -5,6 +5,7 @@
  * against a double-precision dot of the dequantised row (scalar and AVX2
  * kernels both); quantise -> dequantise against per-type error bounds.
  */
+#include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
 #include "test.h"
@@ -45,13 +46,13 @@ tname(enum gguf_dtype t)
 static float
 h2f(uint16_t h)
 {
-	return kvc_fp16_to_f32(h);
+	return q_fp16_to_f32(h);
 }
 
 static uint16_t
 f2h(float f)
 {
-	return kvc_f32_to_fp16(f);
+	return q_f32_to_fp16(f);
 }
 
 static void
@@ -103,15 +104,15 @@ test_fp16(void)
 	test_cond(bad == 0, "%d halves do not round-trip", bad);
 
 	/* bf16 is the top half of a float */
-	test_cond(kvc_bf16_to_f32(0x3f80) == 1.0f, "bf16 1");
-	test_cond(kvc_bf16_to_f32(0x4049) == 3.140625f, "bf16 pi");
-	test_cond(kvc_f32_to_bf16(1.0f) == 0x3f80, "1");
-	test_cond(kvc_f32_to_bf16(1.0f + ldexpf(1, -8)) == 0x3f80, "tie down");
-	test_cond(kvc_f32_to_bf16(1.0f + 3 * ldexpf(1, -8)) == 0x3f82, "tie up");
-	test_cond(kvc_f32_to_bf16(1.0f + ldexpf(1, -8) + ldexpf(1, -20)) == 0x3f81, "above tie");
-	test_cond(kvc_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
-	test_cond(kvc_f32_to_bf16(-INFINITY) == 0xff80, "-inf");
-	uint16_t bn = kvc_f32_to_bf16(NAN);
+	test_cond(q_bf16_to_f32(0x3f80) == 1.0f, "bf16 1");
+	test_cond(q_bf16_to_f32(0x4049) == 3.140625f, "bf16 pi");
+	test_cond(q_f32_to_bf16(1.0f) == 0x3f80, "1");
+	test_cond(q_f32_to_bf16(1.0f + ldexpf(1, -8)) == 0x3f80, "tie down");
+	test_cond(q_f32_to_bf16(1.0f + 3 * ldexpf(1, -8)) == 0x3f82, "tie up");
+	test_cond(q_f32_to_bf16(1.0f + ldexpf(1, -8) + ldexpf(1, -20)) == 0x3f81, "above tie");
+	test_cond(q_f32_to_bf16(3.4028235e38f) == 0x7f80, "FLT_MAX rounds to inf");
+	test_cond(q_f32_to_bf16(-INFINITY) == 0xff80, "-inf");
+	uint16_t bn = q_f32_to_bf16(NAN);
 	test_cond((bn & 0x7f80) == 0x7f80 && (bn & 0x7f) != 0, "bf16 nan %04x", bn);
 }
 

@@ -3,6 +3,7 @@
  * hand, softmax in double for the empirical distributions, truncation sets
  * worked out from the probabilities, penalty arithmetic by hand.
  */
+#include "gguf/gguf.h"
 #include "test.h"
 #include "sampler/sampler.h"
 

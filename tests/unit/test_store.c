@@ -6,6 +6,7 @@
  * processes, and SIGKILL at random moments while turns are committed.
  * Everything happens in a fresh temporary directory.
  */
+#include "gguf/gguf.h"
 #include "core/kvc.h"
 #include "sessions/store.h"
 #include "test.h"

@@ -6,6 +6,7 @@
  * token counts must also equal those an independent tokenizer found
  * (SOURCES.md, "Derived vocab GGUFs"). SKIP when the shared data is absent.
  */
+#include "gguf/gguf.h"
 #include "test.h"
 
 #include "tok_testlib.h"

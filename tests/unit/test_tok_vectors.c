@@ -5,6 +5,7 @@
  * parsing, as llama.cpp's test-tokenizer-0) and detokenize back to itself.
  * SKIP when the shared data is absent.
  */
+#include "gguf/gguf.h"
 #include "test.h"
 
 #include "tok_testlib.h"

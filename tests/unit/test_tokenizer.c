@@ -12,7 +12,6 @@
 #include "test.h"
 
 #include "gguf/gguf.h"
-#include "gguf/gguf_write.h"
 #include "tokenizer/pretok.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"

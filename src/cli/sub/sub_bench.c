@@ -9,7 +9,6 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
-#include "backend/threadpool.h"
 #include "engine/engine.h"
 
 static const char bench_usage[] =
@@ -129,7 +128,7 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 			    by_type[t] / (1024.0 * 1024.0));
 	printf("\n");
 	printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
-	    eng_backend_name(e), o->ep.n_threads > 0 ? o->ep.n_threads : tp_default_threads(),
+	    eng_backend_name(e), o->ep.n_threads > 0 ? o->ep.n_threads : kvc_n_cores(),
 	    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
 	printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
 	printf("|---------|--------|----------|------------------|---------------|\n");
