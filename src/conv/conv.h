@@ -85,6 +85,11 @@ struct conv_stats {
 	bool rebuilt;			/* cache rebuilt from stored tokens before this turn */
 	bool interrupted;		/* stopped by the user */
 	bool ctx_full;			/* reply stopped because the context is full */
+	/*
+	 * Snapshot or settings writes that failed since the last turn (each
+	 * one was noticed); the conversation went on without them.
+	 */
+	int store_errors;
 };
 
 /* How a turn talks to its caller. */
@@ -96,6 +101,66 @@ struct conv_io {
 	volatile sig_atomic_t *interrupt;
 	double t_enter;			/* kvc_now() when the user pressed Enter (0 = at call) */
 };
+
+/*
+ * The one generation loop, for chat replies (conv_turn, conv_retry) and raw
+ * completions (kvchat generate): sample, run the id through the model,
+ * detokenize, stream; stop at the end of generation, a stop string, the
+ * cap, a full context or an interrupt. Text that could be the start of a
+ * stop string is held back until it is known not to be one.
+ */
+enum conv_gen_mode {
+	/*
+	 * A chat reply: each id is run through the model as soon as it is
+	 * sampled, so the cache holds the whole reply for the next turn; the
+	 * end-of-turn id is part of the reply; NUL bytes become U+FFFD (a
+	 * reply is stored as a C string).
+	 */
+	CONV_GEN_REPLY,
+	/*
+	 * A raw completion: an id is run through the model only when another
+	 * follows it (the last one needs no cache position, so a prompt of p
+	 * tokens in a context of n gets up to n - p + 1); the end-of-generation
+	 * id ends it unsaid; the bytes pass as they are.
+	 */
+	CONV_GEN_COMPLETION,
+};
+
+struct conv_gen_params {
+	enum conv_gen_mode mode;
+	int max_tokens;			/* at most this many ids; < 0: no cap */
+	const char *const *stop;	/* stop strings (chat_stop_strings), or NULL */
+	unsigned detok_flags;		/* TOK_DETOK_* */
+	/* Text as it streams (valid UTF-8 pieces); non-zero return stops. Optional. */
+	int (*on_text)(void *arg, const char *s, size_t n);
+	/* Each id as it counts; non-zero return stops. Optional. */
+	int (*on_id)(void *arg, int32_t id);
+	void *arg;
+	volatile sig_atomic_t *interrupt;	/* stop at once when set; may be NULL */
+	/* What the first id is sampled from when the sequence has no logits at hand, or NULL. */
+	const float *first_logits;
+	/* [n_vocab] or NULL: gets a copy of the logits the first id is sampled from. */
+	float *keep_first_logits;
+};
+
+struct conv_gen {
+	struct kvc_tokens ids;		/* the ids that count */
+	struct kvc_buf text;		/* their text, NUL-terminated */
+	int n_decoded;			/* ids run through the model */
+	double t_first;			/* kvc_now() when the first id was at hand; 0: none */
+	int first_logits_pos;		/* positions keep_first_logits follows; -1: not copied */
+	bool interrupted;		/* *interrupt, or on_text / on_id asked to stop */
+	bool ctx_full;			/* stopped because the context is full */
+};
+
+/*
+ * Generate after what s holds (its logits at hand, or first_logits). g is
+ * set up here and holds what was generated even on an error (a failed
+ * forward pass: what came before it stands); conv_gen_free releases it.
+ */
+int conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
+    const struct conv_gen_params *p, struct conv_gen *g, char *err, size_t errlen);
+void conv_gen_free(struct conv_gen *g);
 
 struct conv_mgr;
 struct conv;
@@ -127,6 +192,12 @@ int conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size
 void conv_close(struct conv *c);
 /* Close and delete it from the store. */
 int conv_delete(struct conv *c, char *err, size_t errlen);
+/*
+ * Delete conversation id from the store without bringing it into memory:
+ * if it is open here it is closed (its cache dropped). KVC_EBUSY if
+ * another process holds it.
+ */
+int conv_mgr_delete(struct conv_mgr *m, int64_t id, char *err, size_t errlen);
 
 /*
  * One turn: user text in, reply streamed through io, everything committed.
@@ -174,7 +245,11 @@ const char *conv_system(const struct conv *c);
 const struct conv_settings *conv_get_settings(const struct conv *c);
 int conv_n_msgs(const struct conv *c);
 const struct sess_msg *conv_msg(const struct conv *c, int i);
-/* Tokens of the stream the cache holds (the window), and their count. */
+/*
+ * Tokens of the stream the cache holds (the window), and their count: the
+ * engine sequence's, kept while evicted; none while a failed change has
+ * left the cache to be rebuilt from the messages on next use.
+ */
 const int32_t *conv_stream(const struct conv *c, int *n);
 bool conv_resident(const struct conv *c);
 /* The engine sequence (NULL while evicted); for tests and /show. */

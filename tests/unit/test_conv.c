@@ -19,7 +19,11 @@
  *    notice, and the same reply;
  *  - context overflow: drop keeps the conversation going and the store
  *    complete; stop refuses; an input longer than the context is refused
- *    with nothing lost.
+ *    with nothing lost;
+ *  - a snapshot or settings write the store refuses is noticed and counted
+ *    in the next turn's store_errors, and the conversation goes on;
+ *  - deleting a conversation that is not the one in use never brings its
+ *    cache back into memory.
  */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -213,6 +217,28 @@ corrupt_chunk(const char *db, int64_t conv)
 	}
 	sqlite3_close(h);
 	return rc;
+}
+
+/*
+ * Make the store refuse one kind of write, as a full disk would, until
+ * refuse_off: a trigger that aborts it (sql names the event).
+ */
+static void
+refuse_on(struct sess_store *st, const char *event)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof sql, "CREATE TRIGGER test_refuse BEFORE %s BEGIN "
+	    "SELECT RAISE(ABORT, 'test: write refused'); END", event);
+	test_cond(sqlite3_exec(sess_sqlite(st), sql, NULL, NULL, NULL) == SQLITE_OK,
+	    "trigger: %s", sqlite3_errmsg(sess_sqlite(st)));
+}
+
+static void
+refuse_off(struct sess_store *st)
+{
+	test_cond(sqlite3_exec(sess_sqlite(st), "DROP TRIGGER test_refuse", NULL, NULL, NULL) ==
+	    SQLITE_OK, "drop trigger: %s", sqlite3_errmsg(sess_sqlite(st)));
 }
 
 static int
@@ -502,6 +528,26 @@ main(void)
 			if (rc == 0) {
 				rc = conv_turn(c, "and one more", NULL, &s, err, sizeof err);
 				test_cond(rc == 0 && s.context_used <= 160, "windowed turn after reopen");
+				test_cond(s.store_errors == 0, "windowed turn: %d store errors",
+				    s.store_errors);
+			}
+			/* /clear of a windowed conversation rewrites the settings: refused, noticed, counted. */
+			if (rc == 0) {
+				refuse_on(st, "UPDATE OF settings ON conversations");
+				notices[0] = '\0';
+				rc = conv_clear(c, err, sizeof err);
+				refuse_off(st);
+				test_cond(rc == 0 && conv_n_msgs(c) == 0, "clear with settings refused: %s",
+				    err);
+				test_cond(strstr(notices, "settings") && strstr(notices, "write refused"),
+				    "refused settings write: notice '%s'", notices);
+				rc = conv_turn(c, inputs[0], NULL, &s, err, sizeof err);
+				test_cond(rc == 0 && s.store_errors == 1,
+				    "turn after a refused settings write: rc %d, %d store errors", rc,
+				    s.store_errors);
+				rc = conv_turn(c, inputs[1], NULL, &s, err, sizeof err);
+				test_cond(rc == 0 && s.store_errors == 0,
+				    "the count is reported once: %d", s.store_errors);
 			}
 		}
 		conv_mgr_free(ms);
@@ -545,6 +591,36 @@ main(void)
 			    "switch back restores from snapshot: %d %d", s.resumed_from_snapshot,
 			    s.prefill_tokens);
 			test_cond(!conv_resident(b), "b still resident");
+		}
+		/* Deleting b (evicted) or a closed conversation restores nothing. */
+		if (rc == 0) {
+			struct sess_conv row = {0};
+			struct conv *x;
+			int64_t bid = conv_id(b), xid = 0;
+			int n_open = 0, n_res = 0;
+
+			if (conv_new(mb, "x", NULL, &set, &x, err, sizeof err) == 0) {
+				xid = conv_id(x);
+				(void)conv_turn(x, "third", NULL, &s, err, sizeof err);
+				conv_close(x);
+			}
+			(void)conv_turn(a, "once more", NULL, &s, err, sizeof err);
+			notices[0] = '\0';
+			rc = conv_mgr_delete(mb, bid, err, sizeof err);
+			test_cond(rc == 0, "delete evicted b: %s", err);
+			rc = xid ? conv_mgr_delete(mb, xid, err, sizeof err) : -1;
+			test_cond(rc == 0, "delete closed x: %s", err);
+			(void)conv_mgr_kv_bytes(mb, &n_open, &n_res);
+			test_cond(n_open == 1 && n_res == 1 && conv_resident(a),
+			    "after the deletes: %d open, %d resident, a resident %d", n_open, n_res,
+			    conv_resident(a));
+			test_cond(notices[0] == '\0', "a delete moved caches: '%s'", notices);
+			test_cond(sess_conv_get(st, bid, &row, NULL, 0) == KVC_ENOTFOUND &&
+			    sess_conv_get(st, xid, &row, NULL, 0) == KVC_ENOTFOUND,
+			    "deleted conversations still stored");
+			rc = conv_turn(a, "after the deletes", NULL, &s, err, sizeof err);
+			test_cond(rc == 0 && !s.resumed_from_snapshot && !s.rebuilt &&
+			    s.prefill_tokens == s.prompt_tokens, "a after the deletes: %s", err);
 		}
 		conv_mgr_free(mb);
 	}
@@ -601,6 +677,27 @@ main(void)
 			rc = conv_change_system(c, "You are a pirate. Answer in rhymes.", &nc, err,
 			    sizeof err);
 			test_cond(rc == 0 && nc == 0, "same system: rc %d computed %d", rc, nc);
+		}
+		/* The fresh snapshot refused: noticed, counted once, the next turn writes it. */
+		if (rc == 0) {
+			const char *sys2 = "You are a parrot.";
+
+			refuse_on(st, "INSERT ON kv_chunks");
+			notices[0] = '\0';
+			rc = conv_change_system(c, sys2, &nc, err, sizeof err);
+			refuse_off(st);
+			test_cond(rc == 0 && strcmp(conv_system(c), sys2) == 0,
+			    "system with the snapshot refused: %s", err);
+			test_cond(strstr(notices, "snapshot") && strstr(notices, "write refused"),
+			    "refused snapshot: notice '%s'", notices);
+			rc = conv_turn(c, inputs[4], NULL, &s, err, sizeof err);
+			test_cond(rc == 0 && s.store_errors == 1,
+			    "turn after a refused snapshot: rc %d, %d store errors (%s)", rc,
+			    s.store_errors, err);
+			test_cond(sess_check(st, err, sizeof err) == 0, "sess_check: %s", err);
+			test_cond(conv_undo(c, err, sizeof err) == 0 &&
+			    conv_change_system(c, "You are a pirate. Answer in rhymes.", NULL, err,
+			    sizeof err) == 0, "system back: %s", err);
 		}
 		conv_mgr_free(ms);
 		/* It resumes from the fresh snapshot. */

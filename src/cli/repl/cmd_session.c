@@ -99,7 +99,6 @@ static int
 cmd_delete_exec(struct kvc_repl *r, const char *args)
 {
 	char err[512];
-	struct conv *c = NULL;
 	int64_t id;
 	bool was_cur;
 
@@ -110,22 +109,16 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 		return 1;
 	}
 	was_cur = conv_id(r->cur) == id;
-	/* Open it first: that takes its lock, so a conversation in use elsewhere is refused. */
-	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
-		repl_error(r, "/delete: %s", err);
-		return 1;
-	}
 	if (was_cur)
 		r->cur = NULL;
-	if (conv_delete(c, err, sizeof err)) {
+	/* Not brought into memory first; one in use elsewhere is refused by its lock. */
+	if (conv_mgr_delete(r->mgr, id, err, sizeof err)) {
 		repl_error(r, "/delete: %s", err);
 		return 1;
 	}
 	printf("deleted conversation %" PRId64 "\n", id);
 	if (was_cur)
 		return cmd_session_entries[0].exec(r, "");	/* /new */
-	if (r->cur)
-		(void)conv_activate(r->cur, NULL, 0);
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
+#include "conv/conv.h"
 #include "engine/engine.h"
 #include "sampler/sampler.h"
 
@@ -54,186 +55,226 @@ parse_float(const char *s, float *out)
 	return true;
 }
 
-int
-sub_generate(int argc, char **argv)
+struct gen_opts {
+	struct kvc_engine_params ep;
+	struct kvc_sampler_params sp;
+	const char *model, *prompt;
+	long n_predict;			/* -1: the default */
+	bool ids;			/* print ids, not text */
+};
+
+/*
+ * One option at argv[*i] (its value at argv[*i + 1], consumed): -1 to go
+ * on, else the exit status (0 after --help, 2 for a usage error).
+ */
+static int
+parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 {
-	struct kvc_engine_params ep = kvc_engine_default_params();
-	struct kvc_sampler_params sp = kvc_sampler_default_params();
-	const char *model = NULL, *prompt = NULL;
-	long n_predict = -1, v;
-	bool ids = false;
-	struct kvc_engine *e = NULL;
-	struct kvc_seq *s = NULL;
-	struct kvc_sampler *smp = NULL;
-	const struct kvc_tokenizer *tok;
-	struct kvc_tokens in = { 0 }, hist = { 0 };
-	struct kvc_buf text = { 0 };
-	struct tok_detok dt;
-	struct eng_stats st;
+	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
+	long v;
+	int eo;
+
+	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+		fputs(gen_usage, stdout);
+		return 0;
+	}
+	if (strcmp(a, "--ids") == 0) {
+		o->ids = true;
+		return -1;
+	}
+	if (val == NULL && a[0] == '-')
+		return usage("option needs a value or is unknown", a);
+	(*i)++;
+	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
+		return eo < 0 ? usage(why, val) : -1;
+	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
+		o->model = val;
+	else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
+		o->prompt = val;
+	else if (strcmp(a, "-n") == 0) {
+		if (!sub_parse_long(val, 0, 1L << 30, &o->n_predict))
+			return usage("bad -n", val);
+	} else if (strcmp(a, "--temp") == 0) {
+		if (!parse_float(val, &o->sp.temp))
+			return usage("bad --temp", val);
+	} else if (strcmp(a, "--top-k") == 0) {
+		if (!sub_parse_long(val, -1, 1L << 30, &v))
+			return usage("bad --top-k", val);
+		o->sp.top_k = (int)v;
+	} else if (strcmp(a, "--top-p") == 0) {
+		if (!parse_float(val, &o->sp.top_p))
+			return usage("bad --top-p", val);
+	} else if (strcmp(a, "--min-p") == 0) {
+		if (!parse_float(val, &o->sp.min_p))
+			return usage("bad --min-p", val);
+	} else if (strcmp(a, "--repeat-penalty") == 0) {
+		if (!parse_float(val, &o->sp.repeat_penalty) || o->sp.repeat_penalty <= 0)
+			return usage("bad --repeat-penalty", val);
+	} else if (strcmp(a, "--seed") == 0) {
+		if (!parse_u64(val, &o->sp.seed))
+			return usage("bad --seed", val);
+	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
+		if (!sub_parse_long(val, 0, 1L << 24, &v))
+			return usage("bad --ctx", val);
+		o->ep.n_ctx = (int)v;
+	} else {
+		return usage("unknown argument", a);
+	}
+	return -1;
+}
+
+/* The prompt's ids, or BOS alone without a prompt; 0, or 1 with a message said. */
+static int
+prompt_ids(const struct kvc_engine *e, const char *prompt, struct kvc_tokens *in)
+{
+	const struct kvc_tokenizer *tok = eng_tokenizer(e);
 	char err[512] = "";
-	int rc = 1, n_gen = 0, n_dec = 0, max_gen;
-	double t_start, t_first = 0, t_end;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why;
-		bool takes = true;
-		int eo;
-
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			fputs(gen_usage, stdout);
-			return 0;
-		} else if (strcmp(a, "--ids") == 0) {
-			ids = true;
-			takes = false;
-		} else if (val == NULL && a[0] == '-') {
-			return usage("option needs a value or is unknown", a);
-		} else if ((eo = sub_engine_option(a, val, &ep, &why)) != 0) {
-			if (eo < 0)
-				return usage(why, val);
-		} else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-			model = val;
-		} else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
-			prompt = val;
-		} else if (strcmp(a, "-n") == 0) {
-			if (!sub_parse_long(val, 0, 1L << 30, &n_predict))
-				return usage("bad -n", val);
-		} else if (strcmp(a, "--temp") == 0) {
-			if (!parse_float(val, &sp.temp))
-				return usage("bad --temp", val);
-		} else if (strcmp(a, "--top-k") == 0) {
-			if (!sub_parse_long(val, -1, 1L << 30, &v))
-				return usage("bad --top-k", val);
-			sp.top_k = (int)v;
-		} else if (strcmp(a, "--top-p") == 0) {
-			if (!parse_float(val, &sp.top_p))
-				return usage("bad --top-p", val);
-		} else if (strcmp(a, "--min-p") == 0) {
-			if (!parse_float(val, &sp.min_p))
-				return usage("bad --min-p", val);
-		} else if (strcmp(a, "--repeat-penalty") == 0) {
-			if (!parse_float(val, &sp.repeat_penalty) || sp.repeat_penalty <= 0)
-				return usage("bad --repeat-penalty", val);
-		} else if (strcmp(a, "--seed") == 0) {
-			if (!parse_u64(val, &sp.seed))
-				return usage("bad --seed", val);
-		} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-			if (!sub_parse_long(val, 0, 1L << 24, &v))
-				return usage("bad --ctx", val);
-			ep.n_ctx = (int)v;
-		} else {
-			return usage("unknown argument", a);
-		}
-		if (takes)
-			i++;
-	}
-	if (model == NULL)
-		return usage("no model given (-m FILE)", NULL);
-
-	if (eng_open(&e, model, &ep, err, sizeof err) != 0) {
-		fprintf(stderr, "kvchat: generate: %s\n", err);
-		return 1;
-	}
-	tok = eng_tokenizer(e);
-	t_start = kvc_now();
 	if (prompt) {
 		unsigned flags = tok_add_bos_default(tok) ? TOK_ADD_BOS : 0;
 
-		if (tok_encode(tok, prompt, strlen(prompt), flags, &in, err, sizeof err) != 0) {
+		if (tok_encode(tok, prompt, strlen(prompt), flags, in, err, sizeof err) != 0) {
 			fprintf(stderr, "kvchat: generate: prompt: %s\n", err);
-			goto out;
+			return 1;
 		}
 	}
-	if (in.n == 0) {
+	if (in->n == 0) {
 		if (tok_bos(tok) < 0) {
 			fprintf(stderr, "kvchat: generate: the model has no BOS token to start from; give a prompt with -p\n");
-			goto out;
+			return 1;
 		}
-		if (kvc_tokens_push(&in, tok_bos(tok)) != 0)
-			goto nomem;
+		if (kvc_tokens_push(in, tok_bos(tok)) != 0) {
+			fprintf(stderr, "kvchat: generate: out of memory\n");
+			return 1;
+		}
 	}
-	if (in.n > (size_t)eng_n_ctx(e)) {
+	if (in->n > (size_t)eng_n_ctx(e)) {
 		fprintf(stderr, "kvchat: generate: the prompt has %zu tokens, the context only %d (--ctx)\n",
-		    in.n, eng_n_ctx(e));
+		    in->n, eng_n_ctx(e));
+		return 1;
+	}
+	return 0;
+}
+
+/* The completion goes to stdout as it comes: text, or ids separated by spaces. */
+static int
+put_text(void *arg, const char *s, size_t n)
+{
+	(void)arg;
+	fwrite(s, 1, n, stdout);
+	fflush(stdout);
+	return 0;
+}
+
+static int
+put_id(void *arg, int32_t id)
+{
+	int *n = arg;
+
+	printf((*n)++ > 0 ? " %d" : "%d", (int)id);
+	fflush(stdout);
+	return 0;
+}
+
+static void
+print_timings(struct kvc_engine *e, size_t n_prompt, const struct eng_stats *st,
+    const struct conv_gen *g, double t_start, double t_end)
+{
+	double t_first = g->t_first > 0 ? g->t_first : t_end;
+
+	fprintf(stderr, "kvchat: %s, %s cache: prompt %zu tokens, prefill %.1f tok/s (%.3f s); "
+	    "first token after %.1f ms; %zu generated, decode %.1f tok/s\n",
+	    eng_backend_name(e), gguf_dtype_name(eng_kv_type(e)), n_prompt,
+	    st->t_prefill > 0 ? (double)st->n_computed / st->t_prefill : 0.0, st->t_prefill,
+	    (t_first - t_start) * 1e3, g->ids.n,
+	    g->n_decoded > 0 && t_end > t_first ? g->n_decoded / (t_end - t_first) : 0.0);
+}
+
+/*
+ * Prefill the prompt and complete it, streaming to stdout; the timings
+ * (from t_start) to stderr. 0, or 1 with a message said.
+ */
+static int
+complete(struct kvc_engine *e, const struct gen_opts *o, const struct kvc_tokens *in,
+    double t_start)
+{
+	struct conv_gen_params gp;
+	struct conv_gen g;
+	struct kvc_sampler *smp = NULL;
+	struct kvc_seq *s = NULL;
+	struct eng_stats st;
+	char err[512] = "";
+	int rc = 1, n_put = 0;
+
+	memset(&g, 0, sizeof g);
+	memset(&gp, 0, sizeof gp);
+	gp.mode = CONV_GEN_COMPLETION;
+	/* The last id is never run through the model, so it needs no position. */
+	gp.max_tokens = (int)(o->n_predict < 0 ? 256 : o->n_predict);
+	if (gp.max_tokens > eng_n_ctx(e) - (int)in->n + 1)
+		gp.max_tokens = eng_n_ctx(e) - (int)in->n + 1;
+	/* A completion continues the prompt, so its first space is kept. */
+	gp.detok_flags = o->prompt ? TOK_DETOK_KEEP_LEADING_SPACE : 0;
+	gp.on_text = o->ids ? NULL : put_text;
+	gp.on_id = o->ids ? put_id : NULL;
+	gp.arg = &n_put;
+	if (smp_new(&smp, &o->sp, eng_n_vocab(e)) != 0) {
+		fprintf(stderr, "kvchat: generate: out of memory\n");
 		goto out;
 	}
-	/* The last generated token is never run through the model, so it needs no slot. */
-	max_gen = eng_n_ctx(e) - (int)in.n + 1;
-	if (n_predict < 0)
-		n_predict = 256;
-	if (n_predict > max_gen)
-		n_predict = max_gen;
-
-	if (smp_new(&smp, &sp, eng_n_vocab(e)) != 0)
-		goto nomem;
 	if (eng_seq_new(e, &s, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: generate: %s\n", err);
 		goto out;
 	}
-	if (eng_seq_append(s, in.v, (int)in.n, &st, err, sizeof err) != 0) {
+	if (eng_seq_append(s, in->v, (int)in->n, &st, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: generate: prefill: %s\n", err);
 		goto out;
 	}
-	if (kvc_tokens_append(&hist, in.v, in.n) != 0)
-		goto nomem;
-	/* A completion continues the prompt, so its first space is kept. */
-	tok_detok_init(&dt, prompt ? TOK_DETOK_KEEP_LEADING_SPACE : 0);
-	while (n_gen < n_predict) {
-		int32_t id = smp_sample(smp, eng_seq_logits(s), hist.v, hist.n);
-
-		if (n_gen == 0)
-			t_first = kvc_now();
-		if (tok_is_eog(tok, id))
-			break;
-		n_gen++;
-		if (kvc_tokens_push(&hist, id) != 0)
-			goto nomem;
-		if (ids) {
-			printf(n_gen > 1 ? " %d" : "%d", (int)id);
-		} else {
-			text.n = 0;
-			if (tok_detok_push(tok, &dt, id, &text) != 0)
-				goto nomem;
-			if (text.n)
-				fwrite(text.p, 1, text.n, stdout);
-		}
-		fflush(stdout);
-		if (n_gen == n_predict)
-			break;
-		if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0) {
-			fprintf(stderr, "kvchat: generate: decode: %s\n", err);
-			goto out;
-		}
-		n_dec++;
+	if (conv_generate(e, s, smp, &gp, &g, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: generate: decode: %s\n", err);
+		goto out;
 	}
-	t_end = kvc_now();
-	if (!ids) {
-		text.n = 0;
-		tok_detok_flush(&dt, &text);
-		if (text.n)
-			fwrite(text.p, 1, text.n, stdout);
-	}
-	if (ids || isatty(STDOUT_FILENO))
+	if (o->ids || isatty(STDOUT_FILENO))
 		putchar('\n');
 	fflush(stdout);
-	if (t_first == 0)
-		t_first = t_end;
-	fprintf(stderr, "kvchat: %s, %s cache: prompt %zu tokens, prefill %.1f tok/s (%.3f s); "
-	    "first token after %.1f ms; %d generated, decode %.1f tok/s\n",
-	    eng_backend_name(e), gguf_dtype_name(eng_kv_type(e)), in.n,
-	    st.t_prefill > 0 ? (double)st.n_computed / st.t_prefill : 0.0, st.t_prefill,
-	    (t_first - t_start) * 1e3, n_gen,
-	    n_dec > 0 && t_end > t_first ? n_dec / (t_end - t_first) : 0.0);
+	print_timings(e, in->n, &st, &g, t_start, kvc_now());
 	rc = 0;
-	goto out;
-nomem:
-	fprintf(stderr, "kvchat: generate: out of memory\n");
 out:
+	conv_gen_free(&g);
 	eng_seq_free(s);
 	if (smp)
 		smp_free(smp);
+	return rc;
+}
+
+int
+sub_generate(int argc, char **argv)
+{
+	struct gen_opts o;
+	struct kvc_engine *e = NULL;
+	struct kvc_tokens in = {0};
+	char err[512] = "";
+	double t_start;
+	int rc;
+
+	memset(&o, 0, sizeof o);
+	o.ep = kvc_engine_default_params();
+	o.sp = kvc_sampler_default_params();
+	o.n_predict = -1;
+	for (int i = 1; i < argc; i++)
+		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
+			return rc;
+	if (o.model == NULL)
+		return usage("no model given (-m FILE)", NULL);
+	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: generate: %s\n", err);
+		return 1;
+	}
+	t_start = kvc_now();
+	rc = prompt_ids(e, o.prompt, &in);
+	if (rc == 0)
+		rc = complete(e, &o, &in, t_start);
 	eng_close(e);
 	kvc_tokens_free(&in);
-	kvc_tokens_free(&hist);
-	kvc_buf_free(&text);
 	return rc;
 }

@@ -1,0 +1,130 @@
+/*
+ * conv_int.h: what the files of the conversation module share (conv.h is
+ * the public face): the manager and conversation records and the calls
+ * one file offers the others.
+ *
+ * The files call downward only:
+ *   conv.c, turn.c, system.c	open/close/delete; turns, undo, retry; /system
+ *   residency.c		the LRU within kv_budget, restore and rebuild
+ *   save.c			every write to the store: replies, snapshot chunks, settings
+ *   window.c			the token stream of the messages, the context window
+ *   msgs.c, notice.c		the in-memory messages; notices and failed writes
+ *   settings.c, generate.c	the settings codec; the generation loop (public)
+ *
+ * One owner for the tokens: the engine sequence holds the stream the cache
+ * holds (msgs[win..n_msgs) rendered), and keeps it while evicted; when a
+ * failed change leaves the sequence unusable it is dropped (seq = NULL) and
+ * the stream is rendered again from the messages when next needed.
+ */
+#ifndef KVC_CONV_INT_H
+#define KVC_CONV_INT_H
+
+#include "conv.h"
+
+struct conv_mgr {
+	struct kvc_engine *e;		/* not owned */
+	struct sess_store *st;		/* not owned */
+	struct conv_params p;
+	char *jinja;			/* copy of p.jinja */
+	struct conv *open;		/* open conversations, a list */
+	uint64_t tick;			/* LRU clock */
+};
+
+struct conv {
+	struct conv_mgr *m;
+	struct conv *next;
+	int64_t id;
+	char *title;
+	char *system;			/* NULL: none (the family's default applies) */
+	bool auto_title;		/* title is provisional until the first turn */
+	struct conv_settings set;
+	struct kvc_sampler *smp;
+	struct sess_msg *msgs;		/* [n_msgs] deep copies of what is stored */
+	int n_msgs, cap_msgs;
+	/*
+	 * The window: msgs[win..n_msgs) are in the cache. When win > 0 the
+	 * first of them (a user message) contributes the system prompt plus
+	 * that message rendered afresh instead of its stored ids.
+	 */
+	int win;
+	struct kvc_seq *seq;		/* the stream; evicted or NULL when not resident */
+	int snap_end;			/* stream positions covered by chunks on disk */
+	int *chunk_ends;		/* pos1 of each chunk on disk, ascending */
+	int n_chunk_ends, cap_chunk_ends;
+	uint64_t last_used;		/* m->tick at last use */
+	bool pend_resumed, pend_rebuilt;	/* reported by the next turn */
+	int store_errors;		/* failed writes, reported by the next turn */
+	/*
+	 * The logits the last reply was sampled from first, so /retry needs
+	 * no forward pass: [n_vocab] floats, valid when reply_logits_pos is
+	 * the stream length they follow (-1: none).
+	 */
+	float *reply_logits;
+	int reply_logits_pos;
+};
+
+/* notice.c */
+void conv_notice(struct conv_mgr *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A write that failed but the conversation goes on without: noticed, counted. */
+void conv_store_failed(struct conv *c, const char *what, const char *why);
+
+/* msgs.c */
+char *conv_strdup(const char *s);
+/* Append a deep copy of x to c->msgs. */
+int conv_msgs_push(struct conv *c, const struct sess_msg *x);
+/* Forget msgs[k..n_msgs). */
+void conv_msgs_drop(struct conv *c, int k);
+
+/* window.c */
+/* [system] + msgs[from..to) (+ user) in chat.h's form; *v is malloc'ed. */
+int conv_chat_list(const struct conv *c, int from, int to, const char *user,
+    struct chat_msg **v, size_t *n);
+/* The system prompt plus msgs[k] (or user) with the generation prompt. */
+int conv_render_head(const struct conv *c, int k, const char *user, struct kvc_tokens *out,
+    char *err, size_t errlen);
+/* The stream of window k over msgs[0..to). */
+int conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *out,
+    char *err, size_t errlen);
+/* Smallest window start >= from (a user message) whose stream fits in limit. */
+int conv_fit_window(const struct conv *c, int from, int limit, int *k_out, char *err,
+    size_t errlen);
+/* Positions kept free for a reply when deciding whether a prompt fits. */
+int conv_reply_reserve(const struct conv *c);
+/*
+ * A turn's prompt does not fit after the stream: the window it starts
+ * (*win) and the tokens the cache must hold for it (out).
+ */
+int conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens *delta,
+    int reserve, int *win, struct kvc_tokens *out, char *err, size_t errlen);
+
+/* save.c */
+const char *conv_kv_type_name(enum gguf_dtype t);
+/* Snapshot key of window win: the fingerprint, plus the window when history was dropped. */
+void conv_cache_key(const struct conv *c, int win, char *buf, size_t len);
+/* The chunks on disk: one more ends at pos1; those past n_pos are gone. */
+int conv_chunks_push(struct conv *c, int pos1);
+void conv_chunks_trim(struct conv *c, int n_pos);
+/*
+ * msgs[0..n) and a chunk of the cache from the end of the chunks on disk
+ * to the end of the sequence (keyed by window win), in one transaction.
+ * keep >= 0: the messages from index keep on and the chunks past position
+ * n_keep are taken back in the same transaction (/retry).
+ */
+int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
+    int n_keep, int win, char *err, size_t errlen);
+/* The whole cache as one chunk (after a rebuild); a failure is noticed and counted. */
+void conv_save_snapshot(struct conv *c);
+int conv_save_settings(struct conv *c, char *err, size_t errlen);
+/* The window changed: save the settings text that remembers it, or say it failed. */
+void conv_save_window(struct conv *c);
+
+/* residency.c */
+/* Evict least recently used caches (never keep's) until extra more bytes fit. */
+void conv_mgr_fit(struct conv_mgr *m, const struct conv *keep, size_t extra);
+/* Release the cache, keep the tokens (the snapshot brings the cache back). */
+void conv_evict(struct conv *c);
+/* Forget the sequence: the stream is rendered again from the messages. */
+void conv_drop_seq(struct conv *c);
+
+#endif

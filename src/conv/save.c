@@ -1,0 +1,148 @@
+/*
+ * save.c: every write of a conversation to the store that carries the
+ * cache: a reply with the snapshot chunk of the positions it added, a
+ * snapshot alone, and the settings text (which remembers the window).
+ * Snapshot chunks of a windowed stream are keyed by fingerprint + window,
+ * so a snapshot is only ever restored over the tokens it was made from.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_int.h"
+
+const char *
+conv_kv_type_name(enum gguf_dtype t)
+{
+	return t == GGML_TYPE_F32 ? "f32" : "f16";
+}
+
+void
+conv_cache_key(const struct conv *c, int win, char *buf, size_t len)
+{
+	const char *fp = eng_fingerprint(c->m->e);
+
+	if (win > 0)
+		snprintf(buf, len, "%s:w%d", fp, win);
+	else
+		snprintf(buf, len, "%s", fp);
+}
+
+void
+conv_chunks_trim(struct conv *c, int n_pos)
+{
+	while (c->n_chunk_ends > 0 && c->chunk_ends[c->n_chunk_ends - 1] > n_pos)
+		c->n_chunk_ends--;
+	c->snap_end = c->n_chunk_ends ? c->chunk_ends[c->n_chunk_ends - 1] : 0;
+}
+
+int
+conv_chunks_push(struct conv *c, int pos1)
+{
+	if (c->n_chunk_ends == c->cap_chunk_ends) {
+		int cap = c->cap_chunk_ends ? 2 * c->cap_chunk_ends : 16;
+		int *v = realloc(c->chunk_ends, (size_t)cap * sizeof *v);
+		if (v == NULL)
+			return KVC_ENOMEM;
+		c->chunk_ends = v;
+		c->cap_chunk_ends = cap;
+	}
+	c->chunk_ends[c->n_chunk_ends++] = pos1;
+	c->snap_end = pos1;
+	return KVC_OK;
+}
+
+/* Where the next chunk starts: the end of the chunks that stay on disk. */
+static int
+chunk_start(const struct conv *c, int keep, int n_keep)
+{
+	int pos0 = 0;
+
+	if (keep < 0)
+		return c->snap_end;
+	for (int i = 0; i < c->n_chunk_ends && c->chunk_ends[i] <= n_keep; i++)
+		pos0 = c->chunk_ends[i];
+	return pos0;
+}
+
+int
+conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
+    int n_keep, int win, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct kvc_buf blob = {0};
+	struct sess_chunk ch, *chp = NULL;
+	char key[256], why[256] = "";
+	int pos0 = chunk_start(c, keep, n_keep), pos1 = eng_seq_n_pos(c->seq), rc;
+
+	if (pos1 > pos0) {
+		/* Without a chunk the reply is still stored; the next chunk covers these positions. */
+		if (eng_seq_kv_save(c->seq, pos0, pos1, &blob, why, sizeof why) == 0) {
+			conv_cache_key(c, win, key, sizeof key);
+			ch.pos0 = pos0;
+			ch.pos1 = pos1;
+			ch.kv_type = conv_kv_type_name(eng_kv_type(m->e));
+			ch.model_fp = key;
+			ch.blob = blob.p;
+			ch.len = blob.n;
+			chp = &ch;
+		} else {
+			conv_store_failed(c, "snapshot", why);
+		}
+	}
+	if (n == 0 && chp == NULL && keep < 0) {
+		kvc_buf_free(&blob);
+		return KVC_OK;	/* nothing to write */
+	}
+	rc = keep >= 0 ? sess_turn_replace(m->st, c->id, keep, n_keep, msgs, n, chp, err, errlen) :
+	    sess_turn_commit(m->st, c->id, msgs, n, chp, err, errlen);
+	kvc_buf_free(&blob);
+	if (rc)
+		return rc;
+	/* Stored: the picture of the chunks on disk follows. */
+	if (keep >= 0)
+		conv_chunks_trim(c, n_keep);
+	if (chp != NULL && conv_chunks_push(c, pos1) != 0)
+		c->snap_end = pos1;	/* out of memory: at least the next chunk starts right */
+	return KVC_OK;
+}
+
+void
+conv_save_snapshot(struct conv *c)
+{
+	char err[256] = "";
+
+	c->n_chunk_ends = 0;
+	c->snap_end = 0;
+	if (c->seq == NULL || eng_seq_n_pos(c->seq) == 0)
+		return;
+	/* Left unwritten, the next turn's chunk starts at 0 and covers it all. */
+	if (conv_commit_reply(c, NULL, 0, -1, 0, c->win, err, sizeof err) != 0)
+		conv_store_failed(c, "snapshot", err);
+}
+
+int
+conv_save_settings(struct conv *c, char *err, size_t errlen)
+{
+	struct kvc_buf b = {0};
+	int rc = conv_settings_format(&c->set, c->win, &b);
+
+	if (rc == 0)
+		rc = sess_conv_set_settings(c->m->st, c->id, b.p, err, errlen);
+	else
+		kvc_err(err, errlen, "out of memory");
+	kvc_buf_free(&b);
+	return rc;
+}
+
+void
+conv_save_window(struct conv *c)
+{
+	char err[256] = "";
+
+	/* Unsaved, a resume starts from the old window and rebuilds the cache (with a notice). */
+	if (conv_save_settings(c, err, sizeof err) != 0)
+		conv_store_failed(c, "settings", err);
+}

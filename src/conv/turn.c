@@ -1,0 +1,458 @@
+/*
+ * turn.c: what changes a conversation's exchanges: a turn (the user's
+ * delta into the cache, a reply generated, both committed with the new
+ * cache positions in one transaction), /retry, /undo and /clear.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_int.h"
+
+/*
+ * After a turn's prompt is in the cache: its prefill figures, and the
+ * buffer that keeps the first reply position's logits for /retry (optional:
+ * without it /retry recomputes one position).
+ */
+static void
+prompt_done(struct conv *c, const struct eng_stats *es, struct conv_stats *st)
+{
+	st->reused_tokens = es->n_reused;
+	st->prefill_tokens = es->n_computed;
+	st->prefill_tps = es->t_prefill > 0 ? es->n_computed / es->t_prefill : 0;
+	if (c->reply_logits == NULL)
+		c->reply_logits = malloc((size_t)eng_n_vocab(c->m->e) * sizeof *c->reply_logits);
+}
+
+/*
+ * Generate the reply after the prompt in the cache, streaming it through
+ * io. first (or NULL): what to sample the first id from when the sequence
+ * has no logits at hand (/retry).
+ */
+static int
+reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_gen *g,
+    struct conv_stats *st, double t0, char *err, size_t errlen)
+{
+	struct conv_gen_params gp;
+	int rc;
+
+	memset(&gp, 0, sizeof gp);
+	gp.mode = CONV_GEN_REPLY;
+	gp.max_tokens = c->set.max_tokens > 0 ? c->set.max_tokens : -1;
+	gp.stop = chat_stop_strings(c->m->p.family);
+	if (io) {
+		gp.on_text = io->on_text;
+		gp.arg = io->arg;
+		gp.interrupt = io->interrupt;
+	}
+	gp.first_logits = first;
+	gp.keep_first_logits = c->reply_logits;
+	rc = conv_generate(c->m->e, c->seq, c->smp, &gp, g, err, errlen);
+	if (g->first_logits_pos >= 0)
+		c->reply_logits_pos = g->first_logits_pos;
+	st->interrupted = g->interrupted;
+	st->ctx_full = g->ctx_full;
+	st->gen_tokens = (int)g->ids.n;
+	if (g->t_first > 0) {
+		double dt = kvc_now() - g->t_first;
+
+		st->ttft_ms = (g->t_first - t0) * 1e3;
+		st->decode_tps = dt > 0 && g->ids.n > 0 ? (double)g->ids.n / dt : 0;
+	}
+	if (rc && g->ids.n > 0) {
+		/* Keep what was said before the failure, as an interrupted reply. */
+		st->interrupted = true;
+		rc = 0;
+	}
+	st->context_used = eng_seq_n_pos(c->seq);
+	st->context_total = eng_n_ctx(c->m->e);
+	return rc;
+}
+
+/* The stored form of a reply. */
+static void
+reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stats *st)
+{
+	memset(rec, 0, sizeof *rec);
+	rec->role = SESS_ASSISTANT;
+	rec->text = g->text.p;
+	rec->ids = g->ids.v;
+	rec->n_ids = (int)g->ids.n;
+	rec->interrupted = st->interrupted;
+	rec->stats.ttft_ms = st->ttft_ms;
+	rec->stats.prefill_tokens = st->prefill_tokens;
+	rec->stats.reused_tokens = st->reused_tokens;
+	rec->stats.prefill_tps = st->prefill_tps;
+	rec->stats.gen_tokens = st->gen_tokens;
+	rec->stats.decode_tps = st->decode_tps;
+}
+
+static void
+auto_title(struct conv *c, const char *text)
+{
+	char t[64];
+	size_t n = 0;
+
+	while (*text == ' ' || *text == '\n' || *text == '\t')
+		text++;
+	while (text[n] && text[n] != '\n' && n < 48)
+		n++;
+	n = kvc_utf8_valid_prefix(text, n);
+	if (n == 0)
+		return;
+	memcpy(t, text, n);
+	t[n] = '\0';
+	if (conv_rename(c, t, NULL, 0) == 0)
+		c->auto_title = false;
+}
+
+/* The window's stream up to message k: its length, from the sequence or the messages. */
+static int
+stream_len(struct conv *c, int k, int *n_pos, char *err, size_t errlen)
+{
+	struct kvc_tokens s = {0};
+	int rc = KVC_OK;
+
+	if (c->seq != NULL) {
+		*n_pos = eng_seq_n_pos(c->seq);
+		for (int i = k; i < c->n_msgs; i++)
+			*n_pos -= c->msgs[i].n_ids;
+	} else {
+		rc = conv_build_stream(c, c->win, k, &s, err, errlen);
+		*n_pos = (int)s.n;
+		kvc_tokens_free(&s);
+	}
+	if (rc == 0 && *n_pos < 0) {
+		kvc_err(err, errlen, "stream shorter than its messages");
+		rc = KVC_ECORRUPT;
+	}
+	return rc;
+}
+
+/*
+ * Drop msgs[k..n_msgs) (msgs[k] a user message) from the store and the
+ * cache: one rewind of the store, then the in-memory picture follows.
+ */
+static int
+drop_tail(struct conv *c, int k, char *err, size_t errlen)
+{
+	int n_pos, w = 0, rc;
+
+	c->reply_logits_pos = -1;
+	if (c->win > 0 && c->win >= k) {
+		/* The window began at a message being dropped: choose it again. */
+		rc = sess_rewind(c->m->st, c->id, k, 0, err, errlen);
+		if (rc)
+			return rc;
+		conv_msgs_drop(c, k);
+		if (conv_fit_window(c, 0, eng_n_ctx(c->m->e) - conv_reply_reserve(c), &w,
+		    NULL, 0) != 0)
+			w = c->n_msgs > 0 ? c->n_msgs - 2 : 0;
+		c->win = w;
+		conv_drop_seq(c);
+		conv_save_window(c);
+		return conv_activate(c, err, errlen);
+	}
+	rc = stream_len(c, k, &n_pos, err, errlen);
+	if (rc == 0)
+		rc = sess_rewind(c->m->st, c->id, k, n_pos, err, errlen);
+	if (rc)
+		return rc;
+	conv_msgs_drop(c, k);
+	conv_chunks_trim(c, n_pos);
+	if (c->seq)
+		(void)eng_seq_truncate(c->seq, n_pos);
+	return KVC_OK;
+}
+
+/* The user's delta: closes the last reply, adds the turn and the generation prompt. */
+static int
+user_delta(struct conv *c, const char *text, int old_n, struct kvc_tokens *delta,
+    char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct chat_msg *cl = NULL;
+	size_t ncl;
+	int rc;
+
+	rc = conv_chat_list(c, c->win, c->n_msgs, text, &cl, &ncl);
+	if (rc == 0)
+		rc = chat_render_delta(eng_tokenizer(m->e), m->p.family, m->jinja, cl,
+		    old_n ? ncl - 1 : 0, ncl, true, delta, err, errlen);
+	free(cl);
+	return rc;
+}
+
+/*
+ * Put the turn's prompt into the cache: after the stream when it fits with
+ * room for a reply, else (policy drop) the cache is synced to a shorter
+ * window (*new_win). Nothing changes on an error.
+ */
+static int
+prompt_into_cache(struct conv *c, const char *text, const struct kvc_tokens *delta,
+    int old_n, int *new_win, struct eng_stats *es, struct conv_stats *st, char *err,
+    size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct kvc_tokens target = {0};
+	int n_ctx = eng_n_ctx(m->e), reserve = conv_reply_reserve(c), rc;
+
+	if (old_n == 0 && (int)delta->n >= n_ctx) {
+		kvc_err(err, errlen, "input too long: %zu tokens with the template, the context "
+		    "holds %d", delta->n, n_ctx);
+		return KVC_ERANGE;
+	}
+	if (old_n == 0 || old_n + (int)delta->n + reserve <= n_ctx) {
+		/* An empty conversation may start with less room for the reply. */
+		conv_mgr_fit(m, c, (size_t)(reserve + (int)delta->n) * eng_kv_bytes_per_pos(m->e));
+		return eng_seq_append(c->seq, delta->v, (int)delta->n, es, err, errlen);
+	}
+	if (m->p.overflow == CONV_OVERFLOW_STOP) {
+		kvc_err(err, errlen, "context full: %d of %d positions used, this turn needs %zu "
+		    "more plus room for the reply (/clear, /new, or --ctx-overflow drop)", old_n,
+		    n_ctx, delta->n);
+		return KVC_ERANGE;
+	}
+	rc = conv_plan_window(c, text, delta, reserve, new_win, &target, err, errlen);
+	if (rc == 0) {
+		conv_mgr_fit(m, c, (size_t)(reserve + (int)target.n) * eng_kv_bytes_per_pos(m->e));
+		rc = eng_seq_sync(c->seq, target.v, (int)target.n, es, err, errlen);
+		if (rc)
+			conv_drop_seq(c);	/* half synced: rebuilt from the messages */
+	}
+	if (rc == 0) {
+		st->dropped_tokens = old_n + (int)delta->n - (int)target.n;
+		if (st->dropped_tokens < 0)
+			st->dropped_tokens = 0;
+	}
+	kvc_tokens_free(&target);
+	return rc;
+}
+
+/*
+ * One transaction: user message, reply, the new cache positions; on a new
+ * window the chunks of the old stream go first (they no longer describe
+ * the cache).
+ */
+static int
+commit_turn(struct conv *c, struct sess_msg rec[2], int new_win, char *err, size_t errlen)
+{
+	int rc;
+
+	if (new_win != c->win) {
+		rc = sess_chunks_clear(c->m->st, c->id, err, errlen);
+		if (rc)
+			return rc;
+		c->n_chunk_ends = 0;
+		c->snap_end = 0;
+	}
+	return conv_commit_reply(c, rec, 2, -1, 0, new_win, err, errlen);
+}
+
+/* Committed: the in-memory picture follows. */
+static int
+turn_committed(struct conv *c, const char *text, struct sess_msg rec[2], int new_win,
+    char *err, size_t errlen)
+{
+	if (conv_msgs_push(c, &rec[0]) || conv_msgs_push(c, &rec[1])) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	if (new_win != c->win) {
+		c->win = new_win;
+		conv_save_window(c);
+	}
+	c->pend_resumed = c->pend_rebuilt = false;
+	if (c->auto_title)
+		auto_title(c, text);
+	return KVC_OK;
+}
+
+int
+conv_turn(struct conv *c, const char *text, const struct conv_io *io,
+    struct conv_stats *st, char *err, size_t errlen)
+{
+	struct kvc_tokens delta = {0};
+	struct conv_gen g;
+	struct eng_stats es = {0};
+	struct sess_msg rec[2];
+	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
+	int new_win, old_n, rc;
+
+	memset(st, 0, sizeof *st);
+	memset(&g, 0, sizeof g);
+	/* A user message left without its reply (an older kvchat's /retry cut short): drop it. */
+	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
+	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)
+		return rc;
+	rc = conv_activate(c, err, errlen);
+	if (rc)
+		return rc;
+	new_win = c->win;
+	old_n = eng_seq_n_pos(c->seq);
+	st->resumed_from_snapshot = c->pend_resumed;
+	st->rebuilt = c->pend_rebuilt;
+	rc = user_delta(c, text, old_n, &delta, err, errlen);
+	if (rc)
+		goto out;
+	st->prompt_tokens = (int)delta.n;
+	rc = prompt_into_cache(c, text, &delta, old_n, &new_win, &es, st, err, errlen);
+	if (rc)
+		goto out;
+	prompt_done(c, &es, st);
+	c->reply_logits_pos = -1;
+	rc = reply(c, io, NULL, &g, st, t0, err, errlen);
+	if (rc)
+		goto rollback;
+	memset(rec, 0, sizeof rec);
+	rec[0].role = SESS_USER;
+	rec[0].text = (char *)text;
+	rec[0].ids = delta.v;
+	rec[0].n_ids = (int)delta.n;
+	reply_msg(&rec[1], &g, st);
+	rc = commit_turn(c, rec, new_win, err, errlen);
+	if (rc)
+		goto rollback;
+	rc = turn_committed(c, text, rec, new_win, err, errlen);
+	st->store_errors = c->store_errors;
+	c->store_errors = 0;
+	goto out;
+rollback:
+	/* Nothing was stored: the cache goes back to the stored stream. */
+	c->reply_logits_pos = -1;
+	if (new_win == c->win)
+		(void)eng_seq_truncate(c->seq, old_n);
+	else
+		conv_drop_seq(c);
+out:
+	kvc_tokens_free(&delta);
+	conv_gen_free(&g);
+	return rc;
+}
+
+int
+conv_undo(struct conv *c, char *err, size_t errlen)
+{
+	int n = c->n_msgs;
+
+	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
+		return drop_tail(c, n - 1, err, errlen);	/* a reply that never came */
+	if (n < 2 || c->msgs[n - 1].role != SESS_ASSISTANT || c->msgs[n - 2].role != SESS_USER) {
+		kvc_err(err, errlen, "nothing to undo");
+		return KVC_ENOTFOUND;
+	}
+	return drop_tail(c, n - 2, err, errlen);
+}
+
+/*
+ * The cache cut to the end of the user's delta (n_pos): the first answer's
+ * logits reused when they are at hand (*first), else the last position
+ * recomputed.
+ */
+static int
+retry_prompt(struct conv *c, int n_pos, const float **first, struct eng_stats *es,
+    char *err, size_t errlen)
+{
+	if (c->reply_logits != NULL && c->reply_logits_pos == n_pos &&
+	    eng_seq_n_pos(c->seq) >= n_pos) {
+		*first = c->reply_logits;
+		es->n_reused = n_pos;
+		return eng_seq_truncate(c->seq, n_pos);
+	}
+	/* The engine copies its own tokens before it syncs to them. */
+	return eng_seq_sync(c->seq, eng_seq_tokens(c->seq), n_pos, es, err, errlen);
+}
+
+/*
+ * Only the reply is taken back: the cache is cut to the end of the user's
+ * delta, a new reply is generated, and then the store drops the old reply
+ * and the chunks past that point and takes the new one in one
+ * transaction: a crash or a failed write leaves the old reply in place.
+ */
+int
+conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
+    char *err, size_t errlen)
+{
+	struct conv_gen g;
+	struct eng_stats es = {0};
+	struct sess_msg rec;
+	const float *first = NULL;
+	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
+	int n = c->n_msgs, u, n_pos, rc;
+
+	memset(st, 0, sizeof *st);
+	memset(&g, 0, sizeof g);
+	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
+		u = n - 1;
+	else if (n >= 2 && c->msgs[n - 1].role == SESS_ASSISTANT && c->msgs[n - 2].role == SESS_USER)
+		u = n - 2;
+	else {
+		kvc_err(err, errlen, "nothing to retry");
+		return KVC_ENOTFOUND;
+	}
+	rc = conv_activate(c, err, errlen);
+	if (rc)
+		return rc;
+	n_pos = eng_seq_n_pos(c->seq) - (u == n - 2 ? c->msgs[n - 1].n_ids : 0);
+	if (n_pos <= 0) {
+		kvc_err(err, errlen, "stream shorter than its messages");
+		return KVC_ECORRUPT;
+	}
+	st->resumed_from_snapshot = c->pend_resumed;
+	st->rebuilt = c->pend_rebuilt;
+	rc = retry_prompt(c, n_pos, &first, &es, err, errlen);
+	if (rc)
+		goto fail;
+	prompt_done(c, &es, st);
+	rc = reply(c, io, first, &g, st, t0, err, errlen);
+	if (rc)
+		goto fail;
+	reply_msg(&rec, &g, st);
+	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, c->win, err, errlen);
+	if (rc)
+		goto fail;
+	/* The store holds the new reply in place of the old one: the picture follows. */
+	conv_msgs_drop(c, u + 1);
+	if (conv_msgs_push(c, &rec)) {
+		rc = KVC_ENOMEM;
+		kvc_err(err, errlen, "out of memory");
+		conv_drop_seq(c);
+		goto out;
+	}
+	c->pend_resumed = c->pend_rebuilt = false;
+	st->store_errors = c->store_errors;
+	c->store_errors = 0;
+	goto out;
+fail:
+	/* Nothing changed on disk: the cache goes back to the stored stream. */
+	c->reply_logits_pos = -1;
+	if (eng_seq_truncate(c->seq, n_pos) != 0 || (u == n - 2 && eng_seq_append(c->seq,
+	    c->msgs[n - 1].ids, c->msgs[n - 1].n_ids, NULL, NULL, 0) != 0))
+		conv_drop_seq(c);
+out:
+	conv_gen_free(&g);
+	return rc;
+}
+
+int
+conv_clear(struct conv *c, char *err, size_t errlen)
+{
+	char why[256] = "";
+	int rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
+
+	if (rc)
+		return rc;
+	if (sess_chunks_clear(c->m->st, c->id, why, sizeof why) != 0)
+		conv_store_failed(c, "snapshot", why);
+	conv_msgs_drop(c, 0);
+	c->n_chunk_ends = 0;
+	c->snap_end = 0;
+	if (c->win) {
+		c->win = 0;
+		conv_save_window(c);
+	}
+	if (c->seq)
+		(void)eng_seq_truncate(c->seq, 0);
+	return KVC_OK;
+}

@@ -1,0 +1,154 @@
+/*
+ * window.c: the token stream of a conversation's messages and the context
+ * window over it. The default overflow policy keeps the system prompt and
+ * drops the oldest whole exchanges from the cache (never from the store):
+ * a window starting at a later user message renders that message afresh
+ * with the system prompt in front, then takes the stored ids that follow.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+
+#include "conv_int.h"
+
+int
+conv_chat_list(const struct conv *c, int from, int to, const char *user, struct chat_msg **v,
+    size_t *n)
+{
+	size_t k = 0;
+	struct chat_msg *a = calloc((size_t)(to - from) + 2, sizeof *a);
+
+	if (a == NULL)
+		return KVC_ENOMEM;
+	if (c->system != NULL && c->system[0] != '\0') {
+		a[k].role = CHAT_SYSTEM;
+		a[k++].text = c->system;
+	}
+	for (int i = from; i < to; i++, k++) {
+		const struct sess_msg *x = &c->msgs[i];
+		a[k].role = x->role == SESS_ASSISTANT ? CHAT_ASSISTANT :
+		    x->role == SESS_SYSTEM ? CHAT_SYSTEM : CHAT_USER;
+		a[k].text = x->text;
+		if (x->role == SESS_ASSISTANT) {
+			a[k].ids = x->ids;
+			a[k].n_ids = (size_t)x->n_ids;
+		}
+	}
+	if (user != NULL) {
+		a[k].role = CHAT_USER;
+		a[k++].text = user;
+	}
+	*v = a;
+	*n = k;
+	return KVC_OK;
+}
+
+int
+conv_render_head(const struct conv *c, int k, const char *user, struct kvc_tokens *out,
+    char *err, size_t errlen)
+{
+	struct chat_msg *v;
+	size_t n;
+	int rc;
+
+	rc = user ? conv_chat_list(c, 0, 0, user, &v, &n) :
+	    conv_chat_list(c, k, k + 1, NULL, &v, &n);
+	if (rc)
+		return rc;
+	out->n = 0;
+	rc = chat_render(eng_tokenizer(c->m->e), c->m->p.family, c->m->jinja, v, n, true, out,
+	    err, errlen);
+	free(v);
+	return rc;
+}
+
+/* Window k over msgs[0..to): the head of k (or msgs[0]'s ids), then the later ids. */
+int
+conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *out,
+    char *err, size_t errlen)
+{
+	int rc;
+
+	out->n = 0;
+	if (to <= k)
+		return KVC_OK;
+	if (k > 0) {
+		rc = conv_render_head(c, k, NULL, out, err, errlen);
+		if (rc)
+			return rc;
+	} else if (kvc_tokens_append(out, c->msgs[0].ids, (size_t)c->msgs[0].n_ids)) {
+		return KVC_ENOMEM;
+	}
+	for (int i = k + 1; i < to; i++)
+		if (kvc_tokens_append(out, c->msgs[i].ids, (size_t)c->msgs[i].n_ids))
+			return KVC_ENOMEM;
+	return KVC_OK;
+}
+
+int
+conv_fit_window(const struct conv *c, int from, int limit, int *k_out, char *err,
+    size_t errlen)
+{
+	struct kvc_tokens s = {0};
+	int rc = KVC_ERANGE;
+
+	for (int k = from; k < c->n_msgs; k++) {
+		if (c->msgs[k].role != SESS_USER)
+			continue;
+		rc = conv_build_stream(c, k, c->n_msgs, &s, err, errlen);
+		if (rc)
+			break;
+		if ((int)s.n <= limit) {
+			*k_out = k;
+			break;
+		}
+		rc = KVC_ERANGE;
+	}
+	kvc_tokens_free(&s);
+	return rc;
+}
+
+int
+conv_reply_reserve(const struct conv *c)
+{
+	int n_ctx = eng_n_ctx(c->m->e);
+	int r = c->set.max_tokens > 0 ? c->set.max_tokens : 256;
+
+	if (r > n_ctx / 4)
+		r = n_ctx / 4;
+	return r < 1 ? 1 : r;
+}
+
+/*
+ * Drop whole exchanges from the front until the stream, the delta and the
+ * reserve fit; when none of the history fits with the new message, the
+ * window is the new message alone after the system prompt (*win = n_msgs).
+ */
+int
+conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens *delta,
+    int reserve, int *win, struct kvc_tokens *out, char *err, size_t errlen)
+{
+	int n_ctx = eng_n_ctx(c->m->e), rc;
+
+	for (int k = c->win + 1; k < c->n_msgs; k++) {
+		if (c->msgs[k].role != SESS_USER)
+			continue;
+		rc = conv_build_stream(c, k, c->n_msgs, out, err, errlen);
+		if (rc)
+			return rc;
+		if ((int)(out->n + delta->n) + reserve > n_ctx)
+			continue;
+		*win = k;
+		return kvc_tokens_append(out, delta->v, delta->n) ? KVC_ENOMEM : KVC_OK;
+	}
+	rc = conv_render_head(c, 0, text, out, err, errlen);
+	if (rc)
+		return rc;
+	if ((int)out->n >= n_ctx) {
+		kvc_err(err, errlen, "input too long: %zu tokens with the template, the context "
+		    "holds %d", out->n, n_ctx);
+		return KVC_ERANGE;
+	}
+	*win = c->n_msgs;
+	return KVC_OK;
+}
