@@ -67,7 +67,7 @@ conv_default_settings(void)
 }
 
 int
-conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_buf *out)
+conv_settings_format(const struct conv_settings *s, struct kvc_buf *out)
 {
 	int rc;
 
@@ -79,8 +79,6 @@ conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_b
 	if (rc == 0)
 		rc = s->smp.seed == KVC_SEED_RANDOM ? kvc_buf_printf(out, "random") :
 		    kvc_buf_printf(out, "%" PRIu64, s->smp.seed);
-	if (rc == 0 && window > 0)
-		rc = kvc_buf_printf(out, ";window=%" PRId64, window);
 	return rc;
 }
 
@@ -149,14 +147,12 @@ conv_settings_set(struct conv_settings *s, const char *name, const char *value,
 }
 
 void
-conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window)
+conv_settings_parse(const char *text, struct conv_settings *s)
 {
 	char name[32], value[64];
 	const char *p = text, *eq, *semi;
 	size_t nl, vl;
 
-	if (window)
-		*window = 0;
 	while (p != NULL && *p != '\0') {
 		semi = strchr(p, ';');
 		eq = strchr(p, '=');
@@ -170,12 +166,7 @@ conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window)
 		name[nl] = '\0';
 		memcpy(value, eq + 1, vl);
 		value[vl] = '\0';
-		if (strcmp(name, "window") == 0) {
-			if (window)
-				*window = strtoll(value, NULL, 10);
-		} else {
-			(void)conv_settings_set(s, name, value, NULL, 0);
-		}
+		(void)conv_settings_set(s, name, value, NULL, 0);
 next:
 		p = semi ? semi + 1 : NULL;
 	}
@@ -229,16 +220,11 @@ kv_type_name(enum gguf_dtype t)
 	return t == GGML_TYPE_F32 ? "f32" : "f16";
 }
 
-/* Snapshot key: the fingerprint, plus the window when history was dropped. */
+/* Snapshot key: the fingerprint (the window is the chunk's own column). */
 static void
 cache_key(const struct conv *c, char *buf, size_t len)
 {
-	const char *fp = eng_fingerprint(c->m->e);
-
-	if (c->win > 0)
-		snprintf(buf, len, "%s:w%d", fp, c->win);
-	else
-		snprintf(buf, len, "%s", fp);
+	snprintf(buf, len, "%s", eng_fingerprint(c->m->e));
 }
 
 static void
@@ -499,6 +485,7 @@ write_full_snapshot(struct conv *c)
 	ch.model_fp = key;
 	ch.blob = blob.p;
 	ch.len = blob.n;
+	ch.window = c->win;
 	/* If the store refuses a chunk without messages, the next turn writes it. */
 	if (sess_turn_commit(c->m->st, c->id, NULL, 0, &ch, err, sizeof err) == 0)
 		(void)chunk_ends_push(c, n);
@@ -537,8 +524,8 @@ make_resident(struct conv *c, char *err, size_t errlen)
 	L.err = why;
 	L.errlen = sizeof why;
 	progress(m, "restoring snapshot", 0, (uint64_t)n);
-	rc = sess_chunks_load(m->st, c->id, key, kv_type_name(eng_kv_type(m->e)), load_chunk, &L,
-	    &p, why, sizeof why);
+	rc = sess_chunks_load(m->st, c->id, key, kv_type_name(eng_kv_type(m->e)), c->win,
+	    load_chunk, &L, &p, why, sizeof why);
 	progress(m, NULL, 0, 0);
 	p = eng_seq_n_pos(c->seq);
 	if (rc == 0 && p == n) {
@@ -692,10 +679,12 @@ static int
 persist_settings(struct conv *c, char *err, size_t errlen)
 {
 	struct kvc_buf b = {0};
-	int rc = conv_settings_format(&c->set, c->win, &b);
+	int rc = conv_settings_format(&c->set, &b);
 
 	if (rc == 0)
 		rc = sess_conv_set_settings(c->m->st, c->id, b.p, err, errlen);
+	if (rc == 0)
+		rc = sess_conv_set_window(c->m->st, c->id, c->win, err, errlen);
 	kvc_buf_free(&b);
 	return rc;
 }
@@ -716,7 +705,7 @@ conv_new(struct conv_mgr *m, const char *title, const char *system,
 		localtime_r(&now, &tm);
 		strftime(prov, sizeof prov, "chat %Y-%m-%d %H:%M:%S", &tm);
 	}
-	if (conv_settings_format(s, 0, &sb))
+	if (conv_settings_format(s, &sb))
 		return KVC_ENOMEM;
 	rc = sess_conv_create(m->st, title ? title : prov, eng_fingerprint(m->e),
 	    chat_family_name(m->p.family), system, sb.p, &id, err, errlen);
@@ -818,7 +807,8 @@ conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t e
 	    chat_family_from_name(row.template_name) != (int)m->p.family)
 		notice(m, "conversation %" PRId64 " was made with the %s template; continuing "
 		    "with %s", id, row.template_name, chat_family_name(m->p.family));
-	conv_settings_parse(row.settings ? row.settings : "", &c->set, &window);
+	conv_settings_parse(row.settings ? row.settings : "", &c->set);
+	window = row.window;
 	rc = sess_msgs_load(m->st, id, &v, &n, err, errlen);
 	if (rc)
 		goto fail;
@@ -1255,12 +1245,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 		c->n_chunk_ends = 0;
 		c->snap_end = 0;
 	}
-	{
-		int save_win = c->win;
-		c->win = new_win;
-		cache_key(c, key, sizeof key);
-		c->win = save_win;
-	}
+	cache_key(c, key, sizeof key);
 	if (eng_seq_kv_save(c->seq, c->snap_end, st->context_used, &blob, NULL, 0) == 0) {
 		ch.pos0 = c->snap_end;
 		ch.pos1 = st->context_used;
@@ -1268,6 +1253,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 		ch.model_fp = key;
 		ch.blob = blob.p;
 		ch.len = blob.n;
+		ch.window = new_win;
 		chp = &ch;
 	}
 	rc = sess_turn_commit(m->st, c->id, rec, 2, chp, err, errlen);
@@ -1477,6 +1463,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 		ch.model_fp = key;
 		ch.blob = blob.p;
 		ch.len = blob.n;
+		ch.window = c->win;
 		chp = &ch;
 	}
 	rc = sess_turn_replace(m->st, c->id, u + 1, n_pos, &rec, 1, chp, err, errlen);
