@@ -20,7 +20,7 @@ int
 sess_chunk_check(struct sess_store *st, const struct sess_chunk *c, char *err, size_t errlen)
 {
 	if (c->pos0 < 0 || c->pos1 <= c->pos0 || c->kv_type == NULL || c->model_fp == NULL ||
-	    (c->len > 0 && c->blob == NULL)) {
+	    c->window < 0 || (c->len > 0 && c->blob == NULL)) {
 		kvc_err(err, errlen, "%s: cannot save turn: invalid snapshot chunk [%d, %d)",
 		    st->path, c->pos0, c->pos1);
 		return KVC_EINVAL;
@@ -28,17 +28,21 @@ sess_chunk_check(struct sess_store *st, const struct sess_chunk *c, char *err, s
 	return KVC_OK;
 }
 
-/* End, model and cache type of the stored snapshot (end 0 and NULLs if none). */
+/*
+ * End, model, cache type and window of the stored snapshot (end 0, NULLs
+ * and window 0 if none).
+ */
 static int
 snapshot_tail(struct sess_store *st, int64_t conv, int *end, char **model_fp, char **kv_type,
-    const char *what, char *err, size_t errlen)
+    int64_t *window, const char *what, char *err, size_t errlen)
 {
 	sqlite3_stmt *s;
 	int rc, ret;
 
 	*end = 0;
 	*model_fp = *kv_type = NULL;
-	ret = sess_prepare(st, &s, "SELECT pos1, model_fp, kv_type FROM kv_chunks "
+	*window = 0;
+	ret = sess_prepare(st, &s, "SELECT pos1, model_fp, kv_type, window FROM kv_chunks "
 	    "WHERE conv_id = ?1 ORDER BY pos0 DESC, part DESC LIMIT 1", what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
@@ -48,6 +52,7 @@ snapshot_tail(struct sess_store *st, int64_t conv, int *end, char **model_fp, ch
 		const unsigned char *f = sqlite3_column_text(s, 1), *t = sqlite3_column_text(s, 2);
 
 		*end = sqlite3_column_int(s, 0);
+		*window = sqlite3_column_int64(s, 3);
 		*model_fp = strdup(f ? (const char *)f : "");
 		*kv_type = strdup(t ? (const char *)t : "");
 		if (*model_fp == NULL || *kv_type == NULL) {
@@ -77,9 +82,10 @@ sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
 	size_t n_parts, part, off, plen, done, step;
 	sqlite3_stmt *s = NULL;
 	sqlite3_blob *b;
+	int64_t win;
 	int end, rc, ret;
 
-	ret = snapshot_tail(st, conv, &end, &fp, &type, what, err, errlen);
+	ret = snapshot_tail(st, conv, &end, &fp, &type, &win, what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
 	if (c->pos0 != end) {
@@ -87,10 +93,11 @@ sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
 		    "continue the stored snapshot, which ends at %d", st->path, what, title,
 		    c->pos0, c->pos1, end);
 		ret = KVC_EINVAL;
-	} else if (fp && (strcmp(fp, c->model_fp) != 0 || strcmp(type, c->kv_type) != 0)) {
+	} else if (fp && (strcmp(fp, c->model_fp) != 0 || strcmp(type, c->kv_type) != 0 ||
+	    win != c->window)) {
 		kvc_err(err, errlen, "%s: %s: conversation '%s': snapshot chunk made with another "
-		    "model or cache type than the stored snapshot; clear it first", st->path,
-		    what, title);
+		    "model, cache type or context window than the stored snapshot; clear it first",
+		    st->path, what, title);
 		ret = KVC_EINVAL;
 	}
 	free(fp);
@@ -99,8 +106,8 @@ sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
 		return ret;
 	n_parts = c->len == 0 ? 1 : (c->len - 1) / st->part_max + 1;
 	ret = sess_prepare(st, &s, "INSERT INTO kv_chunks (conv_id, pos0, pos1, part, n_parts, "
-	    "kv_type, model_fp, len, checksum, data) "
-	    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, zeroblob(?8))", what, err, errlen);
+	    "kv_type, model_fp, len, checksum, window, data) "
+	    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, zeroblob(?8))", what, err, errlen);
 	for (part = 0, off = 0; ret == KVC_OK && part < n_parts; part++, off += plen) {
 		plen = c->len - off < st->part_max ? c->len - off : st->part_max;
 		sqlite3_bind_int64(s, 1, conv);
@@ -112,6 +119,7 @@ sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
 		sqlite3_bind_text(s, 7, c->model_fp, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(s, 8, (int64_t)plen);
 		sqlite3_bind_int64(s, 9, (int64_t)sess_checksum(data + off, plen));
+		sqlite3_bind_int64(s, 10, c->window);
 		/* zeroblob reserves the pages without materialising the bytes. */
 		rc = sqlite3_step(s);
 		sqlite3_reset(s);
@@ -205,15 +213,19 @@ read_part(struct sess_store *st, struct assembly *a, int64_t rowid, int64_t len,
 	return KVC_OK;
 }
 
-/* Refuses a snapshot made with another model or cache type, naming which. */
+/*
+ * Refuses a snapshot made with another model or cache type, or over another
+ * context window, naming which.
+ */
 static int
 check_origin(struct sess_store *st, int64_t conv, const char *title, const char *model_fp,
-    const char *kv_type, const char *what, char *err, size_t errlen)
+    const char *kv_type, int64_t window, const char *what, char *err, size_t errlen)
 {
 	char *fp, *type;
+	int64_t win;
 	int end, ret;
 
-	ret = snapshot_tail(st, conv, &end, &fp, &type, what, err, errlen);
+	ret = snapshot_tail(st, conv, &end, &fp, &type, &win, what, err, errlen);
 	if (ret != KVC_OK || fp == NULL)
 		return ret;
 	if (strcmp(fp, model_fp) != 0) {
@@ -223,6 +235,11 @@ check_origin(struct sess_store *st, int64_t conv, const char *title, const char 
 	} else if (strcmp(type, kv_type) != 0) {
 		kvc_err(err, errlen, "conversation '%s': its snapshot has cache type %s, the "
 		    "loaded cache is %s", title, type, kv_type);
+		ret = KVC_ENOTFOUND;
+	} else if (win != window) {
+		kvc_err(err, errlen, "conversation '%s': its snapshot holds the context window "
+		    "from message %lld, the stream now starts at message %lld", title,
+		    (long long)win, (long long)window);
 		ret = KVC_ENOTFOUND;
 	}
 	free(fp);
@@ -235,18 +252,19 @@ check_origin(struct sess_store *st, int64_t conv, const char *title, const char 
 		int rc;
 
 		ret = sess_prepare(st, &s, "SELECT count(*) FROM kv_chunks WHERE conv_id = ?1 "
-		    "AND (model_fp <> ?2 OR kv_type <> ?3)", what, err, errlen);
+		    "AND (model_fp <> ?2 OR kv_type <> ?3 OR window <> ?4)", what, err, errlen);
 		if (ret != KVC_OK)
 			return ret;
 		sqlite3_bind_int64(s, 1, conv);
 		sqlite3_bind_text(s, 2, model_fp, -1, SQLITE_STATIC);
 		sqlite3_bind_text(s, 3, kv_type, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 4, window);
 		rc = sqlite3_step(s);
 		if (rc != SQLITE_ROW)
 			ret = sess_db_fail(st, rc, what, err, errlen);
 		else if (sqlite3_column_int64(s, 0) > 0) {
-			kvc_err(err, errlen, "conversation '%s': its snapshot mixes models or "
-			    "cache types", title);
+			kvc_err(err, errlen, "conversation '%s': its snapshot mixes models, "
+			    "cache types or context windows", title);
 			ret = KVC_ENOTFOUND;
 		}
 		sqlite3_finalize(s);
@@ -326,7 +344,7 @@ walk_chunks(struct sess_store *st, int64_t conv, const char *title,
 
 int
 sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
-    const char *kv_type,
+    const char *kv_type, int64_t window,
     int (*fn)(void *arg, int pos0, int pos1, const void *blob, size_t len),
     void *arg, int *n_pos_out, char *err, size_t errlen)
 {
@@ -336,7 +354,7 @@ sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
 
 	if (n_pos_out)
 		*n_pos_out = 0;
-	if (model_fp == NULL || kv_type == NULL || fn == NULL) {
+	if (model_fp == NULL || kv_type == NULL || window < 0 || fn == NULL) {
 		kvc_err(err, errlen, "%s: %s: missing argument", st->path, what);
 		return KVC_EINVAL;
 	}
@@ -346,7 +364,7 @@ sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
 		return sess_db_fail(st, rc, what, err, errlen);
 	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK)
-		ret = check_origin(st, conv, title, model_fp, kv_type, what, err, errlen);
+		ret = check_origin(st, conv, title, model_fp, kv_type, window, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = walk_chunks(st, conv, title, fn, arg, n_pos_out, what, err, errlen);
 	free(title);

@@ -26,6 +26,10 @@
  *                  rendered with
  *   system         the system prompt, NULL if none
  *   settings       sampler settings as "name=value;..." text
+ *   window         index (seq) of the first message the cached stream holds:
+ *                  0, or the user message the context window starts at after
+ *                  older exchanges were dropped from the cache (never from
+ *                  this table); added in version 2, 0 before
  *   created        when it was created
  *   updated        when it was created or last changed by a turn, a rewind
  *                  or sess_conv_replace_system (renames and settings do not
@@ -65,10 +69,15 @@
  *   kv_type        the cache's element type, "f16" or "f32"
  *   model_fp       fingerprint of the engine that computed it; a snapshot is
  *                  only loaded into the same engine and cache type
+ *   window         the conversation's window (above) when the chunk was
+ *                  computed: a snapshot is only loaded over the stream of the
+ *                  same window. Added in version 2, so it sits after data: for
+ *                  a row written since, reading it follows data's overflow
+ *                  chain, which the auto_vacuum pointer map makes cheap
  *   len            bytes of data in this row
  *   checksum       XXH64 (seed 0) of this row's data, as a signed 64-bit integer
- *   data           this row's slice of the chunk; the last column, so reading
- *                  the others never touches its pages
+ *   data           this row's slice of the chunk; the last column of version
+ *                  1, so reading those never touches its pages
  *
  * locks: which process has a conversation open (lock.c).
  *   conv_id        the conversation (one holder at most)
@@ -161,6 +170,22 @@ static const char *const migrations[] = {
 	"  start_time INTEGER NOT NULL,\n"	/* clock ticks after boot, guards pid reuse */
 	"  acquired INTEGER NOT NULL\n"
 	");\n",
+	/*
+	 * 1 -> 2: the context window gets columns of its own. Version 1 kept it
+	 * in band: ";window=N" at the end of the settings text, and ":wN" after
+	 * the fingerprint in a windowed stream's chunks. ADD COLUMN rewrites no
+	 * row; the UPDATEs touch only the rows that carried a window.
+	 */
+	"ALTER TABLE conversations ADD COLUMN window INTEGER NOT NULL DEFAULT 0;\n"
+	"ALTER TABLE kv_chunks ADD COLUMN window INTEGER NOT NULL DEFAULT 0;\n"
+	"UPDATE conversations SET\n"
+	"  window = CAST(substr(settings, instr(settings, ';window=') + 8) AS INTEGER),\n"
+	"  settings = substr(settings, 1, instr(settings, ';window=') - 1)\n"
+	"  WHERE instr(settings, ';window=') > 0;\n"
+	"UPDATE kv_chunks SET\n"
+	"  window = CAST(substr(model_fp, instr(model_fp, ':w') + 2) AS INTEGER),\n"
+	"  model_fp = substr(model_fp, 1, instr(model_fp, ':w') - 1)\n"
+	"  WHERE instr(model_fp, ':w') > 0;\n",
 };
 
 int64_t

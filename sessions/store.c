@@ -13,7 +13,8 @@
 #define CONV_COLUMNS \
 	"c.id, c.title, c.model_fp, c.template, c.system, c.settings, c.created, c.updated, " \
 	"(SELECT count(*) FROM messages m WHERE m.conv_id = c.id), " \
-	"(SELECT coalesce(sum(length(m.tokens)), 0) / 4 FROM messages m WHERE m.conv_id = c.id)"
+	"(SELECT coalesce(sum(length(m.tokens)), 0) / 4 FROM messages m WHERE m.conv_id = c.id), " \
+	"c.window"
 
 /* Bumps the recency order: the most recently used conversation comes first. */
 #define TOUCH_SQL \
@@ -63,6 +64,7 @@ fill_conv(sqlite3_stmt *s, struct sess_conv *c)
 	c->updated = sqlite3_column_int64(s, 7);
 	c->n_msgs = sqlite3_column_int(s, 8);
 	c->n_tokens = sqlite3_column_int(s, 9);
+	c->window = sqlite3_column_int64(s, 10);
 	if (oom) {
 		sess_conv_clear(c);
 		return KVC_ENOMEM;
@@ -317,6 +319,30 @@ sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, 
 {
 	return set_conv_text(st, id, "UPDATE conversations SET settings = ?2 WHERE id = ?1",
 	    settings ? settings : "", "cannot save settings", err, errlen);
+}
+
+int
+sess_conv_set_window(struct sess_store *st, int64_t id, int64_t window, char *err,
+    size_t errlen)
+{
+	static const char what[] = "cannot save the context window";
+	int ret;
+
+	if (window < 0) {
+		kvc_err(err, errlen, "%s: %s: negative window %lld", st->path, what,
+		    (long long)window);
+		return KVC_EINVAL;
+	}
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", id, window,
+	    what, err, errlen);
+	if (ret == KVC_OK && sqlite3_changes(st->db) == 0) {
+		kvc_err(err, errlen, "no conversation with id %lld", (long long)id);
+		ret = KVC_ENOTFOUND;
+	}
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 static unsigned char *encode_ids(const int32_t *ids, int n);

@@ -5,8 +5,9 @@
  * A conversation on disk is always a consistent prefix of what was said:
  * every turn (messages, tokens, stats, snapshot chunk) is one transaction.
  * Snapshot chunks hold only the cache positions added since the previous
- * chunk, with a checksum, the position range, the cache type and the model
- * fingerprint; a rewind drops the chunks past the new end.
+ * chunk, with a checksum, the position range, the cache type, the model
+ * fingerprint and the context window; a rewind drops the chunks past the
+ * new end.
  */
 #ifndef KVC_STORE_H
 #define KVC_STORE_H
@@ -37,6 +38,7 @@ struct sess_conv {
 	int64_t created, updated;	/* unix seconds */
 	int n_msgs;
 	int n_tokens;		/* tokens in the stored stream */
+	int64_t window;		/* first message the cache holds; 0 = all */
 };
 void sess_conv_clear(struct sess_conv *c);	/* frees the strings */
 
@@ -63,6 +65,13 @@ int sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, 
 int sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
     const int32_t *ids, int n, char *err, size_t errlen);
 int sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err, size_t errlen);
+/*
+ * The context window: the index of the first message of the stream the cache
+ * holds (older ones were dropped from the cache, not from the store); 0 for
+ * the whole conversation. KVC_EINVAL if negative, KVC_ENOTFOUND if no such id.
+ */
+int sess_conv_set_window(struct sess_store *st, int64_t id, int64_t window, char *err,
+    size_t errlen);
 int sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen);
 
 /* Per-turn figures kept with an assistant message. */
@@ -99,6 +108,7 @@ struct sess_chunk {
 	const char *model_fp;
 	const void *blob;
 	size_t len;
+	int64_t window;		/* the conversation's window it was computed over */
 };
 
 /*
@@ -128,11 +138,11 @@ int sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_
  * Read the conversation's chunks in position order, verifying each checksum;
  * fn is called once per chunk (blob valid only during the call). Stops and
  * returns fn's value if non-zero; KVC_ECORRUPT on a checksum mismatch or a
- * gap; KVC_ENOTFOUND if the chunks were saved with another model_fp/kv_type.
- * *n_pos_out (if not NULL) receives the end of the last chunk read.
+ * gap; KVC_ENOTFOUND if the chunks were saved with another model_fp, kv_type
+ * or window. *n_pos_out (if not NULL) receives the end of the last chunk read.
  */
 int sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
-    const char *kv_type,
+    const char *kv_type, int64_t window,
     int (*fn)(void *arg, int pos0, int pos1, const void *blob, size_t len),
     void *arg, int *n_pos_out, char *err, size_t errlen);
 /*
@@ -140,7 +150,8 @@ int sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
  * fn error, *n_pos_out is the end of the last chunk fn accepted, so the caller
  * can keep those positions and recompute only the rest. fn must not call back
  * into the store. sess_turn_commit refuses (KVC_EINVAL) a chunk whose pos0 is
- * not the end of the stored snapshot or whose model_fp/kv_type differ from it.
+ * not the end of the stored snapshot or whose model_fp/kv_type/window differ
+ * from it.
  */
 
 /* Drop all chunks of a conversation (after a rebuild with another model). */
@@ -156,7 +167,7 @@ void sess_conv_unlock(struct sess_store *st, int64_t conv);
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 1
+#define SESS_SCHEMA_VERSION 2
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

@@ -119,7 +119,7 @@ conv_new(struct conv_mgr *m, const char *title, const char *system,
 		localtime_r(&now, &tm);
 		strftime(prov, sizeof prov, "chat %Y-%m-%d %H:%M:%S", &tm);
 	}
-	if (conv_settings_format(s, 0, &sb))
+	if (conv_settings_format(s, &sb))
 		return KVC_ENOMEM;
 	rc = sess_conv_create(m->st, title ? title : prov, eng_fingerprint(m->e),
 	    chat_family_name(m->p.family), system, sb.p, &id, err, errlen);
@@ -197,7 +197,6 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct sess_msg *v = NULL;
-	int64_t window = 0;
 	int n = 0, rc;
 
 	c->title = conv_strdup(row->title ? row->title : "");
@@ -208,7 +207,7 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 	    chat_family_from_name(row->template_name) != (int)m->p.family)
 		conv_notice(m, "conversation %" PRId64 " was made with the %s template; "
 		    "continuing with %s", c->id, row->template_name, chat_family_name(m->p.family));
-	conv_settings_parse(row->settings ? row->settings : "", &c->set, &window);
+	conv_settings_parse(row->settings ? row->settings : "", &c->set);
 	rc = sess_msgs_load(m->st, c->id, &v, &n, err, errlen);
 	if (rc)
 		return rc;
@@ -216,7 +215,7 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 		rc = conv_msgs_push(c, &v[i]);
 	sess_msgs_free(v, n);
 	if (rc == 0)
-		rc = open_window(c, window, err, errlen);
+		rc = open_window(c, row->window, err, errlen);
 	if (rc == 0 && (rc = smp_new(&c->smp, &c->set.smp, eng_n_vocab(m->e))) != 0)
 		kvc_err(err, errlen, "sampler: %s", kvc_strerror(rc));
 	return rc;

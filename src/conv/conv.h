@@ -13,10 +13,10 @@
  *
  * The context window: when a turn would not fit, the default policy keeps
  * the system prompt and drops the oldest whole exchanges from the cache
- * (never from the database). The window is remembered in the conversation's
- * settings ("window=MSGID") and snapshot chunks of a windowed stream are
- * keyed by fingerprint + window, so a snapshot is only ever restored over
- * the tokens it was made from.
+ * (never from the database). The window (the index of the stream's first
+ * message) is remembered in the conversation's window column and every
+ * snapshot chunk carries the window it was computed over, so a snapshot is
+ * only ever restored over the tokens it was made from.
  */
 #ifndef KVC_CONV_H
 #define KVC_CONV_H
@@ -58,10 +58,10 @@ struct conv_settings {
 	int max_tokens;			/* reply cap; 0 = until end of turn or full context */
 };
 struct conv_settings conv_default_settings(void);
-/* "temp=0.8;top_k=40;...": format s (+ window) into out. */
-int conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_buf *out);
-/* Parse text over s (unknown names ignored); *window (if not NULL) gets window= or 0. */
-void conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window);
+/* "temp=0.8;top_k=40;...": format s into out. */
+int conv_settings_format(const struct conv_settings *s, struct kvc_buf *out);
+/* Parse text over s (unknown names ignored). */
+void conv_settings_parse(const char *text, struct conv_settings *s);
 /*
  * Set one setting by its /set name (temperature|temp, top_p, top_k, min_p,
  * repeat_penalty, seed, max_tokens). KVC_EINVAL with a message if unknown or

@@ -100,8 +100,6 @@ int conv_plan_window(const struct conv *c, const char *text, const struct kvc_to
 
 /* save.c */
 const char *conv_kv_type_name(enum gguf_dtype t);
-/* Snapshot key of window win: the fingerprint, plus the window when history was dropped. */
-void conv_cache_key(const struct conv *c, int win, char *buf, size_t len);
 /* The chunks on disk: one more ends at pos1; those past n_pos are gone. */
 int conv_chunks_push(struct conv *c, int pos1);
 void conv_chunks_trim(struct conv *c, int n_pos);

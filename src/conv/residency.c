@@ -151,15 +151,14 @@ restore(struct conv *c, const int32_t *toks, int n, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct load_ctx L = {c, toks, n, 0, NULL, 0};
-	char key[256], why[256] = "";
+	char why[256] = "";
 	int rc;
 
-	conv_cache_key(c, c->win, key, sizeof key);
 	L.err = why;
 	L.errlen = sizeof why;
 	progress(m, "restoring snapshot", 0, (uint64_t)n);
-	rc = sess_chunks_load(m->st, c->id, key, conv_kv_type_name(eng_kv_type(m->e)),
-	    load_chunk, &L, NULL, why, sizeof why);
+	rc = sess_chunks_load(m->st, c->id, eng_fingerprint(m->e),
+	    conv_kv_type_name(eng_kv_type(m->e)), c->win, load_chunk, &L, NULL, why, sizeof why);
 	progress(m, NULL, 0, 0);
 	if (rc == 0 && L.done == n) {
 		c->pend_resumed = true;

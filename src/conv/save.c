@@ -1,8 +1,8 @@
 /*
  * save.c: every write of a conversation to the store that carries the
  * cache: a reply with the snapshot chunk of the positions it added, a
- * snapshot alone, and the settings text (which remembers the window).
- * Snapshot chunks of a windowed stream are keyed by fingerprint + window,
+ * snapshot alone, the settings text and the window. Every snapshot chunk
+ * records the window (first message) of the stream it was computed over,
  * so a snapshot is only ever restored over the tokens it was made from.
  */
 #include "config.h"
@@ -17,17 +17,6 @@ const char *
 conv_kv_type_name(enum gguf_dtype t)
 {
 	return t == GGML_TYPE_F32 ? "f32" : "f16";
-}
-
-void
-conv_cache_key(const struct conv *c, int win, char *buf, size_t len)
-{
-	const char *fp = eng_fingerprint(c->m->e);
-
-	if (win > 0)
-		snprintf(buf, len, "%s:w%d", fp, win);
-	else
-		snprintf(buf, len, "%s", fp);
 }
 
 void
@@ -74,17 +63,17 @@ conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
 	struct conv_mgr *m = c->m;
 	struct kvc_buf blob = {0};
 	struct sess_chunk ch, *chp = NULL;
-	char key[256], why[256] = "";
+	char why[256] = "";
 	int pos0 = chunk_start(c, keep, n_keep), pos1 = eng_seq_n_pos(c->seq), rc;
 
 	if (pos1 > pos0) {
 		/* Without a chunk the reply is still stored; the next chunk covers these positions. */
 		if (eng_seq_kv_save(c->seq, pos0, pos1, &blob, why, sizeof why) == 0) {
-			conv_cache_key(c, win, key, sizeof key);
 			ch.pos0 = pos0;
 			ch.pos1 = pos1;
 			ch.kv_type = conv_kv_type_name(eng_kv_type(m->e));
-			ch.model_fp = key;
+			ch.model_fp = eng_fingerprint(m->e);
+			ch.window = win;
 			ch.blob = blob.p;
 			ch.len = blob.n;
 			chp = &ch;
@@ -127,7 +116,7 @@ int
 conv_save_settings(struct conv *c, char *err, size_t errlen)
 {
 	struct kvc_buf b = {0};
-	int rc = conv_settings_format(&c->set, c->win, &b);
+	int rc = conv_settings_format(&c->set, &b);
 
 	if (rc == 0)
 		rc = sess_conv_set_settings(c->m->st, c->id, b.p, err, errlen);
@@ -143,6 +132,6 @@ conv_save_window(struct conv *c)
 	char err[256] = "";
 
 	/* Unsaved, a resume starts from the old window and rebuilds the cache (with a notice). */
-	if (conv_save_settings(c, err, sizeof err) != 0)
-		conv_store_failed(c, "settings", err);
+	if (sess_conv_set_window(c->m->st, c->id, c->win, err, sizeof err) != 0)
+		conv_store_failed(c, "window", err);
 }

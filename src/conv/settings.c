@@ -1,6 +1,6 @@
 /*
  * settings.c: the per-conversation settings and their text form, the one
- * the store keeps ("temp=0.8;top_k=40;...;window=N").
+ * the store keeps ("temp=0.8;top_k=40;...").
  */
 #include "config.h"
 
@@ -22,7 +22,7 @@ conv_default_settings(void)
 }
 
 int
-conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_buf *out)
+conv_settings_format(const struct conv_settings *s, struct kvc_buf *out)
 {
 	int rc;
 
@@ -34,8 +34,6 @@ conv_settings_format(const struct conv_settings *s, int64_t window, struct kvc_b
 	if (rc == 0)
 		rc = s->smp.seed == KVC_SEED_RANDOM ? kvc_buf_printf(out, "random") :
 		    kvc_buf_printf(out, "%" PRIu64, s->smp.seed);
-	if (rc == 0 && window > 0)
-		rc = kvc_buf_printf(out, ";window=%" PRId64, window);
 	return rc;
 }
 
@@ -104,14 +102,12 @@ conv_settings_set(struct conv_settings *s, const char *name, const char *value,
 }
 
 void
-conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window)
+conv_settings_parse(const char *text, struct conv_settings *s)
 {
 	char name[32], value[64];
 	const char *p = text, *eq, *semi;
 	size_t nl, vl;
 
-	if (window)
-		*window = 0;
 	while (p != NULL && *p != '\0') {
 		semi = strchr(p, ';');
 		eq = strchr(p, '=');
@@ -125,12 +121,7 @@ conv_settings_parse(const char *text, struct conv_settings *s, int64_t *window)
 		name[nl] = '\0';
 		memcpy(value, eq + 1, vl);
 		value[vl] = '\0';
-		if (strcmp(name, "window") == 0) {
-			if (window)
-				*window = strtoll(value, NULL, 10);
-		} else {
-			(void)conv_settings_set(s, name, value, NULL, 0);
-		}
+		(void)conv_settings_set(s, name, value, NULL, 0);
 next:
 		p = semi ? semi + 1 : NULL;
 	}

@@ -143,7 +143,6 @@ make_fingerprint(struct kvc_engine *e)
 			fnv_i64(&h, t->ne[d]);
 		fnv_tensor_sample(&h, t);
 	}
-	fnv_i64(&h, e->kv_type);
 	snprintf(e->fingerprint, sizeof e->fingerprint, "%016llx", (unsigned long long)h);
 }
 

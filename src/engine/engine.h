@@ -51,8 +51,10 @@ enum gguf_dtype eng_kv_type(const struct kvc_engine *e);
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*
  * Hex string identifying the weights and everything that changes the cache's
- * contents (architecture, shapes, types, sampled tensor-data hash, cache
- * type). Snapshots are only restored into an engine with the same one.
+ * contents (architecture, shapes, types, sampled tensor-data hash). The
+ * cache type is not in it: a snapshot records its own (the store keeps it
+ * beside the fingerprint, and eng_seq_kv_load refuses another). Snapshots
+ * are only restored into an engine with the same fingerprint and type.
  */
 const char *eng_fingerprint(const struct kvc_engine *e);
 /* Backend memory report (weights, caches), for /show. */

@@ -531,19 +531,19 @@ main(void)
 				test_cond(s.store_errors == 0, "windowed turn: %d store errors",
 				    s.store_errors);
 			}
-			/* /clear of a windowed conversation rewrites the settings: refused, noticed, counted. */
+			/* /clear of a windowed conversation rewrites its window: refused, noticed, counted. */
 			if (rc == 0) {
-				refuse_on(st, "UPDATE OF settings ON conversations");
+				refuse_on(st, "UPDATE OF window ON conversations");
 				notices[0] = '\0';
 				rc = conv_clear(c, err, sizeof err);
 				refuse_off(st);
-				test_cond(rc == 0 && conv_n_msgs(c) == 0, "clear with settings refused: %s",
+				test_cond(rc == 0 && conv_n_msgs(c) == 0, "clear with the window write refused: %s",
 				    err);
-				test_cond(strstr(notices, "settings") && strstr(notices, "write refused"),
-				    "refused settings write: notice '%s'", notices);
+				test_cond(strstr(notices, "window") && strstr(notices, "write refused"),
+				    "refused window write: notice '%s'", notices);
 				rc = conv_turn(c, inputs[0], NULL, &s, err, sizeof err);
 				test_cond(rc == 0 && s.store_errors == 1,
-				    "turn after a refused settings write: rc %d, %d store errors", rc,
+				    "turn after a refused window write: rc %d, %d store errors", rc,
 				    s.store_errors);
 				rc = conv_turn(c, inputs[1], NULL, &s, err, sizeof err);
 				test_cond(rc == 0 && s.store_errors == 0,

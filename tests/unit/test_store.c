@@ -1,7 +1,8 @@
 /*
  * test_store.c: the SQLite session store. Conversations and messages,
- * snapshot chunks (round trip, corruption, mismatch, rewind), schema
- * versions and foreign files, atomic turns (invalid chunk, disk full,
+ * snapshot chunks (round trip, corruption, mismatch, rewind), the context
+ * window's columns, schema versions, the migration from version 1 and
+ * foreign files, atomic turns (invalid chunk, disk full,
  * locked database), conversation locks across processes, two writer
  * processes, and SIGKILL at random moments while turns are committed.
  * Everything happens in a fresh temporary directory.
@@ -139,6 +140,7 @@ commit_turn(struct sess_store *st, int64_t conv, int t, size_t unit, int spread,
 	c.model_fp = "model-A";
 	c.blob = blob;
 	c.len = s.len;
+	c.window = 0;
 	ret = sess_turn_commit(st, conv, m, 2, &c, err, errlen);
 	free(blob);
 	return ret;
@@ -204,7 +206,7 @@ verify_script(struct sess_store *st, int64_t conv, size_t unit, int spread, uint
 	}
 	test_cond(bad == 0, "%d messages differ from the script", bad);
 	sess_msgs_free(m, n);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", expect_chunk, &e, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, expect_chunk, &e, &n_pos, ERR);
 	test_cond(ret == 0, "%s", errbuf);
 	test_cond(e.bad == 0, "%d chunks differ from the script", e.bad);
 	test_cond(e.t == n / 2, "snapshot has %d turns, messages %d", e.t, n / 2);
@@ -441,7 +443,7 @@ test_crud(void)
 	    "chunk must start at 0: %s", errbuf);
 	test_cond(sess_conv_lock(st, a1, ERR) == 0, "%s", errbuf);
 	{
-		struct sess_chunk ch = {0, 6, "f16", "fp1", "0123456789", 10};
+		struct sess_chunk ch = {0, 6, "f16", "fp1", "0123456789", 10, 0};
 
 		test_cond(sess_turn_commit(st, a1, NULL, 0, &ch, ERR) == 0, "%s", errbuf);
 	}
@@ -548,7 +550,7 @@ test_chunks(void)
 	m[1].ids = ids;
 	m[1].n_ids = 1;
 	for (i = 0; i < 6; i++) {
-		struct sess_chunk c = {prev, ends[i], "f16", "model-A", NULL, lens[i]};
+		struct sess_chunk c = {prev, ends[i], "f16", "model-A", NULL, lens[i], 0};
 
 		blob = malloc(lens[i]);
 		gen_bytes(blob, lens[i], 100 + (uint64_t)i);
@@ -563,7 +565,7 @@ test_chunks(void)
 	    "rows per part: %lld", (long long)st_int(st, "SELECT count(*) FROM kv_chunks"));
 
 	/* Round trip: byte-identical, contiguous, in order. */
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0, "%s", errbuf);
 	test_cond(col.n == 6 && n_pos == 50, "%d chunks to %d", col.n, n_pos);
 	for (i = 0, prev = 0; i < col.n && i < 6; prev = ends[i], i++)
@@ -574,28 +576,28 @@ test_chunks(void)
 
 	/* A callback error stops the walk and is returned. */
 	col.stop_after = 2;
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 99 && col.n == 2 && n_pos == 10, "stop: %d %d %d", ret, col.n, n_pos);
 	kvc_buf_free(&col.data);
 	memset(&col, 0, sizeof col);
 
 	/* Another model or cache type: not found, nothing delivered. */
-	ret = sess_chunks_load(st, conv, "model-B", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-B", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ENOTFOUND && col.n == 0 && strstr(errbuf, "another model"),
 	    "model mismatch: %d %s", ret, errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f32", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f32", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ENOTFOUND && col.n == 0 && strstr(errbuf, "f32"),
 	    "type mismatch: %d %s", ret, errbuf);
 	/* No snapshot: nothing to restore, not an error. */
-	ret = sess_chunks_load(st, other, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, other, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0 && col.n == 0 && n_pos == 0, "empty snapshot");
 
 	/* Refused commits leave nothing behind, not even the messages. */
 	{
-		struct sess_chunk gap = {51, 60, "f16", "model-A", "xx", 2};
-		struct sess_chunk back = {40, 60, "f16", "model-A", "xx", 2};
-		struct sess_chunk mixed = {50, 60, "f32", "model-A", "xx", 2};
-		struct sess_chunk empty = {50, 50, "f16", "model-A", "xx", 2};
+		struct sess_chunk gap = {51, 60, "f16", "model-A", "xx", 2, 0};
+		struct sess_chunk back = {40, 60, "f16", "model-A", "xx", 2, 0};
+		struct sess_chunk mixed = {50, 60, "f32", "model-A", "xx", 2, 0};
+		struct sess_chunk empty = {50, 50, "f16", "model-A", "xx", 2, 0};
 
 		test_cond(sess_turn_commit(st, conv, m, 2, &gap, ERR) == KVC_EINVAL &&
 		    strstr(errbuf, "[51, 60)") && strstr(errbuf, "ends at 50"), "gap: %s", errbuf);
@@ -610,7 +612,7 @@ test_chunks(void)
 	test_cond(sess_rewind(st, conv, 6, 25, ERR) == 0, "%s", errbuf);
 	test_cond(sess_msgs_load(st, conv, &got, &n, ERR) == 0 && n == 6, "kept 6 messages");
 	sess_msgs_free(got, n);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0 && col.n == 3 && n_pos == 18, "after rewind: %d chunks to %d",
 	    col.n, n_pos);
 	test_cond(col.data.n == 2500 + 1000 + 1 && memcmp(col.data.p, want.p, col.data.n) == 0,
@@ -619,13 +621,13 @@ test_chunks(void)
 	memset(&col, 0, sizeof col);
 	/* Re-snapshot from the last kept chunk's end, then continue. */
 	{
-		struct sess_chunk c1 = {18, 25, "f16", "model-A", "seven b", 7};
-		struct sess_chunk c2 = {25, 40, "f16", "model-A", "fifteen bytes!!", 15};
+		struct sess_chunk c1 = {18, 25, "f16", "model-A", "seven b", 7, 0};
+		struct sess_chunk c2 = {25, 40, "f16", "model-A", "fifteen bytes!!", 15, 0};
 
 		test_cond(sess_turn_commit(st, conv, NULL, 0, &c1, ERR) == 0, "%s", errbuf);
 		test_cond(sess_turn_commit(st, conv, m, 2, &c2, ERR) == 0, "%s", errbuf);
 	}
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0 && col.n == 5 && n_pos == 40, "re-snapshot: %d %d", col.n, n_pos);
 	test_cond(col.data.n == 3501 + 22 && memcmp(col.data.p + 3501, "seven bfifteen bytes!!",
 	    22) == 0, "re-snapshot bytes");
@@ -637,7 +639,7 @@ test_chunks(void)
 	/* One flipped byte in the second part of chunk [0, 10): detected, named. */
 	flip_byte(db, conv, 0, 1, 500);
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ECORRUPT && strstr(errbuf, "[0, 10)") && strstr(errbuf, "chunky") &&
 	    strstr(errbuf, "checksum"), "flip: %d %s", ret, errbuf);
 	test_cond(col.n == 0 && n_pos == 0, "nothing before the bad chunk");
@@ -646,7 +648,7 @@ test_chunks(void)
 	flip_byte(db, conv, 0, 1, 500);		/* undo */
 	flip_byte(db, conv, 25, 0, 3);
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ECORRUPT && strstr(errbuf, "[25, 40)"), "late flip: %s", errbuf);
 	test_cond(col.n == 4 && n_pos == 25, "good prefix kept: %d chunks to %d", col.n, n_pos);
 	kvc_buf_free(&col.data);
@@ -657,29 +659,29 @@ test_chunks(void)
 	/* A lost part and a gap are corruption too. */
 	sql_exec(db, "DELETE FROM kv_chunks WHERE pos0 = 0 AND part = 2");
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ECORRUPT && strstr(errbuf, "[0, 10)"), "lost part: %s", errbuf);
 	sess_close(st);
 	sql_exec(db, "DELETE FROM kv_chunks WHERE pos0 = 0");
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == KVC_ECORRUPT && strstr(errbuf, "position 0"), "gap: %s", errbuf);
 	test_cond(sess_chunks_clear(st, conv, ERR) == 0, "%s", errbuf);
-	ret = sess_chunks_load(st, conv, "model-A", "f16", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0 && col.n == 0 && n_pos == 0, "cleared");
 	test_cond(st_int(st, "SELECT count(*) FROM messages") == 8, "messages survive a clear");
 	/* After a clear, another model may start a fresh snapshot. */
 	{
-		struct sess_chunk c = {0, 5, "f32", "model-B", "abcde", 5};
+		struct sess_chunk c = {0, 5, "f32", "model-B", "abcde", 5, 0};
 
-		struct sess_chunk nothing = {5, 6, "f32", "model-B", NULL, 0};
+		struct sess_chunk nothing = {5, 6, "f32", "model-B", NULL, 0, 0};
 
 		test_cond(sess_turn_commit(st, conv, NULL, 0, &c, ERR) == 0, "%s", errbuf);
 		test_cond(sess_turn_commit(st, conv, NULL, 0, &nothing, ERR) == 0, "%s", errbuf);
 	}
 	kvc_buf_free(&col.data);
 	memset(&col, 0, sizeof col);
-	ret = sess_chunks_load(st, conv, "model-B", "f32", collect_chunk, &col, &n_pos, ERR);
+	ret = sess_chunks_load(st, conv, "model-B", "f32", 0, collect_chunk, &col, &n_pos, ERR);
 	test_cond(ret == 0 && col.n == 2 && n_pos == 6 && col.data.n == 5 &&
 	    memcmp(col.data.p, "abcde", 5) == 0, "zero-length chunk: %d %d %d", ret, col.n, n_pos);
 	test_cond(sess_rewind(st, 99999, 0, 0, ERR) == KVC_ENOTFOUND, "rewind missing");
@@ -693,8 +695,8 @@ test_chunks(void)
 	 */
 	{
 		struct sess_msg r = m[1];
-		struct sess_chunk bad = {6, 9, "f32", "model-B", "wxyz", 4};
-		struct sess_chunk good = {5, 9, "f32", "model-B", "wxyz", 4};
+		struct sess_chunk bad = {6, 9, "f32", "model-B", "wxyz", 4, 0};
+		struct sess_chunk good = {5, 9, "f32", "model-B", "wxyz", 4, 0};
 
 		r.text = "new reply";
 		ret = sess_turn_replace(st, conv, 7, 5, &r, 1, &bad, ERR);
@@ -713,7 +715,8 @@ test_chunks(void)
 		sess_msgs_free(got, n);
 		kvc_buf_free(&col.data);
 		memset(&col, 0, sizeof col);
-		ret = sess_chunks_load(st, conv, "model-B", "f32", collect_chunk, &col, &n_pos, ERR);
+		ret = sess_chunks_load(st, conv, "model-B", "f32", 0, collect_chunk, &col, &n_pos,
+		    ERR);
 		test_cond(ret == 0 && col.n == 2 && n_pos == 9 && col.data.n == 9 &&
 		    memcmp(col.data.p, "abcdewxyz", 9) == 0, "replaced chunks: %d %d %d", ret, col.n, n_pos);
 		test_cond(sess_turn_replace(st, conv, -1, 0, &r, 1, NULL, ERR) == KVC_EINVAL,
@@ -803,6 +806,174 @@ test_schema(void)
 	    errbuf);
 	ret = sess_open(&st, "", ERR);
 	test_cond(ret == KVC_EINVAL, "empty path");
+}
+
+/* ---- the context window: its own column on conversations and chunks ---- */
+
+static void
+test_window(void)
+{
+	const char *db = path_in("window.db");
+	struct sess_store *st;
+	struct collect col = {0};
+	struct sess_conv c;
+	int64_t conv;
+	int n_pos, ret;
+
+	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
+	test_cond(sess_conv_create(st, "windowed", "model-A", "chatml", NULL, "temp=0.5", &conv,
+	    ERR) == 0, "%s", errbuf);
+	test_cond(sess_conv_get(st, conv, &c, ERR) == 0 && c.window == 0, "new: window 0");
+	sess_conv_clear(&c);
+	test_cond(sess_conv_set_window(st, conv, 4, ERR) == 0, "%s", errbuf);
+	test_cond(sess_conv_get(st, conv, &c, ERR) == 0 && c.window == 4 &&
+	    strcmp(c.settings, "temp=0.5") == 0, "window 4, settings untouched");
+	sess_conv_clear(&c);
+	test_cond(sess_conv_set_window(st, conv, -1, ERR) == KVC_EINVAL, "negative window");
+	test_cond(sess_conv_set_window(st, 99999, 1, ERR) == KVC_ENOTFOUND, "window of nobody");
+
+	/* A snapshot over window 2 is not one over window 3, as with another model. */
+	{
+		struct sess_chunk c1 = {0, 5, "f16", "model-A", "abcde", 5, 2};
+		struct sess_chunk c2 = {5, 7, "f16", "model-A", "fg", 2, 3};
+		struct sess_chunk c3 = {5, 7, "f16", "model-A", "fg", 2, 2};
+		struct sess_chunk neg = {5, 7, "f16", "model-A", "fg", 2, -1};
+
+		test_cond(sess_turn_commit(st, conv, NULL, 0, &c1, ERR) == 0, "%s", errbuf);
+		test_cond(sess_turn_commit(st, conv, NULL, 0, &c2, ERR) == KVC_EINVAL &&
+		    strstr(errbuf, "window"), "continuation over another window: %s", errbuf);
+		test_cond(sess_turn_commit(st, conv, NULL, 0, &neg, ERR) == KVC_EINVAL,
+		    "negative chunk window");
+		test_cond(sess_turn_commit(st, conv, NULL, 0, &c3, ERR) == 0, "%s", errbuf);
+	}
+	test_cond(st_int(st, "SELECT count(*) FROM kv_chunks WHERE window = 2") == 2,
+	    "window on disk");
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 3, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == KVC_ENOTFOUND && col.n == 0 && n_pos == 0 && strstr(errbuf, "window"),
+	    "window mismatch: %d %s", ret, errbuf);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 0, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == KVC_ENOTFOUND && col.n == 0, "window 0 asked, 2 stored: %d", ret);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", -1, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == KVC_EINVAL, "negative window asked: %d", ret);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 2, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == 0 && col.n == 2 && n_pos == 7 && col.data.n == 7 &&
+	    memcmp(col.data.p, "abcdefg", 7) == 0, "same window: %d %d %d %s", ret, col.n, n_pos,
+	    errbuf);
+	kvc_buf_free(&col.data);
+	memset(&col, 0, sizeof col);
+	/* A snapshot mixing windows (never written so) is refused whole. */
+	sqlite3_exec(sess_sqlite(st), "UPDATE kv_chunks SET window = 3 WHERE pos0 = 0", NULL, NULL,
+	    NULL);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 2, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == KVC_ENOTFOUND && col.n == 0 && strstr(errbuf, "mixes"), "mixed: %d %s",
+	    ret, errbuf);
+	test_cond(sess_check(st, ERR) == 0, "%s", errbuf);
+	sess_close(st);
+	kvc_buf_free(&col.data);
+}
+
+/* The initial schema as version 1 shipped it (migrations[0] of db.c). */
+static const char schema_v1[] =
+	"CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
+	"model_fp TEXT NOT NULL, template TEXT NOT NULL, system TEXT, settings TEXT NOT NULL, "
+	"created INTEGER NOT NULL, updated INTEGER NOT NULL, touched INTEGER NOT NULL);"
+	"CREATE INDEX conversations_title ON conversations(title, touched);"
+	"CREATE INDEX conversations_touched ON conversations(touched);"
+	"CREATE TABLE messages (id INTEGER PRIMARY KEY, "
+	"conv_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE, "
+	"seq INTEGER NOT NULL, role INTEGER NOT NULL CHECK (role BETWEEN 0 AND 2), "
+	"text TEXT NOT NULL, tokens BLOB NOT NULL, interrupted INTEGER NOT NULL DEFAULT 0, "
+	"ttft_ms REAL NOT NULL DEFAULT 0, prefill_tokens INTEGER NOT NULL DEFAULT 0, "
+	"reused_tokens INTEGER NOT NULL DEFAULT 0, prefill_tps REAL NOT NULL DEFAULT 0, "
+	"gen_tokens INTEGER NOT NULL DEFAULT 0, decode_tps REAL NOT NULL DEFAULT 0, "
+	"created INTEGER NOT NULL, UNIQUE (conv_id, seq));"
+	"CREATE TABLE kv_chunks (id INTEGER PRIMARY KEY, "
+	"conv_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE, "
+	"pos0 INTEGER NOT NULL, pos1 INTEGER NOT NULL, part INTEGER NOT NULL, "
+	"n_parts INTEGER NOT NULL, kv_type TEXT NOT NULL, model_fp TEXT NOT NULL, "
+	"len INTEGER NOT NULL, checksum INTEGER NOT NULL, data BLOB NOT NULL, "
+	"UNIQUE (conv_id, pos0, part));"
+	"CREATE TABLE locks (conv_id INTEGER PRIMARY KEY REFERENCES conversations(id) "
+	"ON DELETE CASCADE, pid INTEGER NOT NULL, host TEXT NOT NULL, boot_id TEXT NOT NULL, "
+	"start_time INTEGER NOT NULL, acquired INTEGER NOT NULL);"
+	"PRAGMA user_version = 1;"
+	"PRAGMA application_id = 1802920753;";	/* "kvc1" */
+
+/* A version 1 chunk row, checksummed as the store does. */
+static void
+v1_chunk(sqlite3 *h, int64_t conv, int pos0, int pos1, const char *fp, const char *data)
+{
+	sqlite3_stmt *s;
+	size_t n = strlen(data);
+
+	sqlite3_prepare_v2(h, "INSERT INTO kv_chunks (conv_id, pos0, pos1, part, n_parts, kv_type, "
+	    "model_fp, len, checksum, data) VALUES (?1, ?2, ?3, 0, 1, 'f16', ?4, ?5, ?6, ?7)", -1,
+	    &s, NULL);
+	sqlite3_bind_int64(s, 1, conv);
+	sqlite3_bind_int(s, 2, pos0);
+	sqlite3_bind_int(s, 3, pos1);
+	sqlite3_bind_text(s, 4, fp, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 5, (int64_t)n);
+	sqlite3_bind_int64(s, 6, (int64_t)sess_checksum(data, n));
+	sqlite3_bind_blob(s, 7, data, (int)n, SQLITE_STATIC);
+	test_cond(sqlite3_step(s) == SQLITE_DONE, "v1 chunk: %s", sqlite3_errmsg(h));
+	sqlite3_finalize(s);
+}
+
+/* Version 1 kept the window in band; opening moves it into the columns. */
+static void
+test_migrate_v1(void)
+{
+	const char *db = path_in("v1.db");
+	struct sess_store *st;
+	struct collect col = {0};
+	struct sess_conv c;
+	sqlite3 *h;
+	int n_pos, ret;
+
+	test_cond(sqlite3_open(db, &h) == SQLITE_OK, "raw open");
+	test_cond(sqlite3_exec(h, schema_v1, NULL, NULL, NULL) == SQLITE_OK, "v1 schema: %s",
+	    sqlite3_errmsg(h));
+	test_cond(sqlite3_exec(h, "INSERT INTO conversations VALUES "
+	    "(1, 'windowed', 'abc', 'chatml', NULL, 'temp=0.7;top_k=40;seed=7;window=3', 1, 1, 1),"
+	    "(2, 'whole', 'abc', 'chatml', NULL, 'temp=0.7;seed=1', 1, 1, 2)",
+	    NULL, NULL, NULL) == SQLITE_OK, "v1 rows: %s", sqlite3_errmsg(h));
+	v1_chunk(h, 1, 0, 3, "abc:w3", "hel");
+	v1_chunk(h, 1, 3, 5, "abc:w3", "lo");
+	v1_chunk(h, 2, 0, 2, "abc", "hi");
+	sqlite3_close(h);
+
+	ret = sess_open(&st, db, ERR);
+	test_cond(ret == 0, "open v1: %s", errbuf);
+	if (ret != 0)
+		return;
+	test_cond(st_int(st, "PRAGMA user_version") == SESS_SCHEMA_VERSION, "migrated: %lld",
+	    (long long)st_int(st, "PRAGMA user_version"));
+	test_cond(sess_conv_get(st, 1, &c, ERR) == 0 && c.window == 3 &&
+	    strcmp(c.settings, "temp=0.7;top_k=40;seed=7") == 0, "window out of the settings");
+	sess_conv_clear(&c);
+	test_cond(sess_conv_get(st, 2, &c, ERR) == 0 && c.window == 0 &&
+	    strcmp(c.settings, "temp=0.7;seed=1") == 0, "no window: settings as they were");
+	sess_conv_clear(&c);
+	test_cond(st_int(st, "SELECT count(*) FROM kv_chunks WHERE model_fp = 'abc' AND "
+	    "window = 3") == 2, "window out of the chunks' fingerprint");
+	test_cond(st_int(st, "SELECT count(*) FROM kv_chunks WHERE conv_id = 2 AND "
+	    "model_fp = 'abc' AND window = 0") == 1, "unwindowed chunk as it was");
+	ret = sess_chunks_load(st, 1, "abc", "f16", 3, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == 0 && col.n == 2 && n_pos == 5 && col.data.n == 5 &&
+	    memcmp(col.data.p, "hello", 5) == 0, "migrated snapshot loads: %d %s", ret, errbuf);
+	kvc_buf_free(&col.data);
+	memset(&col, 0, sizeof col);
+	ret = sess_chunks_load(st, 1, "abc:w3", "f16", 0, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == KVC_ENOTFOUND && col.n == 0, "the old key is gone: %d", ret);
+	test_cond(sess_check(st, ERR) == 0, "%s", errbuf);
+	sess_close(st);
+	/* Once migrated, opening again changes nothing. */
+	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
+	test_cond(sess_conv_get(st, 1, &c, ERR) == 0 && c.window == 3, "reopened");
+	sess_conv_clear(&c);
+	sess_close(st);
+	kvc_buf_free(&col.data);
 }
 
 /* ---- failures inside a transaction ---- */
@@ -1104,6 +1275,8 @@ main(void)
 	test_crud();
 	test_chunks();
 	test_schema();
+	test_window();
+	test_migrate_v1();
 	test_failures();
 	test_locks();
 	printf("single-process tests: %.2f s\n", kvc_now() - t0);
