@@ -41,11 +41,16 @@ OPTS="--temp 0.7 -n 48 --ctx 4096 --kv-type f32 --db $DB"
 	echo "Thanks."
 } >"$TMPD/in.txt"
 
-# Calibrate: one full run (not killed) sets the range of kill delays.
-t0=$(ms)
-"$KVCHAT" -m "$M" $OPTS --session calibrate <"$TMPD/in.txt" >/dev/null 2>"$TMPD/cal.err" ||
-	{ echo "FAIL: calibration run failed:"; cat "$TMPD/cal.err"; exit 1; }
-T=$(( $(ms) - t0 ))
+# Calibrate: full runs (not killed) set the range of kill delays. The faster
+# of two: one slowed by a busy machine would spread the kills past most runs' end.
+T=""
+for i in 1 2; do
+	t0=$(ms)
+	"$KVCHAT" -m "$M" $OPTS --session calibrate <"$TMPD/in.txt" >/dev/null 2>"$TMPD/cal.err" ||
+		{ echo "FAIL: calibration run failed:"; cat "$TMPD/cal.err"; exit 1; }
+	t=$(( $(ms) - t0 ))
+	[ -z "$T" ] || [ "$t" -lt "$T" ] && T=$t
+done
 echo "an uninterrupted run of 4 turns takes $T ms"
 awk -v seed="$SEED" -v n="$KILLS" -v t="$T" 'BEGIN {
 	srand(seed)
@@ -60,8 +65,11 @@ while [ $k -le "$KILLS" ]; do
 	d=$(sed -n "${k}p" "$TMPD/delays")
 	n0=$(sqlite3 "$DB" "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conv_id
 	    WHERE c.title = '$conv' AND m.role = 2")
+	# Created here: a kill within a millisecond can land before the child's redirections.
+	: >"$TMPD/out.$k"
+	: >"$TMPD/err.$k"
 	"$KVCHAT" -m "$M" $OPTS --session "$conv" --stats-json "$TMPD/st.$k" \
-	    <"$TMPD/in.txt" >"$TMPD/out.$k" 2>"$TMPD/err.$k" &
+	    <"$TMPD/in.txt" >>"$TMPD/out.$k" 2>>"$TMPD/err.$k" &
 	PID=$!
 	sleep "$d"
 	kill -9 $PID 2>/dev/null
