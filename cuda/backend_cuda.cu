@@ -1,5 +1,5 @@
 /*
- * backend_cuda.cu: the CUDA backend behind kvc_backend_i (src/backend.h).
+ * backend_cuda.cu: the CUDA backend behind kvc_backend_i (src/backend/backend.h).
  *
  * Weights are uploaded in their GGUF block formats (no whole-model
  * dequantisation). Decode (one token) runs one matrix-vector kernel per
@@ -107,7 +107,7 @@ struct cuda_kv {
 	size_t bytes;
 };
 
-/* ---- dequantisation in registers (block layouts as in src/quant.h) ---- */
+/* ---- dequantisation in registers (block layouts as in src/quant/quant.h) ---- */
 
 __device__ static inline float
 h2f(uint16_t h)
@@ -1269,16 +1269,11 @@ cuda_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	struct cuda_kv *kv;
+	int rc;
 
 	*out = NULL;
-	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", gguf_dtype_name(kv_type));
-		return KVC_EUNSUPPORTED;
-	}
-	if (n_ctx < 1) {
-		kvc_err(err, errlen, "bad context size %d", n_ctx);
-		return KVC_EINVAL;
-	}
+	if ((rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+		return rc;
 	if ((kv = (struct cuda_kv *)calloc(1, sizeof *kv)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;

@@ -75,6 +75,13 @@ struct kvc_backend_i {
  */
 int kvc_backend_pick(const struct kvc_backend_i **out, const char *device, char *err, size_t errlen);
 
+/*
+ * The arguments every kv_create accepts, checked once for all backends:
+ * KVC_EUNSUPPORTED for a cache type other than F16/F32, KVC_EINVAL for
+ * n_ctx < 1 (with the message), else KVC_OK.
+ */
+int kvc_backend_kv_check(int n_ctx, enum gguf_dtype kv_type, char *err, size_t errlen);
+
 extern const struct kvc_backend_i kvc_backend_cpu;
 #ifdef HAVE_CUDA
 extern const struct kvc_backend_i kvc_backend_cuda;

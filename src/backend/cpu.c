@@ -470,16 +470,11 @@ cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *e
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_kv *kv;
+	int rc;
 
 	*out = NULL;
-	if (kv_type != GGML_TYPE_F16 && kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s is not supported (F16, F32)", gguf_dtype_name(kv_type));
-		return KVC_EUNSUPPORTED;
-	}
-	if (n_ctx < 1) {
-		kvc_err(err, errlen, "bad context size %d", n_ctx);
-		return KVC_EINVAL;
-	}
+	if ((rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+		return rc;
 	kv = calloc(1, sizeof *kv);
 	if (kv == NULL || (kv->k = calloc((size_t)c->hp.n_layer, sizeof *kv->k)) == NULL ||
 	    (kv->v = calloc((size_t)c->hp.n_layer, sizeof *kv->v)) == NULL) {

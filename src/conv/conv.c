@@ -103,6 +103,22 @@ conv_close(struct conv *c)
 	conv_free(c);
 }
 
+/* The last step of conv_new and conv_open: c joins the open list and is made current. */
+static int
+link_and_activate(struct conv *c, struct conv **out, char *err, size_t errlen)
+{
+	int rc;
+
+	conv_link(c);
+	rc = conv_activate(c, err, errlen);
+	if (rc) {
+		conv_close(c);
+		return rc;
+	}
+	*out = c;
+	return KVC_OK;
+}
+
 int
 conv_new(struct conv_mgr *m, const char *title, const char *system,
     const struct conv_settings *s, struct conv **out, char *err, size_t errlen)
@@ -147,14 +163,7 @@ conv_new(struct conv_mgr *m, const char *title, const char *system,
 		kvc_err(err, errlen, "sampler: %s", kvc_strerror(rc));
 		return rc;
 	}
-	conv_link(c);
-	rc = conv_activate(c, err, errlen);
-	if (rc) {
-		conv_close(c);
-		return rc;
-	}
-	*out = c;
-	return KVC_OK;
+	return link_and_activate(c, out, err, errlen);
 }
 
 /*
@@ -254,14 +263,7 @@ conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t e
 		sess_conv_unlock(m->st, id);
 		return rc;
 	}
-	conv_link(c);
-	rc = conv_activate(c, err, errlen);
-	if (rc) {
-		conv_close(c);
-		return rc;
-	}
-	*out = c;
-	return KVC_OK;
+	return link_and_activate(c, out, err, errlen);
 }
 
 int
