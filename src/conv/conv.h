@@ -58,14 +58,63 @@ struct conv_settings {
 	int max_tokens;			/* reply cap; 0 = until end of turn or full context */
 };
 struct conv_settings conv_default_settings(void);
-/* "temp=0.8;top_k=40;...": format s into out. */
+
+/*
+ * The settings, one row each, in the order /set lists them: everything
+ * that names, parses or shows a setting (the settings text, /set, the
+ * chat's command line, tab completion, kvchat generate) reads this table.
+ */
+enum conv_setting_kind {
+	CONV_SET_REAL,			/* a float, parsed as a double in [lo, hi] */
+	CONV_SET_INT,			/* an int in [lo, hi] */
+	CONV_SET_SEED,			/* a uint64_t seed, or "random" (also "-1") */
+};
+
+struct conv_setting {
+	const char *name;		/* the /set name: "temperature" */
+	const char *alias;		/* another name /set takes ("temp"), or NULL */
+	const char *key;		/* its key in the settings text (name or alias) */
+	const char *opt;		/* the command-line option, without "--" */
+	char short_opt;			/* its one-letter form, or 0 */
+	const char *metavar;		/* the option's value as --help shows it */
+	enum conv_setting_kind kind;
+	double lo, hi;			/* accepted values (REAL, INT) */
+	size_t off;			/* where it lives: offsetof(struct conv_settings, ...) */
+	bool smp;			/* a sampler parameter (kvchat generate takes it too) */
+	const char *help;		/* what --help says of the option, after its column */
+};
+
+#define CONV_N_SETTINGS 7
+extern const struct conv_setting conv_setting_table[];
+
+/* The row whose name or alias is name, or NULL. */
+const struct conv_setting *conv_setting_find(const char *name);
+/* The row whose option is opt (without "--"), or NULL. */
+const struct conv_setting *conv_setting_by_opt(const char *opt);
+/*
+ * Parse value (NULL counts as "") as row's kind and store it in s. On
+ * KVC_EINVAL (not a number) or KVC_ERANGE (out of the row's range) s is
+ * untouched and the message starts with label ("temp: not a number: 'x'").
+ */
+int conv_setting_apply(struct conv_settings *s, const struct conv_setting *row,
+    const char *label, const char *value, char *err, size_t errlen);
+/* Copy row's value from src to dst. */
+void conv_setting_copy(struct conv_settings *dst, const struct conv_settings *src,
+    const struct conv_setting *row);
+/* Append row's value in s as the settings text writes it ("0.8", "40", "random"). */
+int conv_setting_text(const struct conv_settings *s, const struct conv_setting *row,
+    struct kvc_buf *out);
+/* The /set names, comma-separated: "temperature, top_p, ..., max_tokens". */
+void conv_setting_names(char *buf, size_t len);
+
+/* "temp=0.8;top_p=0.95;...": format s into out. */
 int conv_settings_format(const struct conv_settings *s, struct kvc_buf *out);
 /* Parse text over s (unknown names ignored). */
 void conv_settings_parse(const char *text, struct conv_settings *s);
 /*
- * Set one setting by its /set name (temperature|temp, top_p, top_k, min_p,
- * repeat_penalty, seed, max_tokens). KVC_EINVAL with a message if unknown or
- * not a number.
+ * Set one setting by its /set name or alias (conv_setting_table).
+ * KVC_EINVAL with a message if unknown or not a number, KVC_ERANGE with a
+ * message if out of range.
  */
 int conv_settings_set(struct conv_settings *s, const char *name, const char *value,
     char *err, size_t errlen);

@@ -23,7 +23,10 @@
  *  - a snapshot or settings write the store refuses is noticed and counted
  *    in the next turn's store_errors, and the conversation goes on;
  *  - deleting a conversation that is not the one in use never brings its
- *    cache back into memory.
+ *    cache back into memory;
+ *  - the settings table: every row round-trips through the settings text,
+ *    /set takes every name and alias, and refuses an unknown name or a
+ *    value that is not a number with a message.
  */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -325,6 +328,131 @@ check_resume(struct kvc_engine *e, struct sess_store *st, const char *db, int64_
 	conv_mgr_free(m);
 }
 
+/* row's value in s as the settings text writes it, in buf. */
+static const char *
+setting_text(const struct conv_settings *s, const struct conv_setting *row, char *buf,
+    size_t len)
+{
+	struct kvc_buf b = {0};
+
+	snprintf(buf, len, "%s", conv_setting_text(s, row, &b) == 0 && b.p ? b.p : "?");
+	kvc_buf_free(&b);
+	return buf;
+}
+
+/* Whether every row of a and b reads the same. */
+static int
+same_settings(const struct conv_settings *a, const struct conv_settings *b)
+{
+	char ta[64], tb[64];
+	int same = 1;
+
+	for (int i = 0; i < CONV_N_SETTINGS; i++)
+		same &= strcmp(setting_text(a, &conv_setting_table[i], ta, sizeof ta),
+		    setting_text(b, &conv_setting_table[i], tb, sizeof tb)) == 0;
+	return same;
+}
+
+/* Every row alone, then all at once, through conv_settings_format and _parse. */
+static void
+test_settings_roundtrip(void)
+{
+	/* A value of each kind unlike every default (the seed needs all 64 bits). */
+	static const char *const other[] = { [CONV_SET_REAL] = "0.25", [CONV_SET_INT] = "7",
+	    [CONV_SET_SEED] = "12345678901234567890" };
+	struct conv_settings dflt = conv_default_settings(), all = dflt, s, back;
+	const struct conv_setting *row;
+	struct kvc_buf text = {0};
+	char want[64], got[64], pair[96], err[256];
+
+	for (int i = 0; i < CONV_N_SETTINGS; i++) {
+		row = &conv_setting_table[i];
+		s = dflt;
+		test_cond(conv_setting_apply(&s, row, row->name, other[row->kind], err, sizeof err) ==
+		    KVC_OK && conv_setting_apply(&all, row, row->name, other[row->kind], err,
+		    sizeof err) == KVC_OK, "%s %s: %s", row->name, other[row->kind], err);
+		test_cond(strcmp(setting_text(&s, row, want, sizeof want), other[row->kind]) == 0 &&
+		    strcmp(want, setting_text(&dflt, row, got, sizeof got)) != 0,
+		    "%s: set to %s, reads %s (default %s)", row->name, other[row->kind], want, got);
+		test_cond(conv_settings_format(&s, &text) == 0, "%s: format", row->name);
+		snprintf(pair, sizeof pair, "%s=%s", row->key, want);
+		test_cond(strstr(text.p, pair), "%s: '%s' not in '%s'", row->name, pair, text.p);
+		back = dflt;
+		conv_settings_parse(text.p, &back);
+		test_cond(same_settings(&s, &back), "%s: '%s' reads back as %s",
+		    row->name, text.p, setting_text(&back, row, got, sizeof got));
+	}
+	test_cond(conv_settings_format(&all, &text) == 0, "format all");
+	back = dflt;
+	conv_settings_parse(text.p, &back);
+	test_cond(same_settings(&all, &back) && strstr(text.p, "window") == NULL, "all rows: '%s' does not read back",
+	    text.p);
+	/* The random seed is a word of its own. */
+	back.smp.seed = KVC_SEED_RANDOM;
+	test_cond(conv_settings_format(&back, &text) == 0 && strstr(text.p, "seed=random"),
+	    "random seed: '%s'", text.p);
+	conv_settings_parse(text.p, &all);
+	test_cond(all.smp.seed == KVC_SEED_RANDOM, "random seed read back");
+	kvc_buf_free(&text);
+}
+
+/* /set's names, and what it refuses. */
+static void
+test_settings_set(void)
+{
+	struct conv_settings s = conv_default_settings(), before;
+	const struct conv_setting *row;
+	char got[64], err[256], value[8];
+	int rc;
+
+	for (int i = 0; i < CONV_N_SETTINGS; i++) {
+		row = &conv_setting_table[i];
+		test_cond(conv_setting_find(row->name) == row && conv_setting_by_opt(row->opt) == row,
+		    "find %s, --%s", row->name, row->opt);
+		/* Name, key and alias each set it. */
+		for (int k = 0; k < 3; k++) {
+			const char *name = k == 0 ? row->name : k == 1 ? row->key : row->alias;
+
+			snprintf(value, sizeof value, "%d", k + 1);
+			rc = name ? conv_settings_set(&s, name, value, err, sizeof err) : KVC_OK;
+			test_cond(name == NULL || (rc == KVC_OK && strcmp(setting_text(&s, row, got,
+			    sizeof got), value) == 0), "/set %s %s: rc %d, reads %s", name, value, rc,
+			    got);
+		}
+		/* Not a number: refused, named, nothing changed. */
+		before = s;
+		for (int k = 0; k < 4; k++) {
+			const char *bad = k == 0 ? "abc" : k == 1 ? "" : k == 2 ? "1x" : NULL;
+
+			err[0] = '\0';
+			rc = conv_settings_set(&s, row->name, bad, err, sizeof err);
+			test_cond(rc == KVC_EINVAL && strstr(err, row->name) && (strstr(err,
+			    "not a number") || strstr(err, "not an integer")) &&
+			    same_settings(&s, &before), "/set %s '%s': rc %d '%s'", row->name,
+			    bad ? bad : "(null)", rc, err);
+		}
+	}
+	/* An unknown name: refused with the names there are. */
+	err[0] = '\0';
+	rc = conv_settings_set(&s, "temprature", "1", err, sizeof err);
+	test_cond(rc == KVC_EINVAL && strstr(err, "temprature") && same_settings(&s, &before),
+	    "unknown name: rc %d '%s'", rc, err);
+	for (int i = 0; i < CONV_N_SETTINGS; i++)
+		test_cond(strstr(err, conv_setting_table[i].name) != NULL,
+		    "unknown name: '%s' does not list %s", err, conv_setting_table[i].name);
+	test_cond(conv_settings_set(&s, "window", "3", err, sizeof err) == KVC_EINVAL,
+	    "window is not a /set name");
+	/* Beyond plain numbers: what each kind takes and refuses. */
+	test_cond(conv_settings_set(&s, "seed", "-1", err, sizeof err) == KVC_OK &&
+	    s.smp.seed == KVC_SEED_RANDOM, "seed -1 is random");
+	test_cond(conv_settings_set(&s, "top_k", "1.5", err, sizeof err) == KVC_EINVAL,
+	    "top_k 1.5");
+	test_cond(conv_settings_set(&s, "max_tokens", "-1", err, sizeof err) == KVC_ERANGE &&
+	    strstr(err, "max_tokens"), "max_tokens -1: '%s'", err);
+	test_cond(conv_settings_set(&s, "temp", "nan", err, sizeof err) == KVC_ERANGE,
+	    "temp nan");
+}
+
 int
 main(void)
 {
@@ -339,6 +467,8 @@ main(void)
 	int prev_used = 0, n, rc;
 	int64_t id;
 
+	test_settings_roundtrip();
+	test_settings_set();
 	snprintf(tmpdir, sizeof tmpdir, "%s/kvc-conv.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (mkdtemp(tmpdir) == NULL)
 		test_skip("cannot make a temporary directory");

@@ -1,12 +1,15 @@
 /*
  * test_core: the core module's JSON string literals (escapes, UTF-8 and
  * invalid bytes passed through) and its strict number parsers (whole
- * string, range, overflow, the size multipliers, seeds).
+ * string, range, overflow, the size multipliers, seeds), also over the
+ * widest ranges the settings table (conv/settings.c) gives them.
  */
 #include "gguf/gguf.h"
 #include "config.h"
 
 #include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -190,6 +193,43 @@ test_seed(void)
 	test_cond(s == 5, "untouched on failure");
 }
 
+/*
+ * The ranges of conv_setting_table: a real takes any number but NaN
+ * (infinities included), an int any int; a seed a leading '+' or blank as
+ * strtoull does.
+ */
+static void
+test_setting_ranges(void)
+{
+	double d;
+	long v;
+	uint64_t s;
+
+	test_cond(kvc_parse_double("inf", -HUGE_VAL, HUGE_VAL, &d) == KVC_OK && d == HUGE_VAL,
+	    "inf in the widest range");
+	test_cond(kvc_parse_double("-inf", -HUGE_VAL, HUGE_VAL, &d) == KVC_OK && d == -HUGE_VAL,
+	    "-inf in the widest range");
+	test_cond(kvc_parse_double("1e300", -HUGE_VAL, HUGE_VAL, &d) == KVC_OK && d == 1e300,
+	    "past a float's range");
+	test_cond(kvc_parse_double("0x1p-2", -HUGE_VAL, HUGE_VAL, &d) == KVC_OK && d == 0.25,
+	    "hexadecimal, as strtod");
+	d = 7;
+	test_cond(kvc_parse_double("nan", -HUGE_VAL, HUGE_VAL, &d) == KVC_ERANGE && d == 7,
+	    "NaN is out of even the widest range");
+	test_cond(kvc_parse_double("1e999", -HUGE_VAL, HUGE_VAL, &d) == KVC_ERANGE && d == 7,
+	    "overflow is an error, not infinity");
+	test_cond(kvc_parse_long("2147483647", INT_MIN, INT_MAX, &v) == KVC_OK && v == INT_MAX,
+	    "INT_MAX");
+	test_cond(kvc_parse_long("-2147483648", INT_MIN, INT_MAX, &v) == KVC_OK && v == INT_MIN,
+	    "INT_MIN");
+	test_cond(kvc_parse_long("2147483648", INT_MIN, INT_MAX, &v) == KVC_ERANGE, "INT_MAX + 1");
+	test_cond(kvc_parse_long("-1", 0, INT_MAX, &v) == KVC_ERANGE, "-1 below 0");
+	test_cond(kvc_parse_long("1e3", INT_MIN, INT_MAX, &v) == KVC_EINVAL, "1e3 is no integer");
+	test_cond(kvc_parse_seed("+7", &s) == KVC_OK && s == 7, "+7");
+	test_cond(kvc_parse_seed(" 7", &s) == KVC_OK && s == 7, "' 7'");
+	test_cond(kvc_parse_seed("--1", &s) == KVC_EINVAL, "--1");
+}
+
 int
 main(void)
 {
@@ -198,5 +238,6 @@ main(void)
 	test_double();
 	test_size();
 	test_seed();
+	test_setting_ranges();
 	return test_done();
 }

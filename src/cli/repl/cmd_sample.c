@@ -22,7 +22,7 @@ static int
 cmd_set_exec(struct kvc_repl *r, const char *args)
 {
 	struct conv_settings s = *conv_get_settings(r->cur);
-	char name[32], err[512];
+	char name[32], err[512], names[160];
 	const char *value;
 	size_t n;
 
@@ -33,8 +33,8 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 	value = strchr(args, ' ');
 	n = value ? (size_t)(value - args) : strlen(args);
 	if (value == NULL || n >= sizeof name) {
-		repl_error(r, "usage: /set NAME VALUE (temperature, top_p, top_k, min_p, "
-		    "repeat_penalty, seed, max_tokens)");
+		conv_setting_names(names, sizeof names);
+		repl_error(r, "usage: /set NAME VALUE (%s)", names);
 		return 1;
 	}
 	memcpy(name, args, n);
@@ -50,6 +50,11 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
+/*
+ * /help's line for /set names the rows of conv_setting_table in a string
+ * constant (the entries are constants too); test_options checks that it
+ * names every row.
+ */
 const struct kvc_cmd_entry cmd_sample_entries[] = {
 	{ "set", "NAME VALUE", "temperature, top_p, top_k, min_p, repeat_penalty, seed, "
 	    "max_tokens", cmd_set_exec },

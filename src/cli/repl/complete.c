@@ -31,10 +31,8 @@ candidates(const char *text, struct kvc_buf *b)
 			sess_conv_list_free(v, n);
 		}
 	} else if (strncmp(text, "/set ", 5) == 0) {
-		static const char *const names[] = { "temperature", "top_p", "top_k",
-		    "min_p", "repeat_penalty", "seed", "max_tokens" };
-		for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-			(void)kvc_buf_printf(b, "/set %s%c", names[i], 0);
+		for (int i = 0; i < CONV_N_SETTINGS; i++)
+			(void)kvc_buf_printf(b, "/set %s%c", conv_setting_table[i].name, 0);
 	} else if (strncmp(text, "/export ", 8) == 0) {
 		(void)kvc_buf_printf(b, "/export md%c/export json%c", 0, 0);
 	}

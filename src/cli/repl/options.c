@@ -1,10 +1,11 @@
 /*
  * options.c: the chat program's command line: getopt_long over the options
  * kvchat(1) documents, each value checked with the strict parsers of
- * core/kvc.h; a bad value is a usage error (exit status 2).
+ * core/kvc.h; a bad value is a usage error (exit status 2). The sampling
+ * options are the rows of the settings table (conv_setting_table).
  */
-#include <float.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,13 +13,17 @@
 #include "cli/cli.h"
 
 enum {
-	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE, OPT_TEMP,
-	OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT, OPT_SEED, OPT_THREADS, OPT_CTX,
-	OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU, OPT_STATS_JSON,
-	OPT_NO_COLOR, OPT_VERSION,
+	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
+	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU,
+	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
+	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
-static const struct option chat_options[] = {
+/* repl_opts.set_mask has one bit per row. */
+_Static_assert(CONV_N_SETTINGS <= sizeof(unsigned) * CHAR_BIT, "a mask bit per setting");
+
+/* The options that are not settings; build_options adds those. */
+static const struct option fixed_options[] = {
 	{ "model", required_argument, NULL, 'm' },
 	{ "db", required_argument, NULL, OPT_DB },
 	{ "session", required_argument, NULL, OPT_SESSION },
@@ -26,13 +31,6 @@ static const struct option chat_options[] = {
 	{ "new", optional_argument, NULL, OPT_NEW },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat-template", required_argument, NULL, OPT_TEMPLATE },
-	{ "max-tokens", required_argument, NULL, 'n' },
-	{ "temp", required_argument, NULL, OPT_TEMP },
-	{ "top-k", required_argument, NULL, OPT_TOP_K },
-	{ "top-p", required_argument, NULL, OPT_TOP_P },
-	{ "min-p", required_argument, NULL, OPT_MIN_P },
-	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT },
-	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "ctx", required_argument, NULL, OPT_CTX },
 	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
@@ -47,6 +45,33 @@ static const struct option chat_options[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
+#define N_FIXED (sizeof fixed_options / sizeof fixed_options[0] - 1)
+
+/* All long options for getopt_long, and the short ones ("m:h" and the settings'). */
+static struct option chat_options[N_FIXED + CONV_N_SETTINGS + 1];
+static char short_options[8 + 2 * CONV_N_SETTINGS];
+
+static void
+build_options(void)
+{
+	const struct conv_setting *row;
+	size_t n = 4;
+
+	memcpy(short_options, ":m:h", n);
+	memcpy(chat_options, fixed_options, N_FIXED * sizeof fixed_options[0]);
+	for (int i = 0; i < CONV_N_SETTINGS; i++) {
+		row = &conv_setting_table[i];
+		chat_options[N_FIXED + i] = (struct option){ row->opt, required_argument, NULL,
+		    OPT_SETTING + i };
+		if (row->short_opt) {
+			short_options[n++] = row->short_opt;
+			short_options[n++] = ':';
+		}
+	}
+	short_options[n] = '\0';
+	memset(&chat_options[N_FIXED + CONV_N_SETTINGS], 0, sizeof chat_options[0]);
+}
+
 static int
 usage_error(const char *fmt, const char *arg)
 {
@@ -54,18 +79,6 @@ usage_error(const char *fmt, const char *arg)
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\nTry 'kvchat --help'.\n");
 	return 2;
-}
-
-/* A float option's value: any finite number a float holds. */
-static int
-parse_float(const char *s, float *out)
-{
-	double d;
-
-	if (kvc_parse_double(s, -FLT_MAX, FLT_MAX, &d) != KVC_OK)
-		return -1;
-	*out = (float)d;
-	return 0;
 }
 
 /* An int option's value in [lo, hi]. */
@@ -80,6 +93,18 @@ parse_int(const char *s, long lo, long hi, int *out)
 	return 0;
 }
 
+/* The row of conv_setting_table that getopt_long's c stands for, or -1. */
+static int
+setting_of(int c)
+{
+	if (c >= OPT_SETTING && c < OPT_SETTING + CONV_N_SETTINGS)
+		return c - OPT_SETTING;
+	for (int i = 0; i < CONV_N_SETTINGS; i++)
+		if (conv_setting_table[i].short_opt != 0 && conv_setting_table[i].short_opt == c)
+			return i;
+	return -1;
+}
+
 /*
  * The sampling settings (stored with the conversation): 0, 2 after a usage
  * error, or 1 when c is not one of them.
@@ -87,47 +112,21 @@ parse_int(const char *s, long lo, long hi, int *out)
 static int
 sampling_opt(int c, const char *a, struct repl_opts *o)
 {
-	struct kvc_sampler_params *smp = &o->set.smp;
+	const struct conv_setting *row;
+	char label[40], err[256];
+	int i;
 
-	switch (c) {
-	case 'n':
-		if (parse_int(a, 0, 1L << 30, &o->set.max_tokens))
-			return usage_error("-n: not a token count: '%s'", a);
-		o->set_mask |= KVC_SET_MAX_TOKENS;
-		break;
-	case OPT_TEMP:
-		if (parse_float(a, &smp->temp))
-			return usage_error("--temp: not a number: '%s'", a);
-		o->set_mask |= KVC_SET_TEMP;
-		break;
-	case OPT_TOP_K:
-		if (parse_int(a, 0, 1L << 30, &smp->top_k))
-			return usage_error("--top-k: not a count: '%s'", a);
-		o->set_mask |= KVC_SET_TOP_K;
-		break;
-	case OPT_TOP_P:
-		if (parse_float(a, &smp->top_p))
-			return usage_error("--top-p: not a number: '%s'", a);
-		o->set_mask |= KVC_SET_TOP_P;
-		break;
-	case OPT_MIN_P:
-		if (parse_float(a, &smp->min_p))
-			return usage_error("--min-p: not a number: '%s'", a);
-		o->set_mask |= KVC_SET_MIN_P;
-		break;
-	case OPT_REPEAT:
-		if (parse_float(a, &smp->repeat_penalty))
-			return usage_error("--repeat-penalty: not a number: '%s'", a);
-		o->set_mask |= KVC_SET_REPEAT;
-		break;
-	case OPT_SEED:
-		if (kvc_parse_seed(a, &smp->seed) != KVC_OK)
-			return usage_error("--seed: not a number: '%s'", a);
-		o->set_mask |= KVC_SET_SEED;
-		break;
-	default:
+	if ((i = setting_of(c)) < 0)
 		return 1;
-	}
+	row = &conv_setting_table[i];
+	/* Named in its short form when it has one, as kvchat(1) lists it first. */
+	if (row->short_opt)
+		snprintf(label, sizeof label, "-%c", row->short_opt);
+	else
+		snprintf(label, sizeof label, "--%s", row->opt);
+	if (conv_setting_apply(&o->set, row, label, a, err, sizeof err) != KVC_OK)
+		return usage_error("%s", err);
+	o->set_mask |= 1u << i;
 	return 0;
 }
 
@@ -208,9 +207,10 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 	o->ep = kvc_engine_default_params();
 	o->set = conv_default_settings();
 	o->overflow = CONV_OVERFLOW_DROP;
+	build_options();
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":m:n:h", chat_options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, short_options, chat_options, NULL)) != -1) {
 		const char *a = optarg;
 
 		rc = sampling_opt(c, a, o);

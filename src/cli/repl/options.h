@@ -15,7 +15,7 @@ struct repl_opts {
 	const char *template_name;
 	struct kvc_engine_params ep;
 	struct conv_settings set;
-	unsigned set_mask;		/* KVC_SET_*: which of set were given */
+	unsigned set_mask;		/* bit i: conv_setting_table[i] was given */
 	size_t kv_budget;
 	bool kv_budget_given;
 	enum conv_overflow overflow;

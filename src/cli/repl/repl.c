@@ -116,13 +116,9 @@ apply_cli_settings(struct kvc_repl *r, struct conv *c)
 
 	if (m == 0)
 		return;
-	if (m & KVC_SET_TEMP) s.smp.temp = r->set.smp.temp;
-	if (m & KVC_SET_TOP_K) s.smp.top_k = r->set.smp.top_k;
-	if (m & KVC_SET_TOP_P) s.smp.top_p = r->set.smp.top_p;
-	if (m & KVC_SET_MIN_P) s.smp.min_p = r->set.smp.min_p;
-	if (m & KVC_SET_REPEAT) s.smp.repeat_penalty = r->set.smp.repeat_penalty;
-	if (m & KVC_SET_SEED) s.smp.seed = r->set.smp.seed;
-	if (m & KVC_SET_MAX_TOKENS) s.max_tokens = r->set.max_tokens;
+	for (int i = 0; i < CONV_N_SETTINGS; i++)
+		if (m & 1u << i)
+			conv_setting_copy(&s, &r->set, &conv_setting_table[i]);
 	(void)conv_set_settings(c, &s, NULL, 0);
 }
 

@@ -34,7 +34,7 @@ struct kvc_repl {
 	const char *db_path;
 	const char *system;		/* --system, for /new */
 	struct conv_settings set;	/* command-line settings, for /new */
-	unsigned set_mask;		/* which of them were given (KVC_SET_*) */
+	unsigned set_mask;		/* bit i: conv_setting_table[i] was given */
 	size_t kv_budget;		/* bytes, 0 = unlimited */
 	bool tty;			/* interactive (stdin is a terminal) */
 	bool color;			/* colour on stdout */
@@ -43,13 +43,6 @@ struct kvc_repl {
 	volatile sig_atomic_t *interrupt;	/* set by SIGINT */
 	bool quit;
 	struct kvc_progress prog;	/* the conversation layer's long work */
-};
-
-/* Bits of kvc_repl.set_mask: settings given on the command line. */
-enum {
-	KVC_SET_TEMP = 1 << 0, KVC_SET_TOP_K = 1 << 1, KVC_SET_TOP_P = 1 << 2,
-	KVC_SET_MIN_P = 1 << 3, KVC_SET_REPEAT = 1 << 4, KVC_SET_SEED = 1 << 5,
-	KVC_SET_MAX_TOKENS = 1 << 6,
 };
 
 /* notice.c */

@@ -4,12 +4,6 @@
 
 #include "sub_common.h"
 
-bool
-sub_parse_long(const char *s, long lo, long hi, long *out)
-{
-	return kvc_parse_long(s, lo, hi, out) == KVC_OK;
-}
-
 int
 sub_usage(const char *name, const char *usage, const char *why, const char *arg)
 {

@@ -1,21 +1,11 @@
 /*
  * sub_common.h: what the one-shot subcommands (generate, bench) share:
- * the usage-error exit and the engine options (and, for generate, an
- * integer parser).
+ * the usage-error exit and the engine options.
  */
 #ifndef KVC_SUB_COMMON_H
 #define KVC_SUB_COMMON_H
 
-#include <stdbool.h>
-
 #include "engine/engine.h"
-
-/*
- * True when all of s is a decimal integer in [lo, hi], stored in *out;
- * false (and *out untouched) otherwise. kvc_parse_long (core/kvc.h) with
- * a boolean result, kept for sub_generate.c until it moves onto that.
- */
-bool sub_parse_long(const char *s, long lo, long hi, long *out);
 
 /*
  * Prints "kvchat: NAME: WHY[: ARG]" (when why is not NULL), then the usage

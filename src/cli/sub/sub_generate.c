@@ -2,7 +2,6 @@
  * sub_generate.c: kvchat generate: raw completion (no chat template).
  * Generated text (or ids) to stdout as it comes; timings to stderr.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,43 +24,35 @@ usage(const char *why, const char *arg)
 	return sub_usage("generate", gen_usage, why, arg);
 }
 
-static bool
-parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (s[0] == '-')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end != '\0')
-		return false;
-	*out = v;
-	return true;
-}
-
-static bool
-parse_float(const char *s, float *out)
-{
-	char *end;
-	float v;
-
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end != '\0' || v != v)
-		return false;
-	*out = v;
-	return true;
-}
-
 struct gen_opts {
 	struct kvc_engine_params ep;
-	struct kvc_sampler_params sp;
+	struct conv_settings set;	/* only set.smp: -n is not max_tokens */
 	const char *model, *prompt;
 	long n_predict;			/* -1: the default */
 	bool ids;			/* print ids, not text */
 };
+
+/*
+ * A sampling option (a row of conv_setting_table that is a sampler
+ * parameter) at a with its value val: -1 when a is none, else 0 or the
+ * usage error's exit status.
+ */
+static int
+sampling_opt(const char *a, const char *val, struct gen_opts *o)
+{
+	const struct conv_setting *row;
+	char why[64];
+
+	if (strncmp(a, "--", 2) != 0 || (row = conv_setting_by_opt(a + 2)) == NULL || !row->smp)
+		return -1;
+	snprintf(why, sizeof why, "bad %s", a);
+	if (conv_setting_apply(&o->set, row, a, val, NULL, 0) != KVC_OK)
+		return usage(why, val);
+	/* The one range generate has narrower than the table's: a penalty > 0. */
+	if (o->set.smp.repeat_penalty <= 0)
+		return usage(why, val);
+	return 0;
+}
 
 /*
  * One option at argv[*i] (its value at argv[*i + 1], consumed): -1 to go
@@ -87,34 +78,17 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 	(*i)++;
 	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
 		return eo < 0 ? usage(why, val) : -1;
+	if ((eo = sampling_opt(a, val, o)) >= 0)
+		return eo > 0 ? eo : -1;
 	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
 		o->model = val;
 	else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
 		o->prompt = val;
 	else if (strcmp(a, "-n") == 0) {
-		if (!sub_parse_long(val, 0, 1L << 30, &o->n_predict))
+		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
 			return usage("bad -n", val);
-	} else if (strcmp(a, "--temp") == 0) {
-		if (!parse_float(val, &o->sp.temp))
-			return usage("bad --temp", val);
-	} else if (strcmp(a, "--top-k") == 0) {
-		if (!sub_parse_long(val, -1, 1L << 30, &v))
-			return usage("bad --top-k", val);
-		o->sp.top_k = (int)v;
-	} else if (strcmp(a, "--top-p") == 0) {
-		if (!parse_float(val, &o->sp.top_p))
-			return usage("bad --top-p", val);
-	} else if (strcmp(a, "--min-p") == 0) {
-		if (!parse_float(val, &o->sp.min_p))
-			return usage("bad --min-p", val);
-	} else if (strcmp(a, "--repeat-penalty") == 0) {
-		if (!parse_float(val, &o->sp.repeat_penalty) || o->sp.repeat_penalty <= 0)
-			return usage("bad --repeat-penalty", val);
-	} else if (strcmp(a, "--seed") == 0) {
-		if (!parse_u64(val, &o->sp.seed))
-			return usage("bad --seed", val);
 	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-		if (!sub_parse_long(val, 0, 1L << 24, &v))
+		if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK)
 			return usage("bad --ctx", val);
 		o->ep.n_ctx = (int)v;
 	} else {
@@ -218,7 +192,7 @@ complete(struct kvc_engine *e, const struct gen_opts *o, const struct kvc_tokens
 	gp.on_text = o->ids ? NULL : put_text;
 	gp.on_id = o->ids ? put_id : NULL;
 	gp.arg = &n_put;
-	if (smp_new(&smp, &o->sp, eng_n_vocab(e)) != 0) {
+	if (smp_new(&smp, &o->set.smp, eng_n_vocab(e)) != 0) {
 		fprintf(stderr, "kvchat: generate: out of memory\n");
 		goto out;
 	}
@@ -259,7 +233,7 @@ sub_generate(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
-	o.sp = kvc_sampler_default_params();
+	o.set = conv_default_settings();
 	o.n_predict = -1;
 	for (int i = 1; i < argc; i++)
 		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
