@@ -1412,15 +1412,8 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 	const struct kvc_hparams *hp = &c->m->hp;
 	int rc, done;
 
-	if (n < 1 || pos0 < 0 || pos0 > kv->n_valid) {
-		kvc_err(err, errlen, "bad forward: %d tokens at position %d (cache holds %d)",
-		    n, pos0, kv->n_valid);
-		return KVC_EINVAL;
-	}
-	if (n > kv->n_ctx - pos0) {
-		kvc_err(err, errlen, "context full: %d + %d positions exceed %d", pos0, n, kv->n_ctx);
-		return KVC_ERANGE;
-	}
+	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
+		return rc;
 	for (int i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
 			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)", tokens[i], hp->n_vocab);

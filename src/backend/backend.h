@@ -81,6 +81,12 @@ int kvc_backend_pick(const struct kvc_backend_i **out, const char *device, char 
  * n_ctx < 1 (with the message), else KVC_OK.
  */
 int kvc_backend_kv_check(int n_ctx, enum gguf_dtype kv_type, char *err, size_t errlen);
+/*
+ * The positions every forward accepts: n >= 1 new tokens starting at pos0
+ * within the n_valid cached ones (KVC_EINVAL) and ending within n_ctx
+ * (KVC_ERANGE, "context full"), with the message; else KVC_OK.
+ */
+int kvc_backend_forward_check(int n, int pos0, int n_valid, int n_ctx, char *err, size_t errlen);
 
 extern const struct kvc_backend_i kvc_backend_cpu;
 #ifdef HAVE_CUDA

@@ -747,15 +747,8 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 	struct cpu_kv *kv = kvp;
 	int i, rc, done;
 
-	if (n < 1 || pos0 < 0 || pos0 > kv->n_valid) {
-		kvc_err(err, errlen, "bad forward: %d tokens at position %d (cache holds %d)",
-		    n, pos0, kv->n_valid);
-		return KVC_EINVAL;
-	}
-	if (n > kv->n_ctx - pos0) {
-		kvc_err(err, errlen, "context full: %d + %d positions exceed %d", pos0, n, kv->n_ctx);
-		return KVC_ERANGE;
-	}
+	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
+		return rc;
 	for (i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= c->hp.n_vocab) {
 			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)",

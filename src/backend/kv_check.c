@@ -1,6 +1,7 @@
 /*
- * kv_check.c: the arguments every backend's kv_create accepts, checked in
- * one place (below the backends and the registry that lists them).
+ * kv_check.c: the cache arguments every backend accepts (kv_create's type
+ * and size, forward's positions), checked in one place below the backends
+ * and the registry that lists them.
  */
 #include "config.h"
 
@@ -16,6 +17,21 @@ kvc_backend_kv_check(int n_ctx, enum gguf_dtype kv_type, char *err, size_t errle
 	if (n_ctx < 1) {
 		kvc_err(err, errlen, "bad context size %d", n_ctx);
 		return KVC_EINVAL;
+	}
+	return KVC_OK;
+}
+
+int
+kvc_backend_forward_check(int n, int pos0, int n_valid, int n_ctx, char *err, size_t errlen)
+{
+	if (n < 1 || pos0 < 0 || pos0 > n_valid) {
+		kvc_err(err, errlen, "bad forward: %d tokens at position %d (cache holds %d)",
+		    n, pos0, n_valid);
+		return KVC_EINVAL;
+	}
+	if (n > n_ctx - pos0) {
+		kvc_err(err, errlen, "context full: %d + %d positions exceed %d", pos0, n, n_ctx);
+		return KVC_ERANGE;
 	}
 	return KVC_OK;
 }
