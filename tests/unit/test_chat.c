@@ -594,7 +594,7 @@ static struct kvc_tokenizer *
 tiny_spm(const char *path)
 {
 	static const char *const pieces[] = {
-		"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81he", "ll", "\xe2\x96\x81I", "in", "\xe2\x96\x81" "a",
+		"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81he", "ll", "\xe2\x96\x81I", "in", "\xe2\x96\x81\x61",
 		"\xe2\x96\x81[", "IN", "ST", "]",
 	};
 	enum { NP = sizeof pieces / sizeof pieces[0], NS = sizeof specials / sizeof specials[0] };

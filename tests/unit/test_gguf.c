@@ -282,7 +282,7 @@ static int
 write_seeds(const char *dir)
 {
 	char path[4096];
-	const char *strs[] = { "<s>", "\xe2\x96\x81" "a" };
+	const char *strs[] = { "<s>", "\xe2\x96\x81\x61" };
 	float fv[] = { 0.5f };
 	float td[32] = { 1 };
 	int64_t ne[2] = { 32, 1 };
