@@ -113,13 +113,16 @@ apply_cli_settings(struct kvc_repl *r, struct conv *c)
 {
 	struct conv_settings s = *conv_get_settings(c);
 	unsigned m = r->set_mask;
+	char err[512];
 
 	if (m == 0)
 		return;
 	for (int i = 0; i < CONV_N_SETTINGS; i++)
 		if (m & 1u << i)
 			conv_setting_copy(&s, &r->set, &conv_setting_table[i]);
-	(void)conv_set_settings(c, &s, NULL, 0);
+	/* Refused by the store, they are not applied either: say so. */
+	if (conv_set_settings(c, &s, err, sizeof err) != 0)
+		repl_error(r, "the command-line settings were not applied: %s", err);
 }
 
 /* ---- the command ---- */
@@ -157,9 +160,10 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 	}
 	if (o->mode != OPEN_NEW) {
 		apply_cli_settings(r, r->cur);
-		if (o->system && conv_n_msgs(r->cur) == 0)
-			(void)conv_set_system(r->cur, o->system, NULL, 0);
-		else if (o->system && (conv_system(r->cur) == NULL ||
+		if (o->system && conv_n_msgs(r->cur) == 0) {
+			if (conv_set_system(r->cur, o->system, err, sizeof err) != 0)
+				repl_error(r, "--system was not applied: %s", err);
+		} else if (o->system && (conv_system(r->cur) == NULL ||
 		    strcmp(conv_system(r->cur), o->system) != 0))
 			repl_notice(r, "--system ignored: the conversation already has messages "
 			    "(/system changes it, recomputing the conversation)");
