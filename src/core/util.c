@@ -200,8 +200,8 @@ kvc_utf8_valid_prefix(const char *str, size_t n)
  * compilers accept (it also checks that the OS saves the YMM registers). */
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-bool
-kvc_cpu_avx2(void)
+static bool
+probe_avx2(void)
 {
 	unsigned a, b, c, d;
 
@@ -211,6 +211,24 @@ kvc_cpu_avx2(void)
 	if (!__get_cpuid(1, &a, &b, &c, &d))
 		return false;
 	return (c & (1u << 29)) != 0;
+}
+
+/*
+ * The kernels ask on every matrix call, and CPUID is slow (a VM exit under
+ * a hypervisor), so the answer is probed once and kept: a fact of the
+ * machine, the same for every thread; a race only stores it twice.
+ */
+bool
+kvc_cpu_avx2(void)
+{
+	static int known = -1;	/* -1 not probed yet, else 0 or 1 */
+	int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		v = probe_avx2();
+		__atomic_store_n(&known, v, __ATOMIC_RELAXED);
+	}
+	return v != 0;
 }
 #else
 bool
