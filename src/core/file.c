@@ -334,26 +334,44 @@ kvc_write_all(int fd, const void *p, size_t n)
 }
 
 int
-kvc_file_replace(const char *path, const void *data, size_t n, char *err, size_t errlen)
+kvc_file_tmp_beside(const char *path, unsigned mode, char **tmp, char *err, size_t errlen)
 {
 	size_t len = strlen(path) + sizeof ".XXXXXX";
-	char *tmp = malloc(len), dir[PATH_MAX];
-	int fd, dfd;
+	int fd;
 
-	if (tmp == NULL) {
+	if ((*tmp = malloc(len)) == NULL) {
 		kvc_err(err, errlen, "%s: out of memory", path);
 		return KVC_ENOMEM;
 	}
-	snprintf(tmp, len, "%s.XXXXXX", path);
-	/* mkostemp: a fresh name, O_EXCL, so nothing planted is ever opened. */
-	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+	snprintf(*tmp, len, "%s.XXXXXX", path);
+	if ((fd = mkostemp(*tmp, O_CLOEXEC)) < 0) {
 		kvc_err(err, errlen, "%s: cannot create a temporary file beside it: %s", path,
 		    strerror(errno));
-		free(tmp);
+		free(*tmp);
+		*tmp = NULL;
 		return KVC_EIO;
 	}
-	if (fchmod(fd, KVC_FILE_MODE) != 0 || kvc_write_all(fd, data, n) != KVC_OK ||
-	    fsync(fd) != 0) {
+	/* mkostemp's 0600 is cut by the umask like any mode: set it exactly. */
+	if (fchmod(fd, (mode_t)mode) != 0) {
+		kvc_err(err, errlen, "cannot set the mode of %s: %s", *tmp, strerror(errno));
+		close(fd);
+		(void)unlink(*tmp);
+		free(*tmp);
+		*tmp = NULL;
+		return KVC_EIO;
+	}
+	return fd;
+}
+
+int
+kvc_file_replace(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+	char *tmp, dir[PATH_MAX];
+	int fd, dfd;
+
+	if ((fd = kvc_file_tmp_beside(path, KVC_FILE_MODE, &tmp, err, errlen)) < 0)
+		return fd;
+	if (kvc_write_all(fd, data, n) != KVC_OK || fsync(fd) != 0) {
 		kvc_err(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
 		goto fail;
 	}

@@ -176,6 +176,15 @@ int kvc_file_open_write(const char *path, bool append, char *err, size_t errlen)
 int kvc_write_all(int fd, const void *p, size_t n);
 
 /*
+ * A new temporary file beside path, named path.XXXXXX (mkostemp: a fresh
+ * name, O_EXCL, so nothing planted under any name is ever opened), with
+ * the given mode exactly. Returns the descriptor and its name in *tmp (the
+ * caller frees it, and renames or unlinks the file), or a negative KVC_E*
+ * code with err set.
+ */
+int kvc_file_tmp_beside(const char *path, unsigned mode, char **tmp, char *err, size_t errlen);
+
+/*
  * Replaces path with data[0..n) atomically: a new 0600 file beside it
  * (mkostemp, so never through a planted link or an existing file), written,
  * fsynced and renamed over path. A failure leaves the old file whole.
