@@ -100,7 +100,9 @@ check_one(const char *dir, const char *top, bool is_top, char *err, size_t errle
 		return KVC_EINVAL;
 	}
 	if (is_top) {
-		if (st.st_uid != me) {
+		/* Root's folders are fine: root is out of reach of any file mode, and
+		 * a database there may be opened read-only by its other users. */
+		if (st.st_uid != me && st.st_uid != 0) {
 			kvc_err(err, errlen, "%s: refusing a folder owned by uid %ld (you are uid "
 			    "%ld): its owner could read or replace the files", dir,
 			    (long)st.st_uid, (long)me);

@@ -142,9 +142,9 @@ int kvc_dir_of(const char *path, char *buf, size_t len);
 
 /*
  * Whether dir may hold private files: once links are resolved it must be a
- * folder owned by the effective user and writable by nobody else, and each
- * folder above it must be owned by that user or root and, when others can
- * write to it, have the sticky bit (as /tmp has). Group write is taken as
+ * folder owned by the effective user (or root) and writable by nobody else,
+ * and each folder above it must be owned by that user or root and, when
+ * others can write to it, have the sticky bit (as /tmp has). Group write is taken as
  * "nobody else" only for the user's private group (named after the user,
  * no other members). 0, or KVC_EINVAL (refused: err names the folder and
  * why) or KVC_EIO / KVC_ENOTFOUND (cannot be examined).

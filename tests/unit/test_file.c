@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -135,6 +136,30 @@ test_mkdirs(void)
 	test_cond(mode_of(path_in("ww/sub")) == 0700, "created before the check");
 }
 
+/* As uid 65534: a folder of root's (0755) is accepted, one of another user's
+ * is not. Run in a child that drops to that uid; skipped if it cannot. */
+static void
+test_root_folder_for_others(void)
+{
+	int status = -1;
+	pid_t pid;
+
+	mkdir(path_in("rootdir"), 0755);
+	chmod(tmpdir, 0711);
+	if ((pid = fork()) == 0) {
+		int ok = setgid(65534) == 0 && setuid(65534) == 0 &&
+		    kvc_dir_check(path_in("rootdir"), NULL, 0) == 0 &&
+		    kvc_dir_check(path_in("theirs"), NULL, 0) == 0;
+
+		_exit(ok ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	chmod(tmpdir, 0700);
+	test_cond(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "as uid 65534: root's folder and its own are accepted (status %d)", status);
+}
+
 static void
 test_dir_check(void)
 {
@@ -181,6 +206,7 @@ test_dir_check(void)
 	chmod(path_in("grp"), 0770);
 	test_cond(kvc_dir_check(path_in("grp"), ERR) == KVC_EINVAL,
 	    "writable by a group that is not the user's own");
+	test_root_folder_for_others();
 }
 
 static void
