@@ -298,9 +298,11 @@ kvc_file_open_write(const char *path, bool append, char *err, size_t errlen)
 		kvc_err(err, errlen, "cannot set the mode of %s: %s", path, strerror(errno));
 		goto fail;
 	}
-	if (shared && !created && (!S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
-		kvc_err(err, errlen, "%s: is not your own file, in a folder others can write; "
-		    "not writing to it", path);
+	/* A second hard link could be one planted to another of the user's files. */
+	if (shared && !created && (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    st.st_nlink != 1)) {
+		kvc_err(err, errlen, "%s: is not your own file (or has other links), in a "
+		    "folder others can write; not writing to it", path);
 		ret = KVC_EINVAL;
 		goto fail;
 	}

@@ -166,8 +166,8 @@ int kvc_file_create_private(const char *path, char *err, size_t errlen);
 /*
  * Opens path for writing (appending when append, else truncating), created
  * 0600 when absent. In a folder others can write, no link is followed and a
- * file that is not the user's own regular file is refused, so a link or
- * file planted there cannot redirect the write. Returns the descriptor
+ * file that is not the user's own regular file with one link is refused, so
+ * a link or file planted there cannot redirect the write. Returns the descriptor
  * (close it) or a negative KVC_E* code with err set.
  */
 int kvc_file_open_write(const char *path, bool append, char *err, size_t errlen);

@@ -264,6 +264,10 @@ test_open_write(void)
 	/* The user's own file there is fine; and so is a link in the user's own folder. */
 	test_cond(open_write(path_in("pub/mine"), false, "ok\n") == 0, "%s", errbuf);
 	test_cond(open_write(path_in("pub/mine"), true, "ok\n") == 0, "%s", errbuf);
+	/* A hard link there to another of the user's files: not written. */
+	test_cond(link(path_in("victim"), path_in("pub/hard")) == 0, "link");
+	test_cond(open_write(path_in("pub/hard"), false, "stolen\n") == KVC_EINVAL, "hard link");
+	test_cond(strcmp(read_text(path_in("victim")), "precious\n") == 0, "victim untouched");
 	symlink(path_in("victim"), path_in("ownlink"));
 	test_cond(open_write(path_in("ownlink"), true, "more\n") == 0, "own link: %s", errbuf);
 	test_cond(strcmp(read_text(path_in("victim")), "precious\nmore\n") == 0, "through own link");
