@@ -513,37 +513,30 @@ schema_setup(struct sess_store *st, char *err, size_t errlen)
 	return ret;
 }
 
-/* mkdir -p of path's directory, private to the user. */
+/*
+ * The folder of path (created 0700 as needed, and refused unless it is the
+ * user's own: kvc_dir_check), then the database file itself, created 0600
+ * before SQLite opens it: SQLite gives -wal and -shm the database file's
+ * mode, whatever the umask.
+ */
 static int
-make_parents(const char *path, char *err, size_t errlen)
+make_private(const char *path, char *err, size_t errlen)
 {
-	char *dir = strdup(path), *p, c;
-	int ret = KVC_OK;
+	char dir[4096], why[512];
+	int rc;
 
-	if (dir == NULL)
-		return KVC_ENOMEM;
-	p = strrchr(dir, '/');
-	if (p == NULL || p == dir) {
-		free(dir);
-		return KVC_OK;
+	if (kvc_dir_of(path, dir, sizeof dir) != KVC_OK) {
+		kvc_err(err, errlen, "%s: cannot open: path too long", path);
+		return KVC_ERANGE;
 	}
-	*p = '\0';
-	for (p = dir + 1; ret == KVC_OK; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		c = *p;
-		*p = '\0';
-		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-			kvc_err(err, errlen, "%s: cannot open: cannot create directory %s: %s",
-			    path, dir, strerror(errno));
-			ret = KVC_EIO;
-		}
-		*p = c;
-		if (c == '\0')
-			break;
+	rc = kvc_mkdirs_private(dir, why, sizeof why);
+	if (rc >= 0)
+		rc = kvc_file_create_private(path, why, sizeof why);
+	if (rc < 0) {
+		kvc_err(err, errlen, "%s: cannot open: %s", path, why);
+		return rc;
 	}
-	free(dir);
-	return ret;
+	return KVC_OK;
 }
 
 int
@@ -557,7 +550,7 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 		kvc_err(err, errlen, "sessions database: cannot open: empty path");
 		return KVC_EINVAL;
 	}
-	ret = make_parents(path, err, errlen);
+	ret = make_private(path, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
 	st = calloc(1, sizeof *st);

@@ -18,7 +18,10 @@ struct sess_store;
 
 /*
  * Open (creating and migrating as needed) the database at path. WAL, foreign keys on.
- * Missing parent directories are created (mode 0700). Every commit is fsynced
+ * Missing parent directories are created (mode 0700), and a folder that is not
+ * the user's own or that others can write is refused (KVC_EINVAL, see
+ * kvc_dir_check); a new database file is created 0600, and so are its -wal and
+ * -shm, whatever the umask. Every commit is fsynced
  * (synchronous=FULL): a turn acknowledged survives a SIGKILL and a power loss.
  * Returns KVC_EUNSUPPORTED for a schema newer than SESS_SCHEMA_VERSION,
  * KVC_EFORMAT for a file that is not a (kvchat) SQLite database, KVC_EBUSY when

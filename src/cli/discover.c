@@ -315,17 +315,27 @@ walk_gguf(struct disc_list *l, const char *dir, const char *prefix, int depth,
 	free_names(names, n);
 }
 
-/* $VAR if set and not empty, else $HOME/rest (new string) or NULL. */
+/* Whether there is a home folder (kvc_home_dir). */
+static bool
+have_home(void)
+{
+	char home[4096];
+
+	return kvc_home_dir(home, sizeof home, NULL, 0) == KVC_OK;
+}
+
+/* $VAR if set and not empty, else HOME/rest (new string) or NULL. HOME is
+ * kvc_home_dir's: the password database's when $HOME is unset or relative,
+ * never the current folder. */
 static char *
 env_or_home(const char *var, const char *rest)
 {
 	const char *v = var ? getenv(var) : NULL;
-	const char *home;
+	char home[4096];
 
 	if (v != NULL && v[0] != '\0')
 		return xstrdup(v);
-	home = getenv("HOME");
-	if (home == NULL || home[0] == '\0' || rest == NULL)
+	if (rest == NULL || kvc_home_dir(home, sizeof home, NULL, 0) != KVC_OK)
 		return NULL;
 	return path_join(home, rest);
 }
@@ -527,7 +537,7 @@ find_ollama(struct disc_list *l)
 	int nh;
 
 	if (root == NULL) {
-		l->err = getenv("HOME") ? KVC_ENOMEM : 0;
+		l->err = have_home() ? KVC_ENOMEM : 0;
 		return;
 	}
 	if ((mdir = path_join(root, "manifests")) == NULL) {
@@ -794,7 +804,7 @@ disc_resolve(const char *arg, char **path_out, char *err, size_t errlen)
 		char *blob = NULL;
 
 		if (man == NULL) {
-			rc = root == NULL && getenv("HOME") == NULL ? KVC_ENOTFOUND : KVC_ENOMEM;
+			rc = root == NULL && !have_home() ? KVC_ENOTFOUND : KVC_ENOMEM;
 		} else {
 			rc = ollama_blob(root, man, &blob, why, sizeof why);
 			if (rc == KVC_ENOTFOUND)

@@ -120,4 +120,83 @@ int kvc_parse_size(const char *s, size_t *out);
 /* A sampler seed: a decimal integer in [0, 2^64 - 1], no minus sign. */
 int kvc_parse_seed(const char *s, uint64_t *out);
 
+/* ---- private files and folders (file.c) ----
+ * Conversations are private: every file kvchat writes is created with mode
+ * 0600 and every folder it creates 0700, whatever the umask (the mode is
+ * set again with fchmod after creation, since a umask can only take bits
+ * away and a strict one would leave the user locked out). Folders that hold
+ * those files must be the user's own; see docs/SECURITY.md. */
+#define KVC_FILE_MODE 0600
+#define KVC_DIR_MODE 0700
+
+/*
+ * The user's home folder into buf: $HOME when it is an absolute path, else
+ * the password database's home of the effective user (never the current
+ * folder). 0, KVC_ENOTFOUND (no usable home) or KVC_ERANGE (buf too short).
+ */
+int kvc_home_dir(char *buf, size_t len, char *err, size_t errlen);
+
+/* The folder part of path into buf ("." when it has none, "/" for a file
+ * in /). 0 or KVC_ERANGE. */
+int kvc_dir_of(const char *path, char *buf, size_t len);
+
+/*
+ * Whether dir may hold private files: once links are resolved it must be a
+ * folder owned by the effective user (or root) and writable by nobody else,
+ * and each folder above it must be owned by that user or root and, when
+ * others can write to it, have the sticky bit (as /tmp has). Group write is taken as
+ * "nobody else" only for the user's private group (named after the user,
+ * no other members). 0, or KVC_EINVAL (refused: err names the folder and
+ * why) or KVC_EIO / KVC_ENOTFOUND (cannot be examined).
+ */
+int kvc_dir_check(const char *dir, char *err, size_t errlen);
+
+/* mkdir -p dir: each folder it creates gets mode 0700; then kvc_dir_check. */
+int kvc_mkdirs_private(const char *dir, char *err, size_t errlen);
+
+/*
+ * Creates path as an empty 0600 file if nothing is there (O_EXCL, no link
+ * followed); an existing file is left as it is. Used before SQLite opens a
+ * database: SQLite gives -wal and -shm the mode of the database file.
+ * Returns 1 when it created the file, 0 when something was there already,
+ * or KVC_EIO.
+ */
+int kvc_file_create_private(const char *path, char *err, size_t errlen);
+
+/*
+ * Opens path for writing (appending when append, else truncating), created
+ * 0600 when absent. In a folder others can write, no link is followed and a
+ * file that is not the user's own regular file with one link is refused, so
+ * a link or file planted there cannot redirect the write. Returns the descriptor
+ * (close it) or a negative KVC_E* code with err set.
+ */
+int kvc_file_open_write(const char *path, bool append, char *err, size_t errlen);
+
+/* write(2) until all n bytes are written (EINTR retried). 0 or KVC_EIO. */
+int kvc_write_all(int fd, const void *p, size_t n);
+
+/*
+ * A new temporary file beside path, named path.XXXXXX (mkostemp: a fresh
+ * name, O_EXCL, so nothing planted under any name is ever opened), with
+ * the given mode exactly. Returns the descriptor and its name in *tmp (the
+ * caller frees it, and renames or unlinks the file), or a negative KVC_E*
+ * code with err set.
+ */
+int kvc_file_tmp_beside(const char *path, unsigned mode, char **tmp, char *err, size_t errlen);
+
+/*
+ * Replaces path with data[0..n) atomically: a new 0600 file beside it
+ * (mkostemp, so never through a planted link or an existing file), written,
+ * fsynced and renamed over path. A failure leaves the old file whole.
+ */
+int kvc_file_replace(const char *path, const void *data, size_t n, char *err, size_t errlen);
+
+/*
+ * A one-line warning (no prefix, no newline) into msg when path, path with
+ * each suffix of the NULL-terminated list appended, or the folder of path
+ * exist and can be read or written by group or others; it names them and
+ * the chmod that fixes it. Nothing is changed. Returns true when it wrote one.
+ */
+bool kvc_file_exposed(const char *path, const char *const *suffixes, char *msg, size_t len);
+
 #endif

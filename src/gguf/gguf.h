@@ -195,7 +195,7 @@ int gguf_w_tensor(struct gguf_writer *w, const char *name, enum gguf_dtype type,
 /*
  * Streaming, for models too large to hold in memory: declare tensors with
  * data == NULL (nbytes is still given), then gguf_w_stream_open writes the
- * header and tensor infos to path.tmp, gguf_w_stream_data appends each
+ * header and tensor infos to a new path.XXXXXX, gguf_w_stream_data appends each
  * declared tensor's bytes in declaration order (possibly in several pieces),
  * and gguf_w_stream_close checks every tensor was complete and renames the
  * file into place.
@@ -207,7 +207,8 @@ int gguf_w_stream_close(struct gguf_writer *w, char *err, size_t errlen);
 /* general.alignment used for padding (default 32). */
 void gguf_w_set_alignment(struct gguf_writer *w, uint32_t align);
 
-/* Serialise to memory (caller frees *out) or to a file (written to path.tmp, then renamed). */
+/* Serialise to memory (caller frees *out) or to a file (written to a new
+ * path.XXXXXX beside it, then renamed). */
 int gguf_w_to_mem(struct gguf_writer *w, void **out, size_t *len);
 int gguf_w_write(struct gguf_writer *w, const char *path, char *err, size_t errlen);
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct w_tensor {
 	char *name;
@@ -278,28 +280,43 @@ nomem:
 	return KVC_ENOMEM;
 }
 
+/* The process's umask (read by setting it back at once; the writer runs
+ * before any thread that creates files). */
+static unsigned
+current_umask(void)
+{
+	mode_t m = umask(077);
+
+	umask(m);
+	return (unsigned)m;
+}
+
 int
 gguf_w_stream_open(struct gguf_writer *w, const char *path, char *err, size_t errlen)
 {
 	struct kvc_buf head = { 0 };
-	size_t n;
+	int fd;
 
 	if (encode_head(w, &head) != KVC_OK) {
 		kvc_err(err, errlen, "%s: out of memory", path);
 		return KVC_ENOMEM;
 	}
-	n = strlen(path) + 5;
 	w->path = strdup(path);
-	w->tmp = malloc(n);
-	if (w->path == NULL || w->tmp == NULL) {
+	if (w->path == NULL) {
 		kvc_buf_free(&head);
 		return KVC_ENOMEM;
 	}
-	snprintf(w->tmp, n, "%s.tmp", path);
-	if ((w->fp = fopen(w->tmp, "wb")) == NULL) {
-		kvc_err(err, errlen, "%s: %s", w->tmp, strerror(errno));
+	/* A fresh name beside path (never a planted path.tmp link); a model is
+	 * no private data, so it gets the mode fopen would give. */
+	fd = kvc_file_tmp_beside(path, 0666 & ~current_umask(), &w->tmp, err, errlen);
+	if (fd < 0 || (w->fp = fdopen(fd, "wb")) == NULL) {
+		if (fd >= 0) {
+			kvc_err(err, errlen, "%s: %s", w->tmp, strerror(errno));
+			close(fd);
+			remove(w->tmp);
+		}
 		kvc_buf_free(&head);
-		return KVC_EIO;
+		return fd < 0 ? fd : KVC_EIO;
 	}
 	if (fwrite(head.p, 1, head.n, w->fp) != head.n) {
 		kvc_err(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno));

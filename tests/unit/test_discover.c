@@ -303,6 +303,21 @@ test_trees(void)
 	rc = disc_find_all(&v, &n, err, sizeof err);
 	test_cond(rc == 0 && n == 0 && v == NULL, "empty home: %d models", n);
 	test_cond(strstr(disc_help_where(), "kvchat/models") != NULL, "help text");
+
+	/* $HOME relative: the password database's home, never one under the
+	 * current folder (issue 10). */
+	mkdirs("cwd/rel/.local/share/kvchat/models");
+	put_gguf("cwd/rel/.local/share/kvchat/models/cwdmodel.gguf", "llama", 7, GGML_TYPE_F32, 1);
+	rel_path(want, sizeof want, "cwd");
+	test_cond(chdir(want) == 0, "chdir %s", want);
+	setenv("HOME", "rel", 1);
+	rc = disc_find_all(&v, &n, err, sizeof err);
+	test_cond(rc == 0, "relative $HOME: %s", err);
+	for (int i = 0; rc == 0 && i < n; i++)
+		test_cond(strstr(v[i].path, "cwdmodel") == NULL,
+		    "relative $HOME: found %s under the current folder", v[i].path);
+	disc_free(v, n);
+	test_cond(chdir("/") == 0, "chdir /");
 }
 
 static void

@@ -7,6 +7,8 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 
@@ -316,6 +318,51 @@ write_seeds(const char *dir)
 	return 0;
 }
 
+/* gguf_w_write goes through a fresh temporary name beside the target: a
+ * link planted under the old fixed name path.tmp is never written through
+ * (issue 10), and the file gets the mode fopen would give (0666 & ~umask). */
+static void
+test_write_tmp_name(void)
+{
+	char dir[] = "/tmp/kvc-gguf-XXXXXX", path[64], tmp[80], victim[64], buf[16] = "";
+	struct gguf_writer *w = gguf_writer_new();
+	struct stat st;
+	char why[256];
+	mode_t old;
+	FILE *f;
+	int rc;
+
+	if (w == NULL || mkdtemp(dir) == NULL) {
+		test_cond(0, "setup");
+		gguf_writer_free(w);
+		return;
+	}
+	snprintf(path, sizeof path, "%s/m.gguf", dir);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	snprintf(victim, sizeof victim, "%s/victim", dir);
+	if ((f = fopen(victim, "w")) != NULL) {
+		fputs("precious", f);
+		fclose(f);
+	}
+	test_cond(symlink(victim, tmp) == 0, "symlink");
+	gguf_w_u32(w, "a", 1);
+	old = umask(027);
+	rc = gguf_w_write(w, path, why, sizeof why);
+	umask(old);
+	test_cond(rc == 0, "write: %s", why);
+	if ((f = fopen(victim, "r")) != NULL) {
+		test_cond(fgets(buf, sizeof buf, f) != NULL, "read");
+		fclose(f);
+	}
+	test_cond(strcmp(buf, "precious") == 0, "planted link not followed: %s", buf);
+	test_cond(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640, "mode 0640 under umask 027");
+	gguf_writer_free(w);
+	unlink(tmp);
+	unlink(victim);
+	unlink(path);
+	rmdir(dir);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -326,6 +373,7 @@ main(int argc, char **argv)
 
 	test_roundtrip();
 	test_crafted();
+	test_write_tmp_name();
 	if (dir != NULL)
 		test_real_vocab(dir);
 	else

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"
 #include "cli/colour.h"
@@ -237,9 +238,9 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 {
 	struct kvc_buf b = {0};
 	char fmt[8];
+	char err[1024];
 	const char *path;
-	FILE *f;
-	int rc;
+	int rc, fd;
 
 	path = strchr(args, ' ');
 	if (path == NULL || (size_t)(path - args) >= sizeof fmt) {
@@ -263,9 +264,15 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 		repl_error(r, "/export: out of memory");
 		return 1;
 	}
-	f = fopen(path, "w");
-	if (f == NULL || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0) {
-		repl_error(r, "/export: cannot write %s", path);
+	/* 0600 when created, never through a link planted by someone else. */
+	fd = kvc_file_open_write(path, false, err, sizeof err);
+	if (fd >= 0) {
+		rc = kvc_write_all(fd, b.p, b.n);
+		rc = close(fd) != 0 ? KVC_EIO : rc;
+		snprintf(err, sizeof err, "%s", path);
+	}
+	if (fd < 0 || rc != 0) {
+		repl_error(r, "/export: cannot write %s", err);
 		kvc_buf_free(&b);
 		return 1;
 	}

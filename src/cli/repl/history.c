@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <sys/stat.h>
 
 #include <readline/history.h>
 
@@ -62,30 +60,29 @@ repl_history_load(const char *path)
 	fclose(f);
 }
 
-/* Written to a temporary file and renamed, so a crash leaves the old file whole. */
-void
-repl_history_save(const char *path)
+/* Written to a new private file beside it and renamed (kvc_file_replace), so
+ * a crash leaves the old file whole and a planted link is never written to. */
+int
+repl_history_save(const char *path, char *err, size_t errlen)
 {
-	char tmp[4200];
-	FILE *f;
-	bool ok;
+	struct kvc_buf b = {0};
+	int rc;
 
-	snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-	f = fopen(tmp, "w");
-	if (f == NULL)
-		return;
-	(void)fchmod(fileno(f), 0600);
-	ok = fprintf(f, "%s\n", HIST_MAGIC) > 0;
-	for (int i = 0; ok && i < history_length; i++) {
+	rc = kvc_buf_printf(&b, "%s\n", HIST_MAGIC);
+	for (int i = 0; rc == KVC_OK && i < history_length; i++) {
 		HIST_ENTRY *h = history_get(history_base + i);
 
 		if (h == NULL || h->line == NULL)
 			continue;
-		for (const char *p = h->line; ok && *p; p++)
-			ok = (*p == '\n' ? fputs("\\n", f) : *p == '\\' ? fputs("\\\\", f) :
-			    putc(*p, f)) >= 0;
-		ok = ok && putc('\n', f) >= 0;
+		for (const char *p = h->line; rc == KVC_OK && *p; p++)
+			rc = *p == '\n' ? kvc_buf_append(&b, "\\n", 2) :
+			    *p == '\\' ? kvc_buf_append(&b, "\\\\", 2) : kvc_buf_append(&b, p, 1);
+		rc = rc == KVC_OK ? kvc_buf_append(&b, "\n", 1) : rc;
 	}
-	if (fclose(f) != 0 || !ok || rename(tmp, path) != 0)
-		(void)unlink(tmp);
+	if (rc != KVC_OK)
+		kvc_err(err, errlen, "%s: not saved: out of memory", path);
+	else
+		rc = kvc_file_replace(path, b.p, b.n, err, errlen);
+	kvc_buf_free(&b);
+	return rc;
 }

@@ -18,14 +18,19 @@
 int
 repl_loop_terminal(struct kvc_repl *r)
 {
-	char hist[4096], prompt[64];
+	char hist[4096], prompt[64], err[1024];
 	char *text;
+	bool keep;
 
-	repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state", "kvchat/history");
-	(void)repl_mkdir_parents(hist);
 	using_history();
 	stifle_history(2000);
-	repl_history_load(hist);
+	/* Without a private folder for it, the history is not kept. */
+	keep = repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state",
+	    "kvchat/history", err, sizeof err) == 0 && repl_private_dir(hist, err, sizeof err) == 0;
+	if (keep)
+		repl_history_load(hist);
+	else
+		repl_error(r, "the line history is not kept: %s", err);
 	rl_readline_name = "kvchat";
 	repl_complete_begin(r);
 	rl_catch_signals = 0;
@@ -56,7 +61,8 @@ repl_loop_terminal(struct kvc_repl *r)
 			(void)repl_turn(r, text[0] == '/' ? text + 1 : text, false);
 		free(text);
 	}
-	repl_history_save(hist);
+	if (keep && repl_history_save(hist, err, sizeof err) != 0)
+		repl_error(r, "%s", err);
 	repl_complete_end();
 	return 0;
 }

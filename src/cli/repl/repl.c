@@ -211,15 +211,15 @@ repl_main(int argc, char **argv)
 	r.model_path = model;
 	if (o.db)
 		r.db_path = o.db;
-	else {
-		repl_xdg_path(dbbuf, sizeof dbbuf, "XDG_DATA_HOME", ".local/share",
-		    "kvchat/sessions.db");
-		r.db_path = dbbuf;
-	}
-	if (repl_mkdir_parents(r.db_path) != 0) {
-		fprintf(stderr, "kvchat: cannot create the folder of %s\n", r.db_path);
+	else if (repl_xdg_path(dbbuf, sizeof dbbuf, "XDG_DATA_HOME", ".local/share",
+	    "kvchat/sessions.db", err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: cannot place the database: %s\n", err);
 		goto out;
-	}
+	} else
+		r.db_path = dbbuf;
+	/* sess_open creates the folder (0700) and the file (0600); one that
+	 * exists already is the user's to fix, so only a warning. */
+	repl_warn_exposed(&r, r.db_path);
 	if (sess_open(&r.st, r.db_path, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: %s: %s\n", r.db_path, err);
 		goto out;

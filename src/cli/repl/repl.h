@@ -5,7 +5,7 @@
  *   notice.c	error and notice lines on stderr
  *   turn.c	one turn: the reply, the stats line, --stats-json; switching
  *		conversation
- *   paths.c	XDG paths and creating their folders
+ *   paths.c	XDG paths, creating their folders private, exposure warning
  *   input.c	reading one message at the terminal (Ctrl-C, \ and """)
  *   history.c	the line-editing history file
  *   complete.c	tab completion of /commands, titles, settings
@@ -61,11 +61,17 @@ void repl_switch(struct kvc_repl *r, struct conv *c);
 void repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s);
 
 /* paths.c */
-/* $VAR/rest, or $HOME/fallback/rest when $VAR is unset or not absolute. */
-void repl_xdg_path(char *buf, size_t len, const char *var, const char *fallback,
-    const char *rest);
-/* mkdir -p of path's folder part (mode 0700). 0, or -1 with errno set. */
-int repl_mkdir_parents(const char *path);
+/* $VAR/rest, or HOME/fallback/rest when $VAR is unset or not absolute (HOME
+ * from kvc_home_dir: the password database when $HOME is not absolute). 0
+ * or a KVC_E* code with err set. */
+int repl_xdg_path(char *buf, size_t len, const char *var, const char *fallback,
+    const char *rest, char *err, size_t errlen);
+/* The folder of path, created 0700 as needed and refused unless private
+ * (kvc_mkdirs_private). 0 or a KVC_E* code with err set. */
+int repl_private_dir(const char *path, char *err, size_t errlen);
+/* A warning notice when the database at db_path, its -wal, -shm or folder
+ * can be read by others (kvc_file_exposed); nothing is changed. */
+void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
 
 /* input.c */
 /*
@@ -75,9 +81,10 @@ int repl_mkdir_parents(const char *path);
  */
 char *repl_read_input(struct kvc_repl *r, const char *prompt);
 
-/* history.c: the history file at path into readline's history, and back. */
+/* history.c: the history file at path into readline's history, and back
+ * (save: 0 or a KVC_E* code with err set). */
 void repl_history_load(const char *path);
-void repl_history_save(const char *path);
+int repl_history_save(const char *path, char *err, size_t errlen);
 
 /* complete.c: tab completion of whole lines for r's session; _end stops it. */
 void repl_complete_begin(struct kvc_repl *r);

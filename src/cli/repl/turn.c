@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "repl.h"
 #include "cli/colour.h"
@@ -50,8 +51,8 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 {
 	struct kvc_buf b = {0};
 	const char *title = conv_title(r->cur);
-	FILE *f;
-	int rc;
+	char err[1024];
+	int rc, fd;
 
 	rc = kvc_buf_printf(&b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
 	    r->turn, conv_id(r->cur));
@@ -68,9 +69,16 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
 	    s->store_errors);
 	if (rc == 0) {
-		f = fopen(r->stats_json, "a");
-		if (f == NULL || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0)
-			repl_error(r, "cannot append to %s", r->stats_json);
+		/* 0600 when created (titles are the first words of a conversation),
+		 * never through a link planted by someone else. */
+		fd = kvc_file_open_write(r->stats_json, true, err, sizeof err);
+		if (fd >= 0) {
+			rc = kvc_write_all(fd, b.p, b.n);
+			rc = close(fd) != 0 ? KVC_EIO : rc;
+			snprintf(err, sizeof err, "%s", r->stats_json);
+		}
+		if (fd < 0 || rc != 0)
+			repl_error(r, "cannot append to %s", err);
 	}
 	kvc_buf_free(&b);
 }
