@@ -4,16 +4,49 @@
  * mode): each line of stdin is one user message, and the program ends at
  * the end of input.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <readline/history.h>
 #include <readline/readline.h>
 
 #include "cmd.h"
 #include "cli/colour.h"
+
+/*
+ * A history file that cannot be written is not an error (the chat works
+ * without it), but the user should know before typing anything worth
+ * recalling: its folder is made now and probed with a file of our own.
+ */
+static void
+warn_history(struct kvc_repl *r, const char *hist)
+{
+	char probe[4200], why[300];
+	int fd, e;
+
+	errno = 0;
+	if (repl_mkdir_parents(hist) != 0) {
+		snprintf(why, sizeof why, "cannot create its folder (%s)",
+		    errno ? strerror(errno) : "the path is too long");
+	} else {
+		snprintf(probe, sizeof probe, "%s.probe.%ld", hist, (long)getpid());
+		fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		if (fd >= 0) {
+			close(fd);
+			unlink(probe);
+			return;
+		}
+		e = errno;
+		snprintf(why, sizeof why, "cannot write in its folder (%s)", strerror(e));
+	}
+	repl_error(r, "warning: the line history will not be saved: %s: %s "
+	    "(check $XDG_STATE_HOME)", hist, why);
+}
 
 int
 repl_loop_terminal(struct kvc_repl *r)
@@ -22,7 +55,7 @@ repl_loop_terminal(struct kvc_repl *r)
 	char *text;
 
 	repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state", "kvchat/history");
-	(void)repl_mkdir_parents(hist);
+	warn_history(r, hist);
 	using_history();
 	stifle_history(2000);
 	repl_history_load(hist);
@@ -61,15 +94,18 @@ repl_loop_terminal(struct kvc_repl *r)
 	return 0;
 }
 
-/* "\n" (two characters) in a non-interactive line stands for a newline. */
+/*
+ * "\n" (two characters) in a non-interactive line stands for a newline, and
+ * "\\" for one backslash, so "\\n" is a backslash and an n.
+ */
 static void
 unescape_newlines(char *s)
 {
 	char *w = s;
 
 	for (const char *p = s; *p; p++) {
-		if (p[0] == '\\' && p[1] == 'n') {
-			*w++ = '\n';
+		if (p[0] == '\\' && (p[1] == 'n' || p[1] == '\\')) {
+			*w++ = p[1] == 'n' ? '\n' : '\\';
 			p++;
 		} else {
 			*w++ = *p;
@@ -78,26 +114,54 @@ unescape_newlines(char *s)
 	*w = '\0';
 }
 
+/*
+ * Why line (n bytes, newline cut) cannot be a message, or NULL. A NUL byte
+ * would cut the message short without a word, so it is refused too.
+ */
+static const char *
+bad_line(const char *line, size_t n)
+{
+	if (strlen(line) != n)
+		return "it holds a NUL byte";
+	if (kvc_utf8_valid_prefix(line, n) != n)
+		return "it is not valid UTF-8";
+	return NULL;
+}
+
 int
 repl_loop_batch(struct kvc_repl *r)
 {
 	char *line = NULL;
+	const char *why;
 	size_t cap = 0;
 	ssize_t n;
-	int status = 0;
+	long no = 0;
+	int status = 0, rc;
 
+	/*
+	 * A line that cannot be a message (bad bytes, or a turn refused as too
+	 * long) is reported by its number and skipped: the batch goes on and
+	 * the exit status says something was left out. Other failures end it.
+	 */
 	while ((n = getline(&line, &cap, stdin)) >= 0) {
+		no++;
 		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 			line[--n] = '\0';
 		if (n == 0)
 			continue;
-		unescape_newlines(line);
-		if (kvc_utf8_valid_prefix(line, strlen(line)) != strlen(line)) {
-			repl_error(r, "input line is not valid UTF-8");
+		if ((why = bad_line(line, (size_t)n)) != NULL) {
+			repl_error(r, "line %ld skipped: %s", no, why);
 			status = 1;
-			break;
+			continue;
 		}
-		if (repl_turn(r, line, false) != 0) {
+		unescape_newlines(line);
+		rc = repl_turn(r, line, false);
+		if (rc == KVC_ERANGE) {
+			repl_error(r, "line %ld skipped", no);
+			status = 1;
+			continue;
+		}
+		if (rc != 0) {
 			status = 1;
 			break;
 		}
