@@ -26,15 +26,15 @@
  */
 const struct conv_setting conv_setting_table[] = {
 	{ "temperature", "temp", "temp", "temp", 0, "T", CONV_SET_REAL, 0, FLT_MAX, false,
-	    AT(smp.temp), true, "temperature; 0 = greedy (default 0.8)" },
+	    AT(smp.temp), true, "temperature >= 0; 0 = greedy (default 0.8)" },
 	{ "top_p", NULL, "top_p", "top-p", 0, "P", CONV_SET_REAL, 0, 1, true,
-	    AT(smp.top_p), true, "(default 0.95; 1 = off)" },
+	    AT(smp.top_p), true, "in (0, 1] (default 0.95; 1 = off)" },
 	{ "top_k", NULL, "top_k", "top-k", 0, "K", CONV_SET_INT, 0, INT_MAX, false,
-	    AT(smp.top_k), true, "(default 40; 0 = off)" },
+	    AT(smp.top_k), true, ">= 0 (default 40; 0 = off)" },
 	{ "min_p", NULL, "min_p", "min-p", 0, "P", CONV_SET_REAL, 0, 1, false,
-	    AT(smp.min_p), true, "(default 0.05; 0 = off)" },
+	    AT(smp.min_p), true, "in [0, 1] (default 0.05; 0 = off)" },
 	{ "repeat_penalty", NULL, "repeat_penalty", "repeat-penalty", 0, "R", CONV_SET_REAL,
-	    0, FLT_MAX, true, AT(smp.repeat_penalty), true, "(default 1.1; 1 = off)" },
+	    0, FLT_MAX, true, AT(smp.repeat_penalty), true, "> 0 (default 1.1; 1 = off)" },
 	{ "seed", NULL, "seed", "seed", 0, "S", CONV_SET_SEED, 0, 0, false,
 	    AT(smp.seed), true, "random seed (same seed, same text)" },
 	/* num_predict: ollama's name for it, so "/set parameter num_predict 64" works. */
