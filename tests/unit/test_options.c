@@ -121,6 +121,25 @@ test_ranges(void)
 	    "stored temp=-3 ignored, top_p=0.5 read");
 }
 
+/* rows.c: a stored title as it may reach a terminal. */
+static void
+test_clean_text(void)
+{
+	char out[64];
+
+	test_cond(repl_clean_text("plain 中文", out, sizeof out) && strcmp(out, "plain 中文") == 0,
+	    "clean text kept: '%s'", out);
+	test_cond(!repl_clean_text("a\xff" "b", out, sizeof out) &&
+	    strcmp(out, "a\xef\xbf\xbd" "b") == 0, "a bad byte becomes U+FFFD: '%s'", out);
+	test_cond(!repl_clean_text("red\x1b[31m", out, sizeof out) && strcmp(out, "red?[31m") == 0,
+	    "an escape becomes '?': '%s'", out);
+	test_cond(!repl_clean_text("c1\xc2\x9b", out, sizeof out) && strcmp(out, "c1?") == 0,
+	    "a C1 control becomes '?': '%s'", out);
+	test_cond(repl_clean_text("abcdef", out, 4) && strcmp(out, "abc") == 0, "cut at len: '%s'",
+	    out);
+	test_cond(!repl_clean_text("ok\n", NULL, 0), "asking only");
+}
+
 static void
 test_parse(void)
 {
@@ -168,5 +187,6 @@ main(void)
 {
 	test_help();
 	test_parse();
+	test_clean_text();
 	return test_done();
 }
