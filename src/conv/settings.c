@@ -5,9 +5,9 @@
  */
 #include "config.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -113,7 +113,8 @@ parse_value(struct conv_settings *s, const struct conv_setting *row, const char 
 	switch (row->kind) {
 	case CONV_SET_REAL:
 		rc = kvc_parse_double(value, row->lo, row->hi, &d);
-		if (rc == KVC_OK && row->lo_open && d == row->lo)
+		/* Compared as stored: 1e-50 is above 0 but rounds to a float 0. */
+		if (rc == KVC_OK && row->lo_open && (float)d <= (float)row->lo)
 			rc = KVC_ERANGE;
 		if (rc == KVC_OK)
 			*(float *)field(s, row) = (float)d;
