@@ -42,4 +42,11 @@ cmd "/resume $B"
 check "the damaged title resumes" on_screen "conversation $B ("
 text "/quit"; keys Enter
 wait_for "exit 0" on_screen "KVCHAT-EXIT:0"
+
+# Started on the damaged title: the banner shows it cleaned too.
+start -m "$M" --db "$DB" --resume "$B" --temp 0 -n 2
+wait_for "the prompt on the damaged title" prompt_ready
+check "the banner shows the title cleaned" on_screen "conversation $B (br�vo?[31m)"
+text "/quit"; keys Enter
+wait_for "exit 0 again" on_screen "KVCHAT-EXIT:0"
 done_testing

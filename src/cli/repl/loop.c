@@ -51,7 +51,7 @@ warn_history(struct kvc_repl *r, const char *hist)
 int
 repl_loop_terminal(struct kvc_repl *r)
 {
-	char hist[4096], prompt[64];
+	char hist[4096], prompt[64], title[256];
 	char *text;
 
 	repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state", "kvchat/history");
@@ -63,8 +63,10 @@ repl_loop_terminal(struct kvc_repl *r)
 	repl_complete_begin(r);
 	rl_catch_signals = 0;
 
+	/* The title as stored may hold anything: shown cleaned, as /list does. */
+	(void)repl_clean_text(conv_title(r->cur) ? conv_title(r->cur) : "", title, sizeof title);
 	printf("kvchat: conversation %" PRId64 " (%s), %d messages. /help for commands.\n",
-	    conv_id(r->cur), conv_title(r->cur), conv_n_msgs(r->cur));
+	    conv_id(r->cur), title, conv_n_msgs(r->cur));
 	snprintf(prompt, sizeof prompt, "%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD),
 	    kvc_sgr(r->color, KVC_SGR_RESET));
 	/* \001 \002 tell readline the escapes take no columns. */
