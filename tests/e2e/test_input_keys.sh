@@ -38,6 +38,8 @@ check "the next message is sent alone" [ "$(sql "SELECT text FROM messages WHERE
 # One Ctrl-C at the prompt: "^C" once, after what was typed; the line is dropped.
 c0=$(n_ctrl_c)
 text "never sent"
+# Ctrl-C flushes the terminal's input queue: wait until readline has the text.
+wait_for "the typed text shown" on_screen ">>> never sent"
 keys C-c
 wait_for "the prompt after Ctrl-C" prompt_ready
 check "one ^C shown at the prompt" [ "$(n_ctrl_c)" -eq $((c0 + 1)) ]
@@ -47,7 +49,9 @@ check "^C after the typed text" on_screen "never sent^C"
 cmd "/set max_tokens 4000"
 c0=$(n_ctrl_c)
 text "a long story please"; keys Enter
-sleep 0.3
+# The reply is streaming (the last line is no longer the typed one): stop it.
+reply_started() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -vqF ">>> a long story please"; }
+wait_for "the reply started" reply_started
 keys C-c
 wait_for "the interrupted turn" has_lines "$ST" 3
 wait_for "the prompt after the interrupted reply" prompt_ready
