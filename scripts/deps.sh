@@ -1,17 +1,23 @@
 #!/bin/sh
-# Install the Debian packages kvchat builds and tests with (needs root;
-# does nothing for packages already installed).
+# Install the Debian packages kvchat builds and tests with (does nothing
+# for packages already installed). As root it runs apt-get itself; as
+# another user through sudo when there is one, else it says what to
+# install. curl and ca-certificates are for the README's model download.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev sqlite3 clang tmux python3"
+pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev sqlite3 clang tmux python3 curl ca-certificates"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-	echo "kvchat: please install:$missing (e.g. sudo apt-get install$missing)" >&2
+if [ "$(id -u)" -eq 0 ]; then
+	as_root=""
+elif command -v sudo >/dev/null 2>&1; then
+	as_root="sudo"
+	echo "kvchat: installing with sudo:$missing" >&2
+else
+	echo "kvchat: please install, as root:$missing (apt-get install$missing)" >&2
 	exit 1
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq $missing
+$as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing

@@ -6,6 +6,17 @@ set -e
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
 ./bootstrap
+# A tree configured in place (./configure && make at the top) stops an
+# out-of-tree configure ("source directory already configured"): clean it
+# first. Its build outputs are outputs, nothing of the sources is lost.
+if [ -f config.status ]; then
+	echo "test.sh: the source tree was configured in place; 'make distclean' there first"
+	if [ -f Makefile ]; then
+		make distclean >/dev/null
+	else
+		rm -f config.status config.h config.log stamp-h1
+	fi
+fi
 mkdir -p build
 cd build
 ../configure --enable-werror "$@"

@@ -73,8 +73,7 @@ disc_help_where(void)
 	    "  $XDG_DATA_HOME/kvchat/models/      (default ~/.local/share/kvchat/models/)\n"
 	    "  $OLLAMA_MODELS or ~/.ollama/models ollama's store (e.g. after 'ollama pull qwen2.5:7b')\n"
 	    "  $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub   Hugging Face downloads\n"
-	    "  ~/.lmstudio/models/, ~/.cache/lm-studio/models/           LM Studio\n"
-	    "Put a .gguf file in ~/.local/share/kvchat/models/ or pass it with -m FILE.\n";
+	    "  ~/.lmstudio/models/, ~/.cache/lm-studio/models/           LM Studio\n";
 }
 
 static char *
@@ -669,6 +668,16 @@ find_dir(struct disc_list *l, char *dir, enum disc_source src)
 	free(dir);
 }
 
+char *
+disc_models_dir(void)
+{
+	const char *v = getenv("XDG_DATA_HOME");
+
+	if (v != NULL && v[0] != '\0')
+		return path_join(v, "kvchat/models");
+	return env_or_home(NULL, ".local/share/kvchat/models");
+}
+
 int
 disc_find_all(struct disc_model **out, int *n, char *err, size_t errlen)
 {
@@ -679,13 +688,7 @@ disc_find_all(struct disc_model **out, int *n, char *err, size_t errlen)
 	*n = 0;
 	if ((v = getenv("KVCHAT_MODEL")) != NULL && v[0] != '\0')
 		list_add(&l, v, v, DISC_ENV);
-	if ((v = getenv("XDG_DATA_HOME")) != NULL && v[0] != '\0') {
-		char *d = path_join(v, "kvchat/models");
-
-		find_dir(&l, d, DISC_KVCHAT);
-	} else {
-		find_dir(&l, env_or_home(NULL, ".local/share/kvchat/models"), DISC_KVCHAT);
-	}
+	find_dir(&l, disc_models_dir(), DISC_KVCHAT);
 	find_ollama(&l);
 	find_hf(&l);
 	find_dir(&l, env_or_home(NULL, ".lmstudio/models"), DISC_LMSTUDIO);

@@ -59,8 +59,14 @@ void disc_free(struct disc_model *v, int n);
  */
 int disc_resolve(const char *arg, char **path_out, char *err, size_t errlen);
 
-/* Several lines (each ending in '\n') saying where kvchat looks for models and where to put one. */
+/* Several lines (each ending in '\n') saying where kvchat looks for models. */
 const char *disc_help_where(void);
+/*
+ * The folder of kvchat's own models as discovery searches it now
+ * ($XDG_DATA_HOME/kvchat/models, or under $HOME): a new string, or NULL
+ * without either variable.
+ */
+char *disc_models_dir(void);
 
 /* Type name of a GGUF general.file_type value ("Q4_K_M"), or NULL if unknown. */
 const char *disc_file_type_name(int64_t ftype);

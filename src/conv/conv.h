@@ -65,7 +65,7 @@ struct conv_settings conv_default_settings(void);
  * chat's command line, tab completion, kvchat generate) reads this table.
  */
 enum conv_setting_kind {
-	CONV_SET_REAL,			/* a float, parsed as a double in [lo, hi] */
+	CONV_SET_REAL,			/* a float, parsed as a double in [lo, hi] ((lo, hi] if lo_open) */
 	CONV_SET_INT,			/* an int in [lo, hi] */
 	CONV_SET_SEED,			/* a uint64_t seed, or "random" (also "-1") */
 };
@@ -79,6 +79,7 @@ struct conv_setting {
 	const char *metavar;		/* the option's value as --help shows it */
 	enum conv_setting_kind kind;
 	double lo, hi;			/* accepted values (REAL, INT) */
+	bool lo_open;			/* lo itself is refused (top_p > 0) */
 	size_t off;			/* where it lives: offsetof(struct conv_settings, ...) */
 	bool smp;			/* a sampler parameter (kvchat generate takes it too) */
 	const char *help;		/* what --help says of the option, after its column */
@@ -104,13 +105,24 @@ void conv_setting_copy(struct conv_settings *dst, const struct conv_settings *sr
 /* Append row's value in s as the settings text writes it ("0.8", "40", "random"). */
 int conv_setting_text(const struct conv_settings *s, const struct conv_setting *row,
     struct kvc_buf *out);
+/*
+ * The accepted range of row in words, as the refusals and /set's usage say
+ * it: ">= 0", "in (0, 1]", "> 0"; "" for the seed.
+ */
+void conv_setting_range(const struct conv_setting *row, char *buf, size_t len);
 /* The /set names, comma-separated: "temperature, top_p, ..., max_tokens". */
 void conv_setting_names(char *buf, size_t len);
 
 /* "temp=0.8;top_p=0.95;...": format s into out. */
 int conv_settings_format(const struct conv_settings *s, struct kvc_buf *out);
-/* Parse text over s (unknown names ignored). */
+/* Parse text over s (unknown names, and values out of range, ignored). */
 void conv_settings_parse(const char *text, struct conv_settings *s);
+/*
+ * Whether text reads whole as a settings text: KVC_OK, or KVC_EFORMAT with
+ * what is wrong (the first unreadable pair, an unknown name, a value out of
+ * range). For naming a damaged row; conv_settings_parse still reads the rest.
+ */
+int conv_settings_check(const char *text, char *err, size_t errlen);
 /*
  * Set one setting by its /set name or alias (conv_setting_table).
  * KVC_EINVAL with a message if unknown or not a number, KVC_ERANGE with a

@@ -31,3 +31,9 @@ kvrun() {
 	if [ $_rc -eq 0 ]; then ok; else fail "$_d (exit $_rc)"; cat "$_e" >&2; fi
 	return $_rc
 }
+
+# The terminal tests' tmux: a private server that outlives its sessions
+# (exit-empty off), so a session started right after one was closed never
+# reaches a server on its way out ("server exited unexpectedly").
+KVC_TMUX_CONF="$TMPD/tmux.conf"
+printf 'set -s exit-empty off\n' >"$KVC_TMUX_CONF"

@@ -12,7 +12,7 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
 SOCK="kvchat-private-$$"
-T() { tmux -L "$SOCK" -f /dev/null "$@"; }
+T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
 NB=""
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD" ${NB:+"$NB"}' EXIT
 M="$TMPD/m.gguf"
@@ -65,7 +65,7 @@ start() {
 quit() {
 	text "/quit"
 	wait_for "exit status 0" on_screen "KVCHAT-EXIT:0"
-	T kill-server 2>/dev/null
+	T kill-session -t t 2>/dev/null
 	wait_for "kvchat exits" gone "$PID"
 }
 

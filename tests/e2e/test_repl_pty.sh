@@ -10,7 +10,7 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
 SOCK="kvchat-test-$$"
-T() { tmux -L "$SOCK" -f /dev/null "$@"; }
+T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
 screen() { T capture-pane -p -J -t t -S -300; }
 # wait_for DESC COMMAND...: poll (30 s at most: sanitizer builds on a loaded

@@ -396,13 +396,37 @@ test_settings_roundtrip(void)
 	kvc_buf_free(&text);
 }
 
+/* A stored settings text read whole, or what is wrong with it (/list's damaged rows). */
+static void
+test_settings_check(void)
+{
+	struct conv_settings s = conv_default_settings();
+	struct kvc_buf text = {0};
+	char err[256];
+
+	test_cond(conv_settings_format(&s, &text) == 0 &&
+	    conv_settings_check(text.p, err, sizeof err) == KVC_OK, "the default text reads whole");
+	test_cond(conv_settings_check("", err, sizeof err) == KVC_OK, "an empty text reads");
+	err[0] = '\0';
+	test_cond(conv_settings_check("top_k=40;temp=hot", err, sizeof err) == KVC_EFORMAT &&
+	    strstr(err, "temp") && strstr(err, "hot"), "a bad value is named: '%s'", err);
+	test_cond(conv_settings_check("temp=0.5;top_p", err, sizeof err) == KVC_EFORMAT &&
+	    strstr(err, "top_p"), "a pair without '=' is named: '%s'", err);
+	test_cond(conv_settings_check("top_p=7", err, sizeof err) == KVC_EFORMAT &&
+	    strstr(err, "in (0, 1]"), "a value out of range: '%s'", err);
+	test_cond(conv_settings_check("temp=\xff", err, sizeof err) == KVC_EFORMAT,
+	    "not UTF-8: '%s'", err);
+	test_cond(conv_settings_check(NULL, err, sizeof err) == KVC_EFORMAT, "no text");
+	kvc_buf_free(&text);
+}
+
 /* /set's names, and what it refuses. */
 static void
 test_settings_set(void)
 {
 	struct conv_settings s = conv_default_settings(), before;
 	const struct conv_setting *row;
-	char got[64], err[256], value[8];
+	char got[64], err[256], value[16];
 	int rc;
 
 	for (int i = 0; i < CONV_N_SETTINGS; i++) {
@@ -413,7 +437,11 @@ test_settings_set(void)
 		for (int k = 0; k < 3; k++) {
 			const char *name = k == 0 ? row->name : k == 1 ? row->key : row->alias;
 
-			snprintf(value, sizeof value, "%d", k + 1);
+			/* Distinct values inside every row's range (top_p, min_p <= 1). */
+			if (row->kind == CONV_SET_REAL)
+				snprintf(value, sizeof value, "%g", 1.0 / (k + 1));
+			else
+				snprintf(value, sizeof value, "%d", k + 1);
 			rc = name ? conv_settings_set(&s, name, value, err, sizeof err) : KVC_OK;
 			test_cond(name == NULL || (rc == KVC_OK && strcmp(setting_text(&s, row, got,
 			    sizeof got), value) == 0), "/set %s %s: rc %d, reads %s", name, value, rc,
@@ -469,6 +497,7 @@ main(void)
 
 	test_settings_roundtrip();
 	test_settings_set();
+	test_settings_check();
 	snprintf(tmpdir, sizeof tmpdir, "%s/kvc-conv.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (mkdtemp(tmpdir) == NULL)
 		test_skip("cannot make a temporary directory");

@@ -79,6 +79,67 @@ parse1(const char *opt, const char *value, struct repl_opts *o)
 	return repl_parse_opts(3, argv, o);
 }
 
+/*
+ * The ranges of the settings table, as the command line applies them: the
+ * borders the sampler gives a meaning to are taken, one step past is a
+ * usage error.
+ */
+static void
+test_ranges(void)
+{
+	static const struct { const char *opt, *value; int rc; } cases[] = {
+		{ "--temp", "0", 0 }, { "--temp", "-1", 2 }, { "--temp", "-0.001", 2 },
+		{ "--temp", "inf", 2 }, { "--temp", "nan", 2 }, { "--temp", "100", 0 },
+		{ "--top-p", "1", 0 }, { "--top-p", "2", 2 }, { "--top-p", "0", 2 },
+		{ "--top-p", "1e-9", 0 }, { "--top-p", "-0.5", 2 }, { "--top-p", "1e-50", 2 },
+		{ "--top-k", "0", 0 }, { "--top-k", "-1", 2 },
+		{ "--min-p", "0", 0 }, { "--min-p", "1", 0 }, { "--min-p", "1.01", 2 },
+		{ "--min-p", "-0.1", 2 },
+		{ "--repeat-penalty", "0", 2 }, { "--repeat-penalty", "0.5", 0 },
+		{ "--repeat-penalty", "-1", 2 },
+		{ "--max-tokens", "0", 0 }, { "--max-tokens", "-1", 2 },
+	};
+	const struct conv_setting *row;
+	struct conv_settings s = conv_default_settings();
+	struct repl_opts o;
+	char err[256];
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		test_cond(parse1(cases[i].opt, cases[i].value, &o) == cases[i].rc,
+		    "%s %s: want %d", cases[i].opt, cases[i].value, cases[i].rc);
+	/* The refusal says the range. */
+	row = conv_setting_find("top_p");
+	test_cond(row && conv_setting_apply(&s, row, "--top-p", "2", err, sizeof err) ==
+	    KVC_ERANGE && strstr(err, "in (0, 1]") && strstr(err, "'2'"), "top_p 2: %s", err);
+	row = conv_setting_find("temp");
+	test_cond(row && conv_setting_apply(&s, row, "temp", "-1", err, sizeof err) ==
+	    KVC_ERANGE && strstr(err, ">= 0"), "temp -1: %s", err);
+	test_cond(s.smp.temp == conv_default_settings().smp.temp, "a refused value is not kept");
+	/* A stored text with a value out of range keeps the default (older databases). */
+	conv_settings_parse("temp=-3;top_p=0.5", &s);
+	test_cond(s.smp.temp == conv_default_settings().smp.temp && s.smp.top_p == 0.5f,
+	    "stored temp=-3 ignored, top_p=0.5 read");
+}
+
+/* rows.c: a stored title as it may reach a terminal. */
+static void
+test_clean_text(void)
+{
+	char out[64];
+
+	test_cond(repl_clean_text("plain 中文", out, sizeof out) && strcmp(out, "plain 中文") == 0,
+	    "clean text kept: '%s'", out);
+	test_cond(!repl_clean_text("a\xff" "b", out, sizeof out) &&
+	    strcmp(out, "a\xef\xbf\xbd" "b") == 0, "a bad byte becomes U+FFFD: '%s'", out);
+	test_cond(!repl_clean_text("red\x1b[31m", out, sizeof out) && strcmp(out, "red?[31m") == 0,
+	    "an escape becomes '?': '%s'", out);
+	test_cond(!repl_clean_text("c1\xc2\x9b", out, sizeof out) && strcmp(out, "c1?") == 0,
+	    "a C1 control becomes '?': '%s'", out);
+	test_cond(repl_clean_text("abcdef", out, 4) && strcmp(out, "abc") == 0, "cut at len: '%s'",
+	    out);
+	test_cond(!repl_clean_text("ok\n", NULL, 0), "asking only");
+}
+
 static void
 test_parse(void)
 {
@@ -91,11 +152,12 @@ test_parse(void)
 	for (int i = 0; i < CONV_N_SETTINGS; i++) {
 		row = &conv_setting_table[i];
 		snprintf(opt, sizeof opt, "--%s", row->opt);
-		rc = parse1(opt, "3", &o);
-		test_cond(rc == 0 && o.set_mask == 1u << i, "%s 3: rc %d, mask %#x", opt, rc,
+		/* 1: inside every row's range, and no row's default. */
+		rc = parse1(opt, "1", &o);
+		test_cond(rc == 0 && o.set_mask == 1u << i, "%s 1: rc %d, mask %#x", opt, rc,
 		    o.set_mask);
-		test_cond(strcmp(setting_text(&o.set, row, got, sizeof got), "3") == 0,
-		    "%s 3 reads %s", opt, got);
+		test_cond(strcmp(setting_text(&o.set, row, got, sizeof got), "1") == 0,
+		    "%s 1 reads %s", opt, got);
 		for (int k = 0; k < CONV_N_SETTINGS; k++)
 			if (k != i)
 				test_cond(strcmp(setting_text(&o.set, &conv_setting_table[k], got,
@@ -115,6 +177,7 @@ test_parse(void)
 	    "--seed random");
 	test_cond(parse1("--top-k", "1.5", &o) == 2, "--top-k 1.5 is a usage error");
 	test_cond(parse1("-n", "-1", &o) == 2, "-n -1 is a usage error");
+	test_ranges();
 	test_cond(parse1("--ctx", "512", &o) == 0 && o.set_mask == 0 && o.ep.n_ctx == 512,
 	    "--ctx is no setting");
 }
@@ -124,5 +187,6 @@ main(void)
 {
 	test_help();
 	test_parse();
+	test_clean_text();
 	return test_done();
 }

@@ -34,11 +34,23 @@ cmd_entry(int i)
 	return NULL;
 }
 
+/*
+ * Other programs' names for the same commands (ollama's /bye and /?,
+ * llama-cli's /regen), so that people's habits work. /help shows them on
+ * the command's line; completion offers only the command's own name.
+ */
+static const struct { const char *alias, *name; } cmd_aliases[] = {
+	{ "bye", "quit" }, { "exit", "quit" }, { "?", "help" }, { "regen", "retry" },
+};
+
 const struct kvc_cmd_entry *
 cmd_find(const char *name)
 {
 	const struct kvc_cmd_entry *e;
 
+	for (size_t k = 0; k < sizeof cmd_aliases / sizeof cmd_aliases[0]; k++)
+		if (strcmp(name, cmd_aliases[k].alias) == 0)
+			name = cmd_aliases[k].name;
 	for (int i = 0; (e = cmd_entry(i)) != NULL; i++)
 		if (strcmp(e->name, name) == 0)
 			return e;
@@ -75,10 +87,16 @@ cmd_print_help(FILE *f)
 {
 	const struct kvc_cmd_entry *e;
 	char head[48];
+	int n;
 
 	for (int i = 0; (e = cmd_entry(i)) != NULL; i++) {
 		snprintf(head, sizeof head, "/%s%s%s", e->name, e->args[0] ? " " : "", e->args);
-		fprintf(f, "  %-26s %s\n", head, e->help);
+		fprintf(f, "  %-26s %s", head, e->help);
+		n = 0;
+		for (size_t k = 0; k < sizeof cmd_aliases / sizeof cmd_aliases[0]; k++)
+			if (strcmp(cmd_aliases[k].name, e->name) == 0)
+				fprintf(f, "%s/%s", n++ ? ", " : "; also ", cmd_aliases[k].alias);
+		fputc('\n', f);
 	}
 }
 
@@ -88,6 +106,7 @@ cmd_help_exec(struct kvc_repl *r, const char *args)
 	printf("Commands:\n");
 	cmd_print_help(stdout);
 	printf("Input: a line is one message; end a line with \\ to continue it, or wrap\n"
-	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply; Ctrl-D or /quit leaves.\n");
+	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply or drops what is being typed;\n"
+	    "Ctrl-D drops an unfinished \"\"\" block, and at an empty prompt leaves (as /quit).\n");
 	return 0;
 }

@@ -27,9 +27,13 @@ extern const struct kvc_cmd_entry cmd_session_entries[];
 extern const struct kvc_cmd_entry cmd_model_entries[];
 extern const struct kvc_cmd_entry cmd_sample_entries[];
 
+/* cmd_model.c: /system TEXT (also /set system TEXT); no text prints the prompt. */
+int cmd_system_set(struct kvc_repl *r, const char *args);
+
 /* cmd.c */
 /* The i-th command of all groups (help first), or NULL past the end. */
 const struct kvc_cmd_entry *cmd_entry(int i);
+/* The command called name, or the one name is another name for (/bye: quit). */
 const struct kvc_cmd_entry *cmd_find(const char *name);
 /* Run "/name args" (line starts with '/'). Returns the command's value, 1 if unknown. */
 int cmd_exec(struct kvc_repl *r, const char *line);

@@ -1,4 +1,8 @@
-/* cmd_sample.c: /set NAME VALUE, the sampling settings of this conversation. */
+/*
+ * cmd_sample.c: /set, the sampling settings of this conversation, in
+ * kvchat's form (/set NAME VALUE) and ollama's (/set parameter NAME VALUE,
+ * /set system TEXT, /set verbose, /set quiet).
+ */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,30 +22,44 @@ print_settings(const struct conv_settings *s)
 	    s->max_tokens ? "" : " (no limit)");
 }
 
+/* The first word of *p into word (cut to len), *p moved past it and the blanks after. */
+static void
+next_word(const char **p, char *word, size_t len)
+{
+	const char *s = *p;
+	size_t n = strcspn(s, " \t");
+
+	snprintf(word, len, "%.*s", (int)n, s);
+	s += n;
+	while (*s == ' ' || *s == '\t')
+		s++;
+	*p = s;
+}
+
+/* /set NAME VALUE: the name is checked before the value, the value against its range. */
 static int
-cmd_set_exec(struct kvc_repl *r, const char *args)
+set_one(struct kvc_repl *r, const char *name, const char *value)
 {
 	struct conv_settings s = *conv_get_settings(r->cur);
-	char name[32], err[512], names[160];
-	const char *value;
-	size_t n;
+	const struct conv_setting *row = conv_setting_find(name);
+	char err[512], names[160], range[48];
+	struct kvc_buf now = {0};
 
-	if (args[0] == '\0') {
-		print_settings(&s);
-		return 0;
-	}
-	value = strchr(args, ' ');
-	n = value ? (size_t)(value - args) : strlen(args);
-	if (value == NULL || n >= sizeof name) {
+	if (row == NULL) {
 		conv_setting_names(names, sizeof names);
-		repl_error(r, "usage: /set NAME VALUE (%s)", names);
+		repl_error(r, "/set: unknown setting '%s' (%s; or system, verbose, quiet)", name,
+		    names);
 		return 1;
 	}
-	memcpy(name, args, n);
-	name[n] = '\0';
-	while (*value == ' ')
-		value++;
-	if (conv_settings_set(&s, name, value, err, sizeof err) ||
+	if (value[0] == '\0') {
+		conv_setting_range(row, range, sizeof range);
+		(void)conv_setting_text(&s, row, &now);
+		repl_error(r, "usage: /set %s VALUE (%s%snow %.*s)", row->name, range,
+		    range[0] ? "; " : "", (int)now.n, now.p ? now.p : "");
+		kvc_buf_free(&now);
+		return 1;
+	}
+	if (conv_setting_apply(&s, row, name, value, err, sizeof err) ||
 	    conv_set_settings(r->cur, &s, err, sizeof err)) {
 		repl_error(r, "/set: %s", err);
 		return 1;
@@ -50,13 +68,41 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
+static int
+cmd_set_exec(struct kvc_repl *r, const char *args)
+{
+	char name[32];
+
+	if (args[0] == '\0') {
+		print_settings(conv_get_settings(r->cur));
+		printf("stats line %s (/set verbose, /set quiet)\n", r->quiet ? "off" : "on");
+		return 0;
+	}
+	next_word(&args, name, sizeof name);
+	if (strcmp(name, "parameter") == 0) {
+		if (args[0] == '\0') {
+			repl_error(r, "usage: /set parameter NAME VALUE");
+			return 1;
+		}
+		next_word(&args, name, sizeof name);
+	} else if (strcmp(name, "system") == 0) {
+		return cmd_system_set(r, args);
+	} else if (strcmp(name, "verbose") == 0 || strcmp(name, "quiet") == 0) {
+		r->quiet = name[0] == 'q';
+		printf("stats line %s\n", r->quiet ? "off" : "on");
+		return 0;
+	}
+	return set_one(r, name, args);
+}
+
 /*
  * /help's line for /set names the rows of conv_setting_table in a string
  * constant (the entries are constants too); test_options checks that it
  * names every row.
  */
 const struct kvc_cmd_entry cmd_sample_entries[] = {
-	{ "set", "NAME VALUE", "temperature, top_p, top_k, min_p, repeat_penalty, seed, "
-	    "max_tokens", cmd_set_exec },
+	{ "set", "[parameter] NAME VALUE", "temperature, top_p, top_k, min_p, repeat_penalty, "
+	    "seed, max_tokens; /set verbose|quiet: stats line on|off; /set system TEXT",
+	    cmd_set_exec },
 	{ NULL, NULL, NULL, NULL },
 };

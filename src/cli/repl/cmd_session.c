@@ -28,8 +28,8 @@ static int
 cmd_list_exec(struct kvc_repl *r, const char *args)
 {
 	struct sess_conv *v;
-	char err[512], when[32];
-	int n;
+	char err[512], when[32], title[256], bad[512];
+	int n, n_bad = 0;
 
 	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
 		repl_error(r, "/list: %s", err);
@@ -41,15 +41,23 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 		time_t t = (time_t)v[i].updated;
 		struct tm tm;
 		bool cur = r->cur && conv_id(r->cur) == v[i].id;
+		/* A damaged row is listed cleaned, and named below. */
+		const char *damage = repl_conv_damage(&v[i], bad, sizeof bad);
 
-		localtime_r(&t, &tm);
-		strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
-		printf("%s%c %4" PRId64 "  %s  %4d msgs  %s%s\n", kvc_sgr(r->color && cur,
-		    KVC_SGR_BOLD), cur ? '*' : ' ', v[i].id, when, v[i].n_msgs, v[i].title,
-		    kvc_sgr(r->color && cur, KVC_SGR_RESET));
+		if (localtime_r(&t, &tm) == NULL ||
+		    strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm) == 0)
+			snprintf(when, sizeof when, "%-16s", "(no date)");
+		(void)repl_clean_text(v[i].title ? v[i].title : "", title, sizeof title);
+		printf("%s%c %4" PRId64 "  %s  %4d msgs  %s%s%s\n", kvc_sgr(r->color && cur,
+		    KVC_SGR_BOLD), cur ? '*' : ' ', v[i].id, when, v[i].n_msgs, title,
+		    damage ? "  (damaged)" : "", kvc_sgr(r->color && cur, KVC_SGR_RESET));
 	}
+	fflush(stdout);
+	for (int i = 0; i < n; i++)
+		if (repl_conv_damage(&v[i], bad, sizeof bad) != NULL && ++n_bad)
+			repl_error(r, "/list: conversation %" PRId64 " is damaged: %s", v[i].id, bad);
 	sess_conv_list_free(v, n);
-	return 0;
+	return n_bad ? 1 : 0;
 }
 
 static int

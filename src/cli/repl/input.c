@@ -1,7 +1,7 @@
 /*
  * input.c: reading one message at the terminal with readline: Ctrl-C
  * clears the line being typed, a trailing backslash continues a line, and
- * """ ... """ wraps several lines.
+ * """ ... """ wraps several lines (Ctrl-D inside one drops it).
  *
  * readline's blocking call cannot be woken by a signal, so the line is read
  * through its callback interface around select(), which SIGINT interrupts.
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <termios.h>
 
 #include <readline/readline.h>
 
@@ -50,6 +51,11 @@ read_line(struct kvc_repl *r, const char *prompt, bool *cancelled)
 		if (n < 0 && errno == EINTR) {
 			if (*r->interrupt) {
 				*r->interrupt = 0;
+				/*
+				 * readline has the terminal's echo off: say "^C" once
+				 * after what was typed, as a shell does, then drop it.
+				 */
+				fputs("^C", rl_outstream ? rl_outstream : stdout);
 				rl_replace_line("", 0);
 				rl_crlf();
 				rl_callback_handler_remove();
@@ -73,6 +79,14 @@ ends_with(const char *s, const char *suf)
 	return n >= m && memcmp(s + n - m, suf, m) == 0;
 }
 
+bool
+repl_tty_echoes_ctl(void)
+{
+	struct termios t;
+
+	return tcgetattr(0, &t) == 0 && (t.c_lflag & ECHO) && (t.c_lflag & ECHOCTL);
+}
+
 char *
 repl_read_input(struct kvc_repl *r, const char *prompt)
 {
@@ -91,7 +105,13 @@ repl_read_input(struct kvc_repl *r, const char *prompt)
 				kvc_buf_free(&b);
 				return NULL;
 			}
-			break;	/* EOF ends the message that was being typed */
+			if (block) {
+				/* An unfinished block is not sent half-typed: dropped, as by Ctrl-C. */
+				repl_notice(r, "the unfinished \"\"\" block was discarded (Ctrl-D)");
+				kvc_buf_free(&b);
+				return strdup("");
+			}
+			break;	/* EOF ends a line continued with a backslash */
 		}
 		if (!block && b.n == 0 && strncmp(line, "\"\"\"", 3) == 0) {
 			const char *rest = line + 3;

@@ -4,10 +4,13 @@
  * mode): each line of stdin is one user message, and the program ends at
  * the end of input.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <readline/history.h>
 #include <readline/readline.h>
@@ -15,28 +18,57 @@
 #include "cmd.h"
 #include "cli/colour.h"
 
+/*
+ * A history file that cannot be written is not an error (the chat works
+ * without it), but the user should know before typing anything worth
+ * recalling: its (private) folder is probed with a file of our own.
+ */
+static bool
+history_writable(struct kvc_repl *r, const char *hist)
+{
+	char probe[4200];
+	int fd;
+
+	snprintf(probe, sizeof probe, "%s.probe.%ld", hist, (long)getpid());
+	fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+	if (fd >= 0) {
+		close(fd);
+		unlink(probe);
+		return true;
+	}
+	repl_error(r, "warning: the line history will not be saved: %s: "
+	    "cannot write in its folder (%s; check $XDG_STATE_HOME)", hist, strerror(errno));
+	return false;
+}
+
 int
 repl_loop_terminal(struct kvc_repl *r)
 {
-	char hist[4096], prompt[64], err[1024];
+	char hist[4096], prompt[64], err[1024], title[256];
 	char *text;
 	bool keep;
 
 	using_history();
 	stifle_history(2000);
 	/* Without a private folder for it, the history is not kept. */
-	keep = repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state",
-	    "kvchat/history", err, sizeof err) == 0 && repl_private_dir(hist, err, sizeof err) == 0;
+	keep = false;
+	if (repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state", "kvchat/history",
+	    err, sizeof err) != 0)
+		repl_error(r, "warning: the line history will not be saved: %s", err);
+	else if (repl_private_dir(hist, err, sizeof err) != 0)
+		repl_error(r, "warning: the line history will not be saved: %s: %s", hist, err);
+	else
+		keep = history_writable(r, hist);
 	if (keep)
 		repl_history_load(hist);
-	else
-		repl_error(r, "the line history is not kept: %s", err);
 	rl_readline_name = "kvchat";
 	repl_complete_begin(r);
 	rl_catch_signals = 0;
 
+	/* The title as stored may hold anything: shown cleaned, as /list does. */
+	(void)repl_clean_text(conv_title(r->cur) ? conv_title(r->cur) : "", title, sizeof title);
 	printf("kvchat: conversation %" PRId64 " (%s), %d messages. /help for commands.\n",
-	    conv_id(r->cur), conv_title(r->cur), conv_n_msgs(r->cur));
+	    conv_id(r->cur), title, conv_n_msgs(r->cur));
 	snprintf(prompt, sizeof prompt, "%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD),
 	    kvc_sgr(r->color, KVC_SGR_RESET));
 	/* \001 \002 tell readline the escapes take no columns. */
@@ -67,15 +99,18 @@ repl_loop_terminal(struct kvc_repl *r)
 	return 0;
 }
 
-/* "\n" (two characters) in a non-interactive line stands for a newline. */
+/*
+ * "\n" (two characters) in a non-interactive line stands for a newline, and
+ * "\\" for one backslash, so "\\n" is a backslash and an n.
+ */
 static void
 unescape_newlines(char *s)
 {
 	char *w = s;
 
 	for (const char *p = s; *p; p++) {
-		if (p[0] == '\\' && p[1] == 'n') {
-			*w++ = '\n';
+		if (p[0] == '\\' && (p[1] == 'n' || p[1] == '\\')) {
+			*w++ = p[1] == 'n' ? '\n' : '\\';
 			p++;
 		} else {
 			*w++ = *p;
@@ -84,26 +119,54 @@ unescape_newlines(char *s)
 	*w = '\0';
 }
 
+/*
+ * Why line (n bytes, newline cut) cannot be a message, or NULL. A NUL byte
+ * would cut the message short without a word, so it is refused too.
+ */
+static const char *
+bad_line(const char *line, size_t n)
+{
+	if (strlen(line) != n)
+		return "it holds a NUL byte";
+	if (kvc_utf8_valid_prefix(line, n) != n)
+		return "it is not valid UTF-8";
+	return NULL;
+}
+
 int
 repl_loop_batch(struct kvc_repl *r)
 {
 	char *line = NULL;
+	const char *why;
 	size_t cap = 0;
 	ssize_t n;
-	int status = 0;
+	long no = 0;
+	int status = 0, rc;
 
+	/*
+	 * A line that cannot be a message (bad bytes, or a turn refused as too
+	 * long) is reported by its number and skipped: the batch goes on and
+	 * the exit status says something was left out. Other failures end it.
+	 */
 	while ((n = getline(&line, &cap, stdin)) >= 0) {
+		no++;
 		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 			line[--n] = '\0';
 		if (n == 0)
 			continue;
-		unescape_newlines(line);
-		if (kvc_utf8_valid_prefix(line, strlen(line)) != strlen(line)) {
-			repl_error(r, "input line is not valid UTF-8");
+		if ((why = bad_line(line, (size_t)n)) != NULL) {
+			repl_error(r, "line %ld skipped: %s", no, why);
 			status = 1;
-			break;
+			continue;
 		}
-		if (repl_turn(r, line, false) != 0) {
+		unescape_newlines(line);
+		rc = repl_turn(r, line, false);
+		if (rc == KVC_ERANGE) {
+			repl_error(r, "line %ld skipped", no);
+			status = 1;
+			continue;
+		}
+		if (rc != 0) {
 			status = 1;
 			break;
 		}

@@ -3,6 +3,7 @@
  * (given or found), the database, the engine, the conversation to talk to,
  * then the terminal loop or batch mode (loop.c). repl.h lists the parts.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/colour.h"
 #include "cli/discover.h"
+#include "model/model.h"
 
 /*
  * The one piece of state a signal handler may touch. It is handed to the
@@ -62,8 +64,12 @@ pick_model(const struct repl_opts *o, bool tty)
 		return NULL;
 	}
 	if (n == 0) {
-		fprintf(stderr, "kvchat: no model found; give one with -m FILE, or:\n%s",
-		    disc_help_where());
+		/* The folder as it is now, not its default: XDG_DATA_HOME may move it. */
+		path = disc_models_dir();
+		fprintf(stderr, "kvchat: no model found; give one with -m FILE, or:\n%s"
+		    "Put a .gguf file in %s/ (or pass it with -m FILE).\n", disc_help_where(),
+		    path ? path : "$XDG_DATA_HOME/kvchat/models");
+		free(path);
 		return NULL;
 	}
 	if (n == 1 || !tty) {
@@ -91,6 +97,24 @@ pick_model(const struct repl_opts *o, bool tty)
 	}
 	disc_free(v, n);
 	return path;
+}
+
+/*
+ * Options that work but cost the user: a context past the one the model
+ * was trained with (replies degrade there), more threads than cores (they
+ * take turns and slow each other). Said once, at start.
+ */
+static void
+warn_engine_options(const struct repl_opts *o, const struct kvc_engine *e)
+{
+	int train = eng_model(e)->hp.n_ctx_train, cores = kvc_n_cores();
+
+	if (o->ep.n_ctx > 0 && train > 0 && eng_n_ctx(e) > train)
+		fprintf(stderr, "kvchat: warning: --ctx %d is above the %d positions the model was "
+		    "trained with; replies past %d may degrade\n", eng_n_ctx(e), train, train);
+	if (o->ep.n_threads > cores && cores > 0)
+		fprintf(stderr, "kvchat: warning: --threads %d is more than the %d CPU cores; "
+		    "threads beyond them slow each other down\n", o->ep.n_threads, cores);
 }
 
 /* conv_params.progress: the bar on stderr for a snapshot restore. */
@@ -217,6 +241,12 @@ repl_main(int argc, char **argv)
 		goto out;
 	} else
 		r.db_path = dbbuf;
+	/* The folder is made 0700 (and refused unless private) before the
+	 * database, so the reason a path cannot be used is said here. */
+	if (repl_private_dir(r.db_path, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: cannot use the folder of %s: %s\n", r.db_path, err);
+		goto out;
+	}
 	/* sess_open creates the folder (0700) and the file (0600); one that
 	 * exists already is the user's to fix, so only a warning. */
 	repl_warn_exposed(&r, r.db_path);
@@ -235,6 +265,7 @@ repl_main(int argc, char **argv)
 		goto out;
 	}
 
+	warn_engine_options(&o, r.e);
 	jinja = gguf_get_str(eng_gguf(r.e), "tokenizer.chat_template", NULL);
 	if (o.template_name)
 		fam = chat_family_from_name(o.template_name);

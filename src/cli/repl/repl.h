@@ -6,6 +6,7 @@
  *   turn.c	one turn: the reply, the stats line, --stats-json; switching
  *		conversation
  *   paths.c	XDG paths, creating their folders private, exposure warning
+ *   rows.c	stored rows shown without trusting them (/list)
  *   input.c	reading one message at the terminal (Ctrl-C, \ and """)
  *   history.c	the line-editing history file
  *   complete.c	tab completion of /commands, titles, settings
@@ -42,6 +43,7 @@ struct kvc_repl {
 	int turn;			/* turns run by this process */
 	volatile sig_atomic_t *interrupt;	/* set by SIGINT */
 	bool quit;
+	bool quiet;			/* /set quiet: no stats line at the terminal */
 	struct kvc_progress prog;	/* the conversation layer's long work */
 };
 
@@ -53,7 +55,11 @@ void repl_error(struct kvc_repl *r, const char *fmt, ...) __attribute__((format(
 void repl_notice(void *arg, const char *line);
 
 /* turn.c */
-/* Run one turn (or a retry when retry is true) and print reply and stats. */
+/*
+ * Run one turn (or a retry when retry is true) and print reply and stats:
+ * 0, or the conversation's KVC_E* code after printing its error
+ * (KVC_ERANGE: the turn was refused as too long for the context).
+ */
 int repl_turn(struct kvc_repl *r, const char *text, bool retry);
 /* Make c (already open) the conversation being talked to. */
 void repl_switch(struct kvc_repl *r, struct conv *c);
@@ -73,6 +79,16 @@ int repl_private_dir(const char *path, char *err, size_t errlen);
  * can be read by others (kvc_file_exposed); nothing is changed. */
 void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
 
+/* rows.c: stored rows shown without trusting them. */
+/*
+ * in as it may be shown on a terminal, into out (len bytes, cut there):
+ * bytes that are not UTF-8 become U+FFFD, control characters '?'. Returns
+ * whether in needed no cleaning (out may be NULL with len 0 to ask only).
+ */
+bool repl_clean_text(const char *in, char *out, size_t len);
+/* What is wrong with a listed conversation row, in buf; NULL when nothing is. */
+const char *repl_conv_damage(const struct sess_conv *c, char *buf, size_t len);
+
 /* input.c */
 /*
  * One message read at the terminal: a line, lines joined by a trailing
@@ -80,6 +96,11 @@ void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
  * input. The caller frees it.
  */
 char *repl_read_input(struct kvc_repl *r, const char *prompt);
+/*
+ * Whether the terminal itself shows a Ctrl-C typed while no line is read
+ * (echo with ECHOCTL: "^C"), so the program need not say it again.
+ */
+bool repl_tty_echoes_ctl(void);
 
 /* history.c: the history file at path into readline's history, and back
  * (save: 0 or a KVC_E* code with err set). */

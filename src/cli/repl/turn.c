@@ -11,6 +11,7 @@
 
 #include "repl.h"
 #include "cli/colour.h"
+#include "tokenizer/tokenizer.h"
 
 /* conv_io.on_text: the reply as it comes. */
 static int
@@ -22,14 +23,44 @@ on_text(void *arg, const char *s, size_t n)
 	return 0;
 }
 
+/*
+ * Why the reply stopped when it was not the model ending its turn, or NULL.
+ * The cap is read from the reply itself: it holds max_tokens ids and its
+ * last one is not an end of turn (one that is counts as the model's end).
+ */
+static const char *
+stop_reason(struct kvc_repl *r, const struct conv_stats *s)
+{
+	const struct sess_msg *m;
+	int cap = conv_get_settings(r->cur)->max_tokens, n = conv_n_msgs(r->cur);
+
+	if (s->interrupted)
+		return "interrupted";
+	if (s->ctx_full)
+		return "context full";
+	m = n > 0 ? conv_msg(r->cur, n - 1) : NULL;
+	if (cap > 0 && s->gen_tokens >= cap && m != NULL && m->role == SESS_ASSISTANT &&
+	    m->n_ids > 0 && !tok_is_eog(eng_tokenizer(r->e), m->ids[m->n_ids - 1]))
+		return "max tokens";
+	return NULL;
+}
+
 void
 repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 {
 	bool color = r->color && f == stdout;
+	const char *stop = stop_reason(r, s);
 
-	fprintf(f, "%s[ttft %.0f ms | prompt %d: %d reused, %d computed, %.0f tok/s | "
-	    "%d tokens, %.1f tok/s | ctx %d/%d", kvc_sgr(color, KVC_SGR_DIM), s->ttft_ms,
-	    s->prompt_tokens, s->reused_tokens, s->prefill_tokens, s->prefill_tps,
+	/*
+	 * The turn's own tokens and the history kept from the cache, apart; what
+	 * was computed is said only when it is not just the new tokens (a
+	 * rebuild or a drop recomputes history too).
+	 */
+	fprintf(f, "%s[ttft %.0f ms | prompt %d new + %d reused", kvc_sgr(color, KVC_SGR_DIM),
+	    s->ttft_ms, s->prompt_tokens, s->reused_tokens);
+	if (s->prefill_tokens != s->prompt_tokens)
+		fprintf(f, ", %d computed", s->prefill_tokens);
+	fprintf(f, ", %.0f tok/s | %d tokens, %.1f tok/s | ctx %d/%d", s->prefill_tps,
 	    s->gen_tokens, s->decode_tps, s->context_used, s->context_total);
 	if (s->dropped_tokens)
 		fprintf(f, " | context full: dropped %d tokens of old exchanges", s->dropped_tokens);
@@ -37,10 +68,8 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 		fprintf(f, " | resumed from snapshot");
 	if (s->rebuilt)
 		fprintf(f, " | rebuilt");
-	if (s->interrupted)
-		fprintf(f, " | interrupted");
-	if (s->ctx_full)
-		fprintf(f, " | stopped: context full");
+	if (stop)
+		fprintf(f, " | stopped: %s", stop);
 	fprintf(f, "]%s\n", kvc_sgr(color, KVC_SGR_RESET));
 	fflush(f);
 }
@@ -102,12 +131,13 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	*r->interrupt = 0;
 	if (rc) {
 		repl_error(r, "%s", err);
-		return 1;
+		return rc;
 	}
 	r->turn++;
 	if (r->tty) {
-		printf("%s\n", s.interrupted ? " ^C" : "");
-		repl_print_stats(r, stdout, &s);
+		printf("%s\n", s.interrupted && !repl_tty_echoes_ctl() ? " ^C" : "");
+		if (!r->quiet)
+			repl_print_stats(r, stdout, &s);
 	} else {
 		printf("\n\n");
 		fflush(stdout);
