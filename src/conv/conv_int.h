@@ -89,6 +89,8 @@ int conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *ou
 /* Smallest window start >= from (a user message) whose stream fits in limit. */
 int conv_fit_window(const struct conv *c, int from, int limit, int *k_out, char *err,
     size_t errlen);
+/* KVC_ERANGE (with a message) if text is too long for the context by its bytes alone. */
+int conv_check_length(const struct conv *c, const char *text, char *err, size_t errlen);
 /* Positions kept free for a reply when deciding whether a prompt fits. */
 int conv_reply_reserve(const struct conv *c);
 /*

@@ -282,6 +282,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
+		return rc;	/* before anything is tokenized or changed */
 	/* A user message left without its reply (an older kvchat's /retry cut short): drop it. */
 	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
 	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)

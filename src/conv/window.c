@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "conv_int.h"
 
@@ -151,4 +152,25 @@ conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens
 	}
 	*win = c->n_msgs;
 	return KVC_OK;
+}
+
+/*
+ * Refuse text that cannot fit the context by its length alone, before
+ * anything tokenizes it: a token stands for at most tok_max_token_bytes()
+ * bytes, so more than n_ctx times that many bytes is more than n_ctx
+ * tokens. Costs nothing, and a pasted megabyte is refused at once instead
+ * of being tokenized first.
+ */
+int
+conv_check_length(const struct conv *c, const char *text, char *err, size_t errlen)
+{
+	int n_ctx = eng_n_ctx(c->m->e);
+	size_t per = tok_max_token_bytes(eng_tokenizer(c->m->e)), len = strlen(text);
+
+	if (len / per < (size_t)n_ctx)
+		return KVC_OK;
+	kvc_err(err, errlen, "input too long: %zu bytes cannot fit a context of %d positions "
+	    "(at most %d tokens of up to %zu bytes each); nothing was sent", len, n_ctx, n_ctx,
+	    per);
+	return KVC_ERANGE;
 }

@@ -34,9 +34,22 @@ enum {
 	PT_P = 1 << 3,		/* punctuation */
 };
 
+/*
+ * The one whitespace run measured last, [s, e): e is the first
+ * non-White_Space code point at or after s. A matcher that looks past a
+ * whitespace run (\s+$, \s+(?!\S)) may be tried at every position of a
+ * long run; the memo gives the run's end to every later position of it in
+ * O(1), so that stays linear (it is a fact of the text, whatever the piece).
+ */
+struct pt_ws_memo {
+	size_t s, e;
+};
+
 struct pt_ctx {
 	const uint32_t *cp;	/* (n) code points */
 	const uint8_t *fl;	/* (n) PT_* flags */
+	size_t n;
+	struct pt_ws_memo *ws;	/* mutable, see above */
 };
 
 typedef size_t (*pt_match)(const struct pt_ctx *c, size_t pos, size_t end);
@@ -113,6 +126,38 @@ run(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want)
 	return i - pos;
 }
 
+/* Length of the White_Space run at pos, within [pos, end): amortised O(1). */
+static size_t
+ws_run(const struct pt_ctx *c, size_t pos, size_t end)
+{
+	struct pt_ws_memo *m = c->ws;
+	size_t e;
+
+	if (!(pos >= m->s && pos < m->e)) {
+		e = pos;
+		while (e < c->n && (c->fl[e] & PT_WS))
+			e++;
+		if (e == pos)
+			return 0;
+		m->s = pos;
+		m->e = e;
+	}
+	e = m->e;
+	return (e < end ? e : end) - pos;
+}
+
+/* run() that stops after max code points: a matcher that keeps only a few
+ * never measures the rest of the run (each call costs O(max), not O(run)). */
+static size_t
+run_max(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want, size_t max)
+{
+	size_t i = pos;
+
+	while (i < end && i - pos < max && (c->fl[i] & want))
+		i++;
+	return i - pos;
+}
+
 static size_t
 run_other(const struct pt_ctx *c, size_t pos, size_t end)
 {
@@ -153,7 +198,7 @@ contraction(const struct pt_ctx *c, size_t pos, size_t end, bool icase)
 static size_t
 ws_tail(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t k = run(c, pos, end, PT_WS);
+	size_t k = ws_run(c, pos, end);
 
 	if (k > 1 && pos + k < end)
 		return k - 1;
@@ -197,10 +242,8 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	if (!is_crlf(c->cp[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
 		return 1 + run(c, pos + 1, end, PT_L);
 	/* \p{N}{1,max} */
-	if (N(pos)) {
-		n = run(c, pos, end, PT_N);
-		return n < max_digits ? n : max_digits;
-	}
+	if (N(pos))
+		return run_max(c, pos, end, PT_N, max_digits);
 	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
 	p = (c->cp[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
 	if (OTHER(p)) {
@@ -209,12 +252,16 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 			p++;
 		return p - pos;
 	}
-	/* \s*[\r\n]+ : up to the last newline of the whitespace run */
-	k = run(c, pos, end, PT_WS);
+	/*
+	 * \s*[\r\n]+ : up to the last newline of the whitespace run. Linear
+	 * over a run: the match ends at that newline, and what follows it has
+	 * none (ws_tail below), so a run is scanned at most twice.
+	 */
+	k = ws_run(c, pos, end);
 	last = 0;
-	for (size_t i = 0; i < k; i++)
-		if (is_crlf(c->cp[pos + i]))
-			last = i + 1;
+	for (size_t i = k; i > 0 && last == 0; i--)
+		if (is_crlf(c->cp[pos + i - 1]))
+			last = i;
 	if (last != 0)
 		return last;
 	return ws_tail(c, pos, end);
@@ -418,11 +465,12 @@ m_ds_punct(const struct pt_ctx *c, size_t pos, size_t end)
 	return ws_opt_pred(c, pos, end, is_ds_punct);
 }
 
-/* \s+$ */
+/* \s+$ : tried at every position of a run that stops short of the end,
+ * so its length must come in O(1) (ws_run), not by scanning the run. */
 static size_t
 m_ws_to_end(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t k = run(c, pos, end, PT_WS);
+	size_t k = ws_run(c, pos, end);
 
 	return (k > 0 && pos + k == end) ? k : 0;
 }
@@ -500,9 +548,9 @@ pretok_from_name(const char *name, enum pretok_kind *kind, bool *ignore_merges)
 	return KVC_EUNSUPPORTED;
 }
 
-/* Piece ends in code point indices. */
+/* Piece ends in code point indices (below 2^32: pretok_split checks). */
 struct ends {
-	size_t *v;
+	uint32_t *v;
 	size_t n, cap;
 };
 
@@ -511,13 +559,13 @@ ends_push(struct ends *e, size_t x)
 {
 	if (e->n == e->cap) {
 		size_t cap = e->cap ? e->cap * 2 : 256;
-		size_t *v = realloc(e->v, cap * sizeof *v);
+		uint32_t *v = realloc(e->v, cap * sizeof *v);
 		if (v == NULL)
 			return KVC_ENOMEM;
 		e->v = v;
 		e->cap = cap;
 	}
-	e->v[e->n++] = x;
+	e->v[e->n++] = (uint32_t)x;
 	return KVC_OK;
 }
 
@@ -551,32 +599,36 @@ split_stage(const struct pt_ctx *c, pt_match m, const struct ends *in, struct en
 	return KVC_OK;
 }
 
+/*
+ * Memory is what costs at 1 MB (a fresh page is slower to touch than the
+ * scanning): 5 bytes a code point, piece ends in 32 bits, and byte offsets
+ * found by walking the text again rather than kept for every code point.
+ */
 int
 pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_out *out)
 {
 	const struct pt_stages *st = &stages[kind];
 	struct ends a = { 0 }, b = { 0 }, tmp;
+	struct pt_ws_memo memo = { 0, 0 };
 	uint32_t *cp = NULL;
 	uint8_t *fl = NULL;
-	size_t *boff = NULL;
-	size_t n = 0;
+	size_t n = 0, i = 0, k;
 	int rc = KVC_ENOMEM;
 
 	if (len == 0)
 		return KVC_OK;
+	if (len >= UINT32_MAX)
+		return KVC_ERANGE;	/* piece ends are code point indices in 32 bits */
 	cp = malloc(len * sizeof *cp);
 	fl = malloc(len);
-	boff = malloc((len + 1) * sizeof *boff);
-	if (cp == NULL || fl == NULL || boff == NULL)
+	if (cp == NULL || fl == NULL)
 		goto out;
-	for (size_t i = 0; i < len; n++) {
-		boff[n] = i;
+	for (i = 0; i < len; n++) {
 		i += pretok_utf8_decode(text + i, len - i, &cp[n]);
 		fl[n] = cp_flags(cp[n]);
 	}
-	boff[n] = len;
 	{
-		struct pt_ctx c = { cp, fl };
+		struct pt_ctx c = { cp, fl, n, &memo };
 
 		if (ends_push(&a, n) != KVC_OK)
 			goto out;
@@ -596,13 +648,21 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 		out->end = v;
 		out->cap = cap;
 	}
-	for (size_t k = 0; k < a.n; k++)
-		out->end[out->n++] = boff[a.v[k]];
+	/* code point index -> byte offset: the ends ascend, so one walk does */
+	i = 0;
+	n = 0;
+	for (k = 0; k < a.n; k++) {
+		while (n < a.v[k]) {
+			uint32_t x;
+			i += pretok_utf8_decode(text + i, len - i, &x);
+			n++;
+		}
+		out->end[out->n++] = i;
+	}
 	rc = KVC_OK;
 out:
 	free(cp);
 	free(fl);
-	free(boff);
 	free(a.v);
 	free(b.v);
 	return rc;
