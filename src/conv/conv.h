@@ -30,7 +30,8 @@
 #include "sessions/store.h"
 
 enum conv_overflow {
-	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges, recompute (default) */
+	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges down to about half the
+				 * context at once, recompute what is kept (default) */
 	CONV_OVERFLOW_STOP,	/* refuse the turn */
 };
 
@@ -126,6 +127,9 @@ struct conv_stats {
 	int prefill_tokens;		/* positions computed for this turn's prompt */
 	int gen_tokens;			/* reply tokens */
 	int dropped_tokens;		/* history positions dropped (context overflow) */
+	int dropped_msgs;		/* messages that left the window (context overflow) */
+	int recomputed_tokens;		/* positions of kept history computed again after a drop */
+	double recompute_ms;		/* their share of the prefill time, ms */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
 	double prefill_tps;		/* prefill_tokens / prefill wall time */
 	double decode_tps;		/* reply tokens / decode wall time */
