@@ -13,10 +13,13 @@
  *
  * The context window: when a turn would not fit, the default policy keeps
  * the system prompt and drops the oldest whole exchanges from the cache
- * (never from the database). The window (the index of the stream's first
- * message) is remembered in the conversation's window column and every
- * snapshot chunk carries the window it was computed over, so a snapshot is
- * only ever restored over the tokens it was made from.
+ * (never from the database), down to about half the context at once so
+ * the recompute is paid once every several turns. The window (the index
+ * of the stream's first message) is remembered in the conversation's
+ * window column; every snapshot chunk carries the window it was computed
+ * over and a hash of the model and of the tokens up to its end (snapshot
+ * version 2, checked at restore), so a snapshot is only ever restored over
+ * the tokens it was made from.
  */
 #ifndef KVC_CONV_H
 #define KVC_CONV_H

@@ -32,6 +32,10 @@ enum {
 	PT_N = 1 << 1,		/* number */
 	PT_WS = 1 << 2,		/* White_Space */
 	PT_P = 1 << 3,		/* punctuation */
+	/* DeepSeek's own classes, set only for its pre-tokenizers */
+	PT_DS_CJK = 1 << 4,	/* [一-龥ࠀ-一가-퟿] */
+	PT_DS_LET = 1 << 5,	/* the cased letters of DeepSeek-LLM */
+	PT_DS_PUN = 1 << 6,	/* [!-/:-~！-／：-～‘-‟　-。] */
 };
 
 /*
@@ -45,8 +49,16 @@ struct pt_ws_memo {
 	size_t s, e;
 };
 
+/*
+ * Two bytes a code point: what the scanners ask of a code point is its
+ * classes (fl) or, for ASCII, which character it is (ch); nothing needs
+ * the value of any other. At 1 MB the memory touched costs more than the
+ * scanning, so it is kept small.
+ */
+#define PT_NON_ASCII 0x80	/* ch of a code point above 0x7F: equals no ASCII character */
+
 struct pt_ctx {
-	const uint32_t *cp;	/* (n) code points */
+	const uint8_t *ch;	/* (n) the code point if ASCII, else PT_NON_ASCII */
 	const uint8_t *fl;	/* (n) PT_* flags */
 	size_t n;
 	struct pt_ws_memo *ws;	/* mutable, see above */
@@ -180,14 +192,14 @@ contraction(const struct pt_ctx *c, size_t pos, size_t end, bool icase)
 {
 	uint32_t a, b;
 
-	if (c->cp[pos] != '\'' || pos + 1 >= end)
+	if (c->ch[pos] != '\'' || pos + 1 >= end)
 		return 0;
-	a = icase ? ascii_lower(c->cp[pos + 1]) : c->cp[pos + 1];
+	a = icase ? ascii_lower(c->ch[pos + 1]) : c->ch[pos + 1];
 	if (a == 's' || a == 't' || a == 'm' || a == 'd')
 		return 2;
 	if (pos + 2 >= end)
 		return 0;
-	b = icase ? ascii_lower(c->cp[pos + 2]) : c->cp[pos + 2];
+	b = icase ? ascii_lower(c->ch[pos + 2]) : c->ch[pos + 2];
 	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
 		return 3;
 	return 0;
@@ -213,7 +225,7 @@ m_gpt2(const struct pt_ctx *c, size_t pos, size_t end)
 	if ((n = contraction(c, pos, end, false)) != 0)
 		return n;
 	/* " ?X+": the optional space only helps when X follows it */
-	p = (c->cp[pos] == ' ' && pos + 1 < end) ? pos + 1 : pos;
+	p = (c->ch[pos] == ' ' && pos + 1 < end) ? pos + 1 : pos;
 	if (L(p))
 		return p - pos + run(c, p, end, PT_L);
 	if (N(p))
@@ -239,16 +251,16 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
 	if (L(pos))
 		return run(c, pos, end, PT_L);
-	if (!is_crlf(c->cp[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
+	if (!is_crlf(c->ch[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
 		return 1 + run(c, pos + 1, end, PT_L);
 	/* \p{N}{1,max} */
 	if (N(pos))
 		return run_max(c, pos, end, PT_N, max_digits);
 	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-	p = (c->cp[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
+	p = (c->ch[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
 	if (OTHER(p)) {
 		p += run_other(c, p, end);
-		while (p < end && is_crlf(c->cp[p]))
+		while (p < end && is_crlf(c->ch[p]))
 			p++;
 		return p - pos;
 	}
@@ -260,7 +272,7 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	k = ws_run(c, pos, end);
 	last = 0;
 	for (size_t i = k; i > 0 && last == 0; i--)
-		if (is_crlf(c->cp[pos + i - 1]))
+		if (is_crlf(c->ch[pos + i - 1]))
 			last = i;
 	if (last != 0)
 		return last;
@@ -283,7 +295,7 @@ m_qwen2(const struct pt_ctx *c, size_t pos, size_t end)
 static size_t
 m_crlf(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return is_crlf(c->cp[pos]) ? 1 : 0;
+	return is_crlf(c->ch[pos]) ? 1 : 0;
 }
 
 /* \p{N} */
@@ -307,7 +319,7 @@ m_ascii3(const struct pt_ctx *c, size_t pos, size_t end)
 	if (pos + 3 > end)
 		return 0;
 	for (size_t i = pos; i < pos + 3; i++)
-		if (c->cp[i] < '0' || c->cp[i] > '9')
+		if (c->ch[i] < '0' || c->ch[i] > '9')
 			return 0;
 	return 3;
 }
@@ -325,7 +337,7 @@ m_punct_falcon(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->cp[i], true)))
+	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], true)))
 		i++;
 	return i - pos;
 }
@@ -336,7 +348,7 @@ m_punct_default(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->cp[i], false)))
+	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], false)))
 		i++;
 	return i - pos;
 }
@@ -372,11 +384,7 @@ is_ds_cjk(uint32_t x)
 static size_t
 m_ds_cjk(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t i = pos;
-
-	while (i < end && is_ds_cjk(c->cp[i]))
-		i++;
-	return i - pos;
+	return run(c, pos, end, PT_DS_CJK);
 }
 
 /* The cased-letter class of DeepSeek-LLM's second pattern. */
@@ -437,32 +445,23 @@ is_ds_punct(uint32_t x)
 }
 
 static size_t
-ws_opt_pred(const struct pt_ctx *c, size_t pos, size_t end, bool (*pred)(uint32_t))
-{
-	size_t i;
-
-	/* \s? is greedy: take the space when the class follows it */
-	if (WS(pos) && pos + 1 < end && pred(c->cp[pos + 1]))
-		i = pos + 1;
-	else
-		i = pos;
-	if (i == pos && !pred(c->cp[pos]))
-		return 0;
-	while (i < end && pred(c->cp[i]))
-		i++;
-	return i - pos;
-}
-
-static size_t
 m_ds_letters(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return ws_opt_pred(c, pos, end, is_ds_letter);
+	return ws_opt_run(c, pos, end, PT_DS_LET);
 }
 
 static size_t
 m_ds_punct(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return ws_opt_pred(c, pos, end, is_ds_punct);
+	return ws_opt_run(c, pos, end, PT_DS_PUN);
+}
+
+/* DeepSeek's classes of code point x (PT_DS_*). */
+static uint8_t
+ds_flags(uint32_t x)
+{
+	return (uint8_t)((is_ds_cjk(x) ? PT_DS_CJK : 0) | (is_ds_letter(x) ? PT_DS_LET : 0) |
+	    (is_ds_punct(x) ? PT_DS_PUN : 0));
 }
 
 /* \s+$ : tried at every position of a run that stops short of the end,
@@ -601,8 +600,9 @@ split_stage(const struct pt_ctx *c, pt_match m, const struct ends *in, struct en
 
 /*
  * Memory is what costs at 1 MB (a fresh page is slower to touch than the
- * scanning): 5 bytes a code point, piece ends in 32 bits, and byte offsets
- * found by walking the text again rather than kept for every code point.
+ * scanning): 2 bytes a code point (struct pt_ctx), piece ends in 32 bits,
+ * and byte offsets found by walking the text again rather than kept for
+ * every code point.
  */
 int
 pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_out *out)
@@ -610,8 +610,8 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 	const struct pt_stages *st = &stages[kind];
 	struct ends a = { 0 }, b = { 0 }, tmp;
 	struct pt_ws_memo memo = { 0, 0 };
-	uint32_t *cp = NULL;
-	uint8_t *fl = NULL;
+	bool ds = kind == PRETOK_DEEPSEEK_LLM || kind == PRETOK_DEEPSEEK_CODER;
+	uint8_t *ch = NULL, *fl = NULL;
 	size_t n = 0, i = 0, k;
 	int rc = KVC_ENOMEM;
 
@@ -619,16 +619,26 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 		return KVC_OK;
 	if (len >= UINT32_MAX)
 		return KVC_ERANGE;	/* piece ends are code point indices in 32 bits */
-	cp = malloc(len * sizeof *cp);
+	ch = malloc(len);
 	fl = malloc(len);
-	if (cp == NULL || fl == NULL)
+	if (ch == NULL || fl == NULL)
 		goto out;
 	for (i = 0; i < len; n++) {
-		i += pretok_utf8_decode(text + i, len - i, &cp[n]);
-		fl[n] = cp_flags(cp[n]);
+		uint32_t x;
+
+		if ((uint8_t)text[i] < 0x80) {	/* ASCII: nothing to decode */
+			x = (uint8_t)text[i++];
+			ch[n] = (uint8_t)x;
+		} else {
+			i += pretok_utf8_decode(text + i, len - i, &x);
+			ch[n] = PT_NON_ASCII;
+		}
+		fl[n] = cp_flags(x);
+		if (ds)
+			fl[n] |= ds_flags(x);
 	}
 	{
-		struct pt_ctx c = { cp, fl, n, &memo };
+		struct pt_ctx c = { ch, fl, n, &memo };
 
 		if (ends_push(&a, n) != KVC_OK)
 			goto out;
@@ -661,7 +671,7 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 	}
 	rc = KVC_OK;
 out:
-	free(cp);
+	free(ch);
 	free(fl);
 	free(a.v);
 	free(b.v);
