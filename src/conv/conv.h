@@ -13,10 +13,13 @@
  *
  * The context window: when a turn would not fit, the default policy keeps
  * the system prompt and drops the oldest whole exchanges from the cache
- * (never from the database). The window (the index of the stream's first
- * message) is remembered in the conversation's window column and every
- * snapshot chunk carries the window it was computed over, so a snapshot is
- * only ever restored over the tokens it was made from.
+ * (never from the database), down to about half the context at once so
+ * the recompute is paid once every several turns. The window (the index
+ * of the stream's first message) is remembered in the conversation's
+ * window column; every snapshot chunk carries the window it was computed
+ * over and a hash of the model and of the tokens up to its end (snapshot
+ * version 2, checked at restore), so a snapshot is only ever restored over
+ * the tokens it was made from.
  */
 #ifndef KVC_CONV_H
 #define KVC_CONV_H
@@ -30,7 +33,8 @@
 #include "sessions/store.h"
 
 enum conv_overflow {
-	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges, recompute (default) */
+	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges down to about half the
+				 * context at once, recompute what is kept (default) */
 	CONV_OVERFLOW_STOP,	/* refuse the turn */
 };
 
@@ -138,6 +142,9 @@ struct conv_stats {
 	int prefill_tokens;		/* positions computed for this turn's prompt */
 	int gen_tokens;			/* reply tokens */
 	int dropped_tokens;		/* history positions dropped (context overflow) */
+	int dropped_msgs;		/* messages that left the window (context overflow) */
+	int recomputed_tokens;		/* positions of kept history computed again after a drop */
+	double recompute_ms;		/* their share of the prefill time, ms */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
 	double prefill_tps;		/* prefill_tokens / prefill wall time */
 	double decode_tps;		/* reply tokens / decode wall time */

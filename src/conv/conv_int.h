@@ -89,11 +89,14 @@ int conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *ou
 /* Smallest window start >= from (a user message) whose stream fits in limit. */
 int conv_fit_window(const struct conv *c, int from, int limit, int *k_out, char *err,
     size_t errlen);
+/* KVC_ERANGE (with a message) if text is too long for the context by its bytes alone. */
+int conv_check_length(const struct conv *c, const char *text, char *err, size_t errlen);
 /* Positions kept free for a reply when deciding whether a prompt fits. */
 int conv_reply_reserve(const struct conv *c);
 /*
- * A turn's prompt does not fit after the stream: the window it starts
- * (*win) and the tokens the cache must hold for it (out).
+ * A turn's prompt does not fit after the stream (--ctx-overflow drop): the
+ * window it starts (*win) and the tokens the cache must hold for it (out),
+ * dropping old exchanges down to about half the context at once.
  */
 int conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens *delta,
     int reserve, int *win, struct kvc_tokens *out, char *err, size_t errlen);
@@ -113,6 +116,13 @@ int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int ke
     int n_keep, int win, char *err, size_t errlen);
 /* The whole cache as one chunk (after a rebuild); a failure is noticed and counted. */
 void conv_save_snapshot(struct conv *c);
+/*
+ * The chunks on disk stop short of the cache (a rewind took back a chunk
+ * that also held positions the cache keeps: a drop turn's or a rebuild's,
+ * which start at 0): write the rest as one chunk, so the next start
+ * restores instead of rebuilding. A failure is noticed and counted.
+ */
+void conv_save_tail(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
 /* The window changed: save the settings text that remembers it, or say it failed. */
 void conv_save_window(struct conv *c);

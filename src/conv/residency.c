@@ -127,7 +127,11 @@ notice_rebuild(struct conv *c, int rc, const char *why)
 {
 	struct conv_mgr *m = c->m;
 
-	if (rc == KVC_ENOTFOUND)
+	if (rc == KVC_ENOTFOUND && why[0] != '\0')
+		/* the engine's word: another stream's chunk, another model's, or version 1 */
+		conv_notice(m, "conversation %" PRId64 ": snapshot not used (%s); rebuilding "
+		    "from the stored tokens", c->id, why);
+	else if (rc == KVC_ENOTFOUND)
 		conv_notice(m, "conversation %" PRId64 ": snapshot was saved with another model "
 		    "or cache type; rebuilding from the stored tokens", c->id);
 	else if (rc == KVC_ECORRUPT)

@@ -161,8 +161,8 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 		return rc;
 	conv_msgs_drop(c, k);
 	conv_chunks_trim(c, n_pos);
-	if (c->seq)
-		(void)eng_seq_truncate(c->seq, n_pos);
+	if (c->seq && eng_seq_truncate(c->seq, n_pos) == 0)
+		conv_save_tail(c);	/* the rewind may have taken a chunk from 0 (a drop turn's) */
 	return KVC_OK;
 }
 
@@ -182,6 +182,22 @@ user_delta(struct conv *c, const char *text, int old_n, struct kvc_tokens *delta
 		    old_n ? ncl - 1 : 0, ncl, true, delta, err, errlen);
 	free(cl);
 	return rc;
+}
+
+/* What a drop cost, for the stats line: the recompute's share of the prefill. */
+static void
+drop_stats(const struct conv *c, int new_win, int old_n, const struct kvc_tokens *delta,
+    const struct kvc_tokens *target, const struct eng_stats *es, struct conv_stats *st)
+{
+	int re = es->n_computed - (int)delta->n;
+
+	st->dropped_tokens = old_n + (int)delta->n - (int)target->n;
+	if (st->dropped_tokens < 0)
+		st->dropped_tokens = 0;
+	st->dropped_msgs = new_win - c->win;
+	st->recomputed_tokens = re > 0 ? re : 0;
+	st->recompute_ms = es->n_computed > 0 ?
+	    es->t_prefill * 1e3 * st->recomputed_tokens / es->n_computed : 0;
 }
 
 /*
@@ -221,11 +237,8 @@ prompt_into_cache(struct conv *c, const char *text, const struct kvc_tokens *del
 		if (rc)
 			conv_drop_seq(c);	/* half synced: rebuilt from the messages */
 	}
-	if (rc == 0) {
-		st->dropped_tokens = old_n + (int)delta->n - (int)target.n;
-		if (st->dropped_tokens < 0)
-			st->dropped_tokens = 0;
-	}
+	if (rc == 0)
+		drop_stats(c, *new_win, old_n, delta, &target, es, st);
 	kvc_tokens_free(&target);
 	return rc;
 }
@@ -282,6 +295,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
+		return rc;	/* before anything is tokenized or changed */
 	/* A user message left without its reply (an older kvchat's /retry cut short): drop it. */
 	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
 	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "conv_int.h"
 
@@ -120,30 +121,66 @@ conv_reply_reserve(const struct conv *c)
 }
 
 /*
- * Drop whole exchanges from the front until the stream, the delta and the
- * reserve fit; when none of the history fits with the new message, the
- * window is the new message alone after the system prompt (*win = n_msgs).
+ * How far a drop goes: the new window, with the turn's prompt, holds at
+ * most this many positions. Dropping only what the turn needs would leave
+ * the context full, so every later turn would drop again, recompute the
+ * whole window and rewrite its whole snapshot; dropping down to about half
+ * the context, as llama.cpp's context shift does, pays that once every
+ * several turns, and the turns in between only append their own positions.
+ */
+static int
+drop_target(int n_ctx)
+{
+	return n_ctx / 2;
+}
+
+/* out = the stream of window k and the delta; its length, or a negative KVC_E*. */
+static int
+window_with_delta(const struct conv *c, int k, const struct kvc_tokens *delta,
+    struct kvc_tokens *out, char *err, size_t errlen)
+{
+	int rc = conv_build_stream(c, k, c->n_msgs, out, err, errlen);
+
+	if (rc)
+		return rc;
+	if (kvc_tokens_append(out, delta->v, delta->n))
+		return KVC_ENOMEM;
+	return (int)out->n;
+}
+
+/*
+ * The drop policy (--ctx-overflow drop): the window starts at the first
+ * later user message after which the history and the prompt fit in
+ * drop_target(); if none does, the new message alone after the system
+ * prompt (*win = n_msgs); if that alone is over the target, the least
+ * drop that fits with the reserve, keeping what it can.
  */
 int
 conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens *delta,
     int reserve, int *win, struct kvc_tokens *out, char *err, size_t errlen)
 {
-	int n_ctx = eng_n_ctx(c->m->e), rc;
+	int n_ctx = eng_n_ctx(c->m->e), target = drop_target(n_ctx), fit = -1, n, rc;
 
 	for (int k = c->win + 1; k < c->n_msgs; k++) {
 		if (c->msgs[k].role != SESS_USER)
 			continue;
-		rc = conv_build_stream(c, k, c->n_msgs, out, err, errlen);
-		if (rc)
-			return rc;
-		if ((int)(out->n + delta->n) + reserve > n_ctx)
-			continue;
-		*win = k;
-		return kvc_tokens_append(out, delta->v, delta->n) ? KVC_ENOMEM : KVC_OK;
+		if ((n = window_with_delta(c, k, delta, out, err, errlen)) < 0)
+			return n;
+		if (n <= target) {
+			*win = k;
+			return KVC_OK;
+		}
+		if (fit < 0 && n + reserve <= n_ctx)
+			fit = k;
 	}
 	rc = conv_render_head(c, 0, text, out, err, errlen);
 	if (rc)
 		return rc;
+	if ((int)out->n > target && fit >= 0) {
+		*win = fit;
+		n = window_with_delta(c, fit, delta, out, err, errlen);
+		return n < 0 ? n : KVC_OK;
+	}
 	if ((int)out->n >= n_ctx) {
 		kvc_err(err, errlen, "input too long: %zu tokens with the template, the context "
 		    "holds %d", out->n, n_ctx);
@@ -151,4 +188,25 @@ conv_plan_window(const struct conv *c, const char *text, const struct kvc_tokens
 	}
 	*win = c->n_msgs;
 	return KVC_OK;
+}
+
+/*
+ * Refuse text that cannot fit the context by its length alone, before
+ * anything tokenizes it: a token stands for at most tok_max_token_bytes()
+ * bytes, so more than n_ctx times that many bytes is more than n_ctx
+ * tokens. Costs nothing, and a pasted megabyte is refused at once instead
+ * of being tokenized first.
+ */
+int
+conv_check_length(const struct conv *c, const char *text, char *err, size_t errlen)
+{
+	int n_ctx = eng_n_ctx(c->m->e);
+	size_t per = tok_max_token_bytes(eng_tokenizer(c->m->e)), len = strlen(text);
+
+	if (len / per < (size_t)n_ctx)
+		return KVC_OK;
+	kvc_err(err, errlen, "input too long: %zu bytes cannot fit a context of %d positions "
+	    "(at most %d tokens of up to %zu bytes each); nothing was sent", len, n_ctx, n_ctx,
+	    per);
+	return KVC_ERANGE;
 }

@@ -544,7 +544,8 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 		return KVC_EINVAL;
 	}
 	h = (struct eng_snap){ (uint32_t)e->kv_type, (uint32_t)e->model.hp.n_layer,
-	    (uint32_t)e->kv_dim, (uint32_t)pos0, (uint32_t)n };
+	    (uint32_t)e->kv_dim, (uint32_t)pos0, (uint32_t)n,
+	    eng_snap_bind(e->fingerprint, s->toks.v, (size_t)pos1) };
 	rows = eng_snap_part_bytes(&h, e->kv_elem);
 	total = eng_snap_bytes(&h, e->kv_elem);
 	if (kvc_buf_reserve(out, total) != KVC_OK) {
@@ -613,6 +614,11 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
 	rc = check_ids(e, tokens, (int)(h.pos0 + h.n), err, errlen);
 	if (rc)
 		return rc;
+	if (h.bind != eng_snap_bind(e->fingerprint, tokens, (size_t)(h.pos0 + h.n))) {
+		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) were computed from other "
+		    "tokens or by another model", h.pos0, h.pos0 + h.n);
+		return KVC_ENOTFOUND;
+	}
 	rc = ensure_resident(s, err, errlen);
 	if (rc)
 		return rc;

@@ -93,13 +93,17 @@ const float *eng_seq_logits(const struct kvc_seq *s);
 /*
  * Snapshots. Stable, versioned byte layout, independent of the in-memory one
  * (see docs/ARCHITECTURE.md, "KV snapshot layout"):
- *   header (32 bytes, little-endian): "KVC1", u32 version = 1, u32 kv_type
- *   (ggml type), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0;
- *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim].
+ *   header (40 bytes, little-endian): "KVC1", u32 version = 2, u32 kv_type
+ *   (ggml type), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0,
+ *   u64 bind (a hash of this engine's fingerprint and the token ids of
+ *   positions [0, pos1)); then for each layer: K rows [n][kv_dim], then V
+ *   rows [n][kv_dim].
  * eng_seq_kv_save appends positions [pos0, pos1) to out.
  * eng_seq_kv_load restores one such blob: its pos0 must equal the number of
  * positions already restored, tokens[0..pos1) are the tokens they belong to.
- * A blob that does not match this engine (type, shape) is KVC_ECORRUPT.
+ * A blob that does not match this engine (type, shape) is KVC_ECORRUPT; one
+ * made from other tokens or by another model (its bind word differs), or a
+ * version 1 blob (no bind word), is KVC_ENOTFOUND: nothing is restored.
  */
 int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen);

@@ -1,12 +1,21 @@
 /*
- * snapshot.c: the KV snapshot codec. Layout (version 1, all little-endian,
+ * snapshot.c: the KV snapshot codec. Layout (version 2, all little-endian,
  * independent of any backend's memory layout; docs/ARCHITECTURE.md, "KV
  * snapshot layout"):
  *
- *   header, 32 bytes: "KVC1", u32 version = 1, u32 cache type (ggml type
- *   number), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0;
+ *   header, 40 bytes: "KVC1", u32 version = 2, u32 cache type (ggml type
+ *   number), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0,
+ *   u64 bind (eng_snap_bind: the engine's fingerprint and every token id
+ *   of positions [0, pos0 + n));
  *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim],
  *   elements in the cache type.
+ *
+ * The bind word ties a chunk to the tokens it was computed from and the
+ * model that computed them: a chunk moved to another conversation, or a
+ * blob of another model filed under this one's fingerprint, no longer
+ * matches the stream it is restored over, and is refused instead of
+ * silently changing the replies. Version 1 (32 bytes, no bind word) is
+ * refused the same way: nothing says what its rows were made from.
  *
  * The integers are written byte by byte so the layout does not depend on
  * the host; the cache elements are little-endian IEEE values on every
@@ -16,7 +25,8 @@
 
 #include <string.h>
 
-#define SNAP_VERSION 1
+#define SNAP_VERSION 2
+#define SNAP_V1_HEADER 32	/* version 1: the header without the bind word */
 
 static void
 put_u32(unsigned char *p, uint32_t v)
@@ -49,6 +59,26 @@ eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_
 	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, elem);
 }
 
+uint64_t
+eng_snap_bind(const char *fingerprint, const int32_t *tokens, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;	/* FNV-1a 64 */
+
+	for (const char *c = fingerprint; *c; c++) {
+		h ^= (unsigned char)*c;
+		h *= 0x100000001b3ULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = (uint32_t)tokens[i];
+
+		for (int k = 0; k < 4; k++) {
+			h ^= (v >> (8 * k)) & 0xFF;
+			h *= 0x100000001b3ULL;
+		}
+	}
+	return h;
+}
+
 void
 eng_snap_put_header(unsigned char *p, const struct eng_snap *h)
 {
@@ -60,6 +90,8 @@ eng_snap_put_header(unsigned char *p, const struct eng_snap *h)
 	put_u32(p + 20, h->pos0);
 	put_u32(p + 24, h->n);
 	put_u32(p + 28, 0);
+	put_u32(p + 32, (uint32_t)h->bind);
+	put_u32(p + 36, (uint32_t)(h->bind >> 32));
 }
 
 int
@@ -68,20 +100,26 @@ eng_snap_get_header(const void *blob, size_t len, struct eng_snap *h, char *err,
 	const unsigned char *b = blob;
 	uint32_t version;
 
-	if (len < ENG_SNAP_HEADER || memcmp(b, "KVC1", 4) != 0) {
+	if (len < SNAP_V1_HEADER || memcmp(b, "KVC1", 4) != 0) {
 		kvc_err(err, errlen, "KV snapshot: not a kvchat snapshot (%zu bytes, bad magic)", len);
 		return KVC_ECORRUPT;
 	}
 	version = get_u32(b + 4);
+	if (version == 1) {
+		kvc_err(err, errlen, "KV snapshot: version 1, from an older kvchat, does not record "
+		    "the tokens it was computed from");
+		return KVC_ENOTFOUND;
+	}
+	if (version != SNAP_VERSION || len < ENG_SNAP_HEADER || get_u32(b + 28) != 0) {
+		kvc_err(err, errlen, "KV snapshot: version %u (reserved %u, %zu bytes), this kvchat "
+		    "reads version %d", version, get_u32(b + 28), len, SNAP_VERSION);
+		return KVC_ECORRUPT;
+	}
 	h->kv_type = get_u32(b + 8);
 	h->n_layer = get_u32(b + 12);
 	h->kv_dim = get_u32(b + 16);
 	h->pos0 = get_u32(b + 20);
 	h->n = get_u32(b + 24);
-	if (version != SNAP_VERSION || get_u32(b + 28) != 0) {
-		kvc_err(err, errlen, "KV snapshot: version %u (reserved %u), this kvchat reads version %d",
-		    version, get_u32(b + 28), SNAP_VERSION);
-		return KVC_ECORRUPT;
-	}
+	h->bind = (uint64_t)get_u32(b + 32) | (uint64_t)get_u32(b + 36) << 32;
 	return KVC_OK;
 }

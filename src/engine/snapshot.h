@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 
-#define ENG_SNAP_HEADER 32	/* bytes of the header */
+#define ENG_SNAP_HEADER 40	/* bytes of the header (version 2) */
 
 /* What the header says. */
 struct eng_snap {
@@ -16,7 +16,14 @@ struct eng_snap {
 	uint32_t n_layer;
 	uint32_t kv_dim;	/* elements per row: n_head_kv * head_dim */
 	uint32_t pos0, n;	/* the blob holds positions [pos0, pos0 + n) */
+	uint64_t bind;		/* eng_snap_bind of the fingerprint and tokens [0, pos0 + n) */
 };
+
+/*
+ * What binds a chunk to its stream: FNV-1a 64 over the fingerprint's
+ * characters (no NUL), then each of tokens[0..n) as 4 little-endian bytes.
+ */
+uint64_t eng_snap_bind(const char *fingerprint, const int32_t *tokens, size_t n);
 
 /* Bytes of one layer's K (or V) rows, elements of elem bytes. */
 size_t eng_snap_part_bytes(const struct eng_snap *h, size_t elem);
@@ -28,9 +35,10 @@ size_t eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, en
 void eng_snap_put_header(unsigned char *p, const struct eng_snap *h);
 /*
  * Read the header of blob[0..len) into h, checking what needs no engine:
- * the magic, the version and the reserved word. 0 or KVC_ECORRUPT with a
- * message; the caller checks the shape against its own and the length
- * against eng_snap_bytes.
+ * the magic, the version and the reserved word. 0, KVC_ENOTFOUND for a
+ * version 1 blob (well formed, but bound to nothing), or KVC_ECORRUPT, with
+ * a message; the caller checks the shape against its own, the length
+ * against eng_snap_bytes and the bind word against its tokens.
  */
 int eng_snap_get_header(const void *blob, size_t len, struct eng_snap *h, char *err, size_t errlen);
 

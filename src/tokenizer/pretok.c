@@ -32,11 +32,36 @@ enum {
 	PT_N = 1 << 1,		/* number */
 	PT_WS = 1 << 2,		/* White_Space */
 	PT_P = 1 << 3,		/* punctuation */
+	/* DeepSeek's own classes, set only for its pre-tokenizers */
+	PT_DS_CJK = 1 << 4,	/* [一-龥ࠀ-一가-퟿] */
+	PT_DS_LET = 1 << 5,	/* the cased letters of DeepSeek-LLM */
+	PT_DS_PUN = 1 << 6,	/* [!-/:-~！-／：-～‘-‟　-。] */
 };
 
+/*
+ * The one whitespace run measured last, [s, e): e is the first
+ * non-White_Space code point at or after s. A matcher that looks past a
+ * whitespace run (\s+$, \s+(?!\S)) may be tried at every position of a
+ * long run; the memo gives the run's end to every later position of it in
+ * O(1), so that stays linear (it is a fact of the text, whatever the piece).
+ */
+struct pt_ws_memo {
+	size_t s, e;
+};
+
+/*
+ * Two bytes a code point: what the scanners ask of a code point is its
+ * classes (fl) or, for ASCII, which character it is (ch); nothing needs
+ * the value of any other. At 1 MB the memory touched costs more than the
+ * scanning, so it is kept small.
+ */
+#define PT_NON_ASCII 0x80	/* ch of a code point above 0x7F: equals no ASCII character */
+
 struct pt_ctx {
-	const uint32_t *cp;	/* (n) code points */
+	const uint8_t *ch;	/* (n) the code point if ASCII, else PT_NON_ASCII */
 	const uint8_t *fl;	/* (n) PT_* flags */
+	size_t n;
+	struct pt_ws_memo *ws;	/* mutable, see above */
 };
 
 typedef size_t (*pt_match)(const struct pt_ctx *c, size_t pos, size_t end);
@@ -113,6 +138,38 @@ run(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want)
 	return i - pos;
 }
 
+/* Length of the White_Space run at pos, within [pos, end): amortised O(1). */
+static size_t
+ws_run(const struct pt_ctx *c, size_t pos, size_t end)
+{
+	struct pt_ws_memo *m = c->ws;
+	size_t e;
+
+	if (!(pos >= m->s && pos < m->e)) {
+		e = pos;
+		while (e < c->n && (c->fl[e] & PT_WS))
+			e++;
+		if (e == pos)
+			return 0;
+		m->s = pos;
+		m->e = e;
+	}
+	e = m->e;
+	return (e < end ? e : end) - pos;
+}
+
+/* run() that stops after max code points: a matcher that keeps only a few
+ * never measures the rest of the run (each call costs O(max), not O(run)). */
+static size_t
+run_max(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want, size_t max)
+{
+	size_t i = pos;
+
+	while (i < end && i - pos < max && (c->fl[i] & want))
+		i++;
+	return i - pos;
+}
+
 static size_t
 run_other(const struct pt_ctx *c, size_t pos, size_t end)
 {
@@ -135,14 +192,14 @@ contraction(const struct pt_ctx *c, size_t pos, size_t end, bool icase)
 {
 	uint32_t a, b;
 
-	if (c->cp[pos] != '\'' || pos + 1 >= end)
+	if (c->ch[pos] != '\'' || pos + 1 >= end)
 		return 0;
-	a = icase ? ascii_lower(c->cp[pos + 1]) : c->cp[pos + 1];
+	a = icase ? ascii_lower(c->ch[pos + 1]) : c->ch[pos + 1];
 	if (a == 's' || a == 't' || a == 'm' || a == 'd')
 		return 2;
 	if (pos + 2 >= end)
 		return 0;
-	b = icase ? ascii_lower(c->cp[pos + 2]) : c->cp[pos + 2];
+	b = icase ? ascii_lower(c->ch[pos + 2]) : c->ch[pos + 2];
 	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
 		return 3;
 	return 0;
@@ -153,7 +210,7 @@ contraction(const struct pt_ctx *c, size_t pos, size_t end, bool icase)
 static size_t
 ws_tail(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t k = run(c, pos, end, PT_WS);
+	size_t k = ws_run(c, pos, end);
 
 	if (k > 1 && pos + k < end)
 		return k - 1;
@@ -168,7 +225,7 @@ m_gpt2(const struct pt_ctx *c, size_t pos, size_t end)
 	if ((n = contraction(c, pos, end, false)) != 0)
 		return n;
 	/* " ?X+": the optional space only helps when X follows it */
-	p = (c->cp[pos] == ' ' && pos + 1 < end) ? pos + 1 : pos;
+	p = (c->ch[pos] == ' ' && pos + 1 < end) ? pos + 1 : pos;
 	if (L(p))
 		return p - pos + run(c, p, end, PT_L);
 	if (N(p))
@@ -194,27 +251,29 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
 	if (L(pos))
 		return run(c, pos, end, PT_L);
-	if (!is_crlf(c->cp[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
+	if (!is_crlf(c->ch[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
 		return 1 + run(c, pos + 1, end, PT_L);
 	/* \p{N}{1,max} */
-	if (N(pos)) {
-		n = run(c, pos, end, PT_N);
-		return n < max_digits ? n : max_digits;
-	}
+	if (N(pos))
+		return run_max(c, pos, end, PT_N, max_digits);
 	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-	p = (c->cp[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
+	p = (c->ch[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
 	if (OTHER(p)) {
 		p += run_other(c, p, end);
-		while (p < end && is_crlf(c->cp[p]))
+		while (p < end && is_crlf(c->ch[p]))
 			p++;
 		return p - pos;
 	}
-	/* \s*[\r\n]+ : up to the last newline of the whitespace run */
-	k = run(c, pos, end, PT_WS);
+	/*
+	 * \s*[\r\n]+ : up to the last newline of the whitespace run. Linear
+	 * over a run: the match ends at that newline, and what follows it has
+	 * none (ws_tail below), so a run is scanned at most twice.
+	 */
+	k = ws_run(c, pos, end);
 	last = 0;
-	for (size_t i = 0; i < k; i++)
-		if (is_crlf(c->cp[pos + i]))
-			last = i + 1;
+	for (size_t i = k; i > 0 && last == 0; i--)
+		if (is_crlf(c->ch[pos + i - 1]))
+			last = i;
 	if (last != 0)
 		return last;
 	return ws_tail(c, pos, end);
@@ -236,7 +295,7 @@ m_qwen2(const struct pt_ctx *c, size_t pos, size_t end)
 static size_t
 m_crlf(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return is_crlf(c->cp[pos]) ? 1 : 0;
+	return is_crlf(c->ch[pos]) ? 1 : 0;
 }
 
 /* \p{N} */
@@ -260,7 +319,7 @@ m_ascii3(const struct pt_ctx *c, size_t pos, size_t end)
 	if (pos + 3 > end)
 		return 0;
 	for (size_t i = pos; i < pos + 3; i++)
-		if (c->cp[i] < '0' || c->cp[i] > '9')
+		if (c->ch[i] < '0' || c->ch[i] > '9')
 			return 0;
 	return 3;
 }
@@ -278,7 +337,7 @@ m_punct_falcon(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->cp[i], true)))
+	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], true)))
 		i++;
 	return i - pos;
 }
@@ -289,7 +348,7 @@ m_punct_default(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->cp[i], false)))
+	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], false)))
 		i++;
 	return i - pos;
 }
@@ -325,11 +384,7 @@ is_ds_cjk(uint32_t x)
 static size_t
 m_ds_cjk(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t i = pos;
-
-	while (i < end && is_ds_cjk(c->cp[i]))
-		i++;
-	return i - pos;
+	return run(c, pos, end, PT_DS_CJK);
 }
 
 /* The cased-letter class of DeepSeek-LLM's second pattern. */
@@ -390,39 +445,31 @@ is_ds_punct(uint32_t x)
 }
 
 static size_t
-ws_opt_pred(const struct pt_ctx *c, size_t pos, size_t end, bool (*pred)(uint32_t))
-{
-	size_t i;
-
-	/* \s? is greedy: take the space when the class follows it */
-	if (WS(pos) && pos + 1 < end && pred(c->cp[pos + 1]))
-		i = pos + 1;
-	else
-		i = pos;
-	if (i == pos && !pred(c->cp[pos]))
-		return 0;
-	while (i < end && pred(c->cp[i]))
-		i++;
-	return i - pos;
-}
-
-static size_t
 m_ds_letters(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return ws_opt_pred(c, pos, end, is_ds_letter);
+	return ws_opt_run(c, pos, end, PT_DS_LET);
 }
 
 static size_t
 m_ds_punct(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return ws_opt_pred(c, pos, end, is_ds_punct);
+	return ws_opt_run(c, pos, end, PT_DS_PUN);
 }
 
-/* \s+$ */
+/* DeepSeek's classes of code point x (PT_DS_*). */
+static uint8_t
+ds_flags(uint32_t x)
+{
+	return (uint8_t)((is_ds_cjk(x) ? PT_DS_CJK : 0) | (is_ds_letter(x) ? PT_DS_LET : 0) |
+	    (is_ds_punct(x) ? PT_DS_PUN : 0));
+}
+
+/* \s+$ : tried at every position of a run that stops short of the end,
+ * so its length must come in O(1) (ws_run), not by scanning the run. */
 static size_t
 m_ws_to_end(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	size_t k = run(c, pos, end, PT_WS);
+	size_t k = ws_run(c, pos, end);
 
 	return (k > 0 && pos + k == end) ? k : 0;
 }
@@ -500,9 +547,9 @@ pretok_from_name(const char *name, enum pretok_kind *kind, bool *ignore_merges)
 	return KVC_EUNSUPPORTED;
 }
 
-/* Piece ends in code point indices. */
+/* Piece ends in code point indices (below 2^32: pretok_split checks). */
 struct ends {
-	size_t *v;
+	uint32_t *v;
 	size_t n, cap;
 };
 
@@ -511,13 +558,13 @@ ends_push(struct ends *e, size_t x)
 {
 	if (e->n == e->cap) {
 		size_t cap = e->cap ? e->cap * 2 : 256;
-		size_t *v = realloc(e->v, cap * sizeof *v);
+		uint32_t *v = realloc(e->v, cap * sizeof *v);
 		if (v == NULL)
 			return KVC_ENOMEM;
 		e->v = v;
 		e->cap = cap;
 	}
-	e->v[e->n++] = x;
+	e->v[e->n++] = (uint32_t)x;
 	return KVC_OK;
 }
 
@@ -551,32 +598,47 @@ split_stage(const struct pt_ctx *c, pt_match m, const struct ends *in, struct en
 	return KVC_OK;
 }
 
+/*
+ * Memory is what costs at 1 MB (a fresh page is slower to touch than the
+ * scanning): 2 bytes a code point (struct pt_ctx), piece ends in 32 bits,
+ * and byte offsets found by walking the text again rather than kept for
+ * every code point.
+ */
 int
 pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_out *out)
 {
 	const struct pt_stages *st = &stages[kind];
 	struct ends a = { 0 }, b = { 0 }, tmp;
-	uint32_t *cp = NULL;
-	uint8_t *fl = NULL;
-	size_t *boff = NULL;
-	size_t n = 0;
+	struct pt_ws_memo memo = { 0, 0 };
+	bool ds = kind == PRETOK_DEEPSEEK_LLM || kind == PRETOK_DEEPSEEK_CODER;
+	uint8_t *ch = NULL, *fl = NULL;
+	size_t n = 0, i = 0, k;
 	int rc = KVC_ENOMEM;
 
 	if (len == 0)
 		return KVC_OK;
-	cp = malloc(len * sizeof *cp);
+	if (len >= UINT32_MAX)
+		return KVC_ERANGE;	/* piece ends are code point indices in 32 bits */
+	ch = malloc(len);
 	fl = malloc(len);
-	boff = malloc((len + 1) * sizeof *boff);
-	if (cp == NULL || fl == NULL || boff == NULL)
+	if (ch == NULL || fl == NULL)
 		goto out;
-	for (size_t i = 0; i < len; n++) {
-		boff[n] = i;
-		i += pretok_utf8_decode(text + i, len - i, &cp[n]);
-		fl[n] = cp_flags(cp[n]);
+	for (i = 0; i < len; n++) {
+		uint32_t x;
+
+		if ((uint8_t)text[i] < 0x80) {	/* ASCII: nothing to decode */
+			x = (uint8_t)text[i++];
+			ch[n] = (uint8_t)x;
+		} else {
+			i += pretok_utf8_decode(text + i, len - i, &x);
+			ch[n] = PT_NON_ASCII;
+		}
+		fl[n] = cp_flags(x);
+		if (ds)
+			fl[n] |= ds_flags(x);
 	}
-	boff[n] = len;
 	{
-		struct pt_ctx c = { cp, fl };
+		struct pt_ctx c = { ch, fl, n, &memo };
 
 		if (ends_push(&a, n) != KVC_OK)
 			goto out;
@@ -596,13 +658,21 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 		out->end = v;
 		out->cap = cap;
 	}
-	for (size_t k = 0; k < a.n; k++)
-		out->end[out->n++] = boff[a.v[k]];
+	/* code point index -> byte offset: the ends ascend, so one walk does */
+	i = 0;
+	n = 0;
+	for (k = 0; k < a.n; k++) {
+		while (n < a.v[k]) {
+			uint32_t x;
+			i += pretok_utf8_decode(text + i, len - i, &x);
+			n++;
+		}
+		out->end[out->n++] = i;
+	}
 	rc = KVC_OK;
 out:
-	free(cp);
+	free(ch);
 	free(fl);
-	free(boff);
 	free(a.v);
 	free(b.v);
 	return rc;

@@ -59,6 +59,7 @@ struct kvc_tokenizer {
 	char *dec;		/* decoded bytes of every token (what detok writes) */
 	uint32_t *dec_off;	/* (n_vocab + 1) byte offsets into dec */
 	uint8_t *eog;		/* (n_vocab) 1 = ends a turn */
+	size_t max_token_bytes;	/* longest stored string (tok_max_token_bytes) */
 
 	struct tok_strmap map;	/* every token string -> id (a later duplicate wins, as llama.cpp) */
 	struct tok_strmap smap;	/* control/user-defined/unknown strings -> id */

@@ -421,6 +421,13 @@ tok_load_inner(struct kvc_tokenizer *t, const struct gguf_file *f, char *err, si
 	}
 	if ((rc = build_decoded(t)) != KVC_OK || (rc = build_specials(t)) != KVC_OK)
 		goto fail;
+	/* Stored strings are never shorter than the bytes they decode to (build_decoded). */
+	t->max_token_bytes = 1;
+	for (int32_t id = 0; id < t->n_vocab; id++) {
+		size_t len = t->text_off[id + 1] - t->text_off[id] - 1;
+		if (len > t->max_token_bytes)
+			t->max_token_bytes = len;
+	}
 	if (t->kind == TOK_KIND_SPM)
 		build_barriers(t);
 
@@ -474,6 +481,12 @@ bool
 tok_is_eog(const struct kvc_tokenizer *t, int32_t id)
 {
 	return id >= 0 && id < t->n_vocab && t->eog[id];
+}
+
+size_t
+tok_max_token_bytes(const struct kvc_tokenizer *t)
+{
+	return t->max_token_bytes;
 }
 
 enum tok_attr

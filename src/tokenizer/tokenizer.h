@@ -58,6 +58,13 @@ bool tok_add_bos_default(const struct kvc_tokenizer *t);	/* tokenizer.ggml.add_b
 /* True for ids that end a turn or the text (eos, eot, <|im_end|>, <|eot_id|>, <|end|>, ...). */
 bool tok_is_eog(const struct kvc_tokenizer *t, int32_t id);
 enum tok_attr tok_type(const struct kvc_tokenizer *t, int32_t id);
+/*
+ * Bytes of the longest token string (at least 1). No token stands for more
+ * bytes of input text, so text of n bytes tokenizes to at least
+ * n / tok_max_token_bytes() ids: a caller can refuse text that cannot fit
+ * a context by its length alone, before paying for tokenizing it.
+ */
+size_t tok_max_token_bytes(const struct kvc_tokenizer *t);
 /* The vocabulary string of id (raw form as stored; NULL if out of range). */
 const char *tok_piece(const struct kvc_tokenizer *t, int32_t id, size_t *len);
 /* Id whose vocabulary string is exactly text (e.g. "<|im_start|>"), or -1. */

@@ -280,7 +280,7 @@ test_arch(const char *dir, const struct spec *sp)
 
 	/* snapshot: whole and in two pieces, into fresh sequences; the next token agrees exactly */
 	rc = eng_seq_kv_save(a, 0, 9, &blob, err, sizeof err);
-	test_cond(rc == 0 && blob.n == 32 + eng_kv_bytes_per_pos(e) * 9, "%s: save: rc %d, %zu bytes",
+	test_cond(rc == 0 && blob.n == 40 + eng_kv_bytes_per_pos(e) * 9, "%s: save: rc %d, %zu bytes",
 	    sp->arch, rc, blob.n);
 	rc = eng_seq_kv_save(a, 0, 4, &blob2, err, sizeof err);
 	rc |= eng_seq_kv_save(a, 4, 9, &bad, err, sizeof err);	/* second piece, kept in bad for now */
@@ -319,9 +319,30 @@ test_arch(const char *dir, const struct spec *sp)
 		q[0] = 'X';
 		test_cond(eng_seq_kv_load(r, AB, bad.p, bad.n, err, sizeof err) == KVC_ECORRUPT, "%s: bad magic", sp->arch);
 		q[0] = 'K';
-		q[4] = 2;
+		q[4] = 3;
 		test_cond(eng_seq_kv_load(r, AB, bad.p, bad.n, err, sizeof err) == KVC_ECORRUPT, "%s: bad version", sp->arch);
+		/* version 1 (no bind word): well formed, refused as bound to nothing */
 		q[4] = 1;
+		test_cond(eng_seq_kv_load(r, AB, bad.p, bad.n, err, sizeof err) == KVC_ENOTFOUND &&
+		    strstr(err, "version 1") != NULL, "%s: version 1: %s", sp->arch, err);
+		q[4] = 2;
+		/* bound to its tokens: the same rows over other tokens, or another bind word */
+		{
+			int32_t other[9];
+
+			memcpy(other, AB, sizeof other);
+			other[8] = AB[8] == 70 ? 71 : 70;
+			test_cond(eng_seq_kv_load(r, other, bad.p, bad.n, err, sizeof err) == KVC_ENOTFOUND,
+			    "%s: other last token: %s", sp->arch, err);
+			other[8] = AB[8];
+			other[0] = AB[0] == 70 ? 71 : 70;
+			test_cond(eng_seq_kv_load(r, other, bad.p, bad.n, err, sizeof err) == KVC_ENOTFOUND,
+			    "%s: other first token: %s", sp->arch, err);
+			q[33] ^= 0x10;	/* the bind word: another model's blob under this fingerprint */
+			test_cond(eng_seq_kv_load(r, AB, bad.p, bad.n, err, sizeof err) == KVC_ENOTFOUND,
+			    "%s: other bind word: %s", sp->arch, err);
+			q[33] ^= 0x10;
+		}
 		q[12] ^= 1;
 		test_cond(eng_seq_kv_load(r, AB, bad.p, bad.n, err, sizeof err) == KVC_ECORRUPT, "%s: bad n_layer", sp->arch);
 		q[12] ^= 1;

@@ -62,8 +62,9 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 		fprintf(f, ", %d computed", s->prefill_tokens);
 	fprintf(f, ", %.0f tok/s | %d tokens, %.1f tok/s | ctx %d/%d", s->prefill_tps,
 	    s->gen_tokens, s->decode_tps, s->context_used, s->context_total);
-	if (s->dropped_tokens)
-		fprintf(f, " | context full: dropped %d tokens of old exchanges", s->dropped_tokens);
+	if (s->dropped_msgs || s->dropped_tokens)
+		fprintf(f, " | context full: dropped %d messages (%d tokens), recomputed %d in %.0f ms",
+		    s->dropped_msgs, s->dropped_tokens, s->recomputed_tokens, s->recompute_ms);
 	if (s->resumed_from_snapshot)
 		fprintf(f, " | resumed from snapshot");
 	if (s->rebuilt)
@@ -91,12 +92,13 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 	    "\"decode_tps\":%.3f,\"context_used\":%d,\"context_total\":%d,"
 	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
 	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
-	    "\"ctx_size\":%d,\"store_errors\":%d}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
+	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
+	    "\"recompute_ms\":%.3f}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
 	    s->gen_tokens, s->ttft_ms, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
-	    s->store_errors);
+	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms);
 	if (rc == 0) {
 		/* 0600 when created (titles are the first words of a conversation),
 		 * never through a link planted by someone else. */
