@@ -15,6 +15,14 @@
 
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
 #define ENG_PREFILL_CHUNK 512
+/*
+ * With a prefill hook set, slices are sized by the measured rate to take
+ * about this long, so an interrupt is seen within it; the first slice is
+ * ENG_SLICE_FIRST tokens, before any rate is known.
+ */
+#define ENG_SLICE_S 0.2
+#define ENG_SLICE_FIRST 32
+#define ENG_SLICE_MIN 4
 
 struct kvc_engine {
 	struct gguf_file *gf;		/* owned */
@@ -27,6 +35,8 @@ struct kvc_engine {
 	int kv_dim;			/* n_head_kv * head_dim */
 	size_t kv_elem;			/* bytes per cache element */
 	char fingerprint[17];		/* 64-bit hash, hex */
+	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
+	void *hook_arg;
 };
 
 struct kvc_seq {
@@ -352,17 +362,33 @@ check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t
 	return KVC_OK;
 }
 
+/* The next slice's size: ENG_SLICE_S at the rate of the last one, within the bounds. */
+static int
+next_slice(int n_last, double dt_last)
+{
+	double want;
+
+	if (n_last == 0 || dt_last <= 0)
+		return ENG_SLICE_FIRST;
+	want = (double)n_last / dt_last * ENG_SLICE_S;
+	if (want < ENG_SLICE_MIN)
+		return ENG_SLICE_MIN;
+	return want > ENG_PREFILL_CHUNK ? ENG_PREFILL_CHUNK : (int)want;
+}
+
 /*
  * Run s->toks[s->n_cached .. toks.n) through the model, in chunks; on success
  * the cache covers all tokens and the logits of the last one are at hand.
- * On failure n_cached stays where the last successful chunk ended.
+ * On failure n_cached stays where the last successful chunk ended. With a
+ * prefill hook, it is asked before each slice (and told the end); when it
+ * says stop the result is KVC_EINTR.
  */
 static int
 compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	int n_total = (int)s->toks.n;
-	double t0 = kvc_now();
+	int n_total = (int)s->toks.n, first = s->n_cached, n_last = 0;
+	double t0 = kvc_now(), dt_last = 0;
 	int rc;
 
 	if (s->n_cached >= n_total)
@@ -372,25 +398,46 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 		return rc;
 	s->have_logits = false;
 	while (s->n_cached < n_total) {
-		int n = n_total - s->n_cached;
+		int n = n_total - s->n_cached, lim = ENG_PREFILL_CHUNK;
+		double t1 = kvc_now();
 		bool last;
 
-		if (n > ENG_PREFILL_CHUNK)
-			n = ENG_PREFILL_CHUNK;
+		if (e->hook) {
+			if (e->hook(e->hook_arg, s->n_cached - first, n_total - first) != 0) {
+				kvc_err(err, errlen, "interrupted");
+				rc = KVC_EINTR;
+				break;
+			}
+			lim = next_slice(n_last, dt_last);
+		}
+		if (n > lim)
+			n = lim;
 		last = s->n_cached + n == n_total;
 		rc = e->be->forward(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
 		    last ? s->logits : NULL, false, err, errlen);
 		if (rc)
 			break;
 		s->n_cached += n;
+		n_last = n;
+		dt_last = kvc_now() - t1;
 		if (st)
 			st->n_computed += n;
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		s->have_logits = true;
+		if (e->hook)
+			(void)e->hook(e->hook_arg, n_total - first, n_total - first);
+	}
 	if (st)
 		st->t_prefill += kvc_now() - t0;
 	return rc;
+}
+
+void
+eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, int total), void *arg)
+{
+	e->hook = fn;
+	e->hook_arg = arg;
 }
 
 static void

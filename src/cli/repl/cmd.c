@@ -88,6 +88,8 @@ cmd_help_exec(struct kvc_repl *r, const char *args)
 	printf("Commands:\n");
 	cmd_print_help(stdout);
 	printf("Input: a line is one message; end a line with \\ to continue it, or wrap\n"
-	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply; Ctrl-D or /quit leaves.\n");
+	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply; Ctrl-D or /quit leaves.\n"
+	    "Settings: /set changes this conversation's, and they stay the defaults of the\n"
+	    "conversations /new starts in this session.\n");
 	return 0;
 }

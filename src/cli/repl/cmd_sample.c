@@ -46,6 +46,9 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 		repl_error(r, "/set: %s", err);
 		return 1;
 	}
+	/* Also the default of the conversations /new starts in this session. */
+	if (conv_setting_find(name) != NULL)
+		conv_setting_copy(&r->set, &s, conv_setting_find(name));
 	print_settings(&s);
 	return 0;
 }

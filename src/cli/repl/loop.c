@@ -18,7 +18,7 @@
 int
 repl_loop_terminal(struct kvc_repl *r)
 {
-	char hist[4096], prompt[64];
+	char hist[4096], prompt[64], line[512];
 	char *text;
 
 	repl_xdg_path(hist, sizeof hist, "XDG_STATE_HOME", ".local/state", "kvchat/history");
@@ -30,8 +30,11 @@ repl_loop_terminal(struct kvc_repl *r)
 	repl_complete_begin(r);
 	rl_catch_signals = 0;
 
-	printf("kvchat: conversation %" PRId64 " (%s), %d messages. /help for commands.\n",
-	    conv_id(r->cur), conv_title(r->cur), conv_n_msgs(r->cur));
+	repl_describe(r, line, sizeof line);
+	printf("kvchat: %s. /help for commands.\n", line);
+	/* Coming back: where the conversation was left (--recap). */
+	if (r->recap > 0 && conv_n_msgs(r->cur) > 0)
+		repl_show_msgs(r, r->recap);
 	snprintf(prompt, sizeof prompt, "%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD),
 	    kvc_sgr(r->color, KVC_SGR_RESET));
 	/* \001 \002 tell readline the escapes take no columns. */
