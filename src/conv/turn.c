@@ -366,8 +366,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	rc = user_delta(c, text, old_n, &delta, err, errlen);
 	if (rc == 0)
 		rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, err, errlen);
-	if (rc == 0)
-		rc = store_user(c, text, &delta, err, errlen);
+	if (rc == 0 && (rc = store_user(c, text, &delta, err, errlen)) != 0 && fresh)
+		conv_unstore(c, was_auto);	/* a row without its first message: gone again */
 	if (rc)
 		goto out;
 	st->prompt_tokens = (int)delta.n;
@@ -514,8 +514,11 @@ int
 conv_clear(struct conv *c, char *err, size_t errlen)
 {
 	char why[256] = "";
-	int rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
+	int rc;
 
+	if (c->id == 0)
+		return KVC_OK;	/* nothing stored, nothing said */
+	rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
 	if (rc)
 		return rc;
 	if (sess_chunks_clear(c->m->st, c->id, why, sizeof why) != 0)
