@@ -16,13 +16,14 @@
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
 #define ENG_PREFILL_CHUNK 512
 /*
- * With a prefill hook set, slices are sized by the measured rate to take
- * about this long, so an interrupt is seen within it; the first slice is
- * ENG_SLICE_FIRST tokens, before any rate is known.
+ * With a prefill hook set, slices are sized by the measured rate (of the
+ * last slice run, in this call or an earlier one) to take about this long,
+ * so an interrupt is seen within it; before any rate is known a slice is
+ * ENG_SLICE_FIRST tokens (small: a big model on a CPU may take 0.1 s each).
  */
 #define ENG_SLICE_S 0.2
-#define ENG_SLICE_FIRST 32
-#define ENG_SLICE_MIN 4
+#define ENG_SLICE_FIRST 8
+#define ENG_SLICE_MIN 2
 
 struct kvc_engine {
 	struct gguf_file *gf;		/* owned */
@@ -37,6 +38,7 @@ struct kvc_engine {
 	char fingerprint[17];		/* 64-bit hash, hex */
 	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
 	void *hook_arg;
+	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
 };
 
 struct kvc_seq {
@@ -364,13 +366,13 @@ check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t
 
 /* The next slice's size: ENG_SLICE_S at the rate of the last one, within the bounds. */
 static int
-next_slice(int n_last, double dt_last)
+next_slice(double tps)
 {
 	double want;
 
-	if (n_last == 0 || dt_last <= 0)
+	if (tps <= 0)
 		return ENG_SLICE_FIRST;
-	want = (double)n_last / dt_last * ENG_SLICE_S;
+	want = tps * ENG_SLICE_S;
 	if (want < ENG_SLICE_MIN)
 		return ENG_SLICE_MIN;
 	return want > ENG_PREFILL_CHUNK ? ENG_PREFILL_CHUNK : (int)want;
@@ -387,8 +389,8 @@ static int
 compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	int n_total = (int)s->toks.n, first = s->n_cached, n_last = 0;
-	double t0 = kvc_now(), dt_last = 0;
+	int n_total = (int)s->toks.n, first = s->n_cached;
+	double t0 = kvc_now();
 	int rc;
 
 	if (s->n_cached >= n_total)
@@ -408,7 +410,7 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 				rc = KVC_EINTR;
 				break;
 			}
-			lim = next_slice(n_last, dt_last);
+			lim = next_slice(e->slice_tps);
 		}
 		if (n > lim)
 			n = lim;
@@ -418,8 +420,8 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 		if (rc)
 			break;
 		s->n_cached += n;
-		n_last = n;
-		dt_last = kvc_now() - t1;
+		if (e->hook && kvc_now() > t1)
+			e->slice_tps = n / (kvc_now() - t1);
 		if (st)
 			st->n_computed += n;
 	}
