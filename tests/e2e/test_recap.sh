@@ -6,9 +6,12 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-test-$$"
+# A fresh server (socket) for each start: a new session on the socket of a
+# server that is still exiting can fail ("server exited unexpectedly").
+N_SOCK=0
+SOCK="kvchat-test-$$-0"
 T() { tmux -L "$SOCK" -f /dev/null "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
+trap 'i=0; while [ $i -le $N_SOCK ]; do tmux -L "kvchat-test-$$-$i" kill-server 2>/dev/null; i=$((i + 1)); done; rm -rf "$TMPD"' EXIT
 screen() { T capture-pane -p -J -t t -S -300; }
 wait_for() {
 	_d=$1; shift
@@ -49,6 +52,8 @@ check "the last reply has text to look for" [ -n "$R2" ]
 check "the stored reply is what was shown live" grep -qF -- "$R2" "$TMPD/out.txt"
 
 start() {
+	N_SOCK=$((N_SOCK + 1))
+	SOCK="kvchat-test-$$-$N_SOCK"
 	T new-session -d -s t -x 200 -y 50 \
 	    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' $OPTS $*; echo KVCHAT-EXIT:\$?; sleep 60"
 	wait_for "the prompt ($*)" prompt_ready
