@@ -190,11 +190,13 @@ sess_conv_find(struct sess_store *st, const char *id_or_title, int64_t *id_out,
 int
 sess_conv_latest(struct sess_store *st, int64_t *id_out, char *err, size_t errlen)
 {
-	int ret = lookup_id(st, "SELECT id FROM conversations ORDER BY touched DESC, id DESC "
-	    "LIMIT 1", NULL, 0, id_out, "cannot look up conversations", err, errlen);
+	/* Empty ones (left by older versions) are nothing to come back to. */
+	int ret = lookup_id(st, "SELECT id FROM conversations c WHERE EXISTS (SELECT 1 FROM "
+	    "messages m WHERE m.conv_id = c.id) ORDER BY touched DESC, id DESC LIMIT 1", NULL, 0,
+	    id_out, "cannot look up conversations", err, errlen);
 
 	if (ret == KVC_ENOTFOUND)
-		kvc_err(err, errlen, "no saved conversations yet");
+		kvc_err(err, errlen, "no saved conversations with messages yet");
 	return ret;
 }
 

@@ -51,6 +51,7 @@ int sess_conv_create(struct sess_store *st, const char *title, const char *model
 /* By numeric id or exact title (most recent if several). KVC_ENOTFOUND if none. */
 int sess_conv_find(struct sess_store *st, const char *id_or_title, int64_t *id_out,
     char *err, size_t errlen);
+/* The most recently used conversation that has messages. KVC_ENOTFOUND if none. */
 int sess_conv_latest(struct sess_store *st, int64_t *id_out, char *err, size_t errlen);
 int sess_conv_get(struct sess_store *st, int64_t id, struct sess_conv *out, char *err, size_t errlen);
 /* Most recently updated first; caller frees with sess_conv_list_free. */

@@ -1,6 +1,7 @@
 /* progress.c: the load/restore progress bar. */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +79,28 @@ progress_format(char *buf, size_t len, const char *label, uint64_t done,
 	}
 }
 
+void
+progress_format_rate(char *buf, size_t len, const char *label, uint64_t done,
+    uint64_t total, double elapsed)
+{
+	double tps = elapsed > 0 ? (double)done / elapsed : 0;
+
+	if (done > total)
+		done = total;
+	if (tps > 0)
+		snprintf(buf, len, "%s %" PRIu64 "/%" PRIu64 " positions, %.0f tok/s, ETA %.0fs",
+		    label, done, total, tps, (double)(total - done) / tps);
+	else
+		snprintf(buf, len, "%s %" PRIu64 "/%" PRIu64 " positions", label, done, total);
+}
+
+void
+progress_start_rate(struct kvc_progress *p, const char *label, uint64_t total)
+{
+	progress_start(p, label, total);
+	p->rate = true;
+}
+
 static void
 write_all(int fd, const char *s, size_t n)
 {
@@ -97,8 +120,11 @@ draw(struct kvc_progress *p, double now)
 	char line[256], out[272];
 	int n;
 
-	progress_format(line, sizeof line, p->label, p->done, p->total,
-	    now - p->t0, p->width < (int)sizeof line ? p->width : (int)sizeof line - 1);
+	if (p->rate)
+		progress_format_rate(line, sizeof line, p->label, p->done, p->total, now - p->t0);
+	else
+		progress_format(line, sizeof line, p->label, p->done, p->total,
+		    now - p->t0, p->width < (int)sizeof line ? p->width : (int)sizeof line - 1);
 	/* \r then the line then erase-to-end: shorter redraws leave no debris. */
 	n = snprintf(out, sizeof out, "\r%s\033[K", line);
 	if (n > 0)

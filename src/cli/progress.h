@@ -23,6 +23,7 @@ struct kvc_progress {
 	double t0;		/* kvc_now() at start, seconds */
 	double t_last;		/* last redraw, seconds */
 	int width;		/* terminal columns at start */
+	bool rate;		/* positions: drawn as counts, rate and time left, not a bar */
 };
 
 /* Start an operation of total units (0 if unknown) on stderr. */
@@ -39,6 +40,15 @@ void progress_set(struct kvc_progress *p, uint64_t done, uint64_t total);
 void progress_update(void *arg, uint64_t done, uint64_t total);
 /* Clear the bar's line if one was drawn. */
 void progress_end(struct kvc_progress *p);
+
+/*
+ * The conversation layer's work (prefill, rebuild) in cache positions:
+ * "prefill 1200/3651 positions, 210 tok/s, ETA 12s"; into buf, no escapes.
+ */
+void progress_format_rate(char *buf, size_t len, const char *label, uint64_t done,
+    uint64_t total, double elapsed);
+/* Start drawing work in positions (progress_format_rate's line) on stderr. */
+void progress_start_rate(struct kvc_progress *p, const char *label, uint64_t total);
 
 /* Render the bar text for a given state into buf (no escapes); for tests. */
 void progress_format(char *buf, size_t len, const char *label, uint64_t done,

@@ -99,7 +99,8 @@ conv_close(struct conv *c)
 			*pp = c->next;
 			break;
 		}
-	sess_conv_unlock(c->m->st, c->id);
+	if (c->id != 0)
+		sess_conv_unlock(c->m->st, c->id);
 	conv_free(c);
 }
 
@@ -123,10 +124,8 @@ int
 conv_new(struct conv_mgr *m, const char *title, const char *system,
     const struct conv_settings *s, struct conv **out, char *err, size_t errlen)
 {
-	struct kvc_buf sb = {0};
 	char prov[64];
 	struct conv *c;
-	int64_t id;
 	int rc;
 
 	if (title == NULL) {
@@ -135,22 +134,12 @@ conv_new(struct conv_mgr *m, const char *title, const char *system,
 		localtime_r(&now, &tm);
 		strftime(prov, sizeof prov, "chat %Y-%m-%d %H:%M:%S", &tm);
 	}
-	if (conv_settings_format(s, &sb))
-		return KVC_ENOMEM;
-	rc = sess_conv_create(m->st, title ? title : prov, eng_fingerprint(m->e),
-	    chat_family_name(m->p.family), system, sb.p, &id, err, errlen);
-	kvc_buf_free(&sb);
-	if (rc)
-		return rc;
-	rc = sess_conv_lock(m->st, id, err, errlen);
-	if (rc)
-		return rc;
-	c = conv_alloc(m, id);
+	/* Not stored yet: conv_store_new does it with the first message. */
+	c = conv_alloc(m, 0);
 	if (c == NULL || (c->title = conv_strdup(title ? title : prov)) == NULL ||
 	    (system != NULL && (c->system = conv_strdup(system)) == NULL)) {
 		if (c)
 			conv_free(c);
-		sess_conv_unlock(m->st, id);
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
@@ -159,7 +148,6 @@ conv_new(struct conv_mgr *m, const char *title, const char *system,
 	rc = smp_new(&c->smp, &c->set.smp, eng_n_vocab(m->e));
 	if (rc) {
 		conv_free(c);
-		sess_conv_unlock(m->st, id);
 		kvc_err(err, errlen, "sampler: %s", kvc_strerror(rc));
 		return rc;
 	}
@@ -225,6 +213,9 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 	sess_msgs_free(v, n);
 	if (rc == 0)
 		rc = open_window(c, row->window, err, errlen);
+	if (rc == 0 && n > 0 && c->msgs[n - 1].role == SESS_USER)
+		conv_notice(m, "conversation %" PRId64 ": the reply to the last message was cut "
+		    "off (kvchat stopped while answering); /retry answers it", c->id);
 	if (rc == 0 && (rc = smp_new(&c->smp, &c->set.smp, eng_n_vocab(m->e))) != 0)
 		kvc_err(err, errlen, "sampler: %s", kvc_strerror(rc));
 	return rc;
@@ -269,11 +260,12 @@ conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t e
 int
 conv_delete(struct conv *c, char *err, size_t errlen)
 {
-	int64_t id = c->id;
-	struct sess_store *st = c->m->st;
+	int rc = c->id != 0 ? sess_conv_delete(c->m->st, c->id, err, errlen) : KVC_OK;
 
-	conv_close(c);
-	return sess_conv_delete(st, id, err, errlen);
+	/* Refused, it stays open as it was (still the caller's to use). */
+	if (rc == 0)
+		conv_close(c);
+	return rc;
 }
 
 int
@@ -294,7 +286,7 @@ conv_rename(struct conv *c, const char *title, char *err, size_t errlen)
 
 	if (t == NULL)
 		return KVC_ENOMEM;
-	rc = sess_conv_rename(c->m->st, c->id, title, err, errlen);
+	rc = c->id != 0 ? sess_conv_rename(c->m->st, c->id, title, err, errlen) : KVC_OK;
 	if (rc) {
 		free(t);
 		return rc;

@@ -244,8 +244,9 @@ enum chat_family conv_mgr_family(const struct conv_mgr *m);
 size_t conv_mgr_kv_bytes(const struct conv_mgr *m, int *n_open, int *n_resident);
 
 /*
- * Create a conversation in the store and claim it. title NULL = provisional
- * title, replaced by the start of the first user message. system may be NULL.
+ * A new conversation. It is stored (and claimed) with its first message:
+ * until then conv_id is 0 and nothing of it is on disk. title NULL = the
+ * start of the first user message. system may be NULL.
  */
 int conv_new(struct conv_mgr *m, const char *title, const char *system,
     const struct conv_settings *s, struct conv **out, char *err, size_t errlen);
@@ -258,7 +259,7 @@ int conv_new(struct conv_mgr *m, const char *title, const char *system,
 int conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t errlen);
 /* Release the conversation's lock and cache. */
 void conv_close(struct conv *c);
-/* Close and delete it from the store. */
+/* Delete it from the store and close it; on an error it stays open, unchanged. */
 int conv_delete(struct conv *c, char *err, size_t errlen);
 /*
  * Delete conversation id from the store without bringing it into memory:
@@ -270,8 +271,15 @@ int conv_mgr_delete(struct conv_mgr *m, int64_t id, char *err, size_t errlen);
 /*
  * One turn: user text in, reply streamed through io, everything committed.
  * KVC_ERANGE (nothing changed) if the input alone does not fit the context
- * or the policy is stop and the context is full. An interrupted reply is
- * committed marked interrupted; the call then returns 0 and st->interrupted.
+ * or the policy is stop and the context is full. The user's message is
+ * stored before the prefill (a kill keeps it; conv_open then notices the
+ * reply was cut off, and a later turn leaves it with an empty reply marked
+ * interrupted). The prefill checks io->interrupt between slices of about
+ * 0.2 s: when it is set the turn is taken back whole (cache rewound,
+ * nothing stored) and the call returns KVC_EINTR with st->interrupted. An
+ * interrupted reply is committed marked interrupted; the call then returns
+ * 0 and st->interrupted. Long prefills and rebuilds report through
+ * conv_params.progress ("prefill", "rebuilding", in positions).
  */
 int conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen);

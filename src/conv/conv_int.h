@@ -21,6 +21,16 @@
 
 #include "conv.h"
 
+/*
+ * Long work under way (a prefill, a rebuild): what the engine's prefill
+ * hook reports it as, and the flag that stops it (conv_work_begin).
+ */
+struct conv_work {
+	const char *label;		/* "prefill", "rebuilding", ... */
+	volatile sig_atomic_t *interrupt;	/* stop when set; NULL: not stoppable */
+	bool started;			/* the progress callback was told it began */
+};
+
 struct conv_mgr {
 	struct kvc_engine *e;		/* not owned */
 	struct sess_store *st;		/* not owned */
@@ -28,6 +38,7 @@ struct conv_mgr {
 	char *jinja;			/* copy of p.jinja */
 	struct conv *open;		/* open conversations, a list */
 	uint64_t tick;			/* LRU clock */
+	struct conv_work work;		/* the work the prefill hook reports */
 };
 
 struct conv {
@@ -39,6 +50,10 @@ struct conv {
 	bool auto_title;		/* title is provisional until the first turn */
 	struct conv_settings set;
 	struct kvc_sampler *smp;
+	/*
+	 * id is 0 until the first message is stored: a conversation exists in
+	 * the store (and holds its lock) only once it has something to keep.
+	 */
 	struct sess_msg *msgs;		/* [n_msgs] deep copies of what is stored */
 	int n_msgs, cap_msgs;
 	/*
@@ -68,6 +83,12 @@ void conv_notice(struct conv_mgr *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A write that failed but the conversation goes on without: noticed, counted. */
 void conv_store_failed(struct conv *c, const char *what, const char *why);
+/*
+ * Until conv_work_end, the engine's prefills report to conv_params.progress
+ * as label and stop with KVC_EINTR when *interrupt (if not NULL) is set.
+ */
+void conv_work_begin(struct conv_mgr *m, const char *label, volatile sig_atomic_t *interrupt);
+void conv_work_end(struct conv_mgr *m);
 
 /* msgs.c */
 char *conv_strdup(const char *s);
@@ -114,6 +135,13 @@ void conv_chunks_trim(struct conv *c, int n_pos);
  */
 int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
     int n_keep, int win, char *err, size_t errlen);
+/*
+ * Make c a stored conversation (no-op if it is one): create its row, titled
+ * from first when the title is provisional, and take its lock.
+ */
+int conv_store_new(struct conv *c, const char *first, char *err, size_t errlen);
+/* Take back a conversation conv_store_new just stored: its row goes, id is 0 again. */
+void conv_unstore(struct conv *c, bool auto_title);
 /* The whole cache as one chunk (after a rebuild); a failure is noticed and counted. */
 void conv_save_snapshot(struct conv *c);
 /*

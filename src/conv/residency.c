@@ -182,7 +182,9 @@ restore(struct conv *c, const int32_t *toks, int n, char *err, size_t errlen)
 		c->snap_end = 0;
 		L.done = 0;
 	}
+	conv_work_begin(m, "rebuilding", NULL);
 	rc = eng_seq_sync(c->seq, toks, n, NULL, err, errlen);
+	conv_work_end(m);
 	if (rc)
 		return rc;
 	c->pend_rebuilt = true;

@@ -98,6 +98,76 @@ conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
 	return KVC_OK;
 }
 
+/* The title a first message gives: its first line, at most 48 bytes of whole characters. */
+static size_t
+title_from(const char *text, char *t, size_t len)
+{
+	size_t n = 0;
+
+	while (*text == ' ' || *text == '\n' || *text == '\t')
+		text++;
+	while (text[n] && text[n] != '\n' && n < 48 && n + 1 < len)
+		n++;
+	n = kvc_utf8_valid_prefix(text, n);
+	memcpy(t, text, n);
+	t[n] = '\0';
+	return n;
+}
+
+int
+conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct kvc_buf sb = {0};
+	char t[64];
+	char *title = NULL;
+	int64_t id;
+	int rc;
+
+	if (c->id != 0)
+		return KVC_OK;
+	if (c->auto_title && first != NULL && title_from(first, t, sizeof t) > 0 &&
+	    (title = conv_strdup(t)) == NULL)
+		return KVC_ENOMEM;
+	if (conv_settings_format(&c->set, &sb)) {
+		free(title);
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	rc = sess_conv_create(m->st, title ? title : c->title, eng_fingerprint(m->e),
+	    chat_family_name(m->p.family), c->system, sb.p, &id, err, errlen);
+	kvc_buf_free(&sb);
+	if (rc == 0 && (rc = sess_conv_lock(m->st, id, err, errlen)) != 0)
+		(void)sess_conv_delete(m->st, id, NULL, 0);
+	if (rc) {
+		free(title);
+		return rc;
+	}
+	c->id = id;
+	if (title != NULL) {
+		free(c->title);
+		c->title = title;
+	}
+	c->auto_title = false;
+	return KVC_OK;
+}
+
+void
+conv_unstore(struct conv *c, bool auto_title)
+{
+	int64_t id = c->id;
+
+	if (id == 0)
+		return;
+	sess_conv_unlock(c->m->st, id);
+	/* Left behind, it is an empty row; --resume skips those. */
+	(void)sess_conv_delete(c->m->st, id, NULL, 0);
+	c->id = 0;
+	c->auto_title = auto_title;
+	c->n_chunk_ends = 0;
+	c->snap_end = 0;
+}
+
 void
 conv_save_snapshot(struct conv *c)
 {
@@ -105,7 +175,7 @@ conv_save_snapshot(struct conv *c)
 
 	c->n_chunk_ends = 0;
 	c->snap_end = 0;
-	if (c->seq == NULL || eng_seq_n_pos(c->seq) == 0)
+	if (c->id == 0 || c->seq == NULL || eng_seq_n_pos(c->seq) == 0)
 		return;
 	/* Left unwritten, the next turn's chunk starts at 0 and covers it all. */
 	if (conv_commit_reply(c, NULL, 0, -1, 0, c->win, err, sizeof err) != 0)
@@ -128,8 +198,11 @@ int
 conv_save_settings(struct conv *c, char *err, size_t errlen)
 {
 	struct kvc_buf b = {0};
-	int rc = conv_settings_format(&c->set, &b);
+	int rc;
 
+	if (c->id == 0)
+		return KVC_OK;	/* stored with the first message */
+	rc = conv_settings_format(&c->set, &b);
 	if (rc == 0)
 		rc = sess_conv_set_settings(c->m->st, c->id, b.p, err, errlen);
 	else
@@ -143,6 +216,8 @@ conv_save_window(struct conv *c)
 {
 	char err[256] = "";
 
+	if (c->id == 0)
+		return;
 	/* Unsaved, a resume starts from the old window and rebuilds the cache (with a notice). */
 	if (sess_conv_set_window(c->m->st, c->id, c->win, err, sizeof err) != 0)
 		conv_store_failed(c, "window", err);

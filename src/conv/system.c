@@ -114,7 +114,9 @@ change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen
 	if (rc)
 		goto fail;
 	conv_mgr_fit(m, c, win.n * eng_kv_bytes_per_pos(m->e));
+	conv_work_begin(m, "recomputing", NULL);
 	rc = eng_seq_sync(c->seq, win.v, (int)win.n, &es, err, errlen);
+	conv_work_end(m);
 	if (rc == 0)
 		rc = sess_conv_replace_system(m->st, c->id, s, ids0.v, (int)ids0.n, err, errlen);
 	if (rc) {
@@ -161,7 +163,7 @@ conv_change_system(struct conv *c, const char *system, int *n_computed, char *er
 	}
 	if (c->n_msgs > 0)
 		return change_system(c, s, n_computed, err, errlen);
-	rc = sess_conv_set_system(c->m->st, c->id, s, err, errlen);
+	rc = c->id != 0 ? sess_conv_set_system(c->m->st, c->id, s, err, errlen) : KVC_OK;
 	if (rc) {
 		free(s);
 		return rc;

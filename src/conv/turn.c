@@ -88,25 +88,6 @@ reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stat
 	rec->stats.decode_tps = st->decode_tps;
 }
 
-static void
-auto_title(struct conv *c, const char *text)
-{
-	char t[64];
-	size_t n = 0;
-
-	while (*text == ' ' || *text == '\n' || *text == '\t')
-		text++;
-	while (text[n] && text[n] != '\n' && n < 48)
-		n++;
-	n = kvc_utf8_valid_prefix(text, n);
-	if (n == 0)
-		return;
-	memcpy(t, text, n);
-	t[n] = '\0';
-	if (conv_rename(c, t, NULL, 0) == 0)
-		c->auto_title = false;
-}
-
 /* The window's stream up to message k: its length, from the sequence or the messages. */
 static int
 stream_len(struct conv *c, int k, int *n_pos, char *err, size_t errlen)
@@ -201,55 +182,141 @@ drop_stats(const struct conv *c, int new_win, int old_n, const struct kvc_tokens
 }
 
 /*
- * Put the turn's prompt into the cache: after the stream when it fits with
- * room for a reply, else (policy drop) the cache is synced to a shorter
- * window (*new_win). Nothing changes on an error.
+ * Where the turn's prompt goes: after the stream when it fits with room for
+ * a reply (*sync false), else (policy drop) the cache is to be synced to
+ * target, a shorter window starting at *new_win. Only checks and plans:
+ * KVC_ERANGE when it does not fit at all.
  */
 static int
-prompt_into_cache(struct conv *c, const char *text, const struct kvc_tokens *delta,
-    int old_n, int *new_win, struct eng_stats *es, struct conv_stats *st, char *err,
-    size_t errlen)
+prompt_plan(struct conv *c, const char *text, const struct kvc_tokens *delta, int old_n,
+    int *new_win, struct kvc_tokens *target, bool *sync, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
-	struct kvc_tokens target = {0};
-	int n_ctx = eng_n_ctx(m->e), reserve = conv_reply_reserve(c), rc;
+	int n_ctx = eng_n_ctx(m->e), reserve = conv_reply_reserve(c);
 
+	*sync = false;
 	if (old_n == 0 && (int)delta->n >= n_ctx) {
 		kvc_err(err, errlen, "input too long: %zu tokens with the template, the context "
 		    "holds %d", delta->n, n_ctx);
 		return KVC_ERANGE;
 	}
-	if (old_n == 0 || old_n + (int)delta->n + reserve <= n_ctx) {
-		/* An empty conversation may start with less room for the reply. */
-		conv_mgr_fit(m, c, (size_t)(reserve + (int)delta->n) * eng_kv_bytes_per_pos(m->e));
-		return eng_seq_append(c->seq, delta->v, (int)delta->n, es, err, errlen);
-	}
+	/* An empty conversation may start with less room for the reply. */
+	if (old_n == 0 || old_n + (int)delta->n + reserve <= n_ctx)
+		return KVC_OK;
 	if (m->p.overflow == CONV_OVERFLOW_STOP) {
 		kvc_err(err, errlen, "context full: %d of %d positions used, this turn needs %zu "
 		    "more plus room for the reply (/clear, /new, or --ctx-overflow drop)", old_n,
 		    n_ctx, delta->n);
 		return KVC_ERANGE;
 	}
-	rc = conv_plan_window(c, text, delta, reserve, new_win, &target, err, errlen);
-	if (rc == 0) {
-		conv_mgr_fit(m, c, (size_t)(reserve + (int)target.n) * eng_kv_bytes_per_pos(m->e));
-		rc = eng_seq_sync(c->seq, target.v, (int)target.n, es, err, errlen);
-		if (rc)
-			conv_drop_seq(c);	/* half synced: rebuilt from the messages */
-	}
-	if (rc == 0)
-		drop_stats(c, *new_win, old_n, delta, &target, es, st);
-	kvc_tokens_free(&target);
+	*sync = true;
+	return conv_plan_window(c, text, delta, reserve, new_win, target, err, errlen);
+}
+
+/*
+ * Compute the planned prompt (stoppable by io's interrupt). Nothing changes
+ * in the cache on an error, except that a half-done sync drops the
+ * sequence (it is rebuilt from the messages when next used).
+ */
+static int
+prompt_compute(struct conv *c, const struct kvc_tokens *delta, const struct kvc_tokens *target,
+    bool sync, int old_n, int new_win, const struct conv_io *io, struct eng_stats *es,
+    struct conv_stats *st, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	const struct kvc_tokens *t = sync ? target : delta;
+	int reserve = conv_reply_reserve(c), rc;
+
+	conv_mgr_fit(m, c, (size_t)(reserve + (int)t->n) * eng_kv_bytes_per_pos(m->e));
+	conv_work_begin(m, "prefill", io ? io->interrupt : NULL);
+	rc = sync ? eng_seq_sync(c->seq, t->v, (int)t->n, es, err, errlen) :
+	    eng_seq_append(c->seq, t->v, (int)t->n, es, err, errlen);
+	conv_work_end(m);
+	if (rc && sync)
+		conv_drop_seq(c);	/* half synced: rebuilt from the messages */
+	if (rc == 0 && sync)
+		drop_stats(c, new_win, old_n, delta, target, es, st);
 	return rc;
 }
 
 /*
- * One transaction: user message, reply, the new cache positions; on a new
- * window the chunks of the old stream go first (they no longer describe
- * the cache).
+ * The user's message goes to the store before anything is computed, so a
+ * kill during the prefill or the reply keeps what was typed; a fresh
+ * conversation is stored with it.
  */
 static int
-commit_turn(struct conv *c, struct sess_msg rec[2], int new_win, char *err, size_t errlen)
+store_user(struct conv *c, const char *text, const struct kvc_tokens *delta, char *err,
+    size_t errlen)
+{
+	struct sess_msg rec;
+	int rc = conv_store_new(c, text, err, errlen);
+
+	if (rc)
+		return rc;
+	memset(&rec, 0, sizeof rec);
+	rec.role = SESS_USER;
+	rec.text = (char *)text;
+	rec.ids = delta->v;
+	rec.n_ids = (int)delta->n;
+	rc = sess_turn_commit(c->m->st, c->id, &rec, 1, NULL, err, errlen);
+	if (rc == 0 && conv_msgs_push(c, &rec) != 0) {
+		kvc_err(err, errlen, "out of memory");
+		rc = KVC_ENOMEM;
+		/* Stored but not in memory: take it back so the two agree. */
+		if (sess_rewind(c->m->st, c->id, c->n_msgs, c->snap_end, NULL, 0) != 0)
+			conv_drop_seq(c);
+	}
+	return rc;
+}
+
+/*
+ * The turn is taken back before its reply: the user's message leaves the
+ * store (and a conversation this turn stored leaves it whole). Should the
+ * store refuse, the message stays, answered at the next turn.
+ */
+static void
+unstore_user(struct conv *c, bool fresh, bool was_auto)
+{
+	if (fresh) {
+		conv_unstore(c, was_auto);
+		conv_msgs_drop(c, c->n_msgs - 1);
+		return;
+	}
+	if (sess_rewind(c->m->st, c->id, c->n_msgs - 1, c->snap_end, NULL, 0) == 0)
+		conv_msgs_drop(c, c->n_msgs - 1);
+}
+
+/*
+ * A user message left without its reply (kvchat was stopped while it
+ * answered, and the user went on instead of /retry): it stays, with an
+ * empty reply marked interrupted, as a reply cut off at once would be.
+ */
+static int
+close_unanswered(struct conv *c, char *err, size_t errlen)
+{
+	struct sess_msg rec;
+	int rc;
+
+	memset(&rec, 0, sizeof rec);
+	rec.role = SESS_ASSISTANT;
+	rec.text = (char *)"";
+	rec.interrupted = true;
+	rc = conv_commit_reply(c, &rec, 1, -1, 0, c->win, err, errlen);
+	if (rc == 0 && conv_msgs_push(c, &rec) != 0) {
+		kvc_err(err, errlen, "out of memory");
+		conv_drop_seq(c);
+		rc = KVC_ENOMEM;
+	}
+	return rc;
+}
+
+/*
+ * The reply and the new cache positions, in one transaction; on a new
+ * window the chunks of the old stream go first (they no longer describe
+ * the cache). Then the in-memory picture follows.
+ */
+static int
+commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, char *err, size_t errlen)
 {
 	int rc;
 
@@ -260,88 +327,96 @@ commit_turn(struct conv *c, struct sess_msg rec[2], int new_win, char *err, size
 		c->n_chunk_ends = 0;
 		c->snap_end = 0;
 	}
-	return conv_commit_reply(c, rec, 2, -1, 0, new_win, err, errlen);
-}
-
-/* Committed: the in-memory picture follows. */
-static int
-turn_committed(struct conv *c, const char *text, struct sess_msg rec[2], int new_win,
-    char *err, size_t errlen)
-{
-	if (conv_msgs_push(c, &rec[0]) || conv_msgs_push(c, &rec[1])) {
+	rc = conv_commit_reply(c, rec, 1, -1, 0, new_win, err, errlen);
+	if (rc)
+		return rc;
+	if (conv_msgs_push(c, rec)) {
+		/* Stored: the next use renders the messages again from the store's picture. */
 		kvc_err(err, errlen, "out of memory");
-		return KVC_ENOMEM;
+		conv_drop_seq(c);
+		return KVC_OK;
 	}
 	if (new_win != c->win) {
 		c->win = new_win;
 		conv_save_window(c);
 	}
 	c->pend_resumed = c->pend_rebuilt = false;
-	if (c->auto_title)
-		auto_title(c, text);
 	return KVC_OK;
+}
+
+/* The turn's figures before its reply. */
+static void
+turn_begin(struct conv *c, struct conv_stats *st)
+{
+	st->resumed_from_snapshot = c->pend_resumed;
+	st->rebuilt = c->pend_rebuilt;
+	st->context_used = eng_seq_n_pos(c->seq);
+	st->context_total = eng_n_ctx(c->m->e);
 }
 
 int
 conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen)
 {
-	struct kvc_tokens delta = {0};
+	struct kvc_tokens delta = {0}, target = {0};
 	struct conv_gen g;
 	struct eng_stats es = {0};
-	struct sess_msg rec[2];
+	struct sess_msg rec;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
+	bool sync, fresh = c->id == 0, was_auto = c->auto_title;
 	int new_win, old_n, rc;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
 	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
 		return rc;	/* before anything is tokenized or changed */
-	/* A user message left without its reply (an older kvchat's /retry cut short): drop it. */
-	if (c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER &&
-	    (rc = drop_tail(c, c->n_msgs - 1, err, errlen)) != 0)
-		return rc;
 	rc = conv_activate(c, err, errlen);
+	if (rc == 0 && c->n_msgs > 0 && c->msgs[c->n_msgs - 1].role == SESS_USER)
+		rc = close_unanswered(c, err, errlen);
 	if (rc)
 		return rc;
 	new_win = c->win;
 	old_n = eng_seq_n_pos(c->seq);
-	st->resumed_from_snapshot = c->pend_resumed;
-	st->rebuilt = c->pend_rebuilt;
+	turn_begin(c, st);
 	rc = user_delta(c, text, old_n, &delta, err, errlen);
+	if (rc == 0)
+		rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, err, errlen);
+	if (rc == 0 && (rc = store_user(c, text, &delta, err, errlen)) != 0 && fresh)
+		conv_unstore(c, was_auto);	/* a row without its first message: gone again */
 	if (rc)
 		goto out;
 	st->prompt_tokens = (int)delta.n;
-	rc = prompt_into_cache(c, text, &delta, old_n, &new_win, &es, st, err, errlen);
-	if (rc)
+	rc = prompt_compute(c, &delta, &target, sync, old_n, new_win, io, &es, st, err, errlen);
+	if (rc) {
+		/* Stopped or failed before the reply: the turn is taken back whole. */
+		st->interrupted = rc == KVC_EINTR;
+		st->prefill_tokens = es.n_computed;
+		unstore_user(c, fresh, was_auto);
 		goto out;
+	}
 	prompt_done(c, &es, st);
 	c->reply_logits_pos = -1;
 	rc = reply(c, io, NULL, &g, st, t0, err, errlen);
 	if (rc)
 		goto rollback;
-	memset(rec, 0, sizeof rec);
-	rec[0].role = SESS_USER;
-	rec[0].text = (char *)text;
-	rec[0].ids = delta.v;
-	rec[0].n_ids = (int)delta.n;
-	reply_msg(&rec[1], &g, st);
-	rc = commit_turn(c, rec, new_win, err, errlen);
+	reply_msg(&rec, &g, st);
+	rc = commit_reply_turn(c, &rec, new_win, err, errlen);
 	if (rc)
 		goto rollback;
-	rc = turn_committed(c, text, rec, new_win, err, errlen);
 	st->store_errors = c->store_errors;
 	c->store_errors = 0;
 	goto out;
 rollback:
-	/* Nothing was stored: the cache goes back to the stored stream. */
+	/* The reply was not stored: the cache goes back to the stored stream. */
 	c->reply_logits_pos = -1;
 	if (new_win == c->win)
 		(void)eng_seq_truncate(c->seq, old_n);
 	else
 		conv_drop_seq(c);
+	unstore_user(c, fresh, was_auto);
 out:
 	kvc_tokens_free(&delta);
+	kvc_tokens_free(&target);
 	conv_gen_free(&g);
 	return rc;
 }
@@ -454,8 +529,11 @@ int
 conv_clear(struct conv *c, char *err, size_t errlen)
 {
 	char why[256] = "";
-	int rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
+	int rc;
 
+	if (c->id == 0)
+		return KVC_OK;	/* nothing stored, nothing said */
+	rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
 	if (rc)
 		return rc;
 	if (sess_chunks_clear(c->m->st, c->id, why, sizeof why) != 0)

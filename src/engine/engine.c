@@ -15,6 +15,15 @@
 
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
 #define ENG_PREFILL_CHUNK 512
+/*
+ * With a prefill hook set, slices are sized by the measured rate (of the
+ * last slice run, in this call or an earlier one) to take about this long,
+ * so an interrupt is seen within it; before any rate is known a slice is
+ * ENG_SLICE_FIRST tokens (small: a big model on a CPU may take 0.1 s each).
+ */
+#define ENG_SLICE_S 0.2
+#define ENG_SLICE_FIRST 8
+#define ENG_SLICE_MIN 2
 
 struct kvc_engine {
 	struct gguf_file *gf;		/* owned */
@@ -27,6 +36,9 @@ struct kvc_engine {
 	int kv_dim;			/* n_head_kv * head_dim */
 	size_t kv_elem;			/* bytes per cache element */
 	char fingerprint[17];		/* 64-bit hash, hex */
+	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
+	void *hook_arg;
+	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
 };
 
 struct kvc_seq {
@@ -352,16 +364,32 @@ check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t
 	return KVC_OK;
 }
 
+/* The next slice's size: ENG_SLICE_S at the rate of the last one, within the bounds. */
+static int
+next_slice(double tps)
+{
+	double want;
+
+	if (tps <= 0)
+		return ENG_SLICE_FIRST;
+	want = tps * ENG_SLICE_S;
+	if (want < ENG_SLICE_MIN)
+		return ENG_SLICE_MIN;
+	return want > ENG_PREFILL_CHUNK ? ENG_PREFILL_CHUNK : (int)want;
+}
+
 /*
  * Run s->toks[s->n_cached .. toks.n) through the model, in chunks; on success
  * the cache covers all tokens and the logits of the last one are at hand.
- * On failure n_cached stays where the last successful chunk ended.
+ * On failure n_cached stays where the last successful chunk ended. With a
+ * prefill hook, it is asked before each slice (and told the end); when it
+ * says stop the result is KVC_EINTR.
  */
 static int
 compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	int n_total = (int)s->toks.n;
+	int n_total = (int)s->toks.n, first = s->n_cached;
 	double t0 = kvc_now();
 	int rc;
 
@@ -372,25 +400,46 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 		return rc;
 	s->have_logits = false;
 	while (s->n_cached < n_total) {
-		int n = n_total - s->n_cached;
+		int n = n_total - s->n_cached, lim = ENG_PREFILL_CHUNK;
+		double t1 = kvc_now();
 		bool last;
 
-		if (n > ENG_PREFILL_CHUNK)
-			n = ENG_PREFILL_CHUNK;
+		if (e->hook) {
+			if (e->hook(e->hook_arg, s->n_cached - first, n_total - first) != 0) {
+				kvc_err(err, errlen, "interrupted");
+				rc = KVC_EINTR;
+				break;
+			}
+			lim = next_slice(e->slice_tps);
+		}
+		if (n > lim)
+			n = lim;
 		last = s->n_cached + n == n_total;
 		rc = e->be->forward(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
 		    last ? s->logits : NULL, false, err, errlen);
 		if (rc)
 			break;
 		s->n_cached += n;
+		if (e->hook && kvc_now() > t1)
+			e->slice_tps = n / (kvc_now() - t1);
 		if (st)
 			st->n_computed += n;
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		s->have_logits = true;
+		if (e->hook)
+			(void)e->hook(e->hook_arg, n_total - first, n_total - first);
+	}
 	if (st)
 		st->t_prefill += kvc_now() - t0;
 	return rc;
+}
+
+void
+eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, int total), void *arg)
+{
+	e->hook = fn;
+	e->hook_arg = arg;
 }
 
 static void

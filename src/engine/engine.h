@@ -81,6 +81,17 @@ int eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
  */
 int eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen);
+/*
+ * Long work made visible and interruptible: while fn is set, every prefill
+ * (append, sync) runs in slices sized by the measured rate to about 0.2 s,
+ * and fn is called before each slice with the positions done and the total
+ * of that call (done = 0 first) and once more at the end (done = total).
+ * A non-zero return stops the call with KVC_EINTR: eng_seq_append then
+ * leaves the sequence as it was; eng_seq_sync leaves the positions
+ * computed so far. fn NULL turns it off (512-token slices).
+ */
+void eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, int total),
+    void *arg);
 /* Drop positions >= n_pos (n_pos <= current length). */
 int eng_seq_truncate(struct kvc_seq *s, int n_pos);
 /* Release the cache memory but keep the tokens (an evicted conversation). */

@@ -10,8 +10,12 @@
 #     database, and at most one more (committed, killed before its line);
 #   - stdout is consistent with the store: the replies of the completed
 #     turns, each followed by a blank line, then at most part of one more;
-#   - the stored conversation alternates user/assistant (a turn is never
-#     half-stored);
+#   - the stored conversation alternates user/assistant. The user's message
+#     is stored when it is sent (issue 13), so a kill during a turn leaves it
+#     without its reply; the next run's first turn gives it an empty reply
+#     marked interrupted. Those are not counted as replies below (no turn
+#     of these runs is interrupted otherwise), and after the last runs
+#     every message has its reply;
 # and the next process resumes the conversation from its snapshot or by
 # rebuilding, computing only the new turn's tokens when from the snapshot.
 # KVCHAT_CRASH_KILLS (default 50) and KVCHAT_CRASH_SEED make longer or
@@ -64,7 +68,7 @@ while [ $k -le "$KILLS" ]; do
 	conv="crash$((k % NCONV))"
 	d=$(sed -n "${k}p" "$TMPD/delays")
 	n0=$(sqlite3 "$DB" "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conv_id
-	    WHERE c.title = '$conv' AND m.role = 2")
+	    WHERE c.title = '$conv' AND m.role = 2 AND m.interrupted = 0")
 	# Created here: a kill within a millisecond can land before the child's redirections.
 	: >"$TMPD/out.$k"
 	: >"$TMPD/err.$k"
@@ -79,7 +83,7 @@ while [ $k -le "$KILLS" ]; do
 	ic=$(sqlite3 "$DB" 'PRAGMA integrity_check' 2>&1)
 	[ "$ic" = ok ] || fail "kill $k: integrity_check: $ic"
 	n1=$(sqlite3 "$DB" "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conv_id
-	    WHERE c.title = '$conv' AND m.role = 2")
+	    WHERE c.title = '$conv' AND m.role = 2 AND m.interrupted = 0")
 	echo "$k $conv $n0 $n1 $rc $d" >>"$TMPD/log"
 	k=$((k + 1))
 done
@@ -110,7 +114,7 @@ def fail(msg):
 def replies(conv):
     return [t for (t,) in con.execute(
         "SELECT m.text FROM messages m JOIN conversations c ON c.id = m.conv_id "
-        "WHERE c.title = ? AND m.role = 2 ORDER BY m.seq", (conv,))]
+        "WHERE c.title = ? AND m.role = 2 AND m.interrupted = 0 ORDER BY m.seq", (conv,))]
 
 def stats(path):
     try:

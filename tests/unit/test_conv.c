@@ -521,7 +521,7 @@ main(void)
 	test_cond(rc == 0, "conv_new: %s", err);
 	if (rc)
 		return test_done();
-	id = conv_id(c);
+	test_cond(conv_id(c) == 0, "a conversation without messages is not stored yet");
 	for (int t = 0; t < 10; t++) {
 		rc = conv_turn(c, inputs[t], NULL, &s, err, sizeof err);
 		test_cond(rc == 0, "turn %d: %s", t + 1, err);
@@ -538,6 +538,7 @@ main(void)
 		    eng_seq_n_pos(conv_seq(c)));
 		test_cond(stream_is_full_render(c, e), "turn %d: stream != full rendering", t + 1);
 		prev_used = s.context_used;
+		id = conv_id(c);
 	}
 	test_cond(stored_msgs(st, id) == 20, "20 messages stored, got %d", stored_msgs(st, id));
 	{
@@ -657,11 +658,12 @@ main(void)
 
 		test_cond(es && ms, "small engine");
 		if (ms && conv_new(ms, "small", NULL, &s8, &c, err, sizeof err) == 0) {
-			int64_t sid = conv_id(c);
+			int64_t sid = 0;
 
 			for (int t = 0; t < 10; t++) {
 				rc = conv_turn(c, inputs[t], NULL, &s, err, sizeof err);
 				test_cond(rc == 0, "small turn %d: %s", t + 1, err);
+				sid = conv_id(c);
 				dropped |= s.dropped_tokens > 0;
 				test_cond(s.context_used <= 160, "small: context %d", s.context_used);
 				if (s.dropped_tokens > 0)
@@ -759,8 +761,8 @@ main(void)
 			int n_open = 0, n_res = 0;
 
 			if (conv_new(mb, "x", NULL, &set, &x, err, sizeof err) == 0) {
-				xid = conv_id(x);
 				(void)conv_turn(x, "third", NULL, &s, err, sizeof err);
+				xid = conv_id(x);
 				conv_close(x);
 			}
 			(void)conv_turn(a, "once more", NULL, &s, err, sizeof err);

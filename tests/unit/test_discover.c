@@ -361,6 +361,12 @@ test_progress(void)
 	test_cond(strcmp(line, "loading ... 2.0s") == 0, "unknown total: '%s'", line);
 	progress_format(line, sizeof line, "x", 200, 100, 0.0, 80);
 	test_cond(strstr(line, "100%") != NULL, "clamped: '%s'", line);
+	/* Positions (prefill, rebuild): counts, rate and time left (issue 13). */
+	progress_format_rate(line, sizeof line, "prefill", 1000, 3000, 2.0);
+	test_cond(strcmp(line, "prefill 1000/3000 positions, 500 tok/s, ETA 4s") == 0,
+	    "rate line: '%s'", line);
+	progress_format_rate(line, sizeof line, "rebuilding", 0, 3000, 0.0);
+	test_cond(strcmp(line, "rebuilding 0/3000 positions") == 0, "no rate yet: '%s'", line);
 
 	/* Not a terminal, not forced: silent. */
 	test_cond(pipe(fds) == 0, "pipe");

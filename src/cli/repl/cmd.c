@@ -107,6 +107,8 @@ cmd_help_exec(struct kvc_repl *r, const char *args)
 	cmd_print_help(stdout);
 	printf("Input: a line is one message; end a line with \\ to continue it, or wrap\n"
 	    "several lines in \"\"\" ... \"\"\". Ctrl-C stops a reply or drops what is being typed;\n"
-	    "Ctrl-D drops an unfinished \"\"\" block, and at an empty prompt leaves (as /quit).\n");
+	    "Ctrl-D drops an unfinished \"\"\" block, and at an empty prompt leaves (as /quit).\n"
+	    "Settings: /set changes this conversation's, and they stay the defaults of the\n"
+	    "conversations /new starts in this session.\n");
 	return 0;
 }

@@ -64,6 +64,9 @@ set_one(struct kvc_repl *r, const char *name, const char *value)
 		repl_error(r, "/set: %s", err);
 		return 1;
 	}
+	/* Also the default of the conversations /new starts in this session. */
+	if (conv_setting_find(name) != NULL)
+		conv_setting_copy(&r->set, &s, conv_setting_find(name));
 	print_settings(&s);
 	return 0;
 }

@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <readline/readline.h>
+
 #include "cmd.h"
 #include "cli/colour.h"
 
@@ -20,8 +22,43 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 		return 1;
 	}
 	repl_switch(r, c);
-	printf("new conversation %" PRId64 " (%s)\n", conv_id(c), conv_title(c));
+	printf("new conversation (%s): saved with its first message\n", conv_title(c));
 	return 0;
+}
+
+/*
+ * The conversation args names for /cmd: an id, or a title only one
+ * conversation has. Several with the title are listed and none is chosen.
+ */
+static int
+pick_conv(struct kvc_repl *r, const char *cmd, const char *args, int64_t *id)
+{
+	struct sess_conv *v;
+	char err[512];
+	const char *p;
+	int n, hits = 0;
+
+	for (p = args; *p >= '0' && *p <= '9'; p++)
+		;
+	if (*p == '\0' && sess_conv_find(r->st, args, id, err, sizeof err) == 0)
+		return 0;	/* an id (or a numeric title) */
+	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
+		repl_error(r, "/%s: %s", cmd, err);
+		return 1;
+	}
+	for (int i = 0; i < n; i++)
+		if (v[i].title && strcmp(v[i].title, args) == 0 && hits++ == 0)
+			*id = v[i].id;
+	if (hits > 1) {
+		repl_error(r, "/%s: %d conversations are titled '%s'; give the id:", cmd, hits, args);
+		for (int i = 0; i < n; i++)
+			if (v[i].title && strcmp(v[i].title, args) == 0)
+				printf("  %4" PRId64 "  %4d msgs  %s\n", v[i].id, v[i].n_msgs, v[i].title);
+	} else if (hits == 0) {
+		repl_error(r, "/%s: no conversation with id or title '%s'", cmd, args);
+	}
+	sess_conv_list_free(v, n);
+	return hits == 1 ? 0 : 1;
 }
 
 static int
@@ -73,8 +110,7 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 			repl_error(r, "/resume: %s", err);
 			return 1;
 		}
-	} else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
-		repl_error(r, "/resume: %s", err);
+	} else if (pick_conv(r, "resume", args, &id)) {
 		return 1;
 	}
 	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
@@ -85,6 +121,8 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	(void)conv_stream(c, &n);
 	printf("conversation %" PRId64 " (%s): %d messages, %d tokens\n", conv_id(c),
 	    conv_title(c), conv_n_msgs(c), n);
+	if (r->recap > 0)
+		repl_show_msgs(r, r->recap);
 	return 0;
 }
 
@@ -104,30 +142,69 @@ cmd_rename_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
+/* At a terminal, "[y/N]" before a delete; piped input is not asked. */
+static bool
+confirm_delete(struct kvc_repl *r, int64_t id)
+{
+	struct sess_conv row = {0};
+	char q[640], *a;
+	bool yes;
+
+	if (!r->tty || !isatty(0))
+		return true;
+	if (sess_conv_get(r->st, id, &row, NULL, 0) != 0)
+		return true;	/* the delete says what is wrong */
+	snprintf(q, sizeof q, "delete conversation %" PRId64 " (%s, %d messages)? [y/N] ", id,
+	    row.title ? row.title : "", row.n_msgs);
+	sess_conv_clear(&row);
+	a = readline(q);
+	yes = a != NULL && (strcmp(a, "y") == 0 || strcmp(a, "Y") == 0 || strcmp(a, "yes") == 0);
+	free(a);
+	if (!yes)
+		printf("not deleted\n");
+	return yes;
+}
+
 static int
 cmd_delete_exec(struct kvc_repl *r, const char *args)
 {
 	char err[512];
 	int64_t id;
-	bool was_cur;
+	struct conv *c;
 
+	if (args[0] == '\0' && conv_id(r->cur) == 0) {
+		/* Nothing stored yet: it is only left behind. */
+		printf("this conversation has no messages: nothing to delete\n");
+		return 0;
+	}
 	if (args[0] == '\0')
 		id = conv_id(r->cur);
-	else if (sess_conv_find(r->st, args, &id, err, sizeof err)) {
-		repl_error(r, "/delete: %s", err);
+	else if (pick_conv(r, "delete", args, &id))
 		return 1;
+	if (!confirm_delete(r, id))
+		return 0;
+	if (conv_id(r->cur) == id) {
+		/* Its replacement first: a failed delete leaves the current one as it was. */
+		if (conv_new(r->mgr, NULL, r->system, &r->set, &c, err, sizeof err)) {
+			repl_error(r, "/delete: %s", err);
+			return 1;
+		}
+		if (conv_delete(r->cur, err, sizeof err)) {
+			repl_error(r, "/delete: %s", err);
+			conv_close(c);
+			return 1;
+		}
+		repl_switch(r, c);
+		printf("deleted conversation %" PRId64 "; new conversation (%s)\n", id,
+		    conv_title(c));
+		return 0;
 	}
-	was_cur = conv_id(r->cur) == id;
-	if (was_cur)
-		r->cur = NULL;
 	/* Not brought into memory first; one in use elsewhere is refused by its lock. */
 	if (conv_mgr_delete(r->mgr, id, err, sizeof err)) {
 		repl_error(r, "/delete: %s", err);
 		return 1;
 	}
 	printf("deleted conversation %" PRId64 "\n", id);
-	if (was_cur)
-		return cmd_session_entries[0].exec(r, "");	/* /new */
 	return 0;
 }
 
@@ -161,7 +238,7 @@ cmd_clear_exec(struct kvc_repl *r, const char *args)
 		repl_error(r, "/clear: %s", err);
 		return 1;
 	}
-	printf("conversation %" PRId64 " cleared\n", conv_id(r->cur));
+	printf("conversation %s cleared\n", conv_title(r->cur));
 	return 0;
 }
 
@@ -184,6 +261,21 @@ cmd_stats_exec(struct kvc_repl *r, const char *args)
 	}
 	if (turn == 0)
 		printf("no turns yet\n");
+	return 0;
+}
+
+static int
+cmd_history_exec(struct kvc_repl *r, const char *args)
+{
+	long n = -1;
+
+	if (args[0] && kvc_parse_long(args, 0, 1000000, &n) != KVC_OK) {
+		repl_error(r, "usage: /history [N] (the last N messages)");
+		return 1;
+	}
+	if (conv_n_msgs(r->cur) == 0)
+		printf("no messages yet\n");
+	repl_show_msgs(r, (int)n);
 	return 0;
 }
 
@@ -299,12 +391,14 @@ cmd_quit_exec(struct kvc_repl *r, const char *args)
 const struct kvc_cmd_entry cmd_session_entries[] = {
 	{ "new", "[TITLE]", "start a new conversation", cmd_new_exec },
 	{ "list", "", "list conversations (* = this one)", cmd_list_exec },
-	{ "resume", "ID|TITLE", "switch to a stored conversation", cmd_resume_exec },
+	{ "resume", "[ID|TITLE]", "switch to a stored conversation (default: the latest)",
+	    cmd_resume_exec },
 	{ "rename", "TITLE", "rename this conversation", cmd_rename_exec },
 	{ "delete", "[ID|TITLE]", "delete a conversation (default: this one)", cmd_delete_exec },
 	{ "undo", "", "drop the last exchange", cmd_undo_exec },
 	{ "retry", "", "answer the last message again", cmd_retry_exec },
 	{ "clear", "", "drop every message of this conversation", cmd_clear_exec },
+	{ "history", "[N]", "print this conversation (its last N messages)", cmd_history_exec },
 	{ "stats", "", "per-turn figures of this conversation", cmd_stats_exec },
 	{ "export", "md|json FILE", "write this conversation to FILE", cmd_export_exec },
 	{ "quit", "", "save and leave (also Ctrl-D)", cmd_quit_exec },

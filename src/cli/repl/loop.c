@@ -44,7 +44,7 @@ history_writable(struct kvc_repl *r, const char *hist)
 int
 repl_loop_terminal(struct kvc_repl *r)
 {
-	char hist[4096], prompt[64], err[1024], title[256];
+	char hist[4096], prompt[64], err[1024], line[512];
 	char *text;
 	bool keep;
 
@@ -65,10 +65,11 @@ repl_loop_terminal(struct kvc_repl *r)
 	repl_complete_begin(r);
 	rl_catch_signals = 0;
 
-	/* The title as stored may hold anything: shown cleaned, as /list does. */
-	(void)repl_clean_text(conv_title(r->cur) ? conv_title(r->cur) : "", title, sizeof title);
-	printf("kvchat: conversation %" PRId64 " (%s), %d messages. /help for commands.\n",
-	    conv_id(r->cur), title, conv_n_msgs(r->cur));
+	repl_describe(r, line, sizeof line);
+	printf("kvchat: %s. /help for commands.\n", line);
+	/* Coming back: where the conversation was left (--recap). */
+	if (r->recap > 0 && conv_n_msgs(r->cur) > 0)
+		repl_show_msgs(r, r->recap);
 	snprintf(prompt, sizeof prompt, "%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD),
 	    kvc_sgr(r->color, KVC_SGR_RESET));
 	/* \001 \002 tell readline the escapes take no columns. */

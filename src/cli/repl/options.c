@@ -15,7 +15,7 @@
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
 	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU,
-	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
+	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION, OPT_RECAP,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -39,6 +39,7 @@ static const struct option fixed_options[] = {
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "gpu", required_argument, NULL, OPT_GPU },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
+	{ "recap", required_argument, NULL, OPT_RECAP },
 	{ "no-color", no_argument, NULL, OPT_NO_COLOR },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -207,6 +208,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 	o->ep = kvc_engine_default_params();
 	o->set = conv_default_settings();
 	o->overflow = CONV_OVERFLOW_DROP;
+	o->recap = 2;	/* the last exchange */
 	build_options();
 	optind = 1;
 	opterr = 0;
@@ -236,6 +238,14 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			o->template_name = a;
 			break;
 		case OPT_STATS_JSON: o->stats_json = a; break;
+		case OPT_RECAP: {
+			long v;
+
+			if (kvc_parse_long(a, 0, 1000000, &v) != KVC_OK)
+				return usage_error("--recap: not a number of messages: '%s'", a);
+			o->recap = (int)v;
+			break;
+		}
 		case OPT_NO_COLOR: o->no_color = true; break;
 		case 'h':
 			cli_help(stdout);

@@ -21,6 +21,7 @@ struct repl_opts {
 	enum conv_overflow overflow;
 	const char *stats_json;
 	bool no_color;
+	int recap;			/* messages shown on resume (--recap) */
 };
 
 /*

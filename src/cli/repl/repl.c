@@ -117,7 +117,11 @@ warn_engine_options(const struct repl_opts *o, const struct kvc_engine *e)
 		    "threads beyond them slow each other down\n", o->ep.n_threads, cores);
 }
 
-/* conv_params.progress: the bar on stderr for a snapshot restore. */
+/*
+ * conv_params.progress: a snapshot restore as a bar; a prefill or rebuild
+ * (in positions) as counts, rate and time left; on stderr, shown only when
+ * it lasts, cleared when done.
+ */
 static void
 repl_progress(void *arg, const char *label, uint64_t done, uint64_t total)
 {
@@ -125,8 +129,10 @@ repl_progress(void *arg, const char *label, uint64_t done, uint64_t total)
 
 	if (label == NULL)
 		progress_end(&r->prog);
-	else if (done == 0)
+	else if (done == 0 && strcmp(label, "restoring snapshot") == 0)
 		progress_start(&r->prog, label, total);
+	else if (done == 0)
+		progress_start_rate(&r->prog, label, total);
 	else
 		progress_set(&r->prog, done, total);
 }
@@ -221,6 +227,7 @@ repl_main(int argc, char **argv)
 	r.set_mask = o.set_mask;
 	r.system = o.system;
 	r.stats_json = o.stats_json;
+	r.recap = o.recap;
 	r.kv_budget = o.kv_budget_given ? o.kv_budget : default_kv_budget();
 
 	/* SIGINT stops a reply or clears the line; no SA_RESTART so reads wake up. */

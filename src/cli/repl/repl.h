@@ -45,6 +45,7 @@ struct kvc_repl {
 	bool quit;
 	bool quiet;			/* /set quiet: no stats line at the terminal */
 	struct kvc_progress prog;	/* the conversation layer's long work */
+	int recap;			/* messages shown on resume (--recap) */
 };
 
 /* notice.c */
@@ -63,6 +64,14 @@ void repl_notice(void *arg, const char *line);
 int repl_turn(struct kvc_repl *r, const char *text, bool retry);
 /* Make c (already open) the conversation being talked to. */
 void repl_switch(struct kvc_repl *r, struct conv *c);
+/*
+ * Print the last n messages of the current conversation (n < 0: all) as
+ * they were shown live: each user message after the prompt, each reply as
+ * it streamed.
+ */
+void repl_show_msgs(struct kvc_repl *r, int n);
+/* "conversation 3 (title), 4 messages", or "new conversation (title)" before it is stored. */
+void repl_describe(struct kvc_repl *r, char *buf, size_t len);
 /* Print the stats line of one turn to f (dim when f is stdout and colour is on). */
 void repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s);
 

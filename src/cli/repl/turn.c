@@ -54,10 +54,14 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	/*
 	 * The turn's own tokens and the history kept from the cache, apart; what
 	 * was computed is said only when it is not just the new tokens (a
-	 * rebuild or a drop recomputes history too).
+	 * rebuild or a drop recomputes history too). A turn stopped before its
+	 * first token has no time to first token.
 	 */
-	fprintf(f, "%s[ttft %.0f ms | prompt %d new + %d reused", kvc_sgr(color, KVC_SGR_DIM),
-	    s->ttft_ms, s->prompt_tokens, s->reused_tokens);
+	if (s->interrupted && s->gen_tokens == 0)
+		fprintf(f, "%s[ttft interrupted", kvc_sgr(color, KVC_SGR_DIM));
+	else
+		fprintf(f, "%s[ttft %.0f ms", kvc_sgr(color, KVC_SGR_DIM), s->ttft_ms);
+	fprintf(f, " | prompt %d new + %d reused", s->prompt_tokens, s->reused_tokens);
 	if (s->prefill_tokens != s->prompt_tokens)
 		fprintf(f, ", %d computed", s->prefill_tokens);
 	fprintf(f, ", %.0f tok/s | %d tokens, %.1f tok/s | ctx %d/%d", s->prefill_tps,
@@ -131,6 +135,15 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	rc = retry ? conv_retry(r->cur, &io, &s, err, sizeof err) :
 	    conv_turn(r->cur, text, &io, &s, err, sizeof err);
 	*r->interrupt = 0;
+	if (rc == KVC_EINTR) {
+		/* Stopped in the prefill: the turn was taken back whole. */
+		printf("%s", r->tty ? " ^C\n" : "");
+		fprintf(stderr, "kvchat: interrupted while reading the message (%d of %d positions "
+		    "computed): nothing was stored%s\n", s.prefill_tokens, s.prompt_tokens,
+		    r->tty ? "; the Up key brings the message back" : "");
+		repl_print_stats(r, r->tty ? stdout : stderr, &s);
+		return r->tty ? 0 : 1;
+	}
 	if (rc) {
 		repl_error(r, "%s", err);
 		return rc;
@@ -154,4 +167,55 @@ void
 repl_switch(struct kvc_repl *r, struct conv *c)
 {
 	r->cur = c;
+}
+
+void
+repl_describe(struct kvc_repl *r, char *buf, size_t len)
+{
+	char title[256];
+
+	/* The title as stored may hold anything: shown cleaned, as /list does. */
+	(void)repl_clean_text(conv_title(r->cur) ? conv_title(r->cur) : "", title, sizeof title);
+	if (conv_id(r->cur) == 0)
+		snprintf(buf, len, "new conversation (%s)", title);
+	else
+		snprintf(buf, len, "conversation %" PRId64 " (%s), %d messages", conv_id(r->cur),
+		    title, conv_n_msgs(r->cur));
+}
+
+/* One stored message, as the terminal showed it. */
+static void
+show_msg(struct kvc_repl *r, const struct sess_msg *x)
+{
+	if (x->role == SESS_USER) {
+		/* The prompt, then the lines as typed (a block's lines after "... "). */
+		printf("%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD), kvc_sgr(r->color, KVC_SGR_RESET));
+		for (const char *p = x->text; *p; p++) {
+			putchar(*p);
+			if (*p == '\n' && p[1])
+				printf("... ");
+		}
+		putchar('\n');
+		return;
+	}
+	if (x->role != SESS_ASSISTANT)
+		return;
+	fputs(x->text ? x->text : "", stdout);
+	printf("%s\n", x->interrupted ? " ^C" : "");
+	if (x->interrupted)
+		printf("%s[interrupted]%s\n", kvc_sgr(r->color, KVC_SGR_DIM),
+		    kvc_sgr(r->color, KVC_SGR_RESET));
+}
+
+void
+repl_show_msgs(struct kvc_repl *r, int n)
+{
+	int total = conv_n_msgs(r->cur), i = n < 0 || n > total ? 0 : total - n;
+
+	for (; i < total; i++)
+		show_msg(r, conv_msg(r->cur, i));
+	if (total > 0 && conv_msg(r->cur, total - 1)->role == SESS_USER)
+		printf("%s[the reply was cut off: /retry answers it]%s\n",
+		    kvc_sgr(r->color, KVC_SGR_DIM), kvc_sgr(r->color, KVC_SGR_RESET));
+	fflush(stdout);
 }

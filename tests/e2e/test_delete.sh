@@ -1,0 +1,102 @@
+#!/bin/sh
+# test_delete.sh (issue 13, "/delete asks for confirmation"): at a terminal
+# /delete asks "[y/N]" and only "y" deletes; deleting the current
+# conversation leaves a new one and never brings the deleted one back;
+# /resume TITLE and /delete TITLE with several conversations of that title
+# list them and pick none.
+. "$top_srcdir/tests/e2e/lib.sh"
+[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
+command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
+SOCK="kvchat-test-$$"
+T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
+trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
+screen() { T capture-pane -p -J -t t -S -300; }
+wait_for() {
+	_d=$1; shift
+	_i=0
+	while ! "$@" >/dev/null 2>&1; do
+		_i=$((_i + 1))
+		if [ $_i -gt 300 ]; then
+			fail "timed out waiting for: $_d"
+			echo "--- screen:" >&2; screen >&2; echo "---" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	ok
+	return 0
+}
+on_screen() { screen | grep -qF -- "$1"; }
+prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
+keys() { T send-keys -t t "$@"; }
+text() { T send-keys -t t -l -- "$1"; }
+sql() { sqlite3 "$DB" "$1"; }
+exists() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 1 ]; }
+gone() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 0 ]; }
+
+M="$TMPD/m.gguf"
+"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
+	{ echo "FAIL: mkmodel"; exit 1; }
+DB="$TMPD/s.db"
+OPTS="-m $M --db $DB --temp 0 -n 4 --ctx 512"
+echo "hello" >"$TMPD/in.txt"
+for t in dup dup keep other; do
+	kvrun "conversation $t" "$TMPD/e.$t" $OPTS --new $t <"$TMPD/in.txt" >/dev/null
+done
+D1=$(sql "SELECT min(id) FROM conversations WHERE title = 'dup'")
+D2=$(sql "SELECT max(id) FROM conversations WHERE title = 'dup'")
+K=$(sql "SELECT id FROM conversations WHERE title = 'keep'")
+O=$(sql "SELECT id FROM conversations WHERE title = 'other'")
+
+T new-session -d -s t -x 160 -y 50 \
+    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' $OPTS --resume keep --stats-json '$TMPD/st.json'; echo KVCHAT-EXIT:\$?; sleep 60"
+wait_for "the prompt" prompt_ready
+
+# Two titled "dup": listed, neither deleted nor resumed.
+text "/delete dup"; keys Enter
+wait_for "/delete dup lists the two" on_screen "2 conversations are titled 'dup'"
+check "/delete dup: lists the first id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D1 +[0-9]+ msgs +dup'"
+check "/delete dup: lists the second id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D2 +[0-9]+ msgs +dup'"
+check "/delete dup: the first is still stored" exists "$D1"
+check "/delete dup: the second is still stored" exists "$D2"
+text "/resume dup"; keys Enter
+wait_for "/resume dup lists" sh -c "[ \$(tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -c \"titled 'dup'\") -ge 2 ]"
+check "/resume dup switched to none" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q '(dup): '"
+
+# An id: asked first; anything but y keeps it.
+text "/delete $D1"; keys Enter
+wait_for "the question" on_screen "delete conversation $D1 (dup, 2 messages)? [y/N]"
+text "n"; keys Enter
+wait_for "not deleted" on_screen "not deleted"
+check "answer n keeps it" exists "$D1"
+text "/delete $D1"; keys Enter
+sleep 0.3
+keys Enter
+wait_for "empty answer" sh -c "[ \$(tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -c 'not deleted') -ge 2 ]"
+check "an empty answer keeps it" exists "$D1"
+text "/delete $D1"; keys Enter
+sleep 0.3
+text "y"; keys Enter
+wait_for "deleted" on_screen "deleted conversation $D1"
+check "answer y deletes it" gone "$D1"
+check "the current one is untouched" exists "$K"
+
+# The current one: deleted, a new one takes its place, the old one never returns.
+text "/delete"; keys Enter
+sleep 0.3
+text "y"; keys Enter
+wait_for "current deleted" on_screen "deleted conversation $K; new conversation"
+check "the current conversation is deleted" gone "$K"
+text "a message after the delete"; keys Enter
+wait_for "the turn after the delete" sh -c "[ -s '$TMPD/st.json' ]"
+N=$(jget "$TMPD/st.json" 1 conversation_id)
+check "the turn went to a new conversation ($N)" sh -c "[ -n '$N' ] && [ '$N' != '$K' ]"
+check "the deleted one did not come back" gone "$K"
+check "other conversations untouched" exists "$O"
+check "the other dup untouched" exists "$D2"
+wait_for "prompt" prompt_ready
+text "/quit"; keys Enter
+wait_for "exit 0" on_screen "KVCHAT-EXIT:0"
+check "the deleted one is still gone after exit" gone "$K"
+check "integrity ok" [ "$(sql 'PRAGMA integrity_check')" = ok ]
+done_testing

@@ -1,0 +1,100 @@
+#!/bin/sh
+# test_recap.sh (issue 13, "coming back shows nothing"): resuming at a
+# terminal shows the last exchange (--recap N: the last N messages, 0 none);
+# /history [N] prints the conversation as it was shown live: each user
+# message after the ">>> " prompt, each reply's text as it streamed.
+. "$top_srcdir/tests/e2e/lib.sh"
+[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
+command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
+# A fresh server (socket) for each start: a new session on the socket of a
+# server that is still exiting can fail ("server exited unexpectedly").
+N_SOCK=0
+SOCK="kvchat-test-$$-0"
+T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
+trap 'i=0; while [ $i -le $N_SOCK ]; do tmux -L "kvchat-test-$$-$i" kill-server 2>/dev/null; i=$((i + 1)); done; rm -rf "$TMPD"' EXIT
+screen() { T capture-pane -p -J -t t -S -300; }
+wait_for() {
+	_d=$1; shift
+	_i=0
+	while ! "$@" >/dev/null 2>&1; do
+		_i=$((_i + 1))
+		if [ $_i -gt 300 ]; then
+			fail "timed out waiting for: $_d"
+			echo "--- screen:" >&2; screen >&2; echo "---" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	ok
+	return 0
+}
+on_screen() { screen | grep -qF -- "$1"; }
+count_on_screen() { screen | grep -cF -- "$1"; }
+prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
+keys() { T send-keys -t t "$@"; }
+text() { T send-keys -t t -l -- "$1"; }
+sql() { sqlite3 "$DB" "$1"; }
+
+M="$TMPD/m.gguf"
+"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
+	{ echo "FAIL: mkmodel"; exit 1; }
+DB="$TMPD/s.db"
+OPTS="-m $M --db $DB --temp 0 -n 6 --ctx 1024"
+printf 'FIRST-QUESTION about ships\nSECOND-QUESTION about lamps\n' >"$TMPD/in.txt"
+kvrun "two turns" "$TMPD/e1" $OPTS --new trip <"$TMPD/in.txt" >"$TMPD/out.txt"
+C=$(sql "SELECT id FROM conversations WHERE title = 'trip'")
+# The replies as stdout showed them live (each followed by a blank line).
+# Its longest run of plain ASCII: what any terminal shows the same.
+R2=$(sql "SELECT text FROM messages WHERE conv_id = $C AND role = 2 ORDER BY seq DESC LIMIT 1" |
+    python3 -c "import re, sys; r = re.findall(r'[A-Za-z0-9][ -~]*[A-Za-z0-9]', sys.stdin.read()); print(max(r, key=len) if r else '')")
+echo "last reply: '$R2'"
+check "the last reply has text to look for" [ -n "$R2" ]
+check "the stored reply is what was shown live" grep -qF -- "$R2" "$TMPD/out.txt"
+
+start() {
+	N_SOCK=$((N_SOCK + 1))
+	SOCK="kvchat-test-$$-$N_SOCK"
+	T new-session -d -s t -x 200 -y 50 \
+	    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' $OPTS $*; echo KVCHAT-EXIT:\$?; sleep 60"
+	wait_for "the prompt ($*)" prompt_ready
+}
+quit() {
+	text "/quit"; keys Enter
+	wait_for "exit 0" on_screen "KVCHAT-EXIT:0"
+	T kill-server 2>/dev/null
+}
+
+# Default: the last exchange, after the banner.
+start --resume
+check "recap: the last question after the prompt" on_screen ">>> SECOND-QUESTION about lamps"
+check "recap: the last reply" on_screen "$R2"
+check "recap: not the older exchange" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q FIRST-QUESTION"
+# /history: the whole conversation, in order.
+text "/history"; keys Enter
+wait_for "/history" on_screen ">>> FIRST-QUESTION about ships"
+h=$(screen | grep -n -e '>>> FIRST-QUESTION' -e '>>> SECOND-QUESTION' | tail -n 2 | cut -d: -f2 | tr '\n' ' ')
+check "/history: both questions, in order" [ "$h" = ">>> FIRST-QUESTION about ships >>> SECOND-QUESTION about lamps " ]
+# /history 1: only the last message (the reply).
+n0=$(count_on_screen ">>> SECOND-QUESTION")
+text "/history 1"; keys Enter
+sleep 0.5
+wait_for "/history 1" prompt_ready
+check "/history 1: no question printed" [ "$(count_on_screen ">>> SECOND-QUESTION")" -eq "$n0" ]
+text "/history x"; keys Enter
+wait_for "/history with a bad count" on_screen "usage: /history [N]"
+quit
+
+# --recap 0: nothing; --recap 4: both exchanges.
+start --resume --recap 0
+check "--recap 0: no recap" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q QUESTION"
+quit
+start --resume --recap 4
+check "--recap 4: the first question" on_screen ">>> FIRST-QUESTION about ships"
+check "--recap 4: the second question" on_screen ">>> SECOND-QUESTION about lamps"
+quit
+"$KVCHAT" $OPTS --recap -1 </dev/null >/dev/null 2>"$TMPD/e2"
+check "--recap -1 is a usage error (exit 2)" [ $? -eq 2 ]
+# Piped: stdout holds replies only, never a recap.
+echo "THIRD" | "$KVCHAT" $OPTS --resume >"$TMPD/out3.txt" 2>/dev/null
+check "piped resume prints no recap" sh -c "! grep -q QUESTION '$TMPD/out3.txt'"
+done_testing

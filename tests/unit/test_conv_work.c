@@ -1,0 +1,264 @@
+/*
+ * test_conv_work.c (issue 13): long work in the conversation layer.
+ *  - A prefill reports through conv_params.progress ("prefill", positions,
+ *    ending with done = total) and stops between slices when the caller's
+ *    interrupt flag is set: conv_turn returns KVC_EINTR and the
+ *    conversation is exactly as before (messages in memory and in the
+ *    store, the stream, and the next turn computes only its own tokens).
+ *  - The first turn of a new conversation stopped that way leaves nothing
+ *    in the store (a conversation is stored with its first message).
+ *  - A rebuild (a snapshot of another cache type) reports as "rebuilding".
+ *  - The engine hook alone: slices of an append, and a stop that leaves
+ *    the sequence as it was.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "conv/conv.h"
+
+static char tmpdir[256];
+
+/* What the progress callback saw, and when it pulls the interrupt. */
+struct watch {
+	char last_label[32];
+	uint64_t last_done, last_total;
+	int n_calls, n_ends;
+	bool saw_rebuild;
+	volatile sig_atomic_t *pull;	/* set *pull at the first "prefill" call */
+};
+
+static void
+on_progress(void *arg, const char *label, uint64_t done, uint64_t total)
+{
+	struct watch *w = arg;
+
+	w->n_calls++;
+	if (label == NULL) {
+		w->n_ends++;
+		return;
+	}
+	snprintf(w->last_label, sizeof w->last_label, "%s", label);
+	w->last_done = done;
+	w->last_total = total;
+	w->saw_rebuild |= strcmp(label, "rebuilding") == 0;
+	if (w->pull && strcmp(label, "prefill") == 0)
+		*w->pull = 1;
+}
+
+static struct kvc_engine *
+open_engine(const char *path, enum gguf_dtype kv)
+{
+	struct kvc_engine_params p = kvc_engine_default_params();
+	struct kvc_engine *e = NULL;
+	char err[256];
+
+	p.n_ctx = 2048;
+	p.n_threads = 1;
+	p.kv_type = kv;
+	if (eng_open(&e, path, &p, err, sizeof err) != 0)
+		fprintf(stderr, "eng_open: %s\n", err);
+	return e;
+}
+
+static struct conv_mgr *
+new_mgr(struct kvc_engine *e, struct sess_store *st, struct watch *w)
+{
+	struct conv_params p;
+	struct conv_mgr *m = NULL;
+	char err[256];
+
+	memset(&p, 0, sizeof p);
+	p.family = CHAT_CHATML;
+	p.overflow = CONV_OVERFLOW_DROP;
+	p.progress = on_progress;
+	p.progress_arg = w;
+	if (conv_mgr_new(&m, e, st, &p, err, sizeof err) != 0)
+		fprintf(stderr, "conv_mgr_new: %s\n", err);
+	return m;
+}
+
+static int
+count_convs(struct sess_store *st)
+{
+	struct sess_conv *v;
+	int n = -1;
+
+	if (sess_conv_list(st, &v, &n, NULL, 0) == 0)
+		sess_conv_list_free(v, n);
+	return n;
+}
+
+static int
+stored_msgs(struct sess_store *st, int64_t id)
+{
+	struct sess_msg *v;
+	int n = -1;
+
+	if (sess_msgs_load(st, id, &v, &n, NULL, 0) != 0)
+		return -1;
+	sess_msgs_free(v, n);
+	return n;
+}
+
+/* Enough words that the prompt spans several slices (the first is 32 tokens). */
+static void
+long_text(char *buf, size_t len)
+{
+	buf[0] = '\0';
+	for (int i = 0; strlen(buf) + 16 < len && i < 200; i++)
+		strcat(buf, i % 2 ? "harbor light " : "stone wave ");
+}
+
+/* The engine's hook on its own. */
+static int hook_calls, hook_stop_at, hook_last_done;
+static int
+hook(void *arg, int done, int total)
+{
+	(void)arg;
+	(void)total;
+	hook_calls++;
+	hook_last_done = done;
+	return hook_stop_at >= 0 && done >= hook_stop_at;
+}
+
+static void
+check_engine_hook(struct kvc_engine *e)
+{
+	struct kvc_seq *s = NULL;
+	struct eng_stats es;
+	int32_t ids[300];
+	char err[256];
+	int rc;
+
+	for (int i = 0; i < 300; i++)
+		ids[i] = 3 + i % 200;
+	test_cond(eng_seq_new(e, &s, err, sizeof err) == 0, "seq: %s", err);
+	if (s == NULL)
+		return;
+	test_cond(eng_seq_append(s, ids, 10, &es, err, sizeof err) == 0, "append 10: %s", err);
+	hook_calls = 0;
+	hook_stop_at = 1;	/* stop before the second slice */
+	eng_set_prefill_hook(e, hook, NULL);
+	rc = eng_seq_append(s, ids + 10, 290, &es, err, sizeof err);
+	test_cond(rc == KVC_EINTR, "a stopped append returns KVC_EINTR, got %d", rc);
+	test_cond(hook_calls == 2, "asked before the first and the second slice: %d", hook_calls);
+	test_cond(hook_last_done > 0 && hook_last_done < 290,
+	    "the first slice is part of the prompt: %d of 290", hook_last_done);
+	test_cond(eng_seq_n_pos(s) == 10, "a stopped append leaves the sequence: %d positions",
+	    eng_seq_n_pos(s));
+	hook_calls = 0;
+	hook_stop_at = -1;
+	rc = eng_seq_append(s, ids + 10, 290, &es, err, sizeof err);
+	test_cond(rc == 0 && es.n_computed == 290 && es.n_reused == 10,
+	    "the append after it: rc %d, computed %d, reused %d", rc, es.n_computed, es.n_reused);
+	test_cond(hook_calls >= 2 && hook_last_done == 290, "asked, then told the end: %d calls, "
+	    "last done %d", hook_calls, hook_last_done);
+	eng_set_prefill_hook(e, NULL, NULL);
+	eng_seq_free(s);
+}
+
+int
+main(void)
+{
+	const char *b = getenv("top_builddir");
+	char model[300], db[300], cmd[1024], err[512], big[4096];
+	struct kvc_engine *e, *e32 = NULL;
+	struct sess_store *st = NULL;
+	struct conv_settings set = conv_default_settings();
+	volatile sig_atomic_t flag = 0;
+	struct watch w;
+	struct conv_mgr *m;
+	struct conv_stats s;
+	struct conv_io io;
+	struct conv *c = NULL;
+	int64_t id = 0;
+	int n0 = 0, n1 = 0, used = 0, rc;
+
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/kvc-convwork-XXXXXX");
+	if (mkdtemp(tmpdir) == NULL)
+		return 1;
+	snprintf(model, sizeof model, "%s/m.gguf", tmpdir);
+	snprintf(db, sizeof db, "%s/s.db", tmpdir);
+	snprintf(cmd, sizeof cmd, "'%s/tests/fixtures/mkmodel' -o '%s' --preset tiny --arch qwen2 "
+	    "--type f32 --vocab bpe --seed 3 --quiet >/dev/null", b ? b : ".", model);
+	test_cond(system(cmd) == 0, "mkmodel");
+	e = open_engine(model, GGML_TYPE_F16);
+	rc = sess_open(&st, db, err, sizeof err);
+	test_cond(e != NULL && rc == 0, "engine and store: %s", err);
+	if (e == NULL || rc)
+		return test_done();
+	check_engine_hook(e);
+	set.smp.temp = 0;
+	set.max_tokens = 4;
+	long_text(big, sizeof big);
+	memset(&w, 0, sizeof w);
+	memset(&io, 0, sizeof io);
+	io.interrupt = &flag;
+	m = new_mgr(e, st, &w);
+
+	/* The first turn of a new conversation, stopped in its prefill: nothing stored. */
+	rc = conv_new(m, NULL, NULL, &set, &c, err, sizeof err);
+	test_cond(rc == 0 && conv_id(c) == 0, "a new conversation is not stored yet");
+	w.pull = &flag;
+	rc = conv_turn(c, big, &io, &s, err, sizeof err);
+	w.pull = NULL;
+	flag = 0;
+	test_cond(rc == KVC_EINTR && s.interrupted, "first turn stopped: rc %d (%s)", rc, err);
+	test_cond(conv_id(c) == 0 && conv_n_msgs(c) == 0 && count_convs(st) == 0,
+	    "a stopped first turn stored nothing: id %lld, %d messages, %d rows",
+	    (long long)conv_id(c), conv_n_msgs(c), count_convs(st));
+	test_cond(w.n_ends >= 1, "the progress was ended");
+
+	/* A turn, then a stopped one: everything as before it. */
+	rc = conv_turn(c, "A short first message.", &io, &s, err, sizeof err);
+	test_cond(rc == 0 && conv_id(c) != 0, "first turn: %s", err);
+	id = conv_id(c);
+	test_cond(strcmp(w.last_label, "prefill") == 0 && w.last_done == w.last_total &&
+	    w.last_total == (uint64_t)s.prefill_tokens, "prefill reported to its end: %s %llu/%llu",
+	    w.last_label, (unsigned long long)w.last_done, (unsigned long long)w.last_total);
+	(void)conv_stream(c, &n0);
+	w.pull = &flag;
+	rc = conv_turn(c, big, &io, &s, err, sizeof err);
+	w.pull = NULL;
+	flag = 0;
+	test_cond(rc == KVC_EINTR && s.interrupted && s.gen_tokens == 0,
+	    "second turn stopped: rc %d", rc);
+	test_cond(s.prefill_tokens > 0 && s.prefill_tokens < s.prompt_tokens,
+	    "stopped part way: %d of %d", s.prefill_tokens, s.prompt_tokens);
+	(void)conv_stream(c, &n1);
+	test_cond(n1 == n0 && conv_n_msgs(c) == 2 && stored_msgs(st, id) == 2,
+	    "as before: stream %d (was %d), %d messages, %d stored", n1, n0, conv_n_msgs(c),
+	    stored_msgs(st, id));
+	rc = conv_turn(c, "And now a short one.", &io, &s, err, sizeof err);
+	test_cond(rc == 0 && s.reused_tokens == n0 && s.prefill_tokens == s.prompt_tokens,
+	    "the next turn reused %d of %d and computed only its own %d (%d)", s.reused_tokens, n0,
+	    s.prompt_tokens, s.prefill_tokens);
+	test_cond(stored_msgs(st, id) == 4, "4 messages stored: %d", stored_msgs(st, id));
+	used = s.context_used;
+	conv_mgr_free(m);
+
+	/* Another cache type: the snapshot does not fit, the rebuild reports. */
+	e32 = open_engine(model, GGML_TYPE_F32);
+	if (e32) {
+		memset(&w, 0, sizeof w);
+		m = new_mgr(e32, st, &w);
+		rc = conv_open(m, id, &c, err, sizeof err);
+		test_cond(rc == 0, "open with another cache type: %s", err);
+		test_cond(w.saw_rebuild && w.last_done == w.last_total &&
+		    w.last_total == (uint64_t)used, "rebuild reported: %d, %llu/%llu (stream %d)",
+		    w.saw_rebuild, (unsigned long long)w.last_done,
+		    (unsigned long long)w.last_total, used);
+		conv_mgr_free(m);
+		eng_close(e32);
+	}
+	sess_close(st);
+	eng_close(e);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	(void)system(cmd);
+	return test_done();
+}
