@@ -16,7 +16,7 @@
 const char *
 conv_kv_type_name(enum gguf_dtype t)
 {
-	return t == GGML_TYPE_F32 ? "f32" : "f16";
+	return eng_kv_type_name(t);
 }
 
 void

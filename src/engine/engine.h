@@ -19,7 +19,7 @@ struct kvc_engine_params {
 	int gpu;		/* CUDA device ordinal (default 0) */
 	int n_threads;		/* 0 = number of cores */
 	int n_ctx;		/* 0 = min(model's training context, 8192) */
-	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
+	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
 };
@@ -47,7 +47,15 @@ const char *eng_backend_name(const struct kvc_engine *e);
 int eng_n_ctx(const struct kvc_engine *e);
 int eng_n_vocab(const struct kvc_engine *e);
 enum gguf_dtype eng_kv_type(const struct kvc_engine *e);
-/* Bytes of K+V per cached position (all layers) in the cache's type. */
+/* The option spelling of a cache type: "f16", "f32", "q8_0" ("?" for another). */
+const char *eng_kv_type_name(enum gguf_dtype t);
+/* *t = the cache type spelled s (as --kv-type takes it); KVC_EINVAL if none. */
+int eng_kv_type_parse(const char *s, enum gguf_dtype *t);
+/*
+ * Bytes of K+V per cached position (all layers) in the cache's type: the
+ * memory a position takes and the rows it adds to a snapshot (Q8_0: 34
+ * bytes per 32 elements, 53 % of F16).
+ */
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*
  * Hex string identifying the weights and everything that changes the cache's
@@ -99,7 +107,8 @@ const float *eng_seq_logits(const struct kvc_seq *s);
  * eng_seq_kv_save appends positions [pos0, pos1) to out.
  * eng_seq_kv_load restores one such blob: its pos0 must equal the number of
  * positions already restored, tokens[0..pos1) are the tokens they belong to.
- * A blob that does not match this engine (type, shape) is KVC_ECORRUPT.
+ * A blob that does not match this engine's shape is KVC_ECORRUPT; one of
+ * another cache type (F32, F16, Q8_0) is converted into this cache's type.
  */
 int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen);

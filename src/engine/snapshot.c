@@ -6,7 +6,8 @@
  *   header, 32 bytes: "KVC1", u32 version = 1, u32 cache type (ggml type
  *   number), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0;
  *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim],
- *   elements in the cache type.
+ *   elements in the cache type (F32, F16, or Q8_0 blocks of 32 with an
+ *   fp16 scale: 34 bytes per 32 elements).
  *
  * The integers are written byte by byte so the layout does not depend on
  * the host; the cache elements are little-endian IEEE values on every
@@ -32,21 +33,21 @@ get_u32(const unsigned char *p)
 }
 
 size_t
-eng_snap_part_bytes(const struct eng_snap *h, size_t elem)
+eng_snap_part_bytes(const struct eng_snap *h, size_t row_bytes)
 {
-	return (size_t)h->n * h->kv_dim * elem;
+	return (size_t)h->n * row_bytes;
 }
 
 size_t
-eng_snap_bytes(const struct eng_snap *h, size_t elem)
+eng_snap_bytes(const struct eng_snap *h, size_t row_bytes)
 {
-	return ENG_SNAP_HEADER + 2 * (size_t)h->n_layer * eng_snap_part_bytes(h, elem);
+	return ENG_SNAP_HEADER + 2 * (size_t)h->n_layer * eng_snap_part_bytes(h, row_bytes);
 }
 
 size_t
-eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_kv_part part)
+eng_snap_part_offset(const struct eng_snap *h, size_t row_bytes, int layer, enum kvc_kv_part part)
 {
-	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, elem);
+	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, row_bytes);
 }
 
 void

@@ -27,8 +27,9 @@ cmd_show_exec(struct kvc_repl *r, const char *args)
 	printf("fingerprint %s\n", eng_fingerprint(r->e));
 	printf("backend     %s\n", eng_backend_name(r->e));
 	printf("template    %s\n", chat_family_name(conv_mgr_family(r->mgr)));
-	printf("context     %d of %d positions, cache %s\n", n_pos, eng_n_ctx(r->e),
-	    eng_kv_type(r->e) == GGML_TYPE_F32 ? "f32" : "f16");
+	printf("context     %d of %d positions, cache %s, %zu bytes per position "
+	    "(memory and snapshot)\n", n_pos, eng_n_ctx(r->e), eng_kv_type_name(eng_kv_type(r->e)),
+	    eng_kv_bytes_per_pos(r->e));
 	printf("caches      %s in %d of %d open conversations (budget %s)\n",
 	    disc_format_size(kv, b1, sizeof b1), n_res, n_open,
 	    r->kv_budget ? disc_format_size(r->kv_budget, b2, sizeof b2) : "unlimited");

@@ -147,12 +147,8 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 			return usage_error("--ctx: not a context size: '%s'", a);
 		break;
 	case OPT_KV_TYPE:
-		if (strcmp(a, "f16") == 0)
-			o->ep.kv_type = GGML_TYPE_F16;
-		else if (strcmp(a, "f32") == 0)
-			o->ep.kv_type = GGML_TYPE_F32;
-		else
-			return usage_error("--kv-type: f16 or f32, not '%s'", a);
+		if (eng_kv_type_parse(a, &o->ep.kv_type) != KVC_OK)
+			return usage_error("--kv-type: f16, f32 or q8_0, not '%s'", a);
 		break;
 	case OPT_KV_BUDGET:
 		if (kvc_parse_size(a, &o->kv_budget) != KVC_OK)

@@ -61,12 +61,14 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 	    "\"decode_tps\":%.3f,\"context_used\":%d,\"context_total\":%d,"
 	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
 	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
-	    "\"ctx_size\":%d,\"store_errors\":%d}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
+	    "\"ctx_size\":%d,\"store_errors\":%d,\"kv_type\":\"%s\",\"kv_bytes_per_pos\":%zu,"
+	    "\"snapshot_bytes_per_pos\":%zu}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
 	    s->gen_tokens, s->ttft_ms, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
-	    s->store_errors);
+	    s->store_errors, eng_kv_type_name(eng_kv_type(r->e)), eng_kv_bytes_per_pos(r->e),
+	    eng_kv_bytes_per_pos(r->e));
 	if (rc == 0) {
 		f = fopen(r->stats_json, "a");
 		if (f == NULL || fwrite(b.p, 1, b.n, f) != b.n || fclose(f) != 0)

@@ -26,12 +26,8 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 		}
 		ep->n_threads = (int)v;
 	} else if (strcmp(opt, "--kv-type") == 0) {
-		if (strcmp(val, "f16") == 0) {
-			ep->kv_type = GGML_TYPE_F16;
-		} else if (strcmp(val, "f32") == 0) {
-			ep->kv_type = GGML_TYPE_F32;
-		} else {
-			*why = "bad --kv-type (f16 or f32)";
+		if (eng_kv_type_parse(val, &ep->kv_type) != KVC_OK) {
+			*why = "bad --kv-type (f16, f32 or q8_0)";
 			return -1;
 		}
 	} else if (strcmp(opt, "--device") == 0) {

@@ -14,7 +14,7 @@
 int sub_usage(const char *name, const char *usage, const char *why, const char *arg);
 
 /*
- * Applies one engine option to ep: --threads/-t N, --kv-type f16|f32,
+ * Applies one engine option to ep: --threads/-t N, --kv-type f16|f32|q8_0,
  * --device D, --gpu N (val is the option's value, not NULL).
  * Returns 1 when opt was one of them and val was good, 0 when opt is not
  * an engine option (ep untouched), -1 when val is bad, with *why set to

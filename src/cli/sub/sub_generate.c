@@ -16,7 +16,7 @@
 static const char gen_usage[] =
     "usage: kvchat generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [--threads N]\n"
-    "                       [--ctx N] [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n";
+    "                       [--ctx N] [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n";
 
 static int
 usage(const char *why, const char *arg)
