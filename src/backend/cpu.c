@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "cpu_simd.h"
 #include "kv_q8.h"
+#include "kv_shift.h"
 #include "quant/quant.h"
 #include "threadpool.h"
 
@@ -647,6 +648,44 @@ cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, i
 	return 0;
 }
 
+/* The shift's rows are few next to a forward pass: one thread does them. */
+static int
+cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	const struct kvc_hparams *hp = &c->hp;
+	struct kv_rope r = { hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c->inv_freq };
+	int n_move, il, rc = 0;
+	float *f;
+
+	if (p0 < 0 || n_drop < 1 || p0 > kv->n_valid - n_drop) {
+		kvc_err(err, errlen, "bad KV shift: drop %d positions at %d (cache holds %d)",
+		    n_drop, p0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	n_move = kv->n_valid - p0 - n_drop;
+	f = malloc((size_t)c->kv_dim * sizeof *f);
+	if (f == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	for (il = 0; il < hp->n_layer && rc == 0; il++) {
+		char *k = kv->k[il], *v = kv->v[il];
+
+		memmove(k + (size_t)p0 * kv->row_bytes, k + (size_t)(p0 + n_drop) * kv->row_bytes,
+		    (size_t)n_move * kv->row_bytes);
+		memmove(v + (size_t)p0 * kv->row_bytes, v + (size_t)(p0 + n_drop) * kv->row_bytes,
+		    (size_t)n_move * kv->row_bytes);
+		rc = kv_shift_rows(k + (size_t)p0 * kv->row_bytes, n_move, kv->type, &r, -n_drop, f);
+	}
+	free(f);
+	kv->n_valid -= n_drop;
+	if (rc)
+		kvc_err(err, errlen, "KV shift: %s", kvc_strerror(rc));
+	return rc;
+}
+
 /* ---- forward ---- */
 
 static void
@@ -836,5 +875,6 @@ const struct kvc_backend_i kvc_backend_cpu = {
 	.forward = cpu_forward,
 	.kv_read = cpu_kv_read,
 	.kv_write = cpu_kv_write,
+	.kv_shift = cpu_kv_shift,
 	.describe = cpu_describe,
 };

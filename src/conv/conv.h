@@ -32,6 +32,8 @@
 enum conv_overflow {
 	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges, recompute (default) */
 	CONV_OVERFLOW_STOP,	/* refuse the turn */
+	/* keep the first positions and the recent ones, re-rotate, no recompute */
+	CONV_OVERFLOW_SLIDE,
 };
 
 struct conv_params {
@@ -39,6 +41,7 @@ struct conv_params {
 	const char *jinja;		/* the model's template text, or NULL */
 	size_t kv_budget;		/* bytes for all resident caches; 0 = unlimited */
 	enum conv_overflow overflow;
+	int keep;			/* slide: positions kept at the front; 0 = the system prompt, or 4 */
 	/* One-line notices (rebuilds, evictions, dropped history); optional. */
 	void (*notice)(void *arg, const char *line);
 	void *notice_arg;
@@ -126,6 +129,7 @@ struct conv_stats {
 	int prefill_tokens;		/* positions computed for this turn's prompt */
 	int gen_tokens;			/* reply tokens */
 	int dropped_tokens;		/* history positions dropped (context overflow) */
+	int slid_tokens;		/* positions slid away (--ctx-overflow slide), none recomputed */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
 	double prefill_tps;		/* prefill_tokens / prefill wall time */
 	double decode_tps;		/* reply tokens / decode wall time */

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,7 +120,7 @@ stream_len(struct conv *c, int k, int *n_pos, char *err, size_t errlen)
 		for (int i = k; i < c->n_msgs; i++)
 			*n_pos -= c->msgs[i].n_ids;
 	} else {
-		rc = conv_build_stream(c, c->win, k, &s, err, errlen);
+		rc = conv_build_cached(c, k, &s, err, errlen);
 		*n_pos = (int)s.n;
 		kvc_tokens_free(&s);
 	}
@@ -140,8 +141,12 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 	int n_pos, w = 0, rc;
 
 	c->reply_logits_pos = -1;
-	if (c->win > 0 && c->win >= k) {
-		/* The window began at a message being dropped: choose it again. */
+	if ((c->win > 0 && c->win >= k) || conv_slide_cuts(c, k)) {
+		/*
+		 * The window began at a message being dropped, or the message
+		 * begins in the part slid away: choose the window again.
+		 */
+		conv_slide_reset(c);
 		rc = sess_rewind(c->m->st, c->id, k, 0, err, errlen);
 		if (rc)
 			return rc;
@@ -214,12 +219,30 @@ prompt_into_cache(struct conv *c, const char *text, const struct kvc_tokens *del
 		    n_ctx, delta->n);
 		return KVC_ERANGE;
 	}
+	if (m->p.overflow == CONV_OVERFLOW_SLIDE) {
+		char why[256];
+
+		rc = conv_slide(c, old_n + (int)delta->n + reserve - n_ctx, &st->slid_tokens, why,
+		    sizeof why);
+		if (rc == 0) {
+			conv_mgr_fit(m, c, (size_t)(reserve + (int)delta->n) * eng_kv_bytes_per_pos(m->e));
+			return eng_seq_append(c->seq, delta->v, (int)delta->n, es, err, errlen);
+		}
+		if (!eng_seq_resident(c->seq))
+			conv_drop_seq(c);	/* a failed shift: rebuilt from the messages */
+		/* nothing slid: the old exchanges are dropped and recomputed instead */
+		conv_notice(m, "conversation %" PRId64 ": %s; dropping old exchanges instead", c->id, why);
+		if (c->seq == NULL && (rc = conv_activate(c, err, errlen)) != 0)
+			return rc;
+	}
 	rc = conv_plan_window(c, text, delta, reserve, new_win, &target, err, errlen);
 	if (rc == 0) {
 		conv_mgr_fit(m, c, (size_t)(reserve + (int)target.n) * eng_kv_bytes_per_pos(m->e));
 		rc = eng_seq_sync(c->seq, target.v, (int)target.n, es, err, errlen);
 		if (rc)
 			conv_drop_seq(c);	/* half synced: rebuilt from the messages */
+		else
+			conv_slide_reset(c);	/* the new window's stream, whole */
 	}
 	if (rc == 0) {
 		st->dropped_tokens = old_n + (int)delta->n - (int)target.n;
@@ -236,30 +259,31 @@ prompt_into_cache(struct conv *c, const char *text, const struct kvc_tokens *del
  * the cache).
  */
 static int
-commit_turn(struct conv *c, struct sess_msg rec[2], int new_win, char *err, size_t errlen)
+commit_turn(struct conv *c, struct sess_msg rec[2], int new_win, int64_t old_key, char *err,
+    size_t errlen)
 {
 	int rc;
 
-	if (new_win != c->win) {
+	if (new_win != c->win || conv_window_key(c, new_win) != old_key) {
 		rc = sess_chunks_clear(c->m->st, c->id, err, errlen);
 		if (rc)
 			return rc;
 		c->n_chunk_ends = 0;
 		c->snap_end = 0;
 	}
-	return conv_commit_reply(c, rec, 2, -1, 0, new_win, err, errlen);
+	return conv_commit_reply(c, rec, 2, -1, 0, conv_window_key(c, new_win), err, errlen);
 }
 
 /* Committed: the in-memory picture follows. */
 static int
 turn_committed(struct conv *c, const char *text, struct sess_msg rec[2], int new_win,
-    char *err, size_t errlen)
+    int64_t old_key, char *err, size_t errlen)
 {
 	if (conv_msgs_push(c, &rec[0]) || conv_msgs_push(c, &rec[1])) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
-	if (new_win != c->win) {
+	if (new_win != c->win || conv_window_key(c, new_win) != old_key) {
 		c->win = new_win;
 		conv_save_window(c);
 	}
@@ -278,7 +302,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	struct eng_stats es = {0};
 	struct sess_msg rec[2];
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
-	int new_win, old_n, rc;
+	int new_win, old_n, old_keep, old_cut, rc;
+	int64_t old_key;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
@@ -291,6 +316,9 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 		return rc;
 	new_win = c->win;
 	old_n = eng_seq_n_pos(c->seq);
+	old_key = conv_window_key(c, c->win);
+	old_keep = c->slide_keep;
+	old_cut = c->slide_cut;
 	st->resumed_from_snapshot = c->pend_resumed;
 	st->rebuilt = c->pend_rebuilt;
 	rc = user_delta(c, text, old_n, &delta, err, errlen);
@@ -311,20 +339,24 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	rec[0].ids = delta.v;
 	rec[0].n_ids = (int)delta.n;
 	reply_msg(&rec[1], &g, st);
-	rc = commit_turn(c, rec, new_win, err, errlen);
+	rc = commit_turn(c, rec, new_win, old_key, err, errlen);
 	if (rc)
 		goto rollback;
-	rc = turn_committed(c, text, rec, new_win, err, errlen);
+	rc = turn_committed(c, text, rec, new_win, old_key, err, errlen);
 	st->store_errors = c->store_errors;
 	c->store_errors = 0;
 	goto out;
 rollback:
 	/* Nothing was stored: the cache goes back to the stored stream. */
 	c->reply_logits_pos = -1;
-	if (new_win == c->win)
+	if (new_win == c->win && c->slide_cut == old_cut && c->seq != NULL) {
 		(void)eng_seq_truncate(c->seq, old_n);
-	else
+	} else {
+		/* a new window or a slide cannot be taken back in the cache: rebuilt */
+		c->slide_keep = old_keep;
+		c->slide_cut = old_cut;
 		conv_drop_seq(c);
+	}
 out:
 	kvc_tokens_free(&delta);
 	conv_gen_free(&g);
@@ -409,7 +441,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	if (rc)
 		goto fail;
 	reply_msg(&rec, &g, st);
-	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, c->win, err, errlen);
+	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, conv_window_key(c, c->win), err, errlen);
 	if (rc)
 		goto fail;
 	/* The store holds the new reply in place of the old one: the picture follows. */
@@ -448,8 +480,9 @@ conv_clear(struct conv *c, char *err, size_t errlen)
 	conv_msgs_drop(c, 0);
 	c->n_chunk_ends = 0;
 	c->snap_end = 0;
-	if (c->win) {
+	if (c->win || c->slide_keep) {
 		c->win = 0;
+		conv_slide_reset(c);
 		conv_save_window(c);
 	}
 	if (c->seq)

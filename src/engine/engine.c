@@ -548,6 +548,44 @@ eng_seq_truncate(struct kvc_seq *s, int n_pos)
 	return KVC_OK;
 }
 
+bool
+eng_can_slide(const struct kvc_engine *e)
+{
+	return e->be->kv_shift != NULL;
+}
+
+int
+eng_seq_slide(struct kvc_seq *s, int keep, int n_drop, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int n = (int)s->toks.n, rc;
+
+	if (keep < 0 || n_drop < 1 || keep > n - n_drop) {
+		kvc_err(err, errlen, "slide: cannot drop %d positions after %d of %d", n_drop, keep, n);
+		return KVC_EINVAL;
+	}
+	if (e->be->kv_shift == NULL) {
+		kvc_err(err, errlen, "slide: the %s backend cannot shift a cache", e->be->name);
+		return KVC_EUNSUPPORTED;
+	}
+	s->have_logits = false;
+	if (s->kv != NULL && s->n_cached > keep) {
+		int in_cache = s->n_cached - keep < n_drop ? s->n_cached - keep : n_drop;
+
+		rc = e->be->kv_shift(e->bctx, s->kv, keep, in_cache, err, errlen);
+		if (rc) {
+			eng_seq_evict(s);
+			return rc;
+		}
+		s->n_cached -= in_cache;
+		if (in_cache < n_drop)	/* the dropped range ran past the cache */
+			s->n_cached = keep;
+	}
+	memmove(s->toks.v + keep, s->toks.v + keep + n_drop, (size_t)(n - keep - n_drop) * sizeof *s->toks.v);
+	s->toks.n -= (size_t)n_drop;
+	return KVC_OK;
+}
+
 void
 eng_seq_evict(struct kvc_seq *s)
 {

@@ -91,6 +91,18 @@ int eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen);
 /* Drop positions >= n_pos (n_pos <= current length). */
 int eng_seq_truncate(struct kvc_seq *s, int n_pos);
+/*
+ * Slide: drop positions [keep, keep + n_drop) from the sequence, its
+ * tokens and its cache, moving the later ones down and re-rotating their
+ * K in place (the backend's kv_shift) instead of recomputing them. The
+ * logits at hand are forgotten (they were computed at the old positions).
+ * KVC_EUNSUPPORTED when the backend cannot shift (nothing changes then);
+ * on another failure the cache is evicted (the tokens are kept, the next
+ * append recomputes them).
+ */
+int eng_seq_slide(struct kvc_seq *s, int keep, int n_drop, char *err, size_t errlen);
+/* Whether the backend can slide a cache (eng_seq_slide). */
+bool eng_can_slide(const struct kvc_engine *e);
 /* Release the cache memory but keep the tokens (an evicted conversation). */
 void eng_seq_evict(struct kvc_seq *s);
 bool eng_seq_resident(const struct kvc_seq *s);

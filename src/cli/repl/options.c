@@ -14,7 +14,7 @@
 
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
-	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU,
+	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DEVICE, OPT_GPU,
 	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
@@ -36,6 +36,7 @@ static const struct option fixed_options[] = {
 	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
 	{ "kv-budget", required_argument, NULL, OPT_KV_BUDGET },
 	{ "ctx-overflow", required_argument, NULL, OPT_OVERFLOW },
+	{ "keep", required_argument, NULL, OPT_KEEP },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "gpu", required_argument, NULL, OPT_GPU },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
@@ -160,8 +161,14 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 			o->overflow = CONV_OVERFLOW_DROP;
 		else if (strcmp(a, "stop") == 0)
 			o->overflow = CONV_OVERFLOW_STOP;
+		else if (strcmp(a, "slide") == 0)
+			o->overflow = CONV_OVERFLOW_SLIDE;
 		else
-			return usage_error("--ctx-overflow: drop or stop, not '%s'", a);
+			return usage_error("--ctx-overflow: drop, stop or slide, not '%s'", a);
+		break;
+	case OPT_KEEP:
+		if (parse_int(a, 1, 1 << 19, &o->keep))
+			return usage_error("--keep: not a number of positions: '%s'", a);
 		break;
 	case OPT_DEVICE:
 		if (strcmp(a, "auto") && strcmp(a, "cpu") && strcmp(a, "cuda"))

@@ -19,6 +19,7 @@ struct repl_opts {
 	size_t kv_budget;
 	bool kv_budget_given;
 	enum conv_overflow overflow;
+	int keep;			/* --keep (0: the system prompt, or 4) */
 	const char *stats_json;
 	bool no_color;
 };

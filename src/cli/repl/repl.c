@@ -248,6 +248,7 @@ repl_main(int argc, char **argv)
 	cp.jinja = jinja;
 	cp.kv_budget = r.kv_budget;
 	cp.overflow = o.overflow;
+	cp.keep = o.keep;
 	cp.notice = repl_notice;
 	cp.notice_arg = &r;
 	cp.progress = repl_progress;
