@@ -76,6 +76,7 @@ conv_free(struct conv *c)
 	free(c->system);
 	free(c->chunk_ends);
 	free(c->reply_logits);
+	eng_seq_free(c->draft);
 	smp_free(c->smp);
 	free(c);
 }

@@ -11,6 +11,7 @@
  *   window.c			the token stream of the messages, the context window
  *   msgs.c, notice.c		the in-memory messages; notices and failed writes
  *   settings.c, generate.c	the settings codec; the generation loop (public)
+ *   speculate.c		the proposals of speculative decoding (generate.c's)
  *
  * One owner for the tokens: the engine sequence holds the stream the cache
  * holds (msgs[win..n_msgs) rendered), and keeps it while evicted; when a
@@ -54,6 +55,7 @@ struct conv {
 	 */
 	int slide_keep, slide_cut;
 	struct kvc_seq *seq;		/* the stream; evicted or NULL when not resident */
+	struct kvc_seq *draft;		/* the draft model's sequence (speculative decoding), or NULL */
 	int snap_end;			/* stream positions covered by chunks on disk */
 	int *chunk_ends;		/* pos1 of each chunk on disk, ascending */
 	int n_chunk_ends, cap_chunk_ends;

@@ -36,9 +36,18 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
     struct conv_stats *st, double t0, char *err, size_t errlen)
 {
 	struct conv_gen_params gp;
+	struct conv_spec sp = { NULL, c->m->p.lookup, c->m->p.spec_k };
 	int rc;
 
 	memset(&gp, 0, sizeof gp);
+	if (c->m->p.draft != NULL && c->draft == NULL &&
+	    eng_seq_new(c->m->p.draft, &c->draft, err, errlen) != 0)
+		return KVC_ENOMEM;
+	sp.draft = c->draft;
+	if (sp.k == 0)
+		sp.k = sp.draft ? 4 : 8;
+	if (sp.draft != NULL || sp.lookup > 0)
+		gp.spec = &sp;
 	gp.mode = CONV_GEN_REPLY;
 	gp.max_tokens = c->set.max_tokens > 0 ? c->set.max_tokens : -1;
 	gp.stop = chat_stop_strings(c->m->p.family);
@@ -55,6 +64,9 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	st->interrupted = g->interrupted;
 	st->ctx_full = g->ctx_full;
 	st->gen_tokens = (int)g->ids.n;
+	st->spec_proposed = g->proposed;
+	st->spec_accepted = g->accepted;
+	st->forward_passes = g->n_passes;
 	if (g->t_first > 0) {
 		double dt = kvc_now() - g->t_first;
 

@@ -347,6 +347,7 @@ eng_seq_free(struct kvc_seq *s)
 }
 
 int eng_seq_n_pos(const struct kvc_seq *s) { return (int)s->toks.n; }
+struct kvc_engine *eng_seq_engine(const struct kvc_seq *s) { return s->e; }
 const int32_t *eng_seq_tokens(const struct kvc_seq *s) { return s->toks.v; }
 bool eng_seq_resident(const struct kvc_seq *s) { return s->kv != NULL; }
 
@@ -474,6 +475,61 @@ eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
 		s->have_logits = false;
 	}
 	return rc;
+}
+
+int
+eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int nv = e->model.hp.n_vocab, rc;
+
+	if (n < 1 || n > 64 || tokens == NULL || logits == NULL) {
+		kvc_err(err, errlen, "append_all: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	if ((size_t)n > (size_t)e->n_ctx - s->toks.n) {
+		kvc_err(err, errlen, "context full: %zu + %d tokens exceed the context of %d",
+		    s->toks.n, n, e->n_ctx);
+		return KVC_ERANGE;
+	}
+	if ((rc = check_ids(e, tokens, n, err, errlen)) != KVC_OK)
+		return rc;
+	/* what is pending before the new tokens is computed first, as append does */
+	if ((rc = ensure_resident(s, err, errlen)) != KVC_OK ||
+	    (rc = compute_pending(s, NULL, err, errlen)) != KVC_OK)
+		return rc;
+	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, logits, true, err, errlen);
+	if (rc) {
+		s->have_logits = false;
+		return rc;
+	}
+	if (kvc_tokens_append(&s->toks, tokens, (size_t)n) != KVC_OK) {
+		s->have_logits = false;
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	s->n_cached += n;
+	memcpy(s->logits, logits + (size_t)(n - 1) * nv, (size_t)nv * sizeof *s->logits);
+	s->have_logits = true;
+	return KVC_OK;
+}
+
+bool
+eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b)
+{
+	int32_t n = tok_n_vocab(a->tok);
+
+	if (n != tok_n_vocab(b->tok) || a->model.hp.n_vocab != b->model.hp.n_vocab)
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		size_t la, lb;
+		const char *pa = tok_piece(a->tok, i, &la), *pb = tok_piece(b->tok, i, &lb);
+
+		if (la != lb || (la > 0 && memcmp(pa, pb, la) != 0))
+			return false;
+	}
+	return true;
 }
 
 int

@@ -72,6 +72,7 @@ int eng_seq_new(struct kvc_engine *e, struct kvc_seq **out, char *err, size_t er
 void eng_seq_free(struct kvc_seq *s);
 
 int eng_seq_n_pos(const struct kvc_seq *s);
+struct kvc_engine *eng_seq_engine(const struct kvc_seq *s);
 const int32_t *eng_seq_tokens(const struct kvc_seq *s);
 size_t eng_seq_kv_bytes(const struct kvc_seq *s);	/* memory the cache holds now */
 
@@ -81,6 +82,16 @@ size_t eng_seq_kv_bytes(const struct kvc_seq *s);	/* memory the cache holds now 
  */
 int eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen);
+/*
+ * Append tokens[0..n) (n <= 64) in one forward pass and receive the logits
+ * after each of them: logits[i * n_vocab ..] follow tokens[i]. The last row
+ * is also the sequence's logits at hand. Speculative decoding verifies its
+ * proposals this way. KVC_ERANGE when the context would overflow.
+ */
+int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
+    char *err, size_t errlen);
+/* Whether two engines share a vocabulary (same ids, same pieces): a draft model's test. */
+bool eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b);
 /*
  * Make the sequence hold exactly tokens[0..n): keep the longest common
  * prefix with what is cached, compute the rest. If nothing would be computed

@@ -14,7 +14,7 @@
 
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
-	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DEVICE, OPT_GPU,
+	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DRAFT, OPT_LOOKUP, OPT_SPEC_K, OPT_DEVICE, OPT_GPU,
 	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
@@ -37,6 +37,9 @@ static const struct option fixed_options[] = {
 	{ "kv-budget", required_argument, NULL, OPT_KV_BUDGET },
 	{ "ctx-overflow", required_argument, NULL, OPT_OVERFLOW },
 	{ "keep", required_argument, NULL, OPT_KEEP },
+	{ "draft", required_argument, NULL, OPT_DRAFT },
+	{ "lookup", required_argument, NULL, OPT_LOOKUP },
+	{ "spec-k", required_argument, NULL, OPT_SPEC_K },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "gpu", required_argument, NULL, OPT_GPU },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
@@ -165,6 +168,17 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 			o->overflow = CONV_OVERFLOW_SLIDE;
 		else
 			return usage_error("--ctx-overflow: drop, stop or slide, not '%s'", a);
+		break;
+	case OPT_DRAFT:
+		o->draft = a;
+		break;
+	case OPT_LOOKUP:
+		if (parse_int(a, 1, 64, &o->lookup))
+			return usage_error("--lookup: an n-gram length 1..64, not '%s'", a);
+		break;
+	case OPT_SPEC_K:
+		if (parse_int(a, 1, CONV_SPEC_MAX, &o->spec_k))
+			return usage_error("--spec-k: 1..16 proposals, not '%s'", a);
 		break;
 	case OPT_KEEP:
 		if (parse_int(a, 1, 1 << 19, &o->keep))

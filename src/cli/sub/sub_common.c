@@ -14,6 +14,32 @@ sub_usage(const char *name, const char *usage, const char *why, const char *arg)
 }
 
 int
+sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_engine_params *ep,
+    struct kvc_engine **de, struct kvc_seq **ds)
+{
+	struct kvc_engine_params p = *ep;
+	char err[512] = "";
+
+	*de = NULL;
+	*ds = NULL;
+	p.n_ctx = eng_n_ctx(main);
+	if (eng_open(de, path, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: draft model: %s\n", err);
+		return 1;
+	}
+	if (!eng_same_vocab(main, *de)) {
+		fprintf(stderr, "kvchat: draft model %s: its vocabulary differs from the model's\n", path);
+	} else if (eng_seq_new(*de, ds, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: draft model: %s\n", err);
+	} else {
+		return 0;
+	}
+	eng_close(*de);
+	*de = NULL;
+	return 1;
+}
+
+int
 sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why)
 {

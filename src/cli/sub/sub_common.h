@@ -23,4 +23,12 @@ int sub_usage(const char *name, const char *usage, const char *why, const char *
 int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why);
 
+/*
+ * Open the draft model path for speculative decoding beside main (same
+ * engine options) and a sequence on it: 0, or 1 with the message said
+ * (a draft whose vocabulary differs from main's is refused).
+ */
+int sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_engine_params *ep,
+    struct kvc_engine **de, struct kvc_seq **ds);
+
 #endif
