@@ -21,17 +21,22 @@
 
 #include "conv_int.h"
 
-/* Field widths of the packed window: message index, keep, cut. */
+/*
+ * A slid window's key: bit 62 set (an unslid window is any smaller
+ * non-negative value: its message index), then cut, keep and the message
+ * index in fields of these widths.
+ */
 #define KEY_WIN_BITS 20
 #define KEY_KEEP_BITS 20
-#define KEY_CUT_BITS 23
+#define KEY_CUT_BITS 22
+#define KEY_SLID ((int64_t)1 << 62)
 
 int64_t
 conv_window_key(const struct conv *c, int win)
 {
 	if (c->slide_keep == 0)
 		return win;
-	return (int64_t)win | (int64_t)c->slide_keep << KEY_WIN_BITS |
+	return KEY_SLID | (int64_t)win | (int64_t)c->slide_keep << KEY_WIN_BITS |
 	    (int64_t)c->slide_cut << (KEY_WIN_BITS + KEY_KEEP_BITS);
 }
 
@@ -69,20 +74,21 @@ int
 conv_window_open(struct conv *c, int64_t key)
 {
 	int64_t mask_w = (1 << KEY_WIN_BITS) - 1, mask_k = (1 << KEY_KEEP_BITS) - 1;
-	int win = (int)(key & mask_w);
+	int64_t win = key & KEY_SLID ? key & mask_w : key;
 	struct kvc_tokens f = {0};
 
 	conv_slide_reset(c);
-	if (key < 0 || key >> (KEY_WIN_BITS + KEY_KEEP_BITS + KEY_CUT_BITS) != 0)
-		return KVC_ECORRUPT;
 	if (win > 0 && win < c->n_msgs && c->msgs[win].role == SESS_USER)
-		c->win = win;
+		c->win = (int)win;
 	else if (win != 0)
 		return KVC_ECORRUPT;
-	c->slide_keep = (int)(key >> KEY_WIN_BITS & mask_k);
-	c->slide_cut = (int)(key >> (KEY_WIN_BITS + KEY_KEEP_BITS));
-	if (c->slide_keep == 0 && c->slide_cut == 0)
+	if (!(key & KEY_SLID))
 		return KVC_OK;
+	if (key >> (KEY_WIN_BITS + KEY_KEEP_BITS + KEY_CUT_BITS) != KEY_SLID >> (KEY_WIN_BITS +
+	    KEY_KEEP_BITS + KEY_CUT_BITS))
+		return KVC_ECORRUPT;
+	c->slide_keep = (int)(key >> KEY_WIN_BITS & mask_k);
+	c->slide_cut = (int)(key >> (KEY_WIN_BITS + KEY_KEEP_BITS) & (((int64_t)1 << KEY_CUT_BITS) - 1));
 	/* a slide that does not describe these messages is forgotten: the cache is recomputed */
 	if (c->slide_keep < 1 || c->slide_cut <= c->slide_keep ||
 	    conv_build_stream(c, c->win, c->n_msgs, &f, NULL, 0) != 0 || (int)f.n < c->slide_cut) {
