@@ -656,31 +656,15 @@ cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
 	struct cpu_kv *kv = kvp;
 	const struct kvc_hparams *hp = &c->hp;
 	struct kv_rope r = { hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c->inv_freq };
-	int n_move, il, rc = 0;
-	float *f;
+	int rc;
 
 	if (p0 < 0 || n_drop < 1 || p0 > kv->n_valid - n_drop) {
 		kvc_err(err, errlen, "bad KV shift: drop %d positions at %d (cache holds %d)",
 		    n_drop, p0, kv->n_valid);
 		return KVC_EINVAL;
 	}
-	n_move = kv->n_valid - p0 - n_drop;
-	f = malloc((size_t)c->kv_dim * sizeof *f);
-	if (f == NULL) {
-		kvc_err(err, errlen, "out of memory");
-		return KVC_ENOMEM;
-	}
-	for (il = 0; il < hp->n_layer && rc == 0; il++) {
-		char *k = kv->k[il], *v = kv->v[il];
-
-		memmove(k + (size_t)p0 * kv->row_bytes, k + (size_t)(p0 + n_drop) * kv->row_bytes,
-		    (size_t)n_move * kv->row_bytes);
-		memmove(v + (size_t)p0 * kv->row_bytes, v + (size_t)(p0 + n_drop) * kv->row_bytes,
-		    (size_t)n_move * kv->row_bytes);
-		rc = kv_shift_rows(k + (size_t)p0 * kv->row_bytes, n_move, kv->type, &r, -n_drop, f);
-	}
-	free(f);
-	kv->n_valid -= n_drop;
+	rc = kv_shift_cache(kv->k, kv->v, hp->n_layer, kv->type, kv->n_valid, p0, n_drop, &r);
+	kv->n_valid -= n_drop;	/* after a failure the caller drops the cache */
 	if (rc)
 		kvc_err(err, errlen, "KV shift: %s", kvc_strerror(rc));
 	return rc;

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int
 kv_shift_rows(void *rows, int n, enum gguf_dtype type, const struct kv_rope *r,
@@ -54,5 +55,26 @@ kv_shift_rows(void *rows, int n, enum gguf_dtype type, const struct kv_rope *r,
 			break;
 	}
 	free(cs);
+	return rc;
+}
+
+int
+kv_shift_cache(void **k, void **v, int n_layer, enum gguf_dtype type, int n_valid,
+    int p0, int n_drop, const struct kv_rope *r)
+{
+	size_t rb = kvc_kv_row_bytes(type, r->n_head_kv * r->head_dim);
+	int n_move = n_valid - p0 - n_drop, rc = KVC_OK;
+	float *f = malloc((size_t)r->n_head_kv * r->head_dim * sizeof *f);
+
+	if (f == NULL)
+		return KVC_ENOMEM;
+	for (int l = 0; l < n_layer && rc == KVC_OK; l++) {
+		char *kl = k[l], *vl = v[l];
+
+		memmove(kl + (size_t)p0 * rb, kl + (size_t)(p0 + n_drop) * rb, (size_t)n_move * rb);
+		memmove(vl + (size_t)p0 * rb, vl + (size_t)(p0 + n_drop) * rb, (size_t)n_move * rb);
+		rc = kv_shift_rows(kl + (size_t)p0 * rb, n_move, type, r, -n_drop, f);
+	}
+	free(f);
 	return rc;
 }

@@ -27,4 +27,13 @@ struct kv_rope {
 int kv_shift_rows(void *rows, int n, enum gguf_dtype type, const struct kv_rope *r,
     int delta, float *f);
 
+/*
+ * Drop positions [p0, p0 + n_drop) of a cache whose layers' K and V rows
+ * are k[l], v[l] (n_valid rows of type each): the later rows move down and
+ * K is rotated by -n_drop. 0, KVC_ENOMEM or KVC_EUNSUPPORTED (a type
+ * without a row format).
+ */
+int kv_shift_cache(void **k, void **v, int n_layer, enum gguf_dtype type, int n_valid,
+    int p0, int n_drop, const struct kv_rope *r);
+
 #endif
