@@ -38,6 +38,8 @@
  *    rounded far more coarsely than its own magnitude, which the per-stage
  *    charge above does not cover (a likely cause, not measured apart).
  *
+ *    KVQ8_MODEL=FILE (and KVQ8_STEPS, default 32) runs 2. on that model too.
+ *
  * 3. Cross-type restore: a snapshot of one cache type loads into another
  *    by conversion (F16 -> Q8_0 within c * A per element, Q8_0 -> F16 to
  *    the nearest half of each stored value), never by reading the bytes as
@@ -492,6 +494,10 @@ main(void)
 			remove(path);
 		}
 	}
+	/* a bigger model on demand (docs/BENCHMARKS.md: the Qwen2.5-0.5B-shaped fixture) */
+	if (getenv("KVQ8_MODEL") != NULL)
+		greedy_agreement(getenv("KVQ8_MODEL"), getenv("KVQ8_MODEL"), start, 4,
+		    getenv("KVQ8_STEPS") ? atoi(getenv("KVQ8_STEPS")) : 32, true);
 	rmdir(dir);
 	return test_done();
 }
