@@ -66,18 +66,19 @@ struct kvc_backend_i {
 	int (*kv_write)(void *ctx, void *kv, int layer, enum kvc_kv_part part,
 	    int pos0, int n, const void *src, char *err, size_t errlen);
 
+	/* Human-readable memory report for /show (optional). */
+	void (*describe)(void *ctx, struct kvc_buf *out);
+
 	/*
 	 * Drop positions [p0, p0 + n_drop) of kv: the positions after them move
 	 * down by n_drop and their K rows are rotated by -n_drop (RoPE shift),
 	 * so they hold what the same tokens would give at their new positions
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
-	 * the computed positions.
+	 * the computed positions. Last member: the CUDA backend's positional
+	 * initialiser leaves it NULL.
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
-
-	/* Human-readable memory report for /show (optional). */
-	void (*describe)(void *ctx, struct kvc_buf *out);
 };
 
 /*
