@@ -33,7 +33,9 @@ struct kvc_backend_i {
 
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type
-	 * (GGML_TYPE_F16 or GGML_TYPE_F32). Memory may be committed lazily as
+	 * (GGML_TYPE_F16 or GGML_TYPE_F32; the CPU backend also takes
+	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32, and
+	 * CUDA refuses it). Memory may be committed lazily as
 	 * positions are used. (How many caches stay resident is the
 	 * conversation layer's choice, not the backend's.)
 	 */
@@ -56,7 +58,8 @@ struct kvc_backend_i {
 	/*
 	 * Copy part (K or V) of layer `layer` for positions [pos0, pos0+n) out of
 	 * / into the cache, as n rows of n_head_kv*head_dim elements of the
-	 * cache's type, rows contiguous. Used for snapshots.
+	 * cache's type (kvc_kv_row_bytes each), rows contiguous. Used for
+	 * snapshots.
 	 */
 	int (*kv_read)(void *ctx, void *kv, int layer, enum kvc_kv_part part,
 	    int pos0, int n, void *dst, char *err, size_t errlen);
@@ -65,6 +68,17 @@ struct kvc_backend_i {
 
 	/* Human-readable memory report for /show (optional). */
 	void (*describe)(void *ctx, struct kvc_buf *out);
+
+	/*
+	 * Drop positions [p0, p0 + n_drop) of kv: the positions after them move
+	 * down by n_drop and their K rows are rotated by -n_drop (RoPE shift),
+	 * so they hold what the same tokens would give at their new positions
+	 * up to rounding, without recomputing them (optional; --ctx-overflow
+	 * slide recomputes without it). KVC_EINVAL when the range is not inside
+	 * the computed positions. Last member: the CUDA backend's positional
+	 * initialiser leaves it NULL.
+	 */
+	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
 };
 
 /*
@@ -87,6 +101,18 @@ int kvc_backend_kv_check(int n_ctx, enum gguf_dtype kv_type, char *err, size_t e
  * (KVC_ERANGE, "context full"), with the message; else KVC_OK.
  */
 int kvc_backend_forward_check(int n, int pos0, int n_valid, int n_ctx, char *err, size_t errlen);
+
+/*
+ * kv_q8.c: the row formats of the cache types. A row of n elements is n
+ * floats (F32), n halves (F16, little-endian), or n/32 of GGUF's Q8_0
+ * blocks (fp16 scale, 32 int8; 34 bytes). kvc_kv_row_bytes is 0 for
+ * another type or a Q8_0 row whose n is not a multiple of 32. The
+ * conversions return KVC_EUNSUPPORTED (EINVAL) in those cases; converting
+ * to Q8_0 rounds as ggml does, to F16 to nearest even.
+ */
+size_t kvc_kv_row_bytes(enum gguf_dtype type, int n);
+int kvc_kv_row_to_f32(enum gguf_dtype type, const void *src, float *dst, int n);
+int kvc_kv_row_from_f32(enum gguf_dtype type, const float *src, void *dst, int n);
 
 extern const struct kvc_backend_i kvc_backend_cpu;
 #ifdef HAVE_CUDA

@@ -19,12 +19,14 @@
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
  * (or a longer context) first appears, never per token. Prefill runs in
  * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
- * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16 or F32,
- * grown by doubling up to n_ctx. The attention's row kernels (scalar and
- * AVX2) are in cpu_simd.c.
+ * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
+ * Q8_0 blocks, grown by doubling up to n_ctx. The attention's row kernels
+ * (scalar and AVX2) are in cpu_simd.c, those over Q8_0 rows in kv_q8.c.
  */
 #include "backend.h"
 #include "cpu_simd.h"
+#include "kv_q8.h"
+#include "kv_shift.h"
 #include "quant/quant.h"
 #include "threadpool.h"
 
@@ -39,8 +41,8 @@ struct cpu_kv {
 	int n_ctx;		/* most positions it may hold */
 	int cap;		/* positions allocated */
 	int n_valid;		/* positions [0, n_valid) hold data */
-	enum gguf_dtype type;	/* GGML_TYPE_F16 or GGML_TYPE_F32 */
-	size_t row_bytes;	/* kv_dim elements of type */
+	enum gguf_dtype type;	/* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
+	size_t row_bytes;	/* kv_dim elements of type (kvc_kv_row_bytes) */
 	void **k, **v;		/* [n_layer] -> (cap, kv_dim) */
 	struct cpu_kv *next;	/* list of the context's caches */
 };
@@ -204,6 +206,13 @@ struct att_job {
 	int pos0;
 };
 
+/* kvq8_NAME_avx when simd (whole blocks, AVX2) else kvq8_NAME. */
+#ifdef HAVE_X86_SIMD
+#define KVQ8(simd, name) ((simd) ? kvq8_##name##_avx : kvq8_##name)
+#else
+#define KVQ8(simd, name) kvq8_##name
+#endif
+
 /* Causal grouped-query attention for (token, head) pairs, reading the cache in place. */
 static void
 att_run(void *arg, int ith, int nth)
@@ -217,19 +226,25 @@ att_run(void *arg, int ith, int nth)
 	float *s = c->att_s + (size_t)ith * c->cap_att;
 	float *o = c->att_o + (size_t)ith * hd;
 	const float scale = 1.0f / sqrtf((float)hd);
-	bool f16 = j->kv->type == GGML_TYPE_F16;
+	bool f16 = j->kv->type == GGML_TYPE_F16, q8 = j->kv->type == GGML_TYPE_Q8_0;
+	bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
 	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
 	size_t rb = j->kv->row_bytes;
 
 	for (it = i0; it < i1; it++) {
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
-		size_t off = (size_t)(h / group) * hd * (f16 ? 2 : 4);
+		size_t off = q8 ? 0 : (size_t)(h / group) * hd * (f16 ? 2 : 4);
+		int e0 = (h / group) * hd;	/* the head's first element (Q8_0 rows) */
 		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
 		float mx = -INFINITY, sum = 0;
 
 		for (p = 0; p < n_pos; p++) {
 			const void *kr = K + (size_t)p * rb + off;
 			float d;
+
+			if (q8)
+				d = KVQ8(q8_simd, dot)(kr, e0, q, hd);
+			else
 #ifdef HAVE_X86_SIMD
 			if (c->simd)
 				d = f16 ? cpu_dot_f16_avx(kr, q, hd) : cpu_dot_f32_avx(kr, q, hd);
@@ -248,6 +263,10 @@ att_run(void *arg, int ith, int nth)
 		for (p = 0; p < n_pos; p++) {
 			const void *vr = V + (size_t)p * rb + off;
 			float a = s[p] / sum;
+
+			if (q8)
+				KVQ8(q8_simd, axpy)(o, a, vr, e0, hd);
+			else
 #ifdef HAVE_X86_SIMD
 			if (c->simd) {
 				if (f16)
@@ -473,8 +492,18 @@ cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *e
 	int rc;
 
 	*out = NULL;
-	if ((rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+	if (kv_type == GGML_TYPE_Q8_0 && kvc_kv_row_bytes(kv_type, c->kv_dim) == 0) {
+		kvc_err(err, errlen, "KV cache type Q8_0 needs rows of whole blocks of 32, "
+		    "this model's are %d wide", c->kv_dim);
+		return KVC_EUNSUPPORTED;
+	}
+	if (kv_type != GGML_TYPE_Q8_0 &&
+	    (rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
 		return rc;
+	if (n_ctx < 1) {
+		kvc_err(err, errlen, "bad context size %d", n_ctx);
+		return KVC_EINVAL;
+	}
 	kv = calloc(1, sizeof *kv);
 	if (kv == NULL || (kv->k = calloc((size_t)c->hp.n_layer, sizeof *kv->k)) == NULL ||
 	    (kv->v = calloc((size_t)c->hp.n_layer, sizeof *kv->v)) == NULL) {
@@ -486,7 +515,7 @@ cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *e
 	}
 	kv->n_ctx = n_ctx;
 	kv->type = kv_type;
-	kv->row_bytes = (size_t)c->kv_dim * (kv_type == GGML_TYPE_F16 ? 2 : 4);
+	kv->row_bytes = kvc_kv_row_bytes(kv_type, c->kv_dim);
 	kv->next = c->caches;
 	c->caches = kv;
 	*out = kv;
@@ -619,6 +648,28 @@ cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, i
 	return 0;
 }
 
+/* The shift's rows are few next to a forward pass: one thread does them. */
+static int
+cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	const struct kvc_hparams *hp = &c->hp;
+	struct kv_rope r = { hp->n_head_kv, hp->head_dim, hp->rope_dim, hp->rope_neox, c->inv_freq };
+	int rc;
+
+	if (p0 < 0 || n_drop < 1 || p0 > kv->n_valid - n_drop) {
+		kvc_err(err, errlen, "bad KV shift: drop %d positions at %d (cache holds %d)",
+		    n_drop, p0, kv->n_valid);
+		return KVC_EINVAL;
+	}
+	rc = kv_shift_cache(kv->k, kv->v, hp->n_layer, kv->type, kv->n_valid, p0, n_drop, &r);
+	kv->n_valid -= n_drop;	/* after a failure the caller drops the cache */
+	if (rc)
+		kvc_err(err, errlen, "KV shift: %s", kvc_strerror(rc));
+	return rc;
+}
+
 /* ---- forward ---- */
 
 static void
@@ -628,6 +679,8 @@ store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
 
 	if (kv->type == GGML_TYPE_F32) {
 		memcpy((char *)base + (size_t)pos * kv->row_bytes, src, (size_t)n * sizeof(float));
+	} else if (kv->type == GGML_TYPE_Q8_0) {
+		kvq8_quantize(src, (char *)base + (size_t)pos * kv->row_bytes, n);
 	} else {
 		uint16_t *d = (uint16_t *)((char *)base + (size_t)pos * kv->row_bytes);
 
@@ -806,5 +859,6 @@ const struct kvc_backend_i kvc_backend_cpu = {
 	.forward = cpu_forward,
 	.kv_read = cpu_kv_read,
 	.kv_write = cpu_kv_write,
+	.kv_shift = cpu_kv_shift,
 	.describe = cpu_describe,
 };

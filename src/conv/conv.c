@@ -76,6 +76,7 @@ conv_free(struct conv *c)
 	free(c->system);
 	free(c->chunk_ends);
 	free(c->reply_logits);
+	eng_seq_free(c->draft);
 	smp_free(c->smp);
 	free(c);
 }
@@ -166,12 +167,14 @@ open_window(struct conv *c, int64_t window, char *err, size_t errlen)
 	struct kvc_tokens s = {0};
 	int n_ctx = eng_n_ctx(m->e), k, rc;
 
-	if (window > 0 && window < c->n_msgs && c->msgs[window].role == SESS_USER)
-		c->win = (int)window;
-	rc = conv_build_stream(c, c->win, c->n_msgs, &s, err, errlen);
+	if (conv_window_open(c, window) != KVC_OK && window != 0)
+		conv_notice(m, "conversation %" PRId64 ": the stored context window does not fit its "
+		    "messages; recomputing", c->id);
+	rc = conv_build_cached(c, c->n_msgs, &s, err, errlen);
 	if (rc || (int)s.n < n_ctx)
 		goto out;
 	k = c->win;
+	conv_slide_reset(c);
 	rc = conv_fit_window(c, c->win + 1, n_ctx - conv_reply_reserve(c), &k, err, errlen);
 	if (rc == KVC_ERANGE)
 		rc = conv_fit_window(c, c->win + 1, n_ctx - 1, &k, err, errlen);

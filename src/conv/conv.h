@@ -36,6 +36,8 @@ enum conv_overflow {
 	CONV_OVERFLOW_DROP,	/* drop the oldest exchanges down to about half the
 				 * context at once, recompute what is kept (default) */
 	CONV_OVERFLOW_STOP,	/* refuse the turn */
+	/* keep the first positions and the recent ones, re-rotate, no recompute */
+	CONV_OVERFLOW_SLIDE,
 };
 
 struct conv_params {
@@ -43,6 +45,11 @@ struct conv_params {
 	const char *jinja;		/* the model's template text, or NULL */
 	size_t kv_budget;		/* bytes for all resident caches; 0 = unlimited */
 	enum conv_overflow overflow;
+	int keep;			/* slide: positions kept at the front; 0 = the system prompt, or 4 */
+	/* speculative decoding of replies: a draft model (same vocabulary, not owned) or prompt lookup */
+	struct kvc_engine *draft;
+	int lookup;			/* longest n-gram prompt lookup matches; 0: off */
+	int spec_k;			/* proposals per pass; 0: 4 with a draft, 8 with lookup */
 	/* One-line notices (rebuilds, evictions, dropped history); optional. */
 	void (*notice)(void *arg, const char *line);
 	void *notice_arg;
@@ -145,6 +152,9 @@ struct conv_stats {
 	int dropped_msgs;		/* messages that left the window (context overflow) */
 	int recomputed_tokens;		/* positions of kept history computed again after a drop */
 	double recompute_ms;		/* their share of the prefill time, ms */
+	int slid_tokens;		/* positions slid away (--ctx-overflow slide), none recomputed */
+	int spec_proposed, spec_accepted;	/* speculative proposals made, and kept */
+	int forward_passes;		/* decode passes of the main model */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
 	double prefill_tps;		/* prefill_tokens / prefill wall time */
 	double decode_tps;		/* reply tokens / decode wall time */
@@ -194,6 +204,24 @@ enum conv_gen_mode {
 	CONV_GEN_COMPLETION,
 };
 
+/*
+ * Speculative decoding (speculate.c): where proposals come from. The draft
+ * sequence (on a second engine with the same vocabulary) keeps its cache
+ * between runs and is rewound to what the main sequence holds.
+ */
+#define CONV_SPEC_MAX 16	/* proposals per forward pass, at most */
+struct conv_spec {
+	struct kvc_seq *draft;		/* draft model's sequence, or NULL */
+	int lookup;			/* prompt lookup: longest n-gram matched; 0: off */
+	int k;				/* proposals per pass (1..CONV_SPEC_MAX) */
+};
+/*
+ * Up to max proposals to follow ctx[0..n) into out; returns how many (0:
+ * none), or a negative KVC_E* with the message.
+ */
+int conv_spec_propose(struct conv_spec *sp, const int32_t *ctx, int n, int32_t *out, int max,
+    char *err, size_t errlen);
+
 struct conv_gen_params {
 	enum conv_gen_mode mode;
 	int max_tokens;			/* at most this many ids; < 0: no cap */
@@ -209,12 +237,15 @@ struct conv_gen_params {
 	const float *first_logits;
 	/* [n_vocab] or NULL: gets a copy of the logits the first id is sampled from. */
 	float *keep_first_logits;
+	struct conv_spec *spec;		/* speculative decoding, or NULL */
 };
 
 struct conv_gen {
 	struct kvc_tokens ids;		/* the ids that count */
 	struct kvc_buf text;		/* their text, NUL-terminated */
 	int n_decoded;			/* ids run through the model */
+	int n_passes;			/* decode forward passes of the main model */
+	int proposed, accepted;		/* speculative proposals made, and kept */
 	double t_first;			/* kvc_now() when the first id was at hand; 0: none */
 	int first_logits_pos;		/* positions keep_first_logits follows; -1: not copied */
 	bool interrupted;		/* *interrupt, or on_text / on_id asked to stop */

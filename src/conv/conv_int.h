@@ -7,9 +7,11 @@
  *   conv.c, turn.c, system.c	open/close/delete; turns, undo, retry; /system
  *   residency.c		the LRU within kv_budget, restore and rebuild
  *   save.c			every write to the store: replies, snapshot chunks, settings
+ *   slide.c			--ctx-overflow slide: the slid window and its key
  *   window.c			the token stream of the messages, the context window
  *   msgs.c, notice.c		the in-memory messages; notices and failed writes
  *   settings.c, generate.c	the settings codec; the generation loop (public)
+ *   speculate.c		the proposals of speculative decoding (generate.c's)
  *
  * One owner for the tokens: the engine sequence holds the stream the cache
  * holds (msgs[win..n_msgs) rendered), and keeps it while evicted; when a
@@ -62,7 +64,13 @@ struct conv {
 	 * that message rendered afresh instead of its stored ids.
 	 */
 	int win;
+	/*
+	 * A slid window (slide.c): the cache holds the window's stream F as
+	 * F[0, slide_keep) + F[slide_cut, end); slide_keep = 0: not slid.
+	 */
+	int slide_keep, slide_cut;
 	struct kvc_seq *seq;		/* the stream; evicted or NULL when not resident */
+	struct kvc_seq *draft;		/* the draft model's sequence (speculative decoding), or NULL */
 	int snap_end;			/* stream positions covered by chunks on disk */
 	int *chunk_ends;		/* pos1 of each chunk on disk, ascending */
 	int n_chunk_ends, cap_chunk_ends;
@@ -96,6 +104,20 @@ char *conv_strdup(const char *s);
 int conv_msgs_push(struct conv *c, const struct sess_msg *x);
 /* Forget msgs[k..n_msgs). */
 void conv_msgs_drop(struct conv *c, int k);
+
+/* slide.c */
+/* What the store keys the window and the chunks with: win, and the slide. */
+int64_t conv_window_key(const struct conv *c, int win);
+/* Take a stored key apart into c->win and the slide; KVC_ECORRUPT (all reset) if it does not fit the messages. */
+int conv_window_open(struct conv *c, int64_t key);
+void conv_slide_reset(struct conv *c);
+/* The stream the cache holds, of the messages before to: the window's, slid. */
+int conv_build_cached(const struct conv *c, int to, struct kvc_tokens *out, char *err,
+    size_t errlen);
+/* Whether message k starts inside the slid-away part (a rewind to it cannot keep the slide). */
+bool conv_slide_cuts(const struct conv *c, int k);
+/* Free need more positions by sliding the cache; *slid = positions dropped. */
+int conv_slide(struct conv *c, int need, int *slid, char *err, size_t errlen);
 
 /* window.c */
 /* [system] + msgs[from..to) (+ user) in chat.h's form; *v is malloc'ed. */
@@ -134,7 +156,7 @@ void conv_chunks_trim(struct conv *c, int n_pos);
  * n_keep are taken back in the same transaction (/retry).
  */
 int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
-    int n_keep, int win, char *err, size_t errlen);
+    int n_keep, int64_t win, char *err, size_t errlen);
 /*
  * Make c a stored conversation (no-op if it is one): create its row, titled
  * from first when the title is provisional, and take its lock.

@@ -2,7 +2,11 @@
  * generate.c: the one generation loop, for chat replies and for raw
  * completions (kvchat generate): sample, run the id through the model,
  * detokenize, stream, and stop at the end of generation, a stop string,
- * the cap, a full context or an interrupt.
+ * the cap, a full context or an interrupt. With speculative decoding
+ * (p->spec), each id goes into the model together with the proposals that
+ * follow it, in one forward pass; the ids after it are then sampled from
+ * that pass's logits, and a proposal equal to the sampled id is already in
+ * the cache (speculate.c says why the output is unchanged).
  */
 #include "config.h"
 
@@ -83,6 +87,11 @@ struct run {
 	struct kvc_buf piece;
 	size_t shown;			/* text passed to on_text */
 	bool stopped;			/* by a stop string */
+	int pos;			/* positions that count; the sequence may hold proposals past it */
+	/* speculative: the logits after positions [base, base + n_rows) */
+	float *rows;			/* (1 + CONV_SPEC_MAX, n_vocab) */
+	int base, n_rows;
+	struct kvc_tokens ctx;		/* the ids a proposal follows */
 };
 
 /* Pass text[shown..upto) to the caller; non-zero if it asks to stop. */
@@ -136,24 +145,71 @@ text_step(struct run *r, struct conv_gen *g, int32_t id)
 
 /* Sample the next id from the sequence's logits (or first_logits). */
 static int
-sample(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
-    const struct conv_gen_params *p, struct conv_gen *g, int32_t *id, char *err, size_t errlen)
+sample(struct run *r, struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
+    struct conv_gen *g, int32_t *id, char *err, size_t errlen)
 {
-	const float *logits = eng_seq_logits(s);
+	const struct conv_gen_params *p = r->p;
+	const float *logits = eng_seq_n_pos(s) == r->pos ? eng_seq_logits(s) : NULL;
 
+	if (r->n_rows > 0 && r->pos - 1 >= r->base && r->pos - 1 < r->base + r->n_rows)
+		logits = r->rows + (size_t)(r->pos - 1 - r->base) * eng_n_vocab(e);
 	if (logits == NULL && g->ids.n == 0)
 		logits = p->first_logits;
 	if (logits == NULL) {
-		kvc_err(err, errlen, "no logits at position %d", eng_seq_n_pos(s));
+		kvc_err(err, errlen, "no logits at position %d", r->pos);
 		return KVC_EINVAL;
 	}
 	if (g->ids.n == 0 && p->keep_first_logits != NULL && logits != p->keep_first_logits) {
 		memcpy(p->keep_first_logits, logits, (size_t)eng_n_vocab(e) *
 		    sizeof *p->keep_first_logits);
-		g->first_logits_pos = eng_seq_n_pos(s);
+		g->first_logits_pos = r->pos;
 	}
-	*id = smp_sample(smp, logits, eng_seq_tokens(s), (size_t)eng_seq_n_pos(s));
+	*id = smp_sample(smp, logits, eng_seq_tokens(s), (size_t)r->pos);
 	return KVC_OK;
+}
+
+/*
+ * Put id at position r->pos of the sequence: one forward pass, or with
+ * speculation a proposal already there (nothing to compute), else the id
+ * and the next proposals in one pass (the rejected ones are taken back).
+ */
+static int
+put(struct run *r, struct kvc_engine *e, struct kvc_seq *s, int32_t id, struct conv_gen *g,
+    char *err, size_t errlen)
+{
+	struct conv_spec *sp = r->p->spec;
+	int32_t batch[1 + CONV_SPEC_MAX];
+	int n = 0, k, rc;
+
+	if (sp != NULL && r->pos < eng_seq_n_pos(s) && eng_seq_tokens(s)[r->pos] == id) {
+		g->accepted++;
+		r->pos++;
+		return KVC_OK;
+	}
+	if (sp == NULL) {
+		rc = eng_seq_append(s, &id, 1, NULL, err, errlen);
+	} else {
+		(void)eng_seq_truncate(s, r->pos);
+		k = eng_n_ctx(e) - r->pos - 1 < sp->k ? eng_n_ctx(e) - r->pos - 1 : sp->k;
+		r->ctx.n = 0;
+		if (kvc_tokens_append(&r->ctx, eng_seq_tokens(s), (size_t)r->pos) ||
+		    kvc_tokens_push(&r->ctx, id))
+			return KVC_ENOMEM;
+		n = conv_spec_propose(sp, r->ctx.v, (int)r->ctx.n, batch + 1, k, err, errlen);
+		if (n < 0)
+			return n;
+		batch[0] = id;
+		rc = eng_seq_append_all(s, batch, 1 + n, r->rows, err, errlen);
+		r->base = r->pos;
+		r->n_rows = rc == 0 ? 1 + n : 0;
+		g->proposed += rc == 0 ? n : 0;
+	}
+	if (rc == 0) {
+		r->pos++;
+		g->n_decoded++;
+		g->n_passes++;
+	}
+	return rc;
 }
 
 /*
@@ -163,24 +219,20 @@ sample(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
  * its logits.
  */
 static int
-make_room(struct kvc_seq *s, int n_ctx, const struct conv_gen_params *p, struct conv_gen *g,
+make_room(struct run *r, struct kvc_engine *e, struct kvc_seq *s, struct conv_gen *g,
     char *err, size_t errlen)
 {
-	bool lazy = p->mode == CONV_GEN_COMPLETION;
-	int rc;
+	bool lazy = r->p->mode == CONV_GEN_COMPLETION;
 
 	if (lazy && g->ids.n == 0)
 		return KVC_OK;
-	if (eng_seq_n_pos(s) >= n_ctx) {
+	if (r->pos >= eng_n_ctx(e)) {
 		g->ctx_full = true;
 		return KVC_OK;
 	}
 	if (!lazy)
 		return KVC_OK;
-	rc = eng_seq_append(s, &g->ids.v[g->ids.n - 1], 1, NULL, err, errlen);
-	if (rc == 0)
-		g->n_decoded++;
-	return rc;
+	return put(r, e, s, g->ids.v[g->ids.n - 1], g, err, errlen);
 }
 
 int
@@ -188,12 +240,19 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
     const struct conv_gen_params *p, struct conv_gen *g, char *err, size_t errlen)
 {
 	struct run r;
-	int n_ctx = eng_n_ctx(e), rc = 0;
+	int rc = 0;
 
 	memset(&r, 0, sizeof r);
 	r.p = p;
 	r.tok = eng_tokenizer(e);
+	r.pos = eng_seq_n_pos(s);
 	memset(g, 0, sizeof *g);
+	if (p->spec != NULL && (p->spec->k < 1 || p->spec->k > CONV_SPEC_MAX ||
+	    (r.rows = malloc((size_t)(1 + CONV_SPEC_MAX) * eng_n_vocab(e) * sizeof *r.rows)) == NULL)) {
+		kvc_err(err, errlen, "speculative decoding: %s", p->spec->k < 1 ||
+		    p->spec->k > CONV_SPEC_MAX ? "bad proposal count" : "out of memory");
+		return p->spec->k < 1 || p->spec->k > CONV_SPEC_MAX ? KVC_EINVAL : KVC_ENOMEM;
+	}
 	g->first_logits_pos = -1;
 	tok_detok_init(&r.dt, p->detok_flags);
 	for (;;) {
@@ -206,15 +265,14 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
 		}
 		if (p->max_tokens >= 0 && (int)g->ids.n >= p->max_tokens)
 			break;
-		if ((rc = make_room(s, n_ctx, p, g, err, errlen)) != 0 || g->ctx_full ||
-		    (rc = sample(e, s, smp, p, g, &id, err, errlen)) != 0)
+		if ((rc = make_room(&r, e, s, g, err, errlen)) != 0 || g->ctx_full ||
+		    (rc = sample(&r, e, s, smp, g, &id, err, errlen)) != 0)
 			break;
 		eog = tok_is_eog(r.tok, id);
 		if (p->mode == CONV_GEN_REPLY) {
 			/* The id goes into the cache before it counts as said. */
-			if ((rc = eng_seq_append(s, &id, 1, NULL, err, errlen)) != 0)
+			if ((rc = put(&r, e, s, id, g, err, errlen)) != 0)
 				break;
-			g->n_decoded++;
 		}
 		if (g->t_first == 0)
 			g->t_first = kvc_now();
@@ -229,6 +287,11 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
 		if (text_step(&r, g, id) != 0 || eog)
 			break;
 	}
+	/* proposals past the last id that counts were never said */
+	if (eng_seq_n_pos(s) > r.pos)
+		(void)eng_seq_truncate(s, r.pos);
+	free(r.rows);
+	kvc_tokens_free(&r.ctx);
 	r.piece.n = 0;
 	/* After a stop string the text ends where it began. */
 	if (tok_detok_flush(&r.dt, &r.piece) == 0 && !r.stopped)

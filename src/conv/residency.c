@@ -162,7 +162,7 @@ restore(struct conv *c, const int32_t *toks, int n, char *err, size_t errlen)
 	L.errlen = sizeof why;
 	progress(m, "restoring snapshot", 0, (uint64_t)n);
 	rc = sess_chunks_load(m->st, c->id, eng_fingerprint(m->e),
-	    conv_kv_type_name(eng_kv_type(m->e)), c->win, load_chunk, &L, NULL, why, sizeof why);
+	    conv_kv_type_name(eng_kv_type(m->e)), conv_window_key(c, c->win), load_chunk, &L, NULL, why, sizeof why);
 	progress(m, NULL, 0, 0);
 	if (rc == 0 && L.done == n) {
 		c->pend_resumed = true;
@@ -208,7 +208,7 @@ make_resident(struct conv *c, char *err, size_t errlen)
 	if (conv_resident(c))
 		return KVC_OK;
 	if (c->seq == NULL) {
-		rc = conv_build_stream(c, c->win, c->n_msgs, &built, err, errlen);
+		rc = conv_build_cached(c, c->n_msgs, &built, err, errlen);
 		if (rc)
 			goto out;
 		toks = built.v;

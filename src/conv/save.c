@@ -16,7 +16,7 @@
 const char *
 conv_kv_type_name(enum gguf_dtype t)
 {
-	return t == GGML_TYPE_F32 ? "f32" : "f16";
+	return eng_kv_type_name(t);
 }
 
 void
@@ -58,7 +58,7 @@ chunk_start(const struct conv *c, int keep, int n_keep)
 
 int
 conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
-    int n_keep, int win, char *err, size_t errlen)
+    int n_keep, int64_t win, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct kvc_buf blob = {0};
@@ -178,7 +178,7 @@ conv_save_snapshot(struct conv *c)
 	if (c->id == 0 || c->seq == NULL || eng_seq_n_pos(c->seq) == 0)
 		return;
 	/* Left unwritten, the next turn's chunk starts at 0 and covers it all. */
-	if (conv_commit_reply(c, NULL, 0, -1, 0, c->win, err, sizeof err) != 0)
+	if (conv_commit_reply(c, NULL, 0, -1, 0, conv_window_key(c, c->win), err, sizeof err) != 0)
 		conv_store_failed(c, "snapshot", err);
 }
 
@@ -219,6 +219,6 @@ conv_save_window(struct conv *c)
 	if (c->id == 0)
 		return;
 	/* Unsaved, a resume starts from the old window and rebuilds the cache (with a notice). */
-	if (sess_conv_set_window(c->m->st, c->id, c->win, err, sizeof err) != 0)
+	if (sess_conv_set_window(c->m->st, c->id, conv_window_key(c, c->win), err, sizeof err) != 0)
 		conv_store_failed(c, "window", err);
 }

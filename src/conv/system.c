@@ -101,6 +101,13 @@ change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen
 		free(s);
 		return KVC_EINVAL;
 	}
+	if (c->slide_keep > 0) {
+		/* the kept front of a slid cache is the old prompt; recomputing all is /new's job */
+		kvc_err(err, errlen, "the conversation's context has slid: use /new with the new "
+		    "system prompt");
+		free(s);
+		return KVC_EINVAL;
+	}
 	/* Resident first: a cache rebuilt from the messages must use the old prompt. */
 	rc = conv_activate(c, err, errlen);
 	if (rc) {

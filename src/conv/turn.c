@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,9 +36,18 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
     struct conv_stats *st, double t0, char *err, size_t errlen)
 {
 	struct conv_gen_params gp;
+	struct conv_spec sp = { NULL, c->m->p.lookup, c->m->p.spec_k };
 	int rc;
 
 	memset(&gp, 0, sizeof gp);
+	if (c->m->p.draft != NULL && c->draft == NULL &&
+	    eng_seq_new(c->m->p.draft, &c->draft, err, errlen) != 0)
+		return KVC_ENOMEM;
+	sp.draft = c->draft;
+	if (sp.k == 0)
+		sp.k = sp.draft ? 4 : 8;
+	if (sp.draft != NULL || sp.lookup > 0)
+		gp.spec = &sp;
 	gp.mode = CONV_GEN_REPLY;
 	gp.max_tokens = c->set.max_tokens > 0 ? c->set.max_tokens : -1;
 	gp.stop = chat_stop_strings(c->m->p.family);
@@ -54,6 +64,9 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	st->interrupted = g->interrupted;
 	st->ctx_full = g->ctx_full;
 	st->gen_tokens = (int)g->ids.n;
+	st->spec_proposed = g->proposed;
+	st->spec_accepted = g->accepted;
+	st->forward_passes = g->n_passes;
 	if (g->t_first > 0) {
 		double dt = kvc_now() - g->t_first;
 
@@ -100,7 +113,7 @@ stream_len(struct conv *c, int k, int *n_pos, char *err, size_t errlen)
 		for (int i = k; i < c->n_msgs; i++)
 			*n_pos -= c->msgs[i].n_ids;
 	} else {
-		rc = conv_build_stream(c, c->win, k, &s, err, errlen);
+		rc = conv_build_cached(c, k, &s, err, errlen);
 		*n_pos = (int)s.n;
 		kvc_tokens_free(&s);
 	}
@@ -121,8 +134,12 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 	int n_pos, w = 0, rc;
 
 	c->reply_logits_pos = -1;
-	if (c->win > 0 && c->win >= k) {
-		/* The window began at a message being dropped: choose it again. */
+	if ((c->win > 0 && c->win >= k) || conv_slide_cuts(c, k)) {
+		/*
+		 * The window began at a message being dropped, or the message
+		 * begins in the part slid away: choose the window again.
+		 */
+		conv_slide_reset(c);
 		rc = sess_rewind(c->m->st, c->id, k, 0, err, errlen);
 		if (rc)
 			return rc;
@@ -184,15 +201,17 @@ drop_stats(const struct conv *c, int new_win, int old_n, const struct kvc_tokens
 /*
  * Where the turn's prompt goes: after the stream when it fits with room for
  * a reply (*sync false), else (policy drop) the cache is to be synced to
- * target, a shorter window starting at *new_win. Only checks and plans:
- * KVC_ERANGE when it does not fit at all.
+ * target, a shorter window starting at *new_win. Policy slide moves the
+ * cache itself here (and the prompt then goes after the slid stream);
+ * otherwise only checks and plans: KVC_ERANGE when it does not fit at all.
  */
 static int
 prompt_plan(struct conv *c, const char *text, const struct kvc_tokens *delta, int old_n,
-    int *new_win, struct kvc_tokens *target, bool *sync, char *err, size_t errlen)
+    int *new_win, struct kvc_tokens *target, bool *sync, struct conv_stats *st, char *err,
+    size_t errlen)
 {
 	struct conv_mgr *m = c->m;
-	int n_ctx = eng_n_ctx(m->e), reserve = conv_reply_reserve(c);
+	int n_ctx = eng_n_ctx(m->e), reserve = conv_reply_reserve(c), rc;
 
 	*sync = false;
 	if (old_n == 0 && (int)delta->n >= n_ctx) {
@@ -209,8 +228,24 @@ prompt_plan(struct conv *c, const char *text, const struct kvc_tokens *delta, in
 		    n_ctx, delta->n);
 		return KVC_ERANGE;
 	}
+	if (m->p.overflow == CONV_OVERFLOW_SLIDE) {
+		char why[256];
+
+		/* The cache itself moves (the turn's rollback takes a slide back). */
+		rc = conv_slide(c, old_n + (int)delta->n + reserve - n_ctx, &st->slid_tokens, why,
+		    sizeof why);
+		if (rc == 0)
+			return KVC_OK;	/* the delta now fits after the slid stream */
+		if (!eng_seq_resident(c->seq))
+			conv_drop_seq(c);	/* a failed shift: rebuilt from the messages */
+		/* nothing slid: the old exchanges are dropped and recomputed instead */
+		conv_notice(m, "conversation %" PRId64 ": %s; dropping old exchanges instead", c->id, why);
+		if (c->seq == NULL && (rc = conv_activate(c, err, errlen)) != 0)
+			return rc;
+	}
 	*sync = true;
-	return conv_plan_window(c, text, delta, reserve, new_win, target, err, errlen);
+	rc = conv_plan_window(c, text, delta, reserve, new_win, target, err, errlen);
+	return rc;
 }
 
 /*
@@ -234,8 +269,10 @@ prompt_compute(struct conv *c, const struct kvc_tokens *delta, const struct kvc_
 	conv_work_end(m);
 	if (rc && sync)
 		conv_drop_seq(c);	/* half synced: rebuilt from the messages */
-	if (rc == 0 && sync)
+	if (rc == 0 && sync) {
+		conv_slide_reset(c);	/* the new window's stream, whole */
 		drop_stats(c, new_win, old_n, delta, target, es, st);
+	}
 	return rc;
 }
 
@@ -301,7 +338,7 @@ close_unanswered(struct conv *c, char *err, size_t errlen)
 	rec.role = SESS_ASSISTANT;
 	rec.text = (char *)"";
 	rec.interrupted = true;
-	rc = conv_commit_reply(c, &rec, 1, -1, 0, c->win, err, errlen);
+	rc = conv_commit_reply(c, &rec, 1, -1, 0, conv_window_key(c, c->win), err, errlen);
 	if (rc == 0 && conv_msgs_push(c, &rec) != 0) {
 		kvc_err(err, errlen, "out of memory");
 		conv_drop_seq(c);
@@ -316,18 +353,20 @@ close_unanswered(struct conv *c, char *err, size_t errlen)
  * the cache). Then the in-memory picture follows.
  */
 static int
-commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, char *err, size_t errlen)
+commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, int64_t old_key, char *err,
+    size_t errlen)
 {
+	int64_t key = conv_window_key(c, new_win);
 	int rc;
 
-	if (new_win != c->win) {
+	if (new_win != c->win || key != old_key) {
 		rc = sess_chunks_clear(c->m->st, c->id, err, errlen);
 		if (rc)
 			return rc;
 		c->n_chunk_ends = 0;
 		c->snap_end = 0;
 	}
-	rc = conv_commit_reply(c, rec, 1, -1, 0, new_win, err, errlen);
+	rc = conv_commit_reply(c, rec, 1, -1, 0, key, err, errlen);
 	if (rc)
 		return rc;
 	if (conv_msgs_push(c, rec)) {
@@ -336,12 +375,27 @@ commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, char *err, 
 		conv_drop_seq(c);
 		return KVC_OK;
 	}
-	if (new_win != c->win) {
+	if (new_win != c->win || key != old_key) {
 		c->win = new_win;
 		conv_save_window(c);
 	}
 	c->pend_resumed = c->pend_rebuilt = false;
 	return KVC_OK;
+}
+
+/*
+ * A turn that slid the cache and then failed: the slide cannot be taken
+ * back in the cache, so the conversation's window goes back to what the
+ * store holds and the cache is rebuilt from the messages when next used.
+ */
+static void
+unslide(struct conv *c, int old_keep, int old_cut)
+{
+	if (c->slide_keep == old_keep && c->slide_cut == old_cut)
+		return;
+	c->slide_keep = old_keep;
+	c->slide_cut = old_cut;
+	conv_drop_seq(c);
 }
 
 /* The turn's figures before its reply. */
@@ -364,7 +418,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	struct sess_msg rec;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
 	bool sync, fresh = c->id == 0, was_auto = c->auto_title;
-	int new_win, old_n, rc;
+	int new_win, old_n, old_keep, old_cut, rc;
+	int64_t old_key;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
@@ -377,20 +432,26 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 		return rc;
 	new_win = c->win;
 	old_n = eng_seq_n_pos(c->seq);
+	old_key = conv_window_key(c, c->win);
+	old_keep = c->slide_keep;
+	old_cut = c->slide_cut;
 	turn_begin(c, st);
 	rc = user_delta(c, text, old_n, &delta, err, errlen);
 	if (rc == 0)
-		rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, err, errlen);
+		rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, st, err, errlen);
 	if (rc == 0 && (rc = store_user(c, text, &delta, err, errlen)) != 0 && fresh)
 		conv_unstore(c, was_auto);	/* a row without its first message: gone again */
-	if (rc)
+	if (rc) {
+		unslide(c, old_keep, old_cut);
 		goto out;
+	}
 	st->prompt_tokens = (int)delta.n;
 	rc = prompt_compute(c, &delta, &target, sync, old_n, new_win, io, &es, st, err, errlen);
 	if (rc) {
 		/* Stopped or failed before the reply: the turn is taken back whole. */
 		st->interrupted = rc == KVC_EINTR;
 		st->prefill_tokens = es.n_computed;
+		unslide(c, old_keep, old_cut);
 		unstore_user(c, fresh, was_auto);
 		goto out;
 	}
@@ -400,7 +461,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	if (rc)
 		goto rollback;
 	reply_msg(&rec, &g, st);
-	rc = commit_reply_turn(c, &rec, new_win, err, errlen);
+	rc = commit_reply_turn(c, &rec, new_win, old_key, err, errlen);
 	if (rc)
 		goto rollback;
 	st->store_errors = c->store_errors;
@@ -409,10 +470,12 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 rollback:
 	/* The reply was not stored: the cache goes back to the stored stream. */
 	c->reply_logits_pos = -1;
-	if (new_win == c->win)
+	if (new_win == c->win && c->slide_cut == old_cut && c->seq != NULL)
 		(void)eng_seq_truncate(c->seq, old_n);
-	else
+	else	/* a new window or a slide cannot be taken back in the cache: rebuilt */
 		conv_drop_seq(c);
+	c->slide_keep = old_keep;
+	c->slide_cut = old_cut;
 	unstore_user(c, fresh, was_auto);
 out:
 	kvc_tokens_free(&delta);
@@ -499,7 +562,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	if (rc)
 		goto fail;
 	reply_msg(&rec, &g, st);
-	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, c->win, err, errlen);
+	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, conv_window_key(c, c->win), err, errlen);
 	if (rc)
 		goto fail;
 	/* The store holds the new reply in place of the old one: the picture follows. */
@@ -541,8 +604,9 @@ conv_clear(struct conv *c, char *err, size_t errlen)
 	conv_msgs_drop(c, 0);
 	c->n_chunk_ends = 0;
 	c->snap_end = 0;
-	if (c->win) {
+	if (c->win || c->slide_keep) {
 		c->win = 0;
+		conv_slide_reset(c);
 		conv_save_window(c);
 	}
 	if (c->seq)

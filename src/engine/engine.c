@@ -32,9 +32,9 @@ struct kvc_engine {
 	const struct kvc_backend_i *be;
 	void *bctx;			/* backend context */
 	int n_ctx;			/* positions per sequence */
-	enum gguf_dtype kv_type;		/* F16 or F32 */
+	enum gguf_dtype kv_type;		/* F16, F32 or Q8_0 */
 	int kv_dim;			/* n_head_kv * head_dim */
-	size_t kv_elem;			/* bytes per cache element */
+	size_t kv_row;			/* bytes of one K (or V) row of kv_dim elements */
 	char fingerprint[17];		/* 64-bit hash, hex */
 	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
 	void *hook_arg;
@@ -171,8 +171,9 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	int rc;
 
 	*out = NULL;
-	if (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32) {
-		kvc_err(err, errlen, "KV cache type %s not supported (use f16 or f32)", gguf_dtype_name(p.kv_type));
+	if (p.kv_type != GGML_TYPE_F16 && p.kv_type != GGML_TYPE_F32 && p.kv_type != GGML_TYPE_Q8_0) {
+		kvc_err(err, errlen, "KV cache type %s not supported (use f16, f32 or q8_0)",
+		    gguf_dtype_name(p.kv_type));
 		return KVC_EUNSUPPORTED;
 	}
 	if (p.n_ctx < 0) {
@@ -204,8 +205,15 @@ eng_open(struct kvc_engine **out, const char *model_path,
 		goto fail;
 	}
 	e->kv_type = p.kv_type;
-	e->kv_elem = p.kv_type == GGML_TYPE_F32 ? 4 : 2;
 	e->kv_dim = hp->n_head_kv * hp->head_dim;
+	e->kv_row = kvc_kv_row_bytes(p.kv_type, e->kv_dim);
+	if (e->kv_row == 0) {
+		kvc_err(err, errlen, "%s: KV cache type %s needs K/V rows of whole blocks of 32 "
+		    "elements, this model's are %d wide (use f16)", model_path,
+		    gguf_dtype_name(p.kv_type), e->kv_dim);
+		rc = KVC_EUNSUPPORTED;
+		goto fail;
+	}
 	e->n_ctx = p.n_ctx;
 	if (e->n_ctx == 0) {
 		e->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 8192;
@@ -256,10 +264,38 @@ int eng_n_vocab(const struct kvc_engine *e) { return e->model.hp.n_vocab; }
 enum gguf_dtype eng_kv_type(const struct kvc_engine *e) { return e->kv_type; }
 const char *eng_fingerprint(const struct kvc_engine *e) { return e->fingerprint; }
 
+/* The cache types and how --kv-type, the store and /show spell them. */
+static const struct {
+	enum gguf_dtype t;
+	const char *name;
+} kv_types[] = {
+	{ GGML_TYPE_F16, "f16" }, { GGML_TYPE_F32, "f32" }, { GGML_TYPE_Q8_0, "q8_0" },
+};
+
+const char *
+eng_kv_type_name(enum gguf_dtype t)
+{
+	for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+		if (kv_types[i].t == t)
+			return kv_types[i].name;
+	return "?";
+}
+
+int
+eng_kv_type_parse(const char *s, enum gguf_dtype *t)
+{
+	for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+		if (strcmp(s, kv_types[i].name) == 0) {
+			*t = kv_types[i].t;
+			return KVC_OK;
+		}
+	return KVC_EINVAL;
+}
+
 size_t
 eng_kv_bytes_per_pos(const struct kvc_engine *e)
 {
-	return 2 * (size_t)e->model.hp.n_layer * (size_t)e->kv_dim * e->kv_elem;
+	return 2 * (size_t)e->model.hp.n_layer * e->kv_row;
 }
 
 void
@@ -323,6 +359,7 @@ eng_seq_free(struct kvc_seq *s)
 }
 
 int eng_seq_n_pos(const struct kvc_seq *s) { return (int)s->toks.n; }
+struct kvc_engine *eng_seq_engine(const struct kvc_seq *s) { return s->e; }
 const int32_t *eng_seq_tokens(const struct kvc_seq *s) { return s->toks.v; }
 bool eng_seq_resident(const struct kvc_seq *s) { return s->kv != NULL; }
 
@@ -490,6 +527,61 @@ eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
 }
 
 int
+eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int nv = e->model.hp.n_vocab, rc;
+
+	if (n < 1 || n > 64 || tokens == NULL || logits == NULL) {
+		kvc_err(err, errlen, "append_all: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	if ((size_t)n > (size_t)e->n_ctx - s->toks.n) {
+		kvc_err(err, errlen, "context full: %zu + %d tokens exceed the context of %d",
+		    s->toks.n, n, e->n_ctx);
+		return KVC_ERANGE;
+	}
+	if ((rc = check_ids(e, tokens, n, err, errlen)) != KVC_OK)
+		return rc;
+	/* what is pending before the new tokens is computed first, as append does */
+	if ((rc = ensure_resident(s, err, errlen)) != KVC_OK ||
+	    (rc = compute_pending(s, NULL, err, errlen)) != KVC_OK)
+		return rc;
+	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, logits, true, err, errlen);
+	if (rc) {
+		s->have_logits = false;
+		return rc;
+	}
+	if (kvc_tokens_append(&s->toks, tokens, (size_t)n) != KVC_OK) {
+		s->have_logits = false;
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	s->n_cached += n;
+	memcpy(s->logits, logits + (size_t)(n - 1) * nv, (size_t)nv * sizeof *s->logits);
+	s->have_logits = true;
+	return KVC_OK;
+}
+
+bool
+eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b)
+{
+	int32_t n = tok_n_vocab(a->tok);
+
+	if (n != tok_n_vocab(b->tok) || a->model.hp.n_vocab != b->model.hp.n_vocab)
+		return false;
+	for (int32_t i = 0; i < n; i++) {
+		size_t la, lb;
+		const char *pa = tok_piece(a->tok, i, &la), *pb = tok_piece(b->tok, i, &lb);
+
+		if (la != lb || (la > 0 && memcmp(pa, pb, la) != 0))
+			return false;
+	}
+	return true;
+}
+
+int
 eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen)
 {
@@ -561,6 +653,44 @@ eng_seq_truncate(struct kvc_seq *s, int n_pos)
 	return KVC_OK;
 }
 
+bool
+eng_can_slide(const struct kvc_engine *e)
+{
+	return e->be->kv_shift != NULL;
+}
+
+int
+eng_seq_slide(struct kvc_seq *s, int keep, int n_drop, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int n = (int)s->toks.n, rc;
+
+	if (keep < 0 || n_drop < 1 || keep > n - n_drop) {
+		kvc_err(err, errlen, "slide: cannot drop %d positions after %d of %d", n_drop, keep, n);
+		return KVC_EINVAL;
+	}
+	if (e->be->kv_shift == NULL) {
+		kvc_err(err, errlen, "slide: the %s backend cannot shift a cache", e->be->name);
+		return KVC_EUNSUPPORTED;
+	}
+	s->have_logits = false;
+	if (s->kv != NULL && s->n_cached > keep) {
+		int in_cache = s->n_cached - keep < n_drop ? s->n_cached - keep : n_drop;
+
+		rc = e->be->kv_shift(e->bctx, s->kv, keep, in_cache, err, errlen);
+		if (rc) {
+			eng_seq_evict(s);
+			return rc;
+		}
+		s->n_cached -= in_cache;
+		if (in_cache < n_drop)	/* the dropped range ran past the cache */
+			s->n_cached = keep;
+	}
+	memmove(s->toks.v + keep, s->toks.v + keep + n_drop, (size_t)(n - keep - n_drop) * sizeof *s->toks.v);
+	s->toks.n -= (size_t)n_drop;
+	return KVC_OK;
+}
+
 void
 eng_seq_evict(struct kvc_seq *s)
 {
@@ -595,8 +725,8 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 	h = (struct eng_snap){ (uint32_t)e->kv_type, (uint32_t)e->model.hp.n_layer,
 	    (uint32_t)e->kv_dim, (uint32_t)pos0, (uint32_t)n,
 	    eng_snap_bind(e->fingerprint, s->toks.v, (size_t)pos1) };
-	rows = eng_snap_part_bytes(&h, e->kv_elem);
-	total = eng_snap_bytes(&h, e->kv_elem);
+	rows = eng_snap_part_bytes(&h, e->kv_row);
+	total = eng_snap_bytes(&h, e->kv_row);
 	if (kvc_buf_reserve(out, total) != KVC_OK) {
 		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
 		return KVC_ENOMEM;
@@ -609,7 +739,7 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, pos0, n,
 				    out->p + out->n, err, errlen);
 				if (rc) {
-					out->n -= eng_snap_part_offset(&h, e->kv_elem, l, (enum kvc_kv_part)part);
+					out->n -= eng_snap_part_offset(&h, e->kv_row, l, (enum kvc_kv_part)part);
 					return rc;
 				}
 			}
@@ -621,18 +751,64 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 	return KVC_OK;
 }
 
+/*
+ * Write the rows of blob (header h, rows of src_row bytes in h's cache type)
+ * into s's cache of another type, through float: a snapshot taken with
+ * --kv-type f16 restores into a q8_0 cache as if its rows had been computed
+ * there and rounded (and q8_0 into f16 exactly up to the fp16 rounding).
+ */
+static int
+load_converted(struct kvc_seq *s, const struct eng_snap *h, const void *blob, size_t src_row,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	float *f = malloc((size_t)e->kv_dim * sizeof *f);
+	unsigned char *rows = malloc((size_t)h->n * e->kv_row);
+	int rc = KVC_OK;
+
+	if (f == NULL || rows == NULL) {
+		free(f);
+		free(rows);
+		kvc_err(err, errlen, "KV snapshot: out of memory converting %u positions", h->n);
+		return KVC_ENOMEM;
+	}
+	for (uint32_t l = 0; l < h->n_layer && rc == KVC_OK; l++) {
+		for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++) {
+			const unsigned char *src = (const unsigned char *)blob +
+			    eng_snap_part_offset(h, src_row, (int)l, (enum kvc_kv_part)part);
+
+			for (uint32_t i = 0; i < h->n && rc == KVC_OK; i++) {
+				rc = kvc_kv_row_to_f32((enum gguf_dtype)h->kv_type, src + i * src_row, f, e->kv_dim);
+				if (rc == KVC_OK)
+					rc = kvc_kv_row_from_f32(e->kv_type, f, rows + i * e->kv_row, e->kv_dim);
+			}
+			if (rc != KVC_OK)
+				kvc_err(err, errlen, "KV snapshot: cannot convert %s rows to %s",
+				    gguf_dtype_name((enum gguf_dtype)h->kv_type), gguf_dtype_name(e->kv_type));
+			else
+				rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part,
+				    (int)h->pos0, (int)h->n, rows, err, errlen);
+		}
+	}
+	free(f);
+	free(rows);
+	return rc;
+}
+
 int
 eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
     size_t len, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
 	struct eng_snap h;
-	size_t total;
+	size_t total, src_row;
 	int rc;
 
 	if ((rc = eng_snap_get_header(blob, len, &h, err, errlen)) != KVC_OK)
 		return rc;
-	if (h.kv_type != (uint32_t)e->kv_type || h.n_layer != (uint32_t)e->model.hp.n_layer ||
+	/* a blob of another cache type is converted row by row below */
+	src_row = h.kv_type <= GGML_TYPE_Q8_0 ? kvc_kv_row_bytes((enum gguf_dtype)h.kv_type, e->kv_dim) : 0;
+	if (src_row == 0 || h.n_layer != (uint32_t)e->model.hp.n_layer ||
 	    h.kv_dim != (uint32_t)e->kv_dim) {
 		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
 		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)h.kv_type), h.n_layer,
@@ -651,7 +827,7 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
 		    h.pos0, h.pos0 + h.n, e->n_ctx);
 		return KVC_ECORRUPT;
 	}
-	total = eng_snap_bytes(&h, e->kv_elem);
+	total = eng_snap_bytes(&h, src_row);
 	if (len != total) {
 		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, h.n, total);
 		return KVC_ECORRUPT;
@@ -671,17 +847,18 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
 	rc = ensure_resident(s, err, errlen);
 	if (rc)
 		return rc;
-	for (uint32_t l = 0; l < h.n_layer && h.n > 0; l++) {
-		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
-			const unsigned char *rows = (const unsigned char *)blob +
-			    eng_snap_part_offset(&h, e->kv_elem, (int)l, (enum kvc_kv_part)part);
-
-			rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part, (int)h.pos0,
-			    (int)h.n, rows, err, errlen);
-			if (rc)
-				return rc;
-		}
+	if (h.kv_type == (uint32_t)e->kv_type) {
+		for (uint32_t l = 0; l < h.n_layer && h.n > 0 && rc == KVC_OK; l++)
+			for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++)
+				rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part,
+				    (int)h.pos0, (int)h.n, (const unsigned char *)blob +
+				    eng_snap_part_offset(&h, src_row, (int)l, (enum kvc_kv_part)part),
+				    err, errlen);
+	} else {
+		rc = load_converted(s, &h, blob, src_row, err, errlen);
 	}
+	if (rc)
+		return rc;
 	s->n_cached = (int)(h.pos0 + h.n);
 	s->have_logits = false;
 	/* Keep the sequence's later tokens only if they extend what was restored. */

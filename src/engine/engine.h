@@ -19,7 +19,7 @@ struct kvc_engine_params {
 	int gpu;		/* CUDA device ordinal (default 0) */
 	int n_threads;		/* 0 = number of cores */
 	int n_ctx;		/* 0 = min(model's training context, 8192) */
-	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default) or GGML_TYPE_F32 */
+	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
 };
@@ -47,7 +47,15 @@ const char *eng_backend_name(const struct kvc_engine *e);
 int eng_n_ctx(const struct kvc_engine *e);
 int eng_n_vocab(const struct kvc_engine *e);
 enum gguf_dtype eng_kv_type(const struct kvc_engine *e);
-/* Bytes of K+V per cached position (all layers) in the cache's type. */
+/* The option spelling of a cache type: "f16", "f32", "q8_0" ("?" for another). */
+const char *eng_kv_type_name(enum gguf_dtype t);
+/* *t = the cache type spelled s (as --kv-type takes it); KVC_EINVAL if none. */
+int eng_kv_type_parse(const char *s, enum gguf_dtype *t);
+/*
+ * Bytes of K+V per cached position (all layers) in the cache's type: the
+ * memory a position takes and the rows it adds to a snapshot (Q8_0: 34
+ * bytes per 32 elements, 53 % of F16).
+ */
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*
  * Hex string identifying the weights and everything that changes the cache's
@@ -64,6 +72,7 @@ int eng_seq_new(struct kvc_engine *e, struct kvc_seq **out, char *err, size_t er
 void eng_seq_free(struct kvc_seq *s);
 
 int eng_seq_n_pos(const struct kvc_seq *s);
+struct kvc_engine *eng_seq_engine(const struct kvc_seq *s);
 const int32_t *eng_seq_tokens(const struct kvc_seq *s);
 size_t eng_seq_kv_bytes(const struct kvc_seq *s);	/* memory the cache holds now */
 
@@ -73,6 +82,16 @@ size_t eng_seq_kv_bytes(const struct kvc_seq *s);	/* memory the cache holds now 
  */
 int eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen);
+/*
+ * Append tokens[0..n) (n <= 64) in one forward pass and receive the logits
+ * after each of them: logits[i * n_vocab ..] follow tokens[i]. The last row
+ * is also the sequence's logits at hand. Speculative decoding verifies its
+ * proposals this way. KVC_ERANGE when the context would overflow.
+ */
+int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
+    char *err, size_t errlen);
+/* Whether two engines share a vocabulary (same ids, same pieces): a draft model's test. */
+bool eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b);
 /*
  * Make the sequence hold exactly tokens[0..n): keep the longest common
  * prefix with what is cached, compute the rest. If nothing would be computed
@@ -94,6 +113,18 @@ void eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, i
     void *arg);
 /* Drop positions >= n_pos (n_pos <= current length). */
 int eng_seq_truncate(struct kvc_seq *s, int n_pos);
+/*
+ * Slide: drop positions [keep, keep + n_drop) from the sequence, its
+ * tokens and its cache, moving the later ones down and re-rotating their
+ * K in place (the backend's kv_shift) instead of recomputing them. The
+ * logits at hand are forgotten (they were computed at the old positions).
+ * KVC_EUNSUPPORTED when the backend cannot shift (nothing changes then);
+ * on another failure the cache is evicted (the tokens are kept, the next
+ * append recomputes them).
+ */
+int eng_seq_slide(struct kvc_seq *s, int keep, int n_drop, char *err, size_t errlen);
+/* Whether the backend can slide a cache (eng_seq_slide). */
+bool eng_can_slide(const struct kvc_engine *e);
 /* Release the cache memory but keep the tokens (an evicted conversation). */
 void eng_seq_evict(struct kvc_seq *s);
 bool eng_seq_resident(const struct kvc_seq *s);
@@ -112,9 +143,10 @@ const float *eng_seq_logits(const struct kvc_seq *s);
  * eng_seq_kv_save appends positions [pos0, pos1) to out.
  * eng_seq_kv_load restores one such blob: its pos0 must equal the number of
  * positions already restored, tokens[0..pos1) are the tokens they belong to.
- * A blob that does not match this engine (type, shape) is KVC_ECORRUPT; one
- * made from other tokens or by another model (its bind word differs), or a
- * version 1 blob (no bind word), is KVC_ENOTFOUND: nothing is restored.
+ * A blob that does not match this engine's shape is KVC_ECORRUPT; one of
+ * another cache type (F32, F16, Q8_0) is converted into this cache's type.
+ * One made from other tokens or by another model (its bind word differs),
+ * or a version 1 blob (no bind word), is KVC_ENOTFOUND: nothing is restored.
  */
 int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen);

@@ -8,7 +8,8 @@
  *   u64 bind (eng_snap_bind: the engine's fingerprint and every token id
  *   of positions [0, pos0 + n));
  *   then for each layer: K rows [n][kv_dim], then V rows [n][kv_dim],
- *   elements in the cache type.
+ *   elements in the cache type (F32, F16, or Q8_0 blocks of 32 with an
+ *   fp16 scale: 34 bytes per 32 elements).
  *
  * The bind word ties a chunk to the tokens it was computed from and the
  * model that computed them: a chunk moved to another conversation, or a
@@ -42,21 +43,21 @@ get_u32(const unsigned char *p)
 }
 
 size_t
-eng_snap_part_bytes(const struct eng_snap *h, size_t elem)
+eng_snap_part_bytes(const struct eng_snap *h, size_t row_bytes)
 {
-	return (size_t)h->n * h->kv_dim * elem;
+	return (size_t)h->n * row_bytes;
 }
 
 size_t
-eng_snap_bytes(const struct eng_snap *h, size_t elem)
+eng_snap_bytes(const struct eng_snap *h, size_t row_bytes)
 {
-	return ENG_SNAP_HEADER + 2 * (size_t)h->n_layer * eng_snap_part_bytes(h, elem);
+	return ENG_SNAP_HEADER + 2 * (size_t)h->n_layer * eng_snap_part_bytes(h, row_bytes);
 }
 
 size_t
-eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_kv_part part)
+eng_snap_part_offset(const struct eng_snap *h, size_t row_bytes, int layer, enum kvc_kv_part part)
 {
-	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, elem);
+	return ENG_SNAP_HEADER + (size_t)(2 * layer + (int)part) * eng_snap_part_bytes(h, row_bytes);
 }
 
 uint64_t

@@ -25,12 +25,15 @@ struct eng_snap {
  */
 uint64_t eng_snap_bind(const char *fingerprint, const int32_t *tokens, size_t n);
 
-/* Bytes of one layer's K (or V) rows, elements of elem bytes. */
-size_t eng_snap_part_bytes(const struct eng_snap *h, size_t elem);
+/*
+ * Bytes of one layer's K (or V) rows, each row_bytes long (kv_dim elements
+ * of the cache type: kvc_kv_row_bytes).
+ */
+size_t eng_snap_part_bytes(const struct eng_snap *h, size_t row_bytes);
 /* Bytes of the whole blob: header and every layer's K and V rows. */
-size_t eng_snap_bytes(const struct eng_snap *h, size_t elem);
+size_t eng_snap_bytes(const struct eng_snap *h, size_t row_bytes);
 /* Where layer's K or V rows start in the blob. */
-size_t eng_snap_part_offset(const struct eng_snap *h, size_t elem, int layer, enum kvc_kv_part part);
+size_t eng_snap_part_offset(const struct eng_snap *h, size_t row_bytes, int layer, enum kvc_kv_part part);
 /* Write the header for h into p[0..ENG_SNAP_HEADER). */
 void eng_snap_put_header(unsigned char *p, const struct eng_snap *h);
 /*

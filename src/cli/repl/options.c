@@ -14,8 +14,9 @@
 
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
-	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU,
-	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION, OPT_RECAP,
+	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DRAFT,
+	OPT_LOOKUP, OPT_SPEC_K, OPT_DEVICE, OPT_GPU, OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
+	OPT_RECAP,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -36,6 +37,10 @@ static const struct option fixed_options[] = {
 	{ "kv-type", required_argument, NULL, OPT_KV_TYPE },
 	{ "kv-budget", required_argument, NULL, OPT_KV_BUDGET },
 	{ "ctx-overflow", required_argument, NULL, OPT_OVERFLOW },
+	{ "keep", required_argument, NULL, OPT_KEEP },
+	{ "draft", required_argument, NULL, OPT_DRAFT },
+	{ "lookup", required_argument, NULL, OPT_LOOKUP },
+	{ "spec-k", required_argument, NULL, OPT_SPEC_K },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "gpu", required_argument, NULL, OPT_GPU },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
@@ -148,12 +153,8 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 			return usage_error("--ctx: not a context size: '%s'", a);
 		break;
 	case OPT_KV_TYPE:
-		if (strcmp(a, "f16") == 0)
-			o->ep.kv_type = GGML_TYPE_F16;
-		else if (strcmp(a, "f32") == 0)
-			o->ep.kv_type = GGML_TYPE_F32;
-		else
-			return usage_error("--kv-type: f16 or f32, not '%s'", a);
+		if (eng_kv_type_parse(a, &o->ep.kv_type) != KVC_OK)
+			return usage_error("--kv-type: f16, f32 or q8_0, not '%s'", a);
 		break;
 	case OPT_KV_BUDGET:
 		if (kvc_parse_size(a, &o->kv_budget) != KVC_OK)
@@ -165,8 +166,25 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 			o->overflow = CONV_OVERFLOW_DROP;
 		else if (strcmp(a, "stop") == 0)
 			o->overflow = CONV_OVERFLOW_STOP;
+		else if (strcmp(a, "slide") == 0)
+			o->overflow = CONV_OVERFLOW_SLIDE;
 		else
-			return usage_error("--ctx-overflow: drop or stop, not '%s'", a);
+			return usage_error("--ctx-overflow: drop, stop or slide, not '%s'", a);
+		break;
+	case OPT_DRAFT:
+		o->draft = a;
+		break;
+	case OPT_LOOKUP:
+		if (parse_int(a, 1, 64, &o->lookup))
+			return usage_error("--lookup: an n-gram length 1..64, not '%s'", a);
+		break;
+	case OPT_SPEC_K:
+		if (parse_int(a, 1, CONV_SPEC_MAX, &o->spec_k))
+			return usage_error("--spec-k: 1..16 proposals, not '%s'", a);
+		break;
+	case OPT_KEEP:
+		if (parse_int(a, 1, 1 << 19, &o->keep))
+			return usage_error("--keep: not a number of positions: '%s'", a);
 		break;
 	case OPT_DEVICE:
 		if (strcmp(a, "auto") && strcmp(a, "cpu") && strcmp(a, "cuda"))

@@ -19,6 +19,9 @@ struct repl_opts {
 	size_t kv_budget;
 	bool kv_budget_given;
 	enum conv_overflow overflow;
+	int keep;			/* --keep (0: the system prompt, or 4) */
+	const char *draft;		/* --draft MODEL, or NULL */
+	int lookup, spec_k;		/* --lookup N, --spec-k K (0: off / the default) */
 	const char *stats_json;
 	bool no_color;
 	int recap;			/* messages shown on resume (--recap) */

@@ -208,6 +208,7 @@ repl_main(int argc, char **argv)
 	struct kvc_repl r;
 	struct kvc_progress prog;
 	struct conv_params cp;
+	struct kvc_engine *draft = NULL;
 	struct sigaction sa;
 	char err[512], dbbuf[4096];
 	char *model = NULL;
@@ -273,6 +274,21 @@ repl_main(int argc, char **argv)
 	}
 
 	warn_engine_options(&o, r.e);
+	if (o.draft != NULL) {
+		struct kvc_engine_params dp = o.ep;
+
+		dp.n_ctx = eng_n_ctx(r.e);
+		dp.progress = NULL;
+		if (eng_open(&draft, o.draft, &dp, err, sizeof err) != 0) {
+			fprintf(stderr, "kvchat: draft model %s: %s\n", o.draft, err);
+			goto out;
+		}
+		if (!eng_same_vocab(r.e, draft)) {
+			fprintf(stderr, "kvchat: draft model %s: its vocabulary differs from the model's\n",
+			    o.draft);
+			goto out;
+		}
+	}
 	jinja = gguf_get_str(eng_gguf(r.e), "tokenizer.chat_template", NULL);
 	if (o.template_name)
 		fam = chat_family_from_name(o.template_name);
@@ -286,6 +302,10 @@ repl_main(int argc, char **argv)
 	cp.jinja = jinja;
 	cp.kv_budget = r.kv_budget;
 	cp.overflow = o.overflow;
+	cp.keep = o.keep;
+	cp.draft = draft;
+	cp.lookup = o.lookup;
+	cp.spec_k = o.spec_k;
 	cp.notice = repl_notice;
 	cp.notice_arg = &r;
 	cp.progress = repl_progress;
@@ -299,6 +319,7 @@ repl_main(int argc, char **argv)
 	status = r.tty ? repl_loop_terminal(&r) : repl_loop_batch(&r);
 out:
 	conv_mgr_free(r.mgr);
+	eng_close(draft);
 	eng_close(r.e);
 	sess_close(r.st);
 	free(model);

@@ -69,6 +69,11 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	if (s->dropped_msgs || s->dropped_tokens)
 		fprintf(f, " | context full: dropped %d messages (%d tokens), recomputed %d in %.0f ms",
 		    s->dropped_msgs, s->dropped_tokens, s->recomputed_tokens, s->recompute_ms);
+	if (s->spec_proposed)
+		fprintf(f, " | speculative: %d of %d accepted, %.2f tokens per pass", s->spec_accepted,
+		    s->spec_proposed, s->forward_passes ? (double)s->gen_tokens / s->forward_passes : 0.0);
+	if (s->slid_tokens)
+		fprintf(f, " | context full: slid %d positions away, none recomputed", s->slid_tokens);
 	if (s->resumed_from_snapshot)
 		fprintf(f, " | resumed from snapshot");
 	if (s->rebuilt)
@@ -97,12 +102,18 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
 	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
 	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
-	    "\"recompute_ms\":%.3f}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
+	    "\"recompute_ms\":%.3f,\"kv_type\":\"%s\",\"kv_bytes_per_pos\":%zu,"
+	    "\"snapshot_bytes_per_pos\":%zu,\"slid_tokens\":%d,\"spec_proposed\":%d,"
+	    "\"spec_accepted\":%d,\"forward_passes\":%d}\n", s->prompt_tokens, s->reused_tokens,
+	    s->prefill_tokens,
 	    s->gen_tokens, s->ttft_ms, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
-	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms);
+	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
+	    eng_kv_type_name(eng_kv_type(r->e)), eng_kv_bytes_per_pos(r->e),
+	    eng_kv_bytes_per_pos(r->e), s->slid_tokens, s->spec_proposed, s->spec_accepted,
+	    s->forward_passes);
 	if (rc == 0) {
 		/* 0600 when created (titles are the first words of a conversation),
 		 * never through a link planted by someone else. */

@@ -13,7 +13,7 @@
 
 static const char bench_usage[] =
     "usage: kvchat bench -m FILE [-p 512] [-n 128] [--threads N] [-r REPS]\n"
-    "                    [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n";
+    "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n";
 
 static int
 usage(const char *why, const char *arg)

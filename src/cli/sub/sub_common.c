@@ -14,6 +14,32 @@ sub_usage(const char *name, const char *usage, const char *why, const char *arg)
 }
 
 int
+sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_engine_params *ep,
+    struct kvc_engine **de, struct kvc_seq **ds)
+{
+	struct kvc_engine_params p = *ep;
+	char err[512] = "";
+
+	*de = NULL;
+	*ds = NULL;
+	p.n_ctx = eng_n_ctx(main);
+	if (eng_open(de, path, &p, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: draft model: %s\n", err);
+		return 1;
+	}
+	if (!eng_same_vocab(main, *de)) {
+		fprintf(stderr, "kvchat: draft model %s: its vocabulary differs from the model's\n", path);
+	} else if (eng_seq_new(*de, ds, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: draft model: %s\n", err);
+	} else {
+		return 0;
+	}
+	eng_close(*de);
+	*de = NULL;
+	return 1;
+}
+
+int
 sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why)
 {
@@ -26,12 +52,8 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 		}
 		ep->n_threads = (int)v;
 	} else if (strcmp(opt, "--kv-type") == 0) {
-		if (strcmp(val, "f16") == 0) {
-			ep->kv_type = GGML_TYPE_F16;
-		} else if (strcmp(val, "f32") == 0) {
-			ep->kv_type = GGML_TYPE_F32;
-		} else {
-			*why = "bad --kv-type (f16 or f32)";
+		if (eng_kv_type_parse(val, &ep->kv_type) != KVC_OK) {
+			*why = "bad --kv-type (f16, f32 or q8_0)";
 			return -1;
 		}
 	} else if (strcmp(opt, "--device") == 0) {

@@ -14,7 +14,7 @@
 int sub_usage(const char *name, const char *usage, const char *why, const char *arg);
 
 /*
- * Applies one engine option to ep: --threads/-t N, --kv-type f16|f32,
+ * Applies one engine option to ep: --threads/-t N, --kv-type f16|f32|q8_0,
  * --device D, --gpu N (val is the option's value, not NULL).
  * Returns 1 when opt was one of them and val was good, 0 when opt is not
  * an engine option (ep untouched), -1 when val is bad, with *why set to
@@ -22,5 +22,13 @@ int sub_usage(const char *name, const char *usage, const char *why, const char *
  */
 int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why);
+
+/*
+ * Open the draft model path for speculative decoding beside main (same
+ * engine options) and a sequence on it: 0, or 1 with the message said
+ * (a draft whose vocabulary differs from main's is refused).
+ */
+int sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_engine_params *ep,
+    struct kvc_engine **de, struct kvc_seq **ds);
 
 #endif

@@ -16,7 +16,8 @@
 static const char gen_usage[] =
     "usage: kvchat generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [--threads N]\n"
-    "                       [--ctx N] [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n";
+    "                       [--ctx N] [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
+    "                       [--draft MODEL | --lookup N] [--spec-k K]\n";
 
 static int
 usage(const char *why, const char *arg)
@@ -30,6 +31,9 @@ struct gen_opts {
 	const char *model, *prompt;
 	long n_predict;			/* -1: the default */
 	bool ids;			/* print ids, not text */
+	const char *draft;		/* --draft MODEL, or NULL */
+	long lookup;			/* --lookup N (0: off) */
+	long spec_k;			/* --spec-k K: proposals per pass */
 };
 
 /*
@@ -87,6 +91,14 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 	else if (strcmp(a, "-n") == 0) {
 		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
 			return usage("bad -n", val);
+	} else if (strcmp(a, "--draft") == 0) {
+		o->draft = val;
+	} else if (strcmp(a, "--lookup") == 0) {
+		if (kvc_parse_long(val, 1, 64, &o->lookup) != KVC_OK)
+			return usage("bad --lookup (1..64)", val);
+	} else if (strcmp(a, "--spec-k") == 0) {
+		if (kvc_parse_long(val, 1, CONV_SPEC_MAX, &o->spec_k) != KVC_OK)
+			return usage("bad --spec-k (1..16)", val);
 	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
 		if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK)
 			return usage("bad --ctx", val);
@@ -161,7 +173,12 @@ print_timings(struct kvc_engine *e, size_t n_prompt, const struct eng_stats *st,
 	    eng_backend_name(e), gguf_dtype_name(eng_kv_type(e)), n_prompt,
 	    st->t_prefill > 0 ? (double)st->n_computed / st->t_prefill : 0.0, st->t_prefill,
 	    (t_first - t_start) * 1e3, g->ids.n,
-	    g->n_decoded > 0 && t_end > t_first ? g->n_decoded / (t_end - t_first) : 0.0);
+	    g->ids.n > 1 && t_end > t_first ? (g->ids.n - 1) / (t_end - t_first) : 0.0);
+	if (g->proposed > 0 || g->n_passes < g->n_decoded)
+		fprintf(stderr, "kvchat: speculative: %d proposed, %d accepted (%.1f %%), %d forward "
+		    "passes, %.2f tokens per pass\n", g->proposed, g->accepted,
+		    g->proposed ? 100.0 * g->accepted / g->proposed : 0.0, g->n_passes,
+		    g->n_passes ? (double)g->ids.n / g->n_passes : 0.0);
 }
 
 /*
@@ -170,7 +187,7 @@ print_timings(struct kvc_engine *e, size_t n_prompt, const struct eng_stats *st,
  */
 static int
 complete(struct kvc_engine *e, const struct gen_opts *o, const struct kvc_tokens *in,
-    double t_start)
+    struct conv_spec *spec, double t_start)
 {
 	struct conv_gen_params gp;
 	struct conv_gen g;
@@ -192,6 +209,7 @@ complete(struct kvc_engine *e, const struct gen_opts *o, const struct kvc_tokens
 	gp.on_text = o->ids ? NULL : put_text;
 	gp.on_id = o->ids ? put_id : NULL;
 	gp.arg = &n_put;
+	gp.spec = spec;
 	if (smp_new(&smp, &o->set.smp, eng_n_vocab(e)) != 0) {
 		fprintf(stderr, "kvchat: generate: out of memory\n");
 		goto out;
@@ -225,8 +243,9 @@ int
 sub_generate(int argc, char **argv)
 {
 	struct gen_opts o;
-	struct kvc_engine *e = NULL;
+	struct kvc_engine *e = NULL, *de = NULL;
 	struct kvc_tokens in = {0};
+	struct conv_spec spec = { NULL, 0, 0 };
 	char err[512] = "";
 	double t_start;
 	int rc;
@@ -244,10 +263,18 @@ sub_generate(int argc, char **argv)
 		fprintf(stderr, "kvchat: generate: %s\n", err);
 		return 1;
 	}
+	spec.lookup = (int)o.lookup;
+	spec.k = (int)(o.spec_k > 0 ? o.spec_k : o.draft ? 4 : 8);
+	if (o.draft && (rc = sub_open_draft(e, o.draft, &o.ep, &de, &spec.draft)) != 0) {
+		eng_close(e);
+		return rc;
+	}
 	t_start = kvc_now();
 	rc = prompt_ids(e, o.prompt, &in);
 	if (rc == 0)
-		rc = complete(e, &o, &in, t_start);
+		rc = complete(e, &o, &in, o.draft || o.lookup ? &spec : NULL, t_start);
+	eng_seq_free(spec.draft);
+	eng_close(de);
 	eng_close(e);
 	kvc_tokens_free(&in);
 	return rc;

@@ -1,0 +1,66 @@
+#!/bin/sh
+# test_slide.sh (issue 14, --ctx-overflow slide): a conversation run past its
+# context three times and more keeps going; every turn computes only its own
+# prompt (the kept positions are re-rotated in place, 0 recomputed); and a
+# conversation stopped after a slide and resumed by a new process continues
+# from its snapshot, replies byte-identical to the uninterrupted run.
+. "$top_srcdir/tests/e2e/lib.sh"
+[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
+
+M="$TMPD/m.gguf"
+"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 31 >/dev/null ||
+	{ echo "FAIL: mkmodel"; exit 1; }
+OPTS="--temp 0 -n 24 --ctx 256 --ctx-overflow slide --system 'You are terse.'"
+N=24
+i=1
+: >"$TMPD/all.txt"
+while [ $i -le $N ]; do
+	echo "Turn $i: tell me one more thing about tea, please." >>"$TMPD/all.txt"
+	i=$((i + 1))
+done
+head -n 9 "$TMPD/all.txt" >"$TMPD/p1.txt"
+sed -n '10,17p' "$TMPD/all.txt" >"$TMPD/p2.txt"
+sed -n "18,${N}p" "$TMPD/all.txt" >"$TMPD/p3.txt"
+
+replies() {
+	sqlite3 "$1" "SELECT hex(m.text) FROM messages m WHERE m.role = 2 ORDER BY m.conv_id, m.seq"
+}
+run() { # name db json input
+	eval "\"\$KVCHAT\" -m \"\$M\" --db \"$2\" --session s $OPTS --stats-json \"$3\"" <"$4" \
+	    >"$TMPD/$1.out" 2>"$TMPD/$1.err" || { fail "$1: exit status $?"; cat "$TMPD/$1.err" >&2; }
+}
+
+run whole "$TMPD/u.db" "$TMPD/u.json" "$TMPD/all.txt"
+check "$N stats lines" [ "$(wc -l <"$TMPD/u.json")" -eq $N ]
+slides=0 bad=0 slid_total=0 t=1
+while [ $t -le $N ]; do
+	s=$(jget "$TMPD/u.json" $t slid_tokens)
+	[ "$s" -gt 0 ] && slides=$((slides + 1)) && slid_total=$((slid_total + s))
+	# nothing but this turn's own prompt computed, every kept position reused
+	[ "$(jget "$TMPD/u.json" $t prefill_tokens)" = "$(jget "$TMPD/u.json" $t prompt_tokens)" ] || bad=$((bad + 1))
+	[ "$(jget "$TMPD/u.json" $t dropped_tokens)" = 0 ] || bad=$((bad + 1))
+	t=$((t + 1))
+done
+echo "uninterrupted: $slides slides, $slid_total positions slid away in $N turns at --ctx 256"
+check "slid at least three times ($slides)" [ "$slides" -ge 3 ]
+check "every turn computed only its prompt, nothing dropped ($bad bad)" [ "$bad" -eq 0 ]
+check "the stats line says what slid" grep -q "slid [0-9]* positions away, none recomputed" "$TMPD/whole.err"
+check "every turn replied" [ "$(replies "$TMPD/u.db" | grep -c .)" -eq $N ]
+
+# three processes, each stopping after a slide
+run p1 "$TMPD/r.db" "$TMPD/r1.json" "$TMPD/p1.txt"
+run p2 "$TMPD/r.db" "$TMPD/r2.json" "$TMPD/p2.txt"
+run p3 "$TMPD/r.db" "$TMPD/r3.json" "$TMPD/p3.txt"
+for f in r2 r3; do
+	check "$f: resumed from the slid snapshot" [ "$(jget "$TMPD/$f.json" 1 resumed_from_snapshot)" = true ]
+	check "$f: not rebuilt" [ "$(jget "$TMPD/$f.json" 1 rebuilt)" = false ]
+	check "$f: first turn computed only its prompt" \
+	    [ "$(jget "$TMPD/$f.json" 1 prefill_tokens)" = "$(jget "$TMPD/$f.json" 1 prompt_tokens)" ]
+done
+s1=0; for t in 1 2 3 4 5 6 7 8 9; do s1=$((s1 + $(jget "$TMPD/r1.json" $t slid_tokens))); done
+check "the first process slid before stopping ($s1)" [ "$s1" -gt 0 ]
+check "replies byte-identical to the uninterrupted run" [ "$(replies "$TMPD/r.db")" = "$(replies "$TMPD/u.db")" ]
+check "same stats figures as the uninterrupted run" \
+    [ "$(cat "$TMPD/r1.json" "$TMPD/r2.json" "$TMPD/r3.json" | sed 's/.*"prompt_tokens":\([0-9]*\),"reused_tokens":\([0-9]*\).*"slid_tokens":\([0-9]*\).*/\1 \2 \3/')" = \
+      "$(sed 's/.*"prompt_tokens":\([0-9]*\),"reused_tokens":\([0-9]*\).*"slid_tokens":\([0-9]*\).*/\1 \2 \3/' "$TMPD/u.json")" ]
+done_testing
