@@ -15,7 +15,7 @@
 enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
 	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_DEVICE, OPT_GPU,
-	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
+	OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION, OPT_FORCE_UNLOCK,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -40,6 +40,7 @@ static const struct option fixed_options[] = {
 	{ "gpu", required_argument, NULL, OPT_GPU },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
 	{ "no-color", no_argument, NULL, OPT_NO_COLOR },
+	{ "force-unlock", no_argument, NULL, OPT_FORCE_UNLOCK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -237,6 +238,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			break;
 		case OPT_STATS_JSON: o->stats_json = a; break;
 		case OPT_NO_COLOR: o->no_color = true; break;
+		case OPT_FORCE_UNLOCK: o->force_unlock = true; break;
 		case 'h':
 			cli_help(stdout);
 			return -1;

@@ -21,6 +21,7 @@ struct repl_opts {
 	enum conv_overflow overflow;
 	const char *stats_json;
 	bool no_color;
+	bool force_unlock;		/* take over locks that cannot be checked */
 };
 
 /*

@@ -125,6 +125,34 @@ apply_cli_settings(struct kvc_repl *r, struct conv *c)
 		repl_error(r, "the command-line settings were not applied: %s", err);
 }
 
+/*
+ * --session NAME: find or create and lock it in one store transaction, so
+ * two kvchats started together with the same name share one conversation
+ * (the second then finds it locked) instead of making two.
+ */
+static int
+claim_session(struct kvc_repl *r, const struct repl_opts *o, int64_t *id, char *err,
+    size_t errlen)
+{
+	struct kvc_buf sb = {0};
+	int rc;
+
+	if (conv_settings_format(&r->set, &sb))
+		return KVC_ENOMEM;
+	rc = sess_conv_claim(r->st, o->name, eng_fingerprint(r->e),
+	    chat_family_name(conv_mgr_family(r->mgr)), o->system, sb.p, id, NULL, err, errlen);
+	kvc_buf_free(&sb);
+	return rc;
+}
+
+/* sess_set_wait_notice: who holds the database while we wait for it. */
+static void
+wait_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "kvchat: %s\n", msg);
+}
+
 /* ---- the command ---- */
 
 static int
@@ -136,10 +164,9 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 
 	switch (o->mode) {
 	case OPEN_SESSION:
-		rc = sess_conv_find(r->st, o->name, &id, err, sizeof err);
-		if (rc == KVC_ENOTFOUND)
-			rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
-		else if (rc == 0)
+		rc = sess_readonly(r->st, NULL) ? sess_conv_find(r->st, o->name, &id, err,
+		    sizeof err) : claim_session(r, o, &id, err, sizeof err);
+		if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	case OPEN_RESUME:
@@ -151,6 +178,16 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	default:
+		if (sess_readonly(r->st, NULL)) {
+			/* Nothing new can be stored: show the latest one instead. */
+			rc = sess_conv_latest(r->st, &id, err, sizeof err);
+			if (rc == 0) {
+				repl_notice(r, "the database is read-only: opened the most recent "
+				    "conversation instead of a new one");
+				rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
+			}
+			break;
+		}
 		rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
 		break;
 	}
@@ -181,7 +218,7 @@ repl_main(int argc, char **argv)
 	struct sigaction sa;
 	char err[512], dbbuf[4096];
 	char *model = NULL;
-	const char *jinja;
+	const char *jinja, *ro_why;
 	int rc, status = 1, fam;
 
 	rc = repl_parse_opts(argc, argv, &o);
@@ -220,10 +257,16 @@ repl_main(int argc, char **argv)
 		fprintf(stderr, "kvchat: cannot create the folder of %s\n", r.db_path);
 		goto out;
 	}
-	if (sess_open(&r.st, r.db_path, err, sizeof err) != 0) {
-		fprintf(stderr, "kvchat: %s: %s\n", r.db_path, err);
+	/* The store's messages start with the path: print it once. */
+	if (sess_open_ex(&r.st, r.db_path, SESS_OPEN_FALLBACK_RO |
+	    (o.force_unlock ? SESS_OPEN_FORCE_UNLOCK : 0), err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: %s\n", err);
 		goto out;
 	}
+	sess_set_wait_notice(r.st, wait_notice, NULL);
+	if (sess_readonly(r.st, &ro_why))
+		fprintf(stderr, "kvchat: %s is open read-only (%s): /list, /resume and /export "
+		    "work; turns are refused\n", r.db_path, ro_why);
 
 	progress_start(&prog, "loading weights", 0);
 	o.ep.progress = progress_update;
