@@ -153,7 +153,7 @@ bind_row(sqlite3_stmt *ins, sqlite3_stmt *s, int n)
 		sqlite3_bind_value(ins, i + 1, sqlite3_column_value(s, i));
 }
 
-/* Reads rows from s (rowid >= / = its ?1) into ins; returns the last rowid read. */
+/* A table being copied: its range scan, its lookup by rowid, and the insert. */
 struct walker {
 	sqlite3_stmt *scan, *one, *ins;
 	const struct table_copy *t;
@@ -193,14 +193,39 @@ scan_from(struct walker *w, int64_t from, bool *damaged)
 	return last;
 }
 
+/*
+ * The largest rowid, when the b-tree's right edge still reads (SQLite finds
+ * it by descending that edge only); INT64_MAX when not.
+ */
+static int64_t
+max_rowid(sqlite3 *in, const char *table)
+{
+	char sql[128];
+	sqlite3_stmt *s;
+	int64_t m = INT64_MAX;
+
+	snprintf(sql, sizeof sql, "SELECT max(rowid) FROM %s", table);
+	if (sqlite3_prepare_v2(in, sql, -1, &s, NULL) != SQLITE_OK)
+		return m;
+	if (sqlite3_step(s) == SQLITE_ROW)
+		m = sqlite3_column_type(s, 0) == SQLITE_NULL ? 0 : sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	return m;
+}
+
 static void
-walk_table(struct walker *w)
+walk_table(struct walker *w, int64_t last)
 {
 	bool damaged;
-	int64_t r = scan_from(w, INT64_MIN + 1, &damaged), gap = 0;
+	int64_t r = scan_from(w, INT64_MIN + 1, &damaged), gap = 0, errs = 0;
 
-	/* r: last good rowid; look at the following ones one by one. */
-	while (damaged && gap < RECOVER_MAX_GAP && r < INT64_MAX) {
+	/*
+	 * r: the last good rowid; look at the following ones one by one, up to
+	 * the last rowid, or RECOVER_MAX_GAP rowids past the last that read
+	 * when the last is unknown. A lookup that fails may be a lost row or
+	 * no row at all: they count as lost only when a later row reads.
+	 */
+	while (damaged && r < last && gap < RECOVER_MAX_GAP) {
 		int rc;
 
 		r++;
@@ -209,15 +234,14 @@ walk_table(struct walker *w)
 		if (rc == SQLITE_ROW) {
 			put_row(w, w->one);
 			sqlite3_reset(w->one);
-			gap = 0;
+			w->stats->bad_rows += (int)errs;
+			gap = errs = 0;
 			r = scan_from(w, r + 1, &damaged);
 			continue;
 		}
 		sqlite3_reset(w->one);
-		if (rc == SQLITE_DONE)
-			gap++;
-		else
-			w->stats->bad_rows++;
+		gap++;
+		errs += rc != SQLITE_DONE;
 	}
 }
 
@@ -241,7 +265,7 @@ copy_table(sqlite3 *in, struct sess_store *out, const struct table_copy *t,
 	    t->columns, params);
 	ok = ok && sqlite3_prepare_v2(out->db, sql, -1, &w.ins, NULL) == SQLITE_OK;
 	if (ok)
-		walk_table(&w);
+		walk_table(&w, max_rowid(in, t->table));
 	else
 		stats->bad_tables++;
 	sqlite3_finalize(w.scan);
@@ -271,7 +295,8 @@ drop_bad_chunks(struct sess_store *out, struct sess_recover_stats *stats, char *
 	while (sqlite3_step(s) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(s, 0);
 		const char *title = (const char *)sqlite3_column_text(s, 1);
-		bool whole = sqlite3_column_int64(s, 2) == sqlite3_column_int64(s, 3) + 1;
+		int64_t n = sqlite3_column_int64(s, 2);
+		bool whole = n > 0 && n == sqlite3_column_int64(s, 3) + 1;
 
 		if (!whole || sess_chunks_verify(out, id, title ? title : "", what, e2,
 		    sizeof e2) != KVC_OK) {
@@ -302,9 +327,12 @@ recover_into(sqlite3 *in, struct sess_store *out, struct sess_recover_stats *sta
 	static const char what[] = "cannot write the recovered database";
 	int ret;
 
+	/* One read transaction on the damaged file: one snapshot, one lock. */
+	sqlite3_exec(in, "BEGIN", NULL, NULL, NULL);
 	ret = sess_tx_begin(out, what, err, errlen);
 	for (size_t i = 0; ret == KVC_OK && i < sizeof tables / sizeof tables[0]; i++)
 		ret = copy_table(in, out, &tables[i], stats);
+	sqlite3_exec(in, "COMMIT", NULL, NULL, NULL);
 	if (ret == KVC_OK)
 		ret = drop_bad_chunks(out, stats, err, errlen);
 	return sess_tx_end(out, ret, what, err, errlen);
@@ -328,7 +356,7 @@ sess_recover(const char *in, const char *out, struct sess_recover_stats *stats,
 		kvc_err(err, errlen, "%s already exists; recover writes a new database", out);
 		return KVC_EINVAL;
 	}
-	/* Read-only and immutable: the damaged file (and its -wal) are never written. */
+	/* Read-only: the damaged file is never written. */
 	if (sqlite3_open_v2(in, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
 		kvc_err(err, errlen, "%s: cannot open: %s", in, sqlite3_errmsg(db));
 		sqlite3_close(db);
