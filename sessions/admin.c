@@ -362,6 +362,12 @@ sess_recover(const char *in, const char *out, struct sess_recover_stats *stats,
 		sqlite3_close(db);
 		return KVC_EIO;
 	}
+	/*
+	 * A damaged file often fails SQLite's checks of the schema as a whole
+	 * (a root page past the end of a truncated file): with writable_schema
+	 * those are not errors, and each table stands or falls alone.
+	 */
+	sqlite3_exec(db, "PRAGMA writable_schema = ON", NULL, NULL, NULL);
 	ret = sess_open(&o, out, err, errlen);
 	if (ret == KVC_OK)
 		ret = recover_into(db, o, stats, err, errlen);
