@@ -525,10 +525,16 @@ open_conn(struct sess_store *st, const char *name, int oflags, const struct pre_
 	int rc, ret;
 
 	rc = sqlite3_open_v2(name, &st->db, oflags, NULL);
-	if (rc != SQLITE_OK)
+	if (rc != SQLITE_OK) {
 		ret = sess_db_fail(st, rc, "cannot open", err, errlen);
-	else
+	} else if (!st->readonly && sqlite3_db_readonly(st->db, "main") == 1) {
+		/* SQLite quietly opens read-only what it may not write. */
+		kvc_err(err, errlen, "%s: cannot open for writing (read-only file or mount)",
+		    st->path);
+		ret = KVC_EIO;
+	} else {
 		ret = schema_setup(st, pre, err, errlen);
+	}
 	if (ret != KVC_OK) {
 		sqlite3_close(st->db);
 		st->db = NULL;

@@ -195,7 +195,7 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 		fprintf(stderr, "kvchat: %s\n", err);
 		return rc;
 	}
-	if (o->mode != OPEN_NEW) {
+	if (o->mode != OPEN_NEW && !sess_readonly(r->st, NULL)) {
 		apply_cli_settings(r, r->cur);
 		if (o->system && conv_n_msgs(r->cur) == 0) {
 			if (conv_set_system(r->cur, o->system, err, sizeof err) != 0)
