@@ -6,11 +6,12 @@
 # /delete), sends one operation, kills kvchat after a random delay within
 # that operation's calibrated duration, and then checks:
 #   - PRAGMA integrity_check and foreign_key_check are clean;
-#   - "r" holds a whole number of exchanges (user, assistant, ...), and its
-#     length is one the operation allows: a turn N or N+2 messages (N+2
-#     whenever its --stats-json line was written: a completed turn is never
-#     lost), /undo N or N-2, /retry N (the old reply or the new one), and
-#     /delete N or gone;
+#   - "r" holds whole exchanges (user, assistant, ...; at most a last user
+#     message without its reply, where kvchat stores the user's words before
+#     generating), and its length is one the operation allows: a turn N, N+1
+#     or N+2 messages (N+2 whenever its --stats-json line was written: a
+#     completed turn is never lost), /undo N or N-2, /retry N (the old reply
+#     or the new one; N-1 with the reply gone), and /delete N or gone;
 #   - its snapshot chunks run from position 0 without gaps, and end within
 #     the stored token stream;
 #   - the next kvchat resumes it and answers (from the snapshot or by
@@ -121,10 +122,13 @@ while read -r op frac; do
 	[ "$ic" = ok ] && [ "$fk" = 0 ] || fail "kill $k ($op): integrity: $ic / fk $fk"
 	exists=$(sql "SELECT count(*) FROM conversations WHERE id = $id")
 	n1=$(nmsg "$id")
+	# N+1 / N-1: a user message stored before its reply (a kvchat that saves
+	# the user's words before generating); allowed only as the last message.
 	case $op in
-	turn) allowed="$n0 $((n0 + 2))"; [ "$lines1" -gt "$lines0" ] && allowed=$((n0 + 2)) ;;
+	turn) allowed="$n0 $((n0 + 1)) $((n0 + 2))"
+	    [ "$lines1" -gt "$lines0" ] && allowed=$((n0 + 2)) ;;
 	undo) allowed="$n0 $((n0 - 2))" ;;
-	retry) allowed="$n0" ;;
+	retry) allowed="$n0 $((n0 - 1))" ;;
 	delete) allowed="$n0" ;;
 	esac
 	if [ "$op" = delete ] && [ "$exists" = 0 ]; then
@@ -137,7 +141,10 @@ while read -r op frac; do
 	# Whole exchanges: roles alternate user, assistant from seq 0.
 	bad=$(sql "SELECT count(*) FROM messages WHERE conv_id = $id AND role != 1 + (seq % 2)")
 	[ "$bad" = 0 ] || fail "kill $k ($op): $bad messages out of user/assistant order"
-	[ $((n1 % 2)) = 0 ] || fail "kill $k ($op): half an exchange stored ($n1 messages)"
+	if [ $((n1 % 2)) = 1 ] && [ "$(sql "SELECT role FROM messages WHERE conv_id = $id
+	    ORDER BY seq DESC LIMIT 1")" != 1 ]; then
+		fail "kill $k ($op): half an exchange stored ($n1 messages)"
+	fi
 	gaps=$(sql "SELECT count(*) FROM kv_chunks a WHERE a.conv_id = $id AND a.part = 0 AND
 	    a.pos0 > 0 AND NOT EXISTS (SELECT 1 FROM kv_chunks b WHERE b.conv_id = a.conv_id AND
 	    b.part = 0 AND b.pos1 = a.pos0)")
@@ -150,7 +157,7 @@ while read -r op frac; do
 		rc=$?
 		[ $rc -eq 0 ] || { fail "kill $k ($op): resume failed ($rc)"; cat "$TMPD/res.err" >&2; }
 		grep -q "rebuil\|recomput" "$TMPD/res.err" && rebuilt=$((rebuilt + 1))
-		[ "$(nmsg "$id")" = $((n1 + 2)) ] || fail "kill $k ($op): resumed turn not stored"
+		[ "$(nmsg "$id")" -gt "$n1" ] || fail "kill $k ($op): resumed turn not stored"
 	fi
 	n_ok=$((n_ok + 1))
 	echo "kill $k: $op after ${delay}s: $n0 -> $n1 messages$( [ "$exists" = 0 ] && echo ', deleted')"
