@@ -124,7 +124,7 @@ cli_help(FILE *f)
 "holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
 "runs, and 'kvchat recover IN OUT' salvages a damaged one. A database that\n"
 "cannot be written (read-only file or mount, full disk) opens read-only:\n"
-"/list, /history and /export work, turns are refused.\n"
+"/list, /resume and /export work, turns are refused.\n"
 "\n"
 "See kvchat(1).\n");
 }
