@@ -4,89 +4,21 @@
  * module shares: error reporting, prepared statements, write transactions
  * and the lookup of a conversation's title (each layer above names the
  * conversation in its messages and must first know that it exists).
- * Nothing here calls another file of the module.
+ * It calls only schema.c (the migration steps) and busy.c (the busy
+ * handler that names who holds the write lock).
  *
  * Durability: WAL with synchronous=FULL. WAL alone already makes a commit
  * survive a SIGKILL of the process (the frames are in the WAL file before
  * COMMIT returns); FULL adds one fsync per commit so it also survives an OS
  * crash or power loss. A turn takes seconds to generate, an fsync
- * milliseconds, so the user's words are worth it.
+ * milliseconds, so the user's words are worth it. Every commit is then
+ * checkpointed (PASSIVE) into the database file, and the WAL truncated at
+ * close: sessions.db copied alone, or a lost -wal, still holds every
+ * acknowledged turn. A write waiting for another process's transaction
+ * names the holder (busy.c). A database we cannot write (read-only file or
+ * mount, full disk) may be opened read-only (SESS_OPEN_FALLBACK_RO).
  *
- * The schema (version SESS_SCHEMA_VERSION, in PRAGMA user_version; PRAGMA
- * application_id is "kvc1"; migrations[] below builds it). Times are unix
- * seconds. Deleting a conversation deletes its rows in every other table
- * (ON DELETE CASCADE).
- *
- * conversations: one row per saved conversation.
- *   id             its number; sess_conv_find takes it or the title
- *   title          its name; not unique, a lookup by title takes the most
- *                  recently touched
- *   model_fp       fingerprint of the engine (model) it was created with
- *   template       name of the chat template family its messages were
- *                  rendered with
- *   system         the system prompt, NULL if none
- *   settings       sampler settings as "name=value;..." text
- *   window         index (seq) of the first message the cached stream holds:
- *                  0, or the user message the context window starts at after
- *                  older exchanges were dropped from the cache (never from
- *                  this table); added in version 2, 0 before
- *   created        when it was created
- *   updated        when it was created or last changed by a turn, a rewind
- *                  or sess_conv_replace_system (renames and settings do not
- *                  count)
- *   touched        recency counter, set with updated to one more than the
- *                  highest so far: orders listings and title lookups, where
- *                  seconds would tie
- *
- * messages: what was said, in order, with the exact tokens.
- *   id             row number
- *   conv_id        the conversation it belongs to
- *   seq            its place in the conversation, from 0 (unique per conversation)
- *   role           0 system, 1 user, 2 assistant (enum sess_role)
- *   text           the text as shown
- *   tokens         the token ids this message added to the stream, each a
- *                  little-endian int32, so the stream is rebuilt without
- *                  re-tokenizing; the first message's also hold the
- *                  rendered system prompt
- *   interrupted    1 if the reply was cut short (stopped or failed mid-way)
- *   ttft_ms, prefill_tokens, reused_tokens, prefill_tps, gen_tokens,
- *   decode_tps     the turn's figures (struct sess_stats) on an assistant
- *                  reply: time to first token, positions computed and reused
- *                  from the cache, prompt speed, tokens generated, generation
- *                  speed; 0 on other messages
- *   created        when it was said
- *
- * kv_chunks: the KV-cache snapshot, in chunks. A chunk holds the cache
- * positions [pos0, pos1) that the turn added, as eng_seq_kv_save serialised
- * them; a chunk is stored as n_parts rows of at most part_max bytes, so no
- * row needs a giant BLOB. A conversation's chunks run from position 0
- * without gaps.
- *   id             row number (opened with incremental BLOB I/O by it)
- *   conv_id        the conversation it belongs to
- *   pos0, pos1     the chunk's cache positions [pos0, pos1), on every part
- *   part, n_parts  this row's index in the chunk (0..n_parts-1), and the
- *                  chunk's number of rows
- *   kv_type        the cache's element type, "f16" or "f32"
- *   model_fp       fingerprint of the engine that computed it; a snapshot is
- *                  only loaded into the same engine and cache type
- *   window         the conversation's window (above) when the chunk was
- *                  computed: a snapshot is only loaded over the stream of the
- *                  same window. Added in version 2, so it sits after data: for
- *                  a row written since, reading it follows data's overflow
- *                  chain, which the auto_vacuum pointer map makes cheap
- *   len            bytes of data in this row
- *   checksum       XXH64 (seed 0) of this row's data, as a signed 64-bit integer
- *   data           this row's slice of the chunk; the last column of version
- *                  1, so reading those never touches its pages
- *
- * locks: which process has a conversation open (lock.c).
- *   conv_id        the conversation (one holder at most)
- *   pid, host      the holding process and the machine it runs on
- *   boot_id        the kernel's boot id then ("" if unknown): a lock from
- *                  before a reboot is stale
- *   start_time     the process's start in clock ticks after boot (0 if
- *                  unknown): a reused pid is not the holder
- *   acquired       when it was taken
+ * The schema is documented, and built by its migration steps, in schema.c.
  */
 #include "store_int.h"
 
@@ -95,98 +27,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 /* "kvc1": marks the file as ours (PRAGMA application_id). */
 #define SESS_APPLICATION_ID 0x6b766331
 
-#define SESS_BUSY_MS 5000
-#define SESS_BEGIN_TRIES 6	/* x SESS_BUSY_MS before giving up */
+#define SESS_BUSY_MS 5000	/* switching to WAL (enable_wal) */
+#define SESS_WAIT_LIMIT_MS 30000	/* a write waiting for another process's */
 #define SESS_PART_MAX_DEFAULT ((size_t)64 << 20)
 #define SESS_PART_MAX_LIMIT ((size_t)256 << 20)
-
-/*
- * migrations[v] takes the schema from version v to v + 1. Append only:
- * never edit a step once released; databases in the wild went through it.
- */
-static const char *const migrations[] = {
-	/* 0 -> 1: the initial schema. */
-	"CREATE TABLE conversations (\n"
-	"  id INTEGER PRIMARY KEY,\n"
-	"  title TEXT NOT NULL,\n"
-	"  model_fp TEXT NOT NULL,\n"
-	"  template TEXT NOT NULL,\n"
-	"  system TEXT,\n"
-	"  settings TEXT NOT NULL,\n"
-	"  created INTEGER NOT NULL,\n"	/* unix seconds */
-	"  updated INTEGER NOT NULL,\n"
-	/* Recency counter: seconds tie when turns come fast; this never does. */
-	"  touched INTEGER NOT NULL\n"
-	");\n"
-	"CREATE INDEX conversations_title ON conversations(title, touched);\n"
-	"CREATE INDEX conversations_touched ON conversations(touched);\n"
-	"CREATE TABLE messages (\n"
-	"  id INTEGER PRIMARY KEY,\n"
-	"  conv_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,\n"
-	"  seq INTEGER NOT NULL,\n"
-	"  role INTEGER NOT NULL CHECK (role BETWEEN 0 AND 2),\n"
-	"  text TEXT NOT NULL,\n"
-	"  tokens BLOB NOT NULL,\n"	/* little-endian int32 token ids */
-	"  interrupted INTEGER NOT NULL DEFAULT 0,\n"
-	"  ttft_ms REAL NOT NULL DEFAULT 0,\n"
-	"  prefill_tokens INTEGER NOT NULL DEFAULT 0,\n"
-	"  reused_tokens INTEGER NOT NULL DEFAULT 0,\n"
-	"  prefill_tps REAL NOT NULL DEFAULT 0,\n"
-	"  gen_tokens INTEGER NOT NULL DEFAULT 0,\n"
-	"  decode_tps REAL NOT NULL DEFAULT 0,\n"
-	"  created INTEGER NOT NULL,\n"
-	"  UNIQUE (conv_id, seq)\n"
-	");\n"
-	/*
-	 * One snapshot chunk = positions [pos0, pos1) = n_parts rows of at most
-	 * part_max bytes each, each with the XXH64 of its own data. data stays
-	 * the last column so reading the others never touches its pages.
-	 */
-	"CREATE TABLE kv_chunks (\n"
-	"  id INTEGER PRIMARY KEY,\n"
-	"  conv_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,\n"
-	"  pos0 INTEGER NOT NULL,\n"
-	"  pos1 INTEGER NOT NULL,\n"
-	"  part INTEGER NOT NULL,\n"
-	"  n_parts INTEGER NOT NULL,\n"
-	"  kv_type TEXT NOT NULL,\n"
-	"  model_fp TEXT NOT NULL,\n"
-	"  len INTEGER NOT NULL,\n"
-	"  checksum INTEGER NOT NULL,\n"
-	"  data BLOB NOT NULL,\n"
-	"  UNIQUE (conv_id, pos0, part)\n"
-	");\n"
-	"CREATE TABLE locks (\n"
-	"  conv_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,\n"
-	"  pid INTEGER NOT NULL,\n"
-	"  host TEXT NOT NULL,\n"
-	"  boot_id TEXT NOT NULL,\n"
-	"  start_time INTEGER NOT NULL,\n"	/* clock ticks after boot, guards pid reuse */
-	"  acquired INTEGER NOT NULL\n"
-	");\n",
-	/*
-	 * 1 -> 2: the context window gets columns of its own. Version 1 kept it
-	 * in band: ";window=N" at the end of the settings text, and ":wN" after
-	 * the fingerprint in a windowed stream's chunks. ADD COLUMN rewrites no
-	 * row; the UPDATEs touch only the rows that carried a window.
-	 */
-	"ALTER TABLE conversations ADD COLUMN window INTEGER NOT NULL DEFAULT 0;\n"
-	"ALTER TABLE kv_chunks ADD COLUMN window INTEGER NOT NULL DEFAULT 0;\n"
-	"UPDATE conversations SET\n"
-	"  window = CAST(substr(settings, instr(settings, ';window=') + 8) AS INTEGER),\n"
-	"  settings = substr(settings, 1, instr(settings, ';window=') - 1)\n"
-	"  WHERE instr(settings, ';window=') > 0;\n"
-	"UPDATE kv_chunks SET\n"
-	"  window = CAST(substr(model_fp, instr(model_fp, ':w') + 2) AS INTEGER),\n"
-	"  model_fp = substr(model_fp, 1, instr(model_fp, ':w') - 1)\n"
-	"  WHERE instr(model_fp, ':w') > 0;\n",
-};
 
 int64_t
 sess_time(void)
@@ -200,10 +51,17 @@ sess_db_fail(struct sess_store *st, int rc, const char *what, char *err, size_t 
 	const char *why = st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc);
 	const char *extra = "";
 	int code = KVC_EIO;
-	char sys[160] = "";
+	char sys[160] = "", busy[600];
 
 	switch (rc & 0xff) {
 	case SQLITE_BUSY:
+		sess_busy_describe(st, st->busy_who, sizeof st->busy_who);
+		snprintf(busy, sizeof busy, "database is locked by %s; gave up after %d s "
+		    "(if that process is stopped, resume it with kill -CONT or end it)",
+		    st->busy_who, (st->wait_limit_ms + 999) / 1000);
+		why = busy;
+		code = KVC_EBUSY;
+		break;
 	case SQLITE_LOCKED:
 		why = "database is locked by another process";
 		code = KVC_EBUSY;
@@ -217,7 +75,8 @@ sess_db_fail(struct sess_store *st, int rc, const char *what, char *err, size_t 
 		code = KVC_EFORMAT;
 		break;
 	case SQLITE_CORRUPT:
-		why = "database file is corrupted (database disk image is malformed)";
+		why = "database file is corrupted (database disk image is malformed); "
+		    "'kvchat recover' copies what can still be read into a new database";
 		code = KVC_ECORRUPT;
 		break;
 	case SQLITE_READONLY:
@@ -277,13 +136,15 @@ sess_exec_ids(struct sess_store *st, const char *sql, int64_t a1, int64_t a2,
 int
 sess_tx_begin(struct sess_store *st, const char *what, char *err, size_t errlen)
 {
-	int rc = SQLITE_BUSY, i;
+	int rc;
 
-	for (i = 0; i < SESS_BEGIN_TRIES; i++) {
-		rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-		if ((rc & 0xff) != SQLITE_BUSY)
-			break;
+	if (st->readonly) {
+		kvc_err(err, errlen, "%s: %s: the database is open read-only (%s); nothing "
+		    "can be saved", st->path, what, st->ro_why);
+		return KVC_EIO;
 	}
+	/* sess_busy_handler waits up to wait_limit_ms, naming the holder. */
+	rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
 	if (rc != SQLITE_OK)
 		return sess_db_fail(st, rc, what, err, errlen);
 	return KVC_OK;
@@ -300,7 +161,24 @@ sess_tx_commit(struct sess_store *st, const char *what, char *err, size_t errlen
 		sess_tx_rollback(st);
 		return ret;
 	}
+	/*
+	 * Copy the commit into the database file now, not at some later
+	 * checkpoint: a user who copies or backs up sessions.db alone, or loses
+	 * its -wal, still has every acknowledged turn.
+	 */
+	sess_checkpoint(st, SQLITE_CHECKPOINT_PASSIVE);
 	return KVC_OK;
+}
+
+void
+sess_checkpoint(struct sess_store *st, int mode)
+{
+	if (st->db == NULL || st->readonly)
+		return;
+	/* Never wait here: another process's readers or writer finish it later. */
+	sqlite3_busy_handler(st->db, NULL, NULL);
+	(void)sqlite3_wal_checkpoint_v2(st->db, NULL, mode, NULL, NULL);
+	sqlite3_busy_handler(st->db, sess_busy_handler, st);
 }
 
 void
@@ -416,7 +294,7 @@ read_identity(struct sess_store *st, int64_t *version, int64_t *app_id, int64_t 
 static int
 migrate(struct sess_store *st, char *err, size_t errlen)
 {
-	const int n_steps = (int)(sizeof migrations / sizeof migrations[0]);
+	const int n_steps = sess_n_migrations;
 	int64_t version, app_id, n_objects;
 	char sql[64];
 	int ret, rc;
@@ -430,7 +308,7 @@ migrate(struct sess_store *st, char *err, size_t errlen)
 	if (ret == KVC_OK)
 		ret = check_identity(st, version, app_id, n_objects, err, errlen);
 	for (; ret == KVC_OK && version < n_steps; version++) {
-		rc = sqlite3_exec(st->db, migrations[version], NULL, NULL, NULL);
+		rc = sqlite3_exec(st->db, sess_migrations[version], NULL, NULL, NULL);
 		if (rc == SQLITE_OK) {
 			snprintf(sql, sizeof sql, "PRAGMA user_version = %lld", (long long)version + 1);
 			rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
@@ -478,8 +356,51 @@ enable_wal(struct sess_store *st, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/* What sess_open saw of the file before SQLite touched it. */
+struct pre_open {
+	bool exists;
+	off_t size;
+	bool wal;		/* PATH-wal exists */
+};
+
+/*
+ * A file that already held bytes yet has none of our tables, with no -wal
+ * beside it, is most likely a copy of sessions.db made without its -wal
+ * (a WAL database keeps its first transactions, the schema included, in
+ * the -wal until a checkpoint). Initialising it would hide the loss; say so.
+ * A creator killed half-way leaves its -wal behind and is not refused; one
+ * still at work holds the write lock, so we look again after it.
+ */
 static int
-schema_setup(struct sess_store *st, char *err, size_t errlen)
+refuse_schemaless(struct sess_store *st, const struct pre_open *pre, char *err, size_t errlen)
+{
+	kvc_err(err, errlen, "%s: cannot open: the file is a SQLite database of %lld bytes "
+	    "without kvchat's tables, and has no -wal file beside it. If it is a copy of "
+	    "sessions.db made without its -wal file, the conversations are in that -wal "
+	    "file ('kvchat backup FILE' makes a copy that needs none). kvchat will not "
+	    "overwrite it: choose another file with --db, or delete it to start afresh",
+	    st->path, (long long)pre->size);
+	return KVC_EFORMAT;
+}
+
+static int
+schema_check_ro(struct sess_store *st, int64_t version, int64_t n_objects, char *err,
+    size_t errlen)
+{
+	if (version == 0 && n_objects == 0) {
+		kvc_err(err, errlen, "%s: cannot open read-only: no kvchat database there", st->path);
+		return KVC_ENOTFOUND;
+	}
+	if (version < 2) {
+		kvc_err(err, errlen, "%s: cannot open read-only: schema version %lld needs an "
+		    "upgrade, which a read-only database cannot have", st->path, (long long)version);
+		return KVC_EUNSUPPORTED;
+	}
+	return KVC_OK;
+}
+
+static int
+schema_setup(struct sess_store *st, const struct pre_open *pre, char *err, size_t errlen)
 {
 	static const char *const pragmas[] = {
 		"PRAGMA foreign_keys = ON",
@@ -496,13 +417,27 @@ schema_setup(struct sess_store *st, char *err, size_t errlen)
 	ret = read_identity(st, &version, &app_id, &n_objects, "cannot open", err, errlen);
 	if (ret == KVC_OK)
 		ret = check_identity(st, version, app_id, n_objects, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
+	if (ret == KVC_OK && st->readonly)
+		ret = schema_check_ro(st, version, n_objects, err, errlen);
+	if (ret != KVC_OK || st->readonly)
+		goto out;
+	if (version == 0 && n_objects == 0 && pre->size > 0 && !pre->wal) {
+		/* Perhaps another kvchat creating it right now: let it finish. */
+		sqlite3_sleep(200);
+		ret = read_identity(st, &version, &app_id, &n_objects, "cannot open", err, errlen);
+		if (ret == KVC_OK && version == 0 && n_objects == 0)
+			ret = refuse_schemaless(st, pre, err, errlen);
+		if (ret != KVC_OK)
+			goto out;
+	}
 	if (version == 0 && n_objects == 0) {
 		/* Only possible before the first table: lets deletes give space back. */
 		sqlite3_exec(st->db, "PRAGMA auto_vacuum = INCREMENTAL", NULL, NULL, NULL);
 	}
 	ret = enable_wal(st, err, errlen);
+	sqlite3_busy_handler(st->db, sess_busy_handler, st);
+	/* Migrations rebuild tables: no ON DELETE CASCADE may fire meanwhile. */
+	sqlite3_exec(st->db, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL);
 	if (ret == KVC_OK && version != SESS_SCHEMA_VERSION)
 		ret = migrate(st, err, errlen);
 	for (i = 0; ret == KVC_OK && i < sizeof pragmas / sizeof pragmas[0]; i++) {
@@ -510,6 +445,8 @@ schema_setup(struct sess_store *st, char *err, size_t errlen)
 		if (rc != SQLITE_OK)
 			ret = sess_db_fail(st, rc, "cannot open", err, errlen);
 	}
+out:
+	sqlite3_busy_handler(st->db, sess_busy_handler, st);
 	return ret;
 }
 
@@ -539,20 +476,125 @@ make_private(const char *path, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/*
+ * Why a database that failed to open for writing cannot be written: its
+ * file or folder is not writable by us, the filesystem is read-only, or
+ * the disk is full. NULL when none of these holds (a real error).
+ */
+static const char *
+unwritable_reason(const char *path, char *buf, size_t n)
+{
+	char *dir = strdup(path), *slash;
+	struct statvfs vfs;
+	const char *r = NULL;
+
+	if (dir == NULL)
+		return NULL;
+	slash = strrchr(dir, '/');
+	if (slash == NULL)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+		r = "the filesystem is mounted read-only";
+	else if (access(path, W_OK) != 0)
+		snprintf(buf, n, "the file is not writable: %s", strerror(errno)), r = buf;
+	else if (access(dir, W_OK) != 0)
+		snprintf(buf, n, "its folder is not writable, so no -wal file can be made: %s",
+		    strerror(errno)), r = buf;
+	else if (statvfs(path, &vfs) == 0 && vfs.f_bavail == 0)
+		r = "the disk is full";
+	free(dir);
+	return r;
+}
+
+/* One attempt: connection, then schema; on failure st->db is closed again. */
+static int
+open_conn(struct sess_store *st, const char *name, int oflags, const struct pre_open *pre,
+    char *err, size_t errlen)
+{
+	int rc, ret;
+
+	rc = sqlite3_open_v2(name, &st->db, oflags, NULL);
+	if (rc != SQLITE_OK) {
+		ret = sess_db_fail(st, rc, "cannot open", err, errlen);
+	} else if (!st->readonly && sqlite3_db_readonly(st->db, "main") == 1) {
+		/* SQLite quietly opens read-only what it may not write. */
+		kvc_err(err, errlen, "%s: cannot open for writing (read-only file or mount)",
+		    st->path);
+		ret = KVC_EIO;
+	} else {
+		ret = schema_setup(st, pre, err, errlen);
+	}
+	if (ret != KVC_OK) {
+		sqlite3_close(st->db);
+		st->db = NULL;
+	}
+	return ret;
+}
+
+/*
+ * Read-only: through the -wal and -shm when we may use them; otherwise
+ * (a read-only folder without them, a full disk where -shm cannot be made)
+ * the file alone as an immutable image. kvchat checkpoints after every turn
+ * and at close, so the file alone lacks at most a write in progress.
+ */
+static int
+open_ro(struct sess_store *st, const struct pre_open *pre, char *err, size_t errlen)
+{
+	char *uri;
+	int ret;
+
+	st->readonly = true;
+	ret = open_conn(st, st->path, SQLITE_OPEN_READONLY, pre, err, errlen);
+	if (ret == KVC_OK || ret == KVC_EFORMAT || ret == KVC_EUNSUPPORTED ||
+	    ret == KVC_ENOTFOUND)
+		return ret;
+	uri = sqlite3_mprintf("file:%s?immutable=1", st->path);
+	if (uri == NULL)
+		return KVC_ENOMEM;
+	ret = open_conn(st, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, pre, err, errlen);
+	sqlite3_free(uri);
+	return ret;
+}
+
 int
 sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 {
+	return sess_open_ex(out, path, 0, err, errlen);
+}
+
+int
+sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
+    size_t errlen)
+{
+	struct pre_open pre = {0};
 	struct sess_store *st;
-	int rc, ret;
+	struct stat sb;
+	char walpath[4200], buf[200];
+	const char *why;
+	int ret;
 
 	*out = NULL;
 	if (path == NULL || *path == '\0') {
 		kvc_err(err, errlen, "sessions database: cannot open: empty path");
 		return KVC_EINVAL;
 	}
-	ret = make_private(path, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
+	snprintf(walpath, sizeof walpath, "%s-wal", path);
+	pre.exists = stat(path, &sb) == 0;
+	pre.size = pre.exists ? sb.st_size : 0;
+	pre.wal = access(walpath, F_OK) == 0;
+	if (!pre.exists && (flags & (SESS_OPEN_READONLY | SESS_OPEN_EXISTING))) {
+		kvc_err(err, errlen, "%s: cannot open: no such file", path);
+		return KVC_ENOTFOUND;
+	}
+	if (!(flags & SESS_OPEN_READONLY)) {
+		ret = make_private(path, err, errlen);
+		if (ret != KVC_OK)
+			return ret;
+	}
 	st = calloc(1, sizeof *st);
 	if (st == NULL || (st->path = strdup(path)) == NULL) {
 		free(st);
@@ -560,13 +602,21 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 		return KVC_ENOMEM;
 	}
 	st->part_max = SESS_PART_MAX_DEFAULT;
-	rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-	if (rc != SQLITE_OK) {
-		ret = sess_db_fail(st, rc, "cannot open", err, errlen);
-		sess_db_free(st);
-		return ret;
+	st->flags = flags;
+	st->wait_limit_ms = SESS_WAIT_LIMIT_MS;
+	if (flags & SESS_OPEN_READONLY) {
+		snprintf(st->ro_why, sizeof st->ro_why, "as asked");
+		ret = open_ro(st, &pre, err, errlen);
+	} else {
+		ret = open_conn(st, path, SQLITE_OPEN_READWRITE |
+		    (flags & SESS_OPEN_EXISTING ? 0 : SQLITE_OPEN_CREATE), &pre, err, errlen);
+		if (ret != KVC_OK && ret != KVC_EFORMAT && ret != KVC_EUNSUPPORTED &&
+		    pre.exists && (flags & SESS_OPEN_FALLBACK_RO) &&
+		    (why = unwritable_reason(path, buf, sizeof buf)) != NULL) {
+			snprintf(st->ro_why, sizeof st->ro_why, "%s", why);
+			ret = open_ro(st, &pre, err, errlen);
+		}
 	}
-	ret = schema_setup(st, err, errlen);
 	if (ret != KVC_OK) {
 		sess_db_free(st);
 		return ret;
@@ -575,12 +625,35 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+bool
+sess_readonly(const struct sess_store *st, const char **why)
+{
+	if (why)
+		*why = st->ro_why;
+	return st->readonly;
+}
+
+void
+sess_set_wait_notice(struct sess_store *st, void (*fn)(void *arg, const char *msg), void *arg)
+{
+	st->wait_fn = fn;
+	st->wait_arg = arg;
+}
+
+void
+sess_set_wait_limit(struct sess_store *st, int ms)
+{
+	st->wait_limit_ms = ms < 0 ? 0 : ms;
+}
+
 void
 sess_db_free(struct sess_store *st)
 {
 	if (st == NULL)
 		return;
 	free(st->locked);
+	/* The file alone then holds everything, and the -wal is emptied. */
+	sess_checkpoint(st, SQLITE_CHECKPOINT_TRUNCATE);
 	if (st->db)
 		sqlite3_close(st->db);
 	free(st->path);

@@ -4,9 +4,13 @@
  * time); a holder that no longer runs is taken over, so a crash never leaves
  * a conversation locked for good.
  *
+ * A holder on another host cannot be checked from here and is taken to be
+ * alive; SESS_OPEN_FORCE_UNLOCK (--force-unlock) takes such a lock over. A
+ * holder this machine sees running is never taken over, forced or not.
+ *
  * sess_close lives here rather than beside sess_open in db.c: closing first
  * gives back the locks this handle took, and db.c, below this file, knows
- * nothing of locks. Only db.c is called from here.
+ * nothing of locks. Only db.c and proc.c are called from here.
  */
 #include "store_int.h"
 
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct holder {
@@ -22,53 +27,9 @@ struct holder {
 	char host[256];
 	char boot_id[64];	/* /proc/sys/kernel/random/boot_id, "" if unknown */
 	int64_t start_time;	/* /proc/PID/stat field 22, clock ticks; 0 if unknown */
+	char program[64];	/* /proc/PID/comm; "" if unknown */
+	int64_t acquired;
 };
-
-static void
-read_line(const char *path, char *buf, size_t n)
-{
-	FILE *f = fopen(path, "r");
-
-	buf[0] = '\0';
-	if (f == NULL)
-		return;
-	if (fgets(buf, (int)n, f) == NULL)
-		buf[0] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-	fclose(f);
-}
-
-/* 0 and the start time / zombie flag of pid from /proc; -1 if unavailable. */
-static int
-proc_stat(int64_t pid, int64_t *start, bool *zombie)
-{
-	char path[64], buf[1024], *p, *tok, *save = NULL;
-	size_t n;
-	FILE *f;
-	int field;
-
-	snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return -1;
-	n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* The command name may hold spaces and parentheses: skip to the last ')'. */
-	p = strrchr(buf, ')');
-	if (p == NULL)
-		return -1;
-	for (field = 3, tok = strtok_r(p + 1, " ", &save); tok;
-	    field++, tok = strtok_r(NULL, " ", &save)) {
-		if (field == 3)
-			*zombie = tok[0] == 'Z' || tok[0] == 'X';
-		if (field == 22) {
-			*start = strtoll(tok, NULL, 10);
-			return 0;
-		}
-	}
-	return -1;
-}
 
 static void
 self_holder(struct holder *h)
@@ -79,9 +40,10 @@ self_holder(struct holder *h)
 	h->pid = (int64_t)getpid();
 	if (gethostname(h->host, sizeof h->host - 1) != 0)
 		strcpy(h->host, "localhost");
-	read_line("/proc/sys/kernel/random/boot_id", h->boot_id, sizeof h->boot_id);
-	if (proc_stat(h->pid, &h->start_time, &zombie) != 0)
+	sess_proc_read_line("/proc/sys/kernel/random/boot_id", h->boot_id, sizeof h->boot_id);
+	if (sess_proc_stat(h->pid, &h->start_time, &zombie) != 0)
 		h->start_time = 0;
+	sess_proc_program(h->pid, h->program, sizeof h->program);
 }
 
 static bool
@@ -91,27 +53,43 @@ same_holder(const struct holder *a, const struct holder *b)
 	    strcmp(a->boot_id, b->boot_id) == 0 && a->start_time == b->start_time;
 }
 
-/* Whether the process that wrote lock row h may still run. */
-static bool
+/* What is known of the process that wrote lock row h. */
+enum liveness { HOLDER_GONE, HOLDER_RUNS, HOLDER_UNKNOWN };
+
+static enum liveness
 holder_alive(const struct holder *me, const struct holder *h)
 {
+	char prog[64];
 	int64_t start;
 	bool zombie = false;
 
-	/* Another machine's processes cannot be checked: assume alive. */
+	/* Another machine's processes cannot be checked from here. */
 	if (strcmp(h->host, me->host) != 0)
-		return true;
+		return HOLDER_UNKNOWN;
 	if (h->boot_id[0] && me->boot_id[0] && strcmp(h->boot_id, me->boot_id) != 0)
-		return false;	/* written before a reboot */
+		return HOLDER_GONE;	/* written before a reboot */
 	if (h->pid <= 0 || (kill((pid_t)h->pid, 0) != 0 && errno == ESRCH))
-		return false;
-	if (proc_stat(h->pid, &start, &zombie) == 0) {
-		if (zombie)
-			return false;
-		if (h->start_time != 0 && start != h->start_time)
-			return false;	/* the pid was reused */
-	}
-	return true;
+		return HOLDER_GONE;
+	if (sess_proc_stat(h->pid, &start, &zombie) != 0)
+		return HOLDER_RUNS;	/* no /proc: a live pid is all we know */
+	if (zombie)
+		return HOLDER_GONE;
+	if (h->start_time != 0)
+		return start == h->start_time ? HOLDER_RUNS : HOLDER_GONE;
+	/*
+	 * The writer could not read its own start time, so a live pid is either
+	 * the holder or a later process that got the same pid. Taking a live
+	 * holder's lock would let two processes write one conversation, so only
+	 * clear evidence counts: the pid now runs another program than the one
+	 * that wrote the row (the row's program, or ours for a row from before
+	 * version 3 named it). kvchat never exec()s, so a holder cannot have
+	 * changed program itself. The same program name proves nothing either
+	 * way; then the lock stands (--force-unlock does not touch it either).
+	 */
+	sess_proc_program(h->pid, prog, sizeof prog);
+	if (prog[0] && strcmp(prog, h->program[0] ? h->program : me->program) != 0)
+		return HOLDER_GONE;
+	return HOLDER_RUNS;
 }
 
 /* The current holder of conv, if any: 1 found, 0 none, <0 error. */
@@ -123,8 +101,8 @@ read_holder(struct sess_store *st, int64_t conv, struct holder *h, const char *w
 	int rc, ret;
 
 	memset(h, 0, sizeof *h);
-	ret = sess_prepare(st, &s, "SELECT pid, host, boot_id, start_time FROM locks "
-	    "WHERE conv_id = ?1", what, err, errlen);
+	ret = sess_prepare(st, &s, "SELECT pid, host, boot_id, start_time, program, acquired "
+	    "FROM locks WHERE conv_id = ?1", what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
 	sqlite3_bind_int64(s, 1, conv);
@@ -137,6 +115,9 @@ read_holder(struct sess_store *st, int64_t conv, struct holder *h, const char *w
 		snprintf(h->host, sizeof h->host, "%s", host ? (const char *)host : "");
 		snprintf(h->boot_id, sizeof h->boot_id, "%s", boot ? (const char *)boot : "");
 		h->start_time = sqlite3_column_int64(s, 3);
+		snprintf(h->program, sizeof h->program, "%s",
+		    sqlite3_column_text(s, 4) ? (const char *)sqlite3_column_text(s, 4) : "");
+		h->acquired = sqlite3_column_int64(s, 5);
 		ret = 1;
 	} else if (rc != SQLITE_DONE) {
 		ret = sess_db_fail(st, rc, what, err, errlen);
@@ -151,18 +132,32 @@ check_holder(struct sess_store *st, int64_t conv, const char *title, const struc
     char *err, size_t errlen)
 {
 	struct holder h;
+	enum liveness alive;
+	char when[32];
+	struct tm tm;
+	time_t t;
 	int ret = read_holder(st, conv, &h, "cannot lock conversation", err, errlen);
 
 	if (ret <= 0)
 		return ret;
-	if (same_holder(&h, me) || !holder_alive(me, &h))
+	if (same_holder(&h, me))
 		return KVC_OK;
-	if (strcmp(h.host, me->host) != 0)
-		kvc_err(err, errlen, "conversation '%s' is open in another kvchat process "
-		    "(pid %lld on host %s)", title, (long long)h.pid, h.host);
+	alive = holder_alive(me, &h);
+	if (alive == HOLDER_GONE ||
+	    (alive == HOLDER_UNKNOWN && (st->flags & SESS_OPEN_FORCE_UNLOCK)))
+		return KVC_OK;
+	t = (time_t)h.acquired;
+	localtime_r(&t, &tm);
+	strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+	if (alive == HOLDER_UNKNOWN)
+		kvc_err(err, errlen, "conversation '%s' is locked by pid %lld%s%s on host %s "
+		    "since %s, which this machine cannot check. If no kvchat runs there any "
+		    "more (or the database was copied from there), start with --force-unlock "
+		    "to take the lock over", title, (long long)h.pid, h.program[0] ? " " : "",
+		    h.program, h.host, when);
 	else
 		kvc_err(err, errlen, "conversation '%s' is open in another kvchat process "
-		    "(pid %lld)", title, (long long)h.pid);
+		    "(pid %lld) since %s", title, (long long)h.pid, when);
 	return KVC_EBUSY;
 }
 
@@ -199,7 +194,7 @@ remember(struct sess_store *st, int64_t conv)
 }
 
 int
-sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen)
+sess_lock_take(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 {
 	static const char what[] = "cannot lock conversation";
 	struct holder me;
@@ -208,14 +203,12 @@ sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 	int rc, ret;
 
 	self_holder(&me);
-	ret = sess_tx_begin(st, what, err, errlen);
-	if (ret == KVC_OK)
-		ret = sess_conv_title(st, conv, &title, what, err, errlen);
+	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = check_holder(st, conv, title, &me, err, errlen);
 	if (ret == KVC_OK)
 		ret = sess_prepare(st, &s, "INSERT OR REPLACE INTO locks (conv_id, pid, host, "
-		    "boot_id, start_time, acquired) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+		    "boot_id, start_time, acquired, program) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 		    what, err, errlen);
 	if (ret == KVC_OK) {
 		sqlite3_bind_int64(s, 1, conv);
@@ -224,17 +217,36 @@ sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 		sqlite3_bind_text(s, 4, me.boot_id, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(s, 5, me.start_time);
 		sqlite3_bind_int64(s, 6, sess_time());
+		sqlite3_bind_text(s, 7, me.program, -1, SQLITE_STATIC);
 		rc = sqlite3_step(s);
 		if (rc != SQLITE_DONE)
 			ret = sess_db_fail(st, rc, what, err, errlen);
 	}
 	sqlite3_finalize(s);
 	free(title);
-	ret = sess_tx_end(st, ret, what, err, errlen);
 	/* Forgetting only costs the release at sess_close; a dead pid is taken over. */
 	if (ret == KVC_OK)
 		(void)remember(st, conv);
 	return ret;
+}
+
+int
+sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen)
+{
+	static const char what[] = "cannot lock conversation";
+	char *title = NULL;
+	int ret;
+
+	/* Read-only: nothing can be written, so nothing needs guarding. */
+	if (st->readonly) {
+		ret = sess_conv_title(st, conv, &title, what, err, errlen);
+		free(title);
+		return ret;
+	}
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = sess_lock_take(st, conv, err, errlen);
+	return sess_tx_end(st, ret, what, err, errlen);
 }
 
 void
@@ -250,6 +262,8 @@ sess_conv_unlock(struct sess_store *st, int64_t conv)
 			break;
 		}
 	}
+	if (st->readonly)
+		return;
 	self_holder(&me);
 	/* Only our own row: the lock may have been taken over meanwhile. */
 	if (sqlite3_prepare_v2(st->db, "DELETE FROM locks WHERE conv_id = ?1 AND pid = ?2 "

@@ -2,7 +2,8 @@
  * store.c: conversation rows and their messages; a turn (messages + snapshot
  * chunk) as one transaction; rewinds. Above chunks.c (a turn writes its
  * chunk through it) and lock.c (a conversation another live process holds
- * is not deleted); below check.c.
+ * is not deleted, and sess_conv_claim locks what it finds or creates);
+ * below check.c.
  */
 #include "store_int.h"
 
@@ -98,19 +99,15 @@ grow(void *v, int used, int *cap, size_t size)
 	return v;
 }
 
-int
-sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
+/* The INSERT of sess_conv_create, inside the caller's transaction. */
+static int
+insert_conv(struct sess_store *st, const char *title, const char *model_fp,
     const char *template_name, const char *system, const char *settings,
-    int64_t *id_out, char *err, size_t errlen)
+    int64_t *id_out, const char *what, char *err, size_t errlen)
 {
-	static const char what[] = "cannot create conversation";
 	sqlite3_stmt *s = NULL;
-	int64_t now = sess_time();
 	int rc, ret;
 
-	ret = sess_tx_begin(st, what, err, errlen);
-	if (ret != KVC_OK)
-		return ret;
 	ret = sess_prepare(st, &s,
 	    "INSERT INTO conversations (title, model_fp, template, system, settings, "
 	    "created, updated, touched) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, "
@@ -122,7 +119,7 @@ sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
 		if (system)
 			sqlite3_bind_text(s, 4, system, -1, SQLITE_STATIC);
 		sqlite3_bind_text(s, 5, settings ? settings : "", -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 6, now);
+		sqlite3_bind_int64(s, 6, sess_time());
 		rc = sqlite3_step(s);
 		if (rc != SQLITE_DONE)
 			ret = sess_db_fail(st, rc, what, err, errlen);
@@ -130,6 +127,22 @@ sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
 			*id_out = sqlite3_last_insert_rowid(st->db);
 	}
 	sqlite3_finalize(s);
+	return ret;
+}
+
+int
+sess_conv_create(struct sess_store *st, const char *title, const char *model_fp,
+    const char *template_name, const char *system, const char *settings,
+    int64_t *id_out, char *err, size_t errlen)
+{
+	static const char what[] = "cannot create conversation";
+	int ret;
+
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = insert_conv(st, title, model_fp, template_name, system, settings, id_out,
+	    what, err, errlen);
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
@@ -184,6 +197,45 @@ sess_conv_find(struct sess_store *st, const char *id_or_title, int64_t *id_out,
 	    "ORDER BY touched DESC, id DESC LIMIT 1", id_or_title, 0, id_out, what, err, errlen);
 	if (ret == KVC_ENOTFOUND)
 		kvc_err(err, errlen, "no conversation with id or title '%s'", id_or_title);
+	return ret;
+}
+
+int
+sess_conv_claim(struct sess_store *st, const char *title, const char *model_fp,
+    const char *template_name, const char *system, const char *settings,
+    int64_t *id_out, bool *created, char *err, size_t errlen)
+{
+	static const char what[] = "cannot open or create conversation";
+	int64_t id = 0;
+	bool made = false;
+	int ret;
+
+	if (title == NULL || *title == '\0') {
+		kvc_err(err, errlen, "no conversation name given");
+		return KVC_EINVAL;
+	}
+	/*
+	 * One write transaction: a second process starting with the same name
+	 * waits on BEGIN IMMEDIATE and then finds the row (and our lock) this
+	 * one made, where a lookup and a separate insert would both miss.
+	 */
+	ret = sess_tx_begin(st, what, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = sess_conv_find(st, title, &id, err, errlen);
+	if (ret == KVC_ENOTFOUND) {
+		made = true;
+		ret = insert_conv(st, title, model_fp, template_name, system, settings, &id,
+		    what, err, errlen);
+	}
+	if (ret == KVC_OK)
+		ret = sess_lock_take(st, id, err, errlen);
+	ret = sess_tx_end(st, ret, what, err, errlen);
+	if (ret == KVC_OK) {
+		*id_out = id;
+		if (created)
+			*created = made;
+	}
 	return ret;
 }
 

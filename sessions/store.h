@@ -28,8 +28,75 @@ struct sess_store;
  * another process keeps it locked, KVC_EIO otherwise.
  */
 int sess_open(struct sess_store **out, const char *path, char *err, size_t errlen);
-/* Releases the conversation locks taken through st; NULL is a no-op. */
+/*
+ * Releases the conversation locks taken through st and checkpoints the WAL
+ * into the database file (TRUNCATE: the file alone then holds everything);
+ * NULL is a no-op.
+ */
 void sess_close(struct sess_store *st);
+
+/* sess_open_ex flags. */
+enum {
+	/* Open an existing database read-only: no schema change, no locks taken. */
+	SESS_OPEN_READONLY = 1u << 0,
+	/*
+	 * If the database cannot be written (read-only file or mount, full disk,
+	 * another user's file), open it read-only instead of failing; see
+	 * sess_readonly.
+	 */
+	SESS_OPEN_FALLBACK_RO = 1u << 1,
+	/*
+	 * Conversation locks whose holder cannot be checked (another host) are
+	 * taken over; a holder known to run on this machine never is.
+	 */
+	SESS_OPEN_FORCE_UNLOCK = 1u << 2,
+	/* Never create the file: KVC_ENOTFOUND if it does not exist. */
+	SESS_OPEN_EXISTING = 1u << 3,
+};
+/* sess_open with flags (sess_open is sess_open_ex with 0). */
+int sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
+    size_t errlen);
+/*
+ * Whether st is read-only; *why (if not NULL) receives the reason, e.g.
+ * "the disk is full", for a message that refuses a write.
+ */
+bool sess_readonly(const struct sess_store *st, const char **why);
+
+/*
+ * While a write waits for another process's transaction, fn is called once
+ * (after about a second) with a line naming the holder: pid, program, the
+ * conversation it has open and since when. Without fn nothing is said; the
+ * failure after the wait names the holder either way.
+ */
+void sess_set_wait_notice(struct sess_store *st, void (*fn)(void *arg, const char *msg),
+    void *arg);
+/* How long a write waits for another process's transaction (default 30000 ms). */
+void sess_set_wait_limit(struct sess_store *st, int ms);
+
+/*
+ * Consistent copy of the whole database into a new single file dest (mode
+ * 0600, no -wal beside it), with SQLite's online backup API: other
+ * processes may keep writing meanwhile. An existing dest is refused
+ * (KVC_EINVAL) unless force; it is then replaced atomically (rename).
+ */
+int sess_backup(struct sess_store *st, const char *dest, bool force, char *err, size_t errlen);
+
+/* What sess_recover salvaged and lost. */
+struct sess_recover_stats {
+	int convs, msgs, chunks, locks;	/* rows copied */
+	int bad_rows;			/* rows that could not be read */
+	int bad_tables;			/* tables that could not be read at all */
+};
+/*
+ * Salvage a damaged database: every conversation, message and snapshot-chunk
+ * row that can still be read from in is copied into out, a new kvchat
+ * database (refused if it exists). Rows are read one by one by rowid, so a
+ * damaged page costs only its own rows. Chunks of a conversation with a
+ * missing or damaged part are dropped (the next start recomputes them).
+ * 0 if out was written, even with losses (see *stats).
+ */
+int sess_recover(const char *in, const char *out, struct sess_recover_stats *stats,
+    char *err, size_t errlen);
 
 struct sess_conv {
 	int64_t id;
@@ -77,6 +144,15 @@ int sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settin
 int sess_conv_set_window(struct sess_store *st, int64_t id, int64_t window, char *err,
     size_t errlen);
 int sess_conv_delete(struct sess_store *st, int64_t id, char *err, size_t errlen);
+/*
+ * --session NAME: the most recent conversation titled title, or a new one
+ * with these fields if there is none, locked for this process; lookup,
+ * creation and lock in one write transaction, so processes starting
+ * together agree on one conversation. *created (if not NULL) says which.
+ */
+int sess_conv_claim(struct sess_store *st, const char *title, const char *model_fp,
+    const char *template_name, const char *system, const char *settings,
+    int64_t *id_out, bool *created, char *err, size_t errlen);
 
 /* Per-turn figures kept with an assistant message. */
 struct sess_stats {
@@ -171,7 +247,7 @@ void sess_conv_unlock(struct sess_store *st, int64_t conv);
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 2
+#define SESS_SCHEMA_VERSION 3
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

@@ -2,12 +2,16 @@
  * store_int.h: what the files of the sessions module share and nobody else
  * sees: the store handle and, file by file from the bottom up, the calls
  * one file makes into another. Calls only go down this list:
+ *   schema.c    the schema's documentation and migration steps (data only)
+ *   proc.c      facts about processes from /proc (start time, program, lock holders)
+ *   busy.c      waiting for another process's write, naming it
  *   db.c        open, schema, errors, statements, transactions, titles
  *   checksum.c  XXH64 of chunk data (public: store.h)
  *   lock.c      per-conversation process locks; sess_close
  *   chunks.c    snapshot chunk rows: write, load, verify, clear
  *   store.c     conversation rows, messages, turns, rewinds
  *   check.c     sess_check, the integrity check
+ *   admin.c     whole-database operations: backup, recover
  */
 #ifndef KVC_STORE_INT_H
 #define KVC_STORE_INT_H
@@ -22,7 +26,43 @@ struct sess_store {
 	size_t part_max;	/* bytes of chunk data per kv_chunks row */
 	int64_t *locked;	/* conversations locked through this handle (lock.c) */
 	int n_locked, cap_locked;
+	unsigned flags;		/* SESS_OPEN_* */
+	bool readonly;		/* opened read-only (asked, or fallen back to) */
+	char ro_why[200];	/* why, for the message refusing a write */
+	void (*wait_fn)(void *arg, const char *msg);	/* sess_set_wait_notice */
+	void *wait_arg;
+	int wait_limit_ms;
+	double wait_t0;		/* monotonic ms when the current wait began */
+	bool wait_told;		/* the current wait was announced */
+	char busy_who[400];	/* the holder named by the last wait, for the failure */
 };
+
+/* --- schema.c --- */
+
+/* sess_migrations[v] takes the schema from version v to v + 1. */
+extern const char *const sess_migrations[];
+extern const int sess_n_migrations;
+
+/* --- proc.c --- */
+
+/* First line of a small file, without its newline; "" if unreadable. */
+void sess_proc_read_line(const char *path, char *buf, size_t n);
+/* 0 and the start time (clock ticks after boot) / zombie flag of pid; -1 if unknown. */
+int sess_proc_stat(int64_t pid, int64_t *start, bool *zombie);
+/* The program name of pid (/proc/PID/comm, at most 15 bytes); "" if unknown. */
+void sess_proc_program(int64_t pid, char *buf, size_t n);
+/*
+ * The pid of another process holding a POSIX write lock on byte of file, as
+ * /proc/locks lists it; -1 if none or unknown.
+ */
+int64_t sess_proc_lock_holder(const char *file, int64_t byte);
+
+/* --- busy.c --- */
+
+/* The busy handler db.c installs (arg = the store). */
+int sess_busy_handler(void *arg, int count);
+/* "pid N (program, conversation ... open since ...)": who holds the write lock. */
+void sess_busy_describe(struct sess_store *st, char *buf, size_t n);
 
 /* --- db.c --- */
 
@@ -71,7 +111,17 @@ int sess_step_conv(struct sess_store *st, sqlite3_stmt *s, int64_t id, const cha
 int sess_conv_title(struct sess_store *st, int64_t id, char **title, const char *what,
     char *err, size_t errlen);
 
-/* Closes the connection and frees st, locks or not (sess_close gives them back first). */
+/*
+ * Checkpoints the WAL into the database file; mode SQLITE_CHECKPOINT_*.
+ * Best effort and never waits for other processes: a checkpoint that cannot
+ * finish now is completed by a later one.
+ */
+void sess_checkpoint(struct sess_store *st, int mode);
+
+/*
+ * Closes the connection (after a TRUNCATE checkpoint) and frees st, locks
+ * or not (sess_close gives them back first).
+ */
 void sess_db_free(struct sess_store *st);
 
 /* --- lock.c --- */
@@ -79,6 +129,12 @@ void sess_db_free(struct sess_store *st);
 /* Inside a write transaction: KVC_EBUSY with a message if a live other process holds conv. */
 int sess_lock_check(struct sess_store *st, int64_t conv, const char *title,
     char *err, size_t errlen);
+
+/*
+ * Inside the caller's write transaction: take conv for this process (as
+ * sess_conv_lock does), KVC_EBUSY with a message if another holds it.
+ */
+int sess_lock_take(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 
 /* --- chunks.c --- */
 

@@ -14,6 +14,8 @@ int sub_info(int argc, char **argv);		/* sub_info.c */
 int sub_generate(int argc, char **argv);	/* sub_generate.c */
 int sub_bench(int argc, char **argv);		/* sub_bench.c */
 int sub_convert_llama2c(int argc, char **argv);	/* sub_convert.c */
+int sub_backup(int argc, char **argv);		/* sub_store.c */
+int sub_recover(int argc, char **argv);		/* sub_store.c */
 int repl_main(int argc, char **argv);		/* repl/repl.c: the default command */
 
 /* help.c */

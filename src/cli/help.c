@@ -14,6 +14,8 @@ const struct cli_subcommand cli_subcommands[] = {
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--threads N]" },
 	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
 	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
+	{ "backup", sub_backup, "backup [--db PATH] [--force] FILE" },
+	{ "recover", sub_recover, "recover IN OUT" },
 	{ NULL, NULL, NULL },
 };
 
@@ -78,6 +80,10 @@ cli_help(FILE *f)
 "                          the last exchange; 0 = none)\n"
 "  --new [TITLE]           start a new conversation (the default)\n"
 "  --system TEXT           system prompt of a new conversation\n"
+"  --force-unlock          take over conversation locks held by a kvchat on\n"
+"                          another host (or in a copied database), which this\n"
+"                          machine cannot check; a holder seen running here is\n"
+"                          never taken over\n"
 "\n"
 "Sampling (stored with the conversation; /set changes them):\n"
 "  -n, --max-tokens N      cap each reply at N tokens (default: no cap)\n"
@@ -136,6 +142,12 @@ cli_help(FILE *f)
 "  XDG_DATA_HOME    where the database and models folder live\n"
 "  XDG_STATE_HOME   where the history file lives\n"
 "  NO_COLOR         when set (non-empty), no colour\n"
+"\n"
+"Database: every turn is checkpointed into sessions.db, so the file alone\n"
+"holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
+"runs, and 'kvchat recover IN OUT' salvages a damaged one. A database that\n"
+"cannot be written (read-only file or mount, full disk) opens read-only:\n"
+"/list, /resume and /export work, turns are refused.\n"
 "\n"
 "See kvchat(1).\n");
 }

@@ -213,6 +213,8 @@ if [ -n "$as_nobody" ] && [ -n "$NHOME" ] && ! $as_nobody test -w "$NHOME"; then
 	NB=$(mktemp -d /tmp/kvchat-nobody.XXXXXX)
 	chmod 755 "$NB"
 	cp "$M" "$NB/m.gguf" && chmod 644 "$NB/m.gguf"
+	# a copy nobody can run even when the build is in a private home (/root)
+	cp "$KVCHAT" "$NB/kvchat" && chmod 755 "$NB/kvchat"
 	mkdir "$NB/cwd" && chown 65534:65534 "$NB/cwd"
 	for h in unset empty relative; do
 		case $h in
@@ -221,7 +223,7 @@ if [ -n "$as_nobody" ] && [ -n "$NHOME" ] && ! $as_nobody test -w "$NHOME"; then
 		relative) set -- HOME=rel ;;
 		esac
 		(cd "$NB/cwd" && printf 'x\n' | $as_nobody env -u XDG_DATA_HOME -u XDG_STATE_HOME \
-			"$@" "$KVCHAT" -m "$NB/m.gguf" --temp 0 -n 4 --ctx 256 >/dev/null 2>"$NB/e")
+			"$@" "$NB/kvchat" -m "$NB/m.gguf" --temp 0 -n 4 --ctx 256 >/dev/null 2>"$NB/e")
 		check "HOME $h: nothing under the current folder" [ -z "$(ls -A "$NB/cwd")" ]
 		check "HOME $h: names the passwd home ($NHOME)" grep -q "$NHOME/.local" "$NB/e"
 		rm -rf "$NB/cwd/"* "$NB/cwd/".[!.]* 2>/dev/null

@@ -1102,7 +1102,8 @@ test_locks(void)
 	close(to_parent[0]);
 
 	/* A lock row of a pid that does not exist is stale at once. */
-	sql_exec(db, "INSERT INTO locks VALUES (1, 999999999, 'ghost', '', 0, 0)");
+	sql_exec(db, "INSERT INTO locks (conv_id, pid, host, boot_id, start_time, acquired) "
+	    "VALUES (1, 999999999, 'ghost', '', 0, 0)");
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
 	ret = sess_conv_lock(st, conv, ERR);
 	test_cond(ret == KVC_EBUSY && strstr(errbuf, "host ghost"), "other host: %s", errbuf);
@@ -1113,7 +1114,8 @@ test_locks(void)
 
 		gethostname(host, sizeof host - 1);
 		snprintf(sql, sizeof sql,
-		    "INSERT INTO locks VALUES (1, 999999999, '%s', '', 0, 0)", host);
+		    "INSERT INTO locks (conv_id, pid, host, boot_id, start_time, acquired) "
+		    "VALUES (1, 999999999, '%s', '', 0, 0)", host);
 		sql_exec(db, sql);
 	}
 	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);

@@ -16,7 +16,7 @@ enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
 	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DRAFT,
 	OPT_LOOKUP, OPT_SPEC_K, OPT_DEVICE, OPT_GPU, OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
-	OPT_RECAP,
+	OPT_RECAP, OPT_FORCE_UNLOCK,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -46,6 +46,7 @@ static const struct option fixed_options[] = {
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
 	{ "recap", required_argument, NULL, OPT_RECAP },
 	{ "no-color", no_argument, NULL, OPT_NO_COLOR },
+	{ "force-unlock", no_argument, NULL, OPT_FORCE_UNLOCK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -265,6 +266,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			break;
 		}
 		case OPT_NO_COLOR: o->no_color = true; break;
+		case OPT_FORCE_UNLOCK: o->force_unlock = true; break;
 		case 'h':
 			cli_help(stdout);
 			return -1;

@@ -25,6 +25,7 @@ struct repl_opts {
 	const char *stats_json;
 	bool no_color;
 	int recap;			/* messages shown on resume (--recap) */
+	bool force_unlock;		/* take over locks that cannot be checked */
 };
 
 /*

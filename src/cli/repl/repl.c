@@ -155,6 +155,34 @@ apply_cli_settings(struct kvc_repl *r, struct conv *c)
 		repl_error(r, "the command-line settings were not applied: %s", err);
 }
 
+/*
+ * --session NAME: find or create and lock it in one store transaction, so
+ * two kvchats started together with the same name share one conversation
+ * (the second then finds it locked) instead of making two.
+ */
+static int
+claim_session(struct kvc_repl *r, const struct repl_opts *o, int64_t *id, char *err,
+    size_t errlen)
+{
+	struct kvc_buf sb = {0};
+	int rc;
+
+	if (conv_settings_format(&r->set, &sb))
+		return KVC_ENOMEM;
+	rc = sess_conv_claim(r->st, o->name, eng_fingerprint(r->e),
+	    chat_family_name(conv_mgr_family(r->mgr)), o->system, sb.p, id, NULL, err, errlen);
+	kvc_buf_free(&sb);
+	return rc;
+}
+
+/* sess_set_wait_notice: who holds the database while we wait for it. */
+static void
+wait_notice(void *arg, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "kvchat: %s\n", msg);
+}
+
 /* ---- the command ---- */
 
 static int
@@ -166,10 +194,9 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 
 	switch (o->mode) {
 	case OPEN_SESSION:
-		rc = sess_conv_find(r->st, o->name, &id, err, sizeof err);
-		if (rc == KVC_ENOTFOUND)
-			rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
-		else if (rc == 0)
+		rc = sess_readonly(r->st, NULL) ? sess_conv_find(r->st, o->name, &id, err,
+		    sizeof err) : claim_session(r, o, &id, err, sizeof err);
+		if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	case OPEN_RESUME:
@@ -181,6 +208,16 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	default:
+		if (sess_readonly(r->st, NULL)) {
+			/* Nothing new can be stored: show the latest one instead. */
+			rc = sess_conv_latest(r->st, &id, err, sizeof err);
+			if (rc == 0) {
+				repl_notice(r, "the database is read-only: opened the most recent "
+				    "conversation instead of a new one");
+				rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
+			}
+			break;
+		}
 		rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
 		break;
 	}
@@ -188,7 +225,7 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 		fprintf(stderr, "kvchat: %s\n", err);
 		return rc;
 	}
-	if (o->mode != OPEN_NEW) {
+	if (o->mode != OPEN_NEW && !sess_readonly(r->st, NULL)) {
 		apply_cli_settings(r, r->cur);
 		if (o->system && conv_n_msgs(r->cur) == 0) {
 			if (conv_set_system(r->cur, o->system, err, sizeof err) != 0)
@@ -198,6 +235,47 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 			repl_notice(r, "--system ignored: the conversation already has messages "
 			    "(/system changes it, recomputing the conversation)");
 	}
+	return 0;
+}
+
+/*
+ * The database: at --db or under $XDG_DATA_HOME, in a private folder,
+ * opened read-only when it cannot be written. 0, or -1 with the reason
+ * said on stderr.
+ */
+static int
+open_store(struct kvc_repl *r, const struct repl_opts *o, char *dbbuf, size_t dblen)
+{
+	char err[512];
+	const char *ro_why;
+
+	if (o->db)
+		r->db_path = o->db;
+	else if (repl_xdg_path(dbbuf, dblen, "XDG_DATA_HOME", ".local/share",
+	    "kvchat/sessions.db", err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: cannot place the database: %s\n", err);
+		return -1;
+	} else
+		r->db_path = dbbuf;
+	/* The folder is made 0700 (and refused unless private) before the
+	 * database, so the reason a path cannot be used is said here. */
+	if (repl_private_dir(r->db_path, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: cannot use the folder of %s: %s\n", r->db_path, err);
+		return -1;
+	}
+	/* sess_open creates the folder (0700) and the file (0600); one that
+	 * exists already is the user's to fix, so only a warning. */
+	repl_warn_exposed(r, r->db_path);
+	/* The store's messages start with the path: print it once. */
+	if (sess_open_ex(&r->st, r->db_path, SESS_OPEN_FALLBACK_RO |
+	    (o->force_unlock ? SESS_OPEN_FORCE_UNLOCK : 0), err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		return -1;
+	}
+	sess_set_wait_notice(r->st, wait_notice, NULL);
+	if (sess_readonly(r->st, &ro_why))
+		fprintf(stderr, "kvchat: %s is open read-only (%s): /list, /resume, /history and /export "
+		    "work; turns are refused\n", r->db_path, ro_why);
 	return 0;
 }
 
@@ -241,27 +319,8 @@ repl_main(int argc, char **argv)
 	if (model == NULL)
 		return 1;
 	r.model_path = model;
-	if (o.db)
-		r.db_path = o.db;
-	else if (repl_xdg_path(dbbuf, sizeof dbbuf, "XDG_DATA_HOME", ".local/share",
-	    "kvchat/sessions.db", err, sizeof err) != 0) {
-		fprintf(stderr, "kvchat: cannot place the database: %s\n", err);
+	if (open_store(&r, &o, dbbuf, sizeof dbbuf) != 0)
 		goto out;
-	} else
-		r.db_path = dbbuf;
-	/* The folder is made 0700 (and refused unless private) before the
-	 * database, so the reason a path cannot be used is said here. */
-	if (repl_private_dir(r.db_path, err, sizeof err) != 0) {
-		fprintf(stderr, "kvchat: cannot use the folder of %s: %s\n", r.db_path, err);
-		goto out;
-	}
-	/* sess_open creates the folder (0700) and the file (0600); one that
-	 * exists already is the user's to fix, so only a warning. */
-	repl_warn_exposed(&r, r.db_path);
-	if (sess_open(&r.st, r.db_path, err, sizeof err) != 0) {
-		fprintf(stderr, "kvchat: %s: %s\n", r.db_path, err);
-		goto out;
-	}
 
 	progress_start(&prog, "loading weights", 0);
 	o.ep.progress = progress_update;

@@ -1,0 +1,94 @@
+#!/bin/sh
+# test_readonly.sh (issue 10, point 8): a database kvchat cannot write is
+# opened read-only instead of refused: on a full disk (a 4 MiB tmpfs filled
+# up), on a read-only mount, and as a user who may not write the file. The
+# conversation can be listed (/list) and exported (/export) in the
+# interactive chat; a turn is refused before generating, saying why; the
+# database file is byte-identical afterwards. Needs root (mount); SKIPs
+# without it.
+. "$top_srcdir/tests/e2e/lib.sh"
+[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
+command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
+FULL="$TMPD/full"
+mkdir -p "$FULL"
+mount -t tmpfs -o size=4m,mode=0700 tmpfs "$FULL" 2>/dev/null ||
+	skip "cannot mount a small tmpfs (needs root) for the full-disk case"
+SOCK="kvchat-ro-$$"
+T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
+trap 'T kill-server 2>/dev/null; umount "$FULL" 2>/dev/null; rm -rf "$TMPD"' EXIT
+screen() { T capture-pane -p -J -t t -S -300; }
+wait_for() {
+	_d=$1; shift
+	_i=0
+	while ! "$@" >/dev/null 2>&1; do
+		_i=$((_i + 1))
+		if [ $_i -gt 300 ]; then
+			fail "timed out waiting for: $_d"
+			echo "--- screen:" >&2; screen >&2; echo "---" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	ok
+	return 0
+}
+on_screen() { screen | grep -qF -- "$1"; }
+
+M="$TMPD/m.gguf"
+"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 67 >/dev/null ||
+	{ echo "FAIL: mkmodel"; exit 1; }
+DB="$FULL/s.db"
+OPTS="--temp 0 -n 8 --ctx 512"
+printf 'Remember the word lighthouse.\nAnd the number seven.\n' |
+    kvrun "two turns stored" "$TMPD/mk.err" -m "$M" $OPTS --db "$DB" --session keep >/dev/null
+dd if=/dev/zero of="$FULL/fill" bs=64k 2>/dev/null
+check "the disk is full" [ "$(df --output=avail "$FULL" | tail -n 1 | tr -d ' ')" -eq 0 ]
+cksum "$DB" >"$TMPD/db.sum"
+
+# Piped: the turn is refused before generating, saying why.
+echo "A third turn." | "$KVCHAT" -m "$M" $OPTS --db "$DB" --resume keep >"$TMPD/p.out" 2>"$TMPD/p.err"
+rc=$?
+echo "full disk, piped: exit $rc: $(cat "$TMPD/p.err")"
+check "the turn is refused (exit $rc)" [ $rc -ne 0 ]
+check "saying the database is read-only because the disk is full" grep -q "read-only (the disk is full)" "$TMPD/p.err"
+check "nothing generated" [ ! -s "$TMPD/p.out" ]
+
+# Interactive: /list and /export work.
+T new-session -d -s t -x 160 -y 50 \
+    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$DB' --resume keep $OPTS; echo KVCHAT-EXIT:\$?; sleep 60"
+wait_for "the prompt" on_screen ">>> "
+T send-keys -t t "/list" Enter
+wait_for "/list shows the conversation" on_screen "keep"
+T send-keys -t t "/export md $TMPD/e.md" Enter
+wait_for "/export wrote the file" test -s "$TMPD/e.md"
+check "the export holds the stored turns" grep -q "lighthouse" "$TMPD/e.md"
+T send-keys -t t "Another turn." Enter
+wait_for "a turn is refused with the reason" on_screen "no turn can be saved"
+T send-keys -t t "/quit" Enter
+wait_for "kvchat exits" on_screen "KVCHAT-EXIT:"
+check "the database file is unchanged" sh -c "cksum '$DB' | cmp -s - '$TMPD/db.sum'"
+
+# A read-only mount.
+rm -f "$FULL/fill" "$DB-wal" "$DB-shm"
+mount -o remount,ro "$FULL"
+echo "Hi." | "$KVCHAT" -m "$M" $OPTS --db "$DB" --resume keep >/dev/null 2>"$TMPD/r.err"
+check "read-only mount: refused turn" [ $? -ne 0 ]
+check "read-only mount: says why" grep -q "read-only (the filesystem is mounted read-only)" "$TMPD/r.err"
+mount -o remount,rw "$FULL"
+
+# Another user's file (we may read, not write).
+if command -v setpriv >/dev/null; then
+	chmod 0755 "$TMPD" "$FULL"
+	chmod 0644 "$DB"
+	chmod 0644 "$M"
+	# a copy nobody can run even when the build is in a private home (/root)
+	cp "$KVCHAT" "$TMPD/kvchat" && chmod 755 "$TMPD/kvchat"
+	echo "Hi." | setpriv --reuid 65534 --regid 65534 --clear-groups env HOME=/nonexistent \
+	    "$TMPD/kvchat" -m "$M" $OPTS --db "$DB" --resume keep >/dev/null 2>"$TMPD/u.err"
+	rc=$?
+	echo "as uid 65534: exit $rc: $(cat "$TMPD/u.err")"
+	check "another user's database: opened read-only" grep -q "is open read-only (the file is not writable" "$TMPD/u.err"
+	check "another user's database: turn refused" grep -q "no turn can be saved" "$TMPD/u.err"
+fi
+check "the database file is still unchanged" sh -c "cksum '$DB' | cmp -s - '$TMPD/db.sum'"
+done_testing
