@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The two halves of bench/ttft-llamaserver.sh that need more than the shell.
 
-feed DB STATS PORT PID GEN WAIT OUT: replays one kvchat conversation on a
+feed DB STATS PORT PID WAIT OUT: replays one kvchat conversation on a
 llama-server listening on 127.0.0.1:PORT (process PID): each turn's tokens
 exactly as kvchat computed them, read from kvchat's database (DB) and
 --stats-json records (STATS); one JSON line per turn to OUT.
@@ -90,9 +90,9 @@ def wait_healthy(port, pid, wait):
     die("llama-server not ready after %d s" % wait)
 
 
-def feed(db, stats, port, pid, gen, wait, out):
+def feed(db, stats, port, pid, wait, out):
     turns = kvchat_turns(db, stats)
-    port, pid, gen, wait = int(port), int(pid), int(gen), int(wait)
+    port, pid, wait = int(port), int(pid), int(wait)
     wait_healthy(port, pid, wait)
     # Greedy. The grammar keeps the reply printable ASCII: llama-server
     # answers 500 when it cannot parse a reply that is not UTF-8, which a
@@ -109,7 +109,9 @@ def feed(db, stats, port, pid, gen, wait, out):
                 # request below finds all of it in the cache.
                 s = post(port, dict(greedy, prompt=stream[:a], n_predict=0), wait)
                 sync_n = s["timings"]["prompt_n"]
-            res = post(port, dict(greedy, prompt=stream[:a + n], n_predict=gen), wait)
+            # Timed. One token is all TTFT needs: llama-server's reply is
+            # replaced by kvchat's in the next turn's history anyway.
+            res = post(port, dict(greedy, prompt=stream[:a + n], n_predict=1), wait)
             tm = res["timings"]
             o.write(json.dumps({"turn": t, "reused": a, "tokens": n, "prompt_n": tm["prompt_n"],
                                 "prompt_ms": tm["prompt_ms"], "sync_n": sync_n}) + "\n")
@@ -162,7 +164,7 @@ def report(d, rounds):
 
 
 def main(argv):
-    if len(argv) == 8 and argv[0] == "feed":
+    if len(argv) == 7 and argv[0] == "feed":
         feed(*argv[1:])
         return 0
     if len(argv) == 3 and argv[0] == "report":

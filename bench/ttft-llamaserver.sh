@@ -20,7 +20,8 @@
 # not be kvchat's, so before each turn an untimed request (n_predict 0) brings
 # its cache to kvchat's history, reply included; the timed request then
 # computes only the turn's own tokens, which the script checks against
-# llama-server's timings.prompt_n. llama-server's TTFT is timings.prompt_ms
+# llama-server's timings.prompt_n, and samples one token (TTFT needs no more;
+# TTFT_GEN sets the length of kvchat's replies, which both caches hold). llama-server's TTFT is timings.prompt_ms
 # (prompt processing only); kvchat's is ttft_ms (line read to first token
 # written, so it also holds sampling the first token).
 #
@@ -99,7 +100,7 @@ while [ $r -le "$ROUNDS" ]; do
 	    -t "$THREADS" -tb "$THREADS" ${LLAMA_SERVER_ARGS:-} >"$D/ls$r.log" 2>&1 &
 	pid=$!
 	python3 "$SRC/ttft-llamaserver.py" feed "$D/kv$r.db" "$D/kv$r.json" "$port" "$pid" \
-	    "$GEN" "$WAIT" "$D/ls$r.json" ||
+	    "$WAIT" "$D/ls$r.json" ||
 		{ echo "ttft-llamaserver.sh: round $r: llama-server failed; the end of its log:" >&2
 		  tail -n 20 "$D/ls$r.log" >&2; exit 1; }
 	stop_server
