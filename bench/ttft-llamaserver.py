@@ -136,11 +136,12 @@ def report(d, rounds):
             bad.append("turn %d: kvchat computed %d tokens, llama-server %s"
                        % (i + 1, m, [y["prompt_n"] for y in s]))
         rows.append((i + 1, a, m, statistics.median(y[3] for y in k),
-                     statistics.median(y["prompt_ms"] for y in s)))
+                     statistics.median(y["prompt_ms"] for y in s),
+                     min(y[3] for y in k), min(y["prompt_ms"] for y in s)))
     print()
     print("| turn | history | tokens | kvchat ttft ms | llama-server prompt ms | kvchat / llama-server |")
     print("|-----:|--------:|-------:|---------------:|-----------------------:|----------------------:|")
-    for t, a, m, kt, lt in rows:
+    for t, a, m, kt, lt, _, _ in rows:
         print("| %4d | %7d | %6d | %14.1f | %22.1f | %20.2fx |" % (t, a, m, kt, lt, kt / lt))
     print()
     print("(medians of %d rounds each, alternated kvchat, llama-server, ...)" % rounds)
@@ -158,6 +159,13 @@ def report(d, rounds):
     print("median ratio kvchat / llama-server over %d turns: %.2fx; kvchat at or below "
           "llama-server on %d of %d turns" % (n, statistics.median(ratios),
                                               sum(x <= 1 for x in ratios), n))
+    if rounds > 1:
+        # Other processes only ever add time: each turn's fastest round is
+        # the other estimate on a shared machine.
+        best = [r[5] / r[6] for r in rows]
+        print("with each turn's fastest of the %d rounds: median ratio %.2fx; kvchat at or below "
+              "llama-server on %d of %d turns" % (rounds, statistics.median(best),
+                                                  sum(x <= 1 for x in best), n))
     for b in bad:
         print("MISMATCH: " + b)
     return 1 if bad else 0

@@ -91,6 +91,7 @@ check "llama-server column and ratios read from its timings" [ "$(awk -F'|' '/^\
 check "turn 1 computes the whole first message" grep -q '^| *1 | *0 | *117 |' "$TMPD/out"
 want=$(awk -F'|' '/^\| *[0-9]+ \|/ { r = $7; gsub(/[ x]/, "", r); print r }' "$TMPD/out" | sort -n | sed -n 2p)
 check "median ratio is the middle turn's ($want)" grep -q "median ratio kvchat / llama-server over 3 turns: ${want}x" "$TMPD/out"
+check "the fastest-round estimate too" grep -q "fastest of the 2 rounds: median ratio [0-9.]*x; kvchat at or below llama-server on [0-3] of 3 turns" "$TMPD/out"
 check "growth lines for both" [ "$(grep -c 'growth [0-9.]*x$' "$TMPD/out")" -eq 2 ]
 check "no mismatch" sh -c "! grep -q MISMATCH '$TMPD/out'"
 
