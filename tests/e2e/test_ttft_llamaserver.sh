@@ -86,7 +86,8 @@ check "three turns in the table ($rows)" [ "$rows" -eq 3 ]
 # server compute exactly kvchat's tokens; the ratio is the two columns'
 check "llama-server column and ratios read from its timings" [ "$(awk -F'|' '/^\| *[0-9]+ \|/ {
 	tok = $4 + 0; k = $5 + 0; l = $6 + 0; r = $7; sub(/x.*/, "", r)
-	if (l != 0.5 * tok + 3 || sprintf("%.2f", k / l) != sprintf("%.2f", r + 0)) bad++ }
+	d = k / l - r; if (d < 0) d = -d   # k is rounded to 0.1 ms, r computed before
+	if (l != 0.5 * tok + 3 || d > 0.006) bad++ }
 	END { print bad + 0 }' "$TMPD/out")" = 0 ]
 check "turn 1 computes the whole first message" grep -q '^| *1 | *0 | *117 |' "$TMPD/out"
 want=$(awk -F'|' '/^\| *[0-9]+ \|/ { r = $7; gsub(/[ x]/, "", r); print r }' "$TMPD/out" | sort -n | sed -n 2p)
