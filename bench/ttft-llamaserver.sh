@@ -61,7 +61,26 @@ stop_server() {
 	wait "$pid" 2>/dev/null
 	pid=""
 }
-cleanup() { stop_server; [ -n "${TTFT_OUT:-}" ] || rm -rf "$D"; }
+# waitfor INPUT COMMAND...: run COMMAND in the background, reading INPUT,
+# and wait for it: the shell runs a trap only between commands, and a
+# wait, unlike a command in the foreground, is cut short by a signal, so ^C
+# stops the run at once.
+child=""
+waitfor() {
+	_in=$1
+	shift
+	"$@" <"$_in" &
+	child=$!
+	wait "$child"
+	_rc=$?
+	child=""
+	return $_rc
+}
+cleanup() {
+	[ -z "$child" ] || kill "$child" 2>/dev/null
+	stop_server
+	[ -n "${TTFT_OUT:-}" ] || rm -rf "$D"
+}
 trap cleanup EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
@@ -87,9 +106,9 @@ echo "$TURNS turns, $GEN reply tokens, $THREADS threads, $ROUNDS rounds; $(nproc
 r=1
 while [ $r -le "$ROUNDS" ]; do
 	# A: kvchat, a new conversation in a new database.
-	"$KVCHAT" -m "$D/m.gguf" --db "$D/kv$r.db" --session ttft --temp 0 -n "$GEN" --ctx 8192 \
-	    --ctx-overflow stop --threads "$THREADS" --stats-json "$D/kv$r.json" \
-	    <"$D/in.txt" >/dev/null 2>"$D/kv$r.err" ||
+	waitfor "$D/in.txt" "$KVCHAT" -m "$D/m.gguf" --db "$D/kv$r.db" --session ttft --temp 0 \
+	    -n "$GEN" --ctx 8192 --ctx-overflow stop --threads "$THREADS" --stats-json "$D/kv$r.json" \
+	    >/dev/null 2>"$D/kv$r.err" ||
 		echo "ttft-llamaserver.sh: kvchat exited with status $? in round $r"
 	[ -s "$D/kv$r.json" ] || { echo "ttft-llamaserver.sh: kvchat ran no turn:" >&2; cat "$D/kv$r.err" >&2; exit 1; }
 	# B: llama-server fed the same tokens, turn by turn.
@@ -99,7 +118,7 @@ while [ $r -le "$ROUNDS" ]; do
 	"$LS" -m "$D/m.gguf" --host 127.0.0.1 --port "$port" -c 8192 -np 1 \
 	    -t "$THREADS" -tb "$THREADS" ${LLAMA_SERVER_ARGS:-} >"$D/ls$r.log" 2>&1 &
 	pid=$!
-	python3 "$SRC/ttft-llamaserver.py" feed "$D/kv$r.db" "$D/kv$r.json" "$port" "$pid" \
+	waitfor /dev/null python3 "$SRC/ttft-llamaserver.py" feed "$D/kv$r.db" "$D/kv$r.json" "$port" "$pid" \
 	    "$WAIT" "$D/ls$r.json" ||
 		{ echo "ttft-llamaserver.sh: round $r: llama-server failed; the end of its log:" >&2
 		  tail -n 20 "$D/ls$r.log" >&2; exit 1; }

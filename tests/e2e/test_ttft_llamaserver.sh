@@ -49,6 +49,8 @@ class H(http.server.BaseHTTPRequestHandler):
         p = q["prompt"]
         open(os.environ["REQ"], "a").write(json.dumps({k: q.get(k) for k in
             ("n_predict", "cache_prompt", "temperature", "top_k")} | {"len": len(p)}) + "\n")
+        if mode == "slow":
+            time.sleep(60)
         past = 0
         if q.get("cache_prompt") and mode != "nocache":
             while past < min(len(p), len(cache)) and p[past] == cache[past]:
@@ -109,6 +111,22 @@ check "a server never ready fails" [ $? -eq 1 ]
 check "within the wait ($(($(date +%s) - t0)) s)" [ $(($(date +%s) - t0)) -lt 60 ]
 check "and says so" grep -q 'not ready after 2 s' "$TMPD/out3"
 check "that server is stopped too" sh -c '! kill -0 "$(cat "$PIDF")" 2>/dev/null'
+
+# TERM while a request is under way: the script ends at once, its server too
+: > "$REQ"
+KVCHAT="$TMPD/kv" STANDIN_MODE=slow TTFT_ROUNDS=1 TTFT_TURNS=1 \
+	sh "$S" "$TMPD/llama-server" "$top_builddir" > "$TMPD/out4" 2>&1 &
+sp=$!
+n=0
+while [ ! -s "$REQ" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+check "the slow server got its request" [ -s "$REQ" ]
+kill -TERM $sp
+n=0
+while kill -0 $sp 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+check "TERM ends the script within 10 s" sh -c "! kill -0 $sp 2>/dev/null"
+wait $sp
+check "with status 143" [ $? -eq 143 ]
+check "and stops its server" sh -c '! kill -0 "$(cat "$PIDF")" 2>/dev/null'
 
 sh "$S" > /dev/null 2>&1
 check "usage error without llama-server" [ $? -eq 2 ]
