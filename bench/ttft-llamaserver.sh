@@ -21,9 +21,12 @@
 # its cache to kvchat's history, reply included; the timed request then
 # computes only the turn's own tokens, which the script checks against
 # llama-server's timings.prompt_n, and samples one token (TTFT needs no more;
-# TTFT_GEN sets the length of kvchat's replies, which both caches hold). llama-server's TTFT is timings.prompt_ms
-# (prompt processing only); kvchat's is ttft_ms (line read to first token
-# written, so it also holds sampling the first token).
+# TTFT_GEN sets the length of kvchat's replies, which both caches hold).
+# llama-server's TTFT is timings.prompt_ms (prompt processing to the first
+# token sampled); kvchat's is ttft_ms (line read to first token written).
+# Requests are greedy under a printable-ASCII grammar (see the .py file).
+# Where llama.cpp's AMX kernels fault (a VM listing amx_tile without
+# enabling it), LLAMA_SERVER_ARGS=--no-repack turns them off.
 #
 # llama-server listens on 127.0.0.1 only, on a free port picked at random;
 # it is started afresh for each round (an empty cache, as kvchat's new
