@@ -74,6 +74,14 @@ void repl_show_msgs(struct kvc_repl *r, int n);
 void repl_describe(struct kvc_repl *r, char *buf, size_t len);
 /* Print the stats line of one turn to f (dim when f is stdout and colour is on). */
 void repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s);
+/*
+ * The --stats-json record of one turn (one line, newline included) appended
+ * to b: stop is the stats line's reason ("max tokens", "context full",
+ * "interrupted"; NULL: "eos", the model ended its turn); ttft_ms is null when
+ * no reply token came. 0 or KVC_ENOMEM.
+ */
+int repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
+    const struct conv_stats *s, const char *stop);
 
 /* paths.c */
 /* $VAR/rest, or HOME/fallback/rest when $VAR is unset or not absolute (HOME

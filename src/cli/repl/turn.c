@@ -79,30 +79,46 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	fflush(f);
 }
 
-/* One JSON object per turn, appended to --stats-json's file. */
-static void
-write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
+int
+repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
+    const struct conv_stats *s, const char *stop)
 {
-	struct kvc_buf b = {0};
-	const char *title = conv_title(r->cur);
-	char err[1024];
-	int rc, fd;
+	char ttft[32] = "null";
+	int rc;
 
-	rc = kvc_buf_printf(&b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
-	    r->turn, conv_id(r->cur));
-	rc = rc ? rc : kvc_json_str(&b, title, title ? strlen(title) : 0);
-	rc = rc ? rc : kvc_buf_printf(&b, ",\"prompt_tokens\":%d,\"reused_tokens\":%d,"
-	    "\"prefill_tokens\":%d,\"gen_tokens\":%d,\"ttft_ms\":%.3f,\"prefill_tps\":%.3f,"
+	/* No reply token, no time to it: null, never a 0 that reads as instant. */
+	if (s->gen_tokens > 0)
+		snprintf(ttft, sizeof ttft, "%.3f", s->ttft_ms);
+	rc = kvc_buf_printf(b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
+	    turn, id);
+	rc = rc ? rc : kvc_json_str(b, title, title ? strlen(title) : 0);
+	rc = rc ? rc : kvc_buf_printf(b, ",\"stop\":\"%s\",\"ttft_ms\":%s", stop ? stop : "eos",
+	    ttft);
+	rc = rc ? rc : kvc_buf_printf(b, ",\"prompt_tokens\":%d,\"reused_tokens\":%d,"
+	    "\"prefill_tokens\":%d,\"gen_tokens\":%d,\"prefill_tps\":%.3f,"
 	    "\"decode_tps\":%.3f,\"context_used\":%d,\"context_total\":%d,"
 	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
 	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
 	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
 	    "\"recompute_ms\":%.3f}\n", s->prompt_tokens, s->reused_tokens, s->prefill_tokens,
-	    s->gen_tokens, s->ttft_ms, s->prefill_tps, s->decode_tps, s->context_used,
+	    s->gen_tokens, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
 	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms);
+	return rc;
+}
+
+/* One JSON object per turn, appended to --stats-json's file. */
+static void
+write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
+{
+	struct kvc_buf b = {0};
+	char err[1024];
+	int rc, fd;
+
+	rc = repl_stats_record(&b, r->turn, conv_id(r->cur), conv_title(r->cur), s,
+	    stop_reason(r, s));
 	if (rc == 0) {
 		/* 0600 when created (titles are the first words of a conversation),
 		 * never through a link planted by someone else. */
