@@ -164,18 +164,25 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 	int64_t id;
 	int rc;
 
+	/*
+	 * A title several conversations have names none of them: they are
+	 * listed (as /resume TITLE does) and the user gives the id.
+	 */
 	switch (o->mode) {
 	case OPEN_SESSION:
 		rc = sess_conv_find(r->st, o->name, &id, err, sizeof err);
 		if (rc == KVC_ENOTFOUND)
 			rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
+		else if (rc == 0 && (rc = repl_pick_conv(r, "--session", o->name, stderr, &id)) != 0)
+			return rc;
 		else if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	case OPEN_RESUME:
-		rc = o->name ? sess_conv_find(r->st, o->name, &id, err, sizeof err) :
-		    sess_conv_latest(r->st, &id, err, sizeof err);
-		if (rc == KVC_ENOTFOUND && o->name == NULL)
+		if (o->name && (rc = repl_pick_conv(r, "--resume", o->name, stderr, &id)) != 0)
+			return rc;
+		rc = o->name ? 0 : sess_conv_latest(r->st, &id, err, sizeof err);
+		if (rc == KVC_ENOTFOUND)
 			kvc_err(err, sizeof err, "no conversation to resume in %s", r->db_path);
 		if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);

@@ -105,6 +105,20 @@ void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
 bool repl_clean_text(const char *in, char *out, size_t len);
 /* What is wrong with a listed conversation row, in buf; NULL when nothing is. */
 const char *repl_conv_damage(const struct sess_conv *c, char *buf, size_t len);
+/*
+ * One /list row to f: a '*' when cur, id, date of the last change, message
+ * count, title cleaned, "(damaged)" when it is (bold on a colour stdout
+ * when cur).
+ */
+void repl_print_conv_row(struct kvc_repl *r, FILE *f, const struct sess_conv *c, bool cur);
+/*
+ * The conversation args names, for what ("/resume", "--resume"): an id, or
+ * a title that one conversation has. 0 with *id set; otherwise the error is
+ * said (prefixed with what) and KVC_ENOTFOUND returned, or KVC_EINVAL when
+ * several conversations have the title (listed to f, as /list rows: none is
+ * chosen), or the store's error.
+ */
+int repl_pick_conv(struct kvc_repl *r, const char *what, const char *args, FILE *f, int64_t *id);
 
 /* input.c */
 /*
