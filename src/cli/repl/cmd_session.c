@@ -56,7 +56,7 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	char err[512];
 	struct conv *c;
 	int64_t id;
-	int n;
+	int n, rc;
 
 	if (args[0] == '\0') {
 		if (sess_conv_latest(r->st, &id, err, sizeof err)) {
@@ -66,7 +66,14 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	} else if (repl_pick_conv(r, "/resume", args, stdout, &id)) {
 		return 1;
 	}
-	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
+	*r->interrupt = 0;
+	rc = conv_open(r->mgr, id, &c, err, sizeof err);
+	*r->interrupt = 0;
+	if (rc == KVC_EINTR) {
+		/* Ctrl-C in the rebuild of its cache: switched to all the same. */
+		printf("%s", repl_tty_echoes_ctl() ? "\n" : " ^C\n");
+		repl_error(r, "/resume: %s", err);
+	} else if (rc) {
 		repl_error(r, "/resume: %s", err);
 		return 1;
 	}

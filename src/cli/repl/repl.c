@@ -191,6 +191,20 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 		rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
 		break;
 	}
+	if (rc == KVC_EINTR) {
+		/*
+		 * Ctrl-C during the rebuild of its cache: the conversation is
+		 * open, whole, and the next turn rebuilds. At a terminal the chat
+		 * goes on; a batch stops before its first line, as a shell would.
+		 */
+		repl_error(r, "%s", err);
+		*r->interrupt = 0;
+		if (!r->tty) {
+			repl_error(r, "stopped by Ctrl-C: no line was sent");
+			return rc;
+		}
+		rc = 0;
+	}
 	if (rc) {
 		fprintf(stderr, "kvchat: %s\n", err);
 		return rc;
@@ -297,12 +311,15 @@ repl_main(int argc, char **argv)
 	cp.notice_arg = &r;
 	cp.progress = repl_progress;
 	cp.progress_arg = &r;
+	cp.interrupt = r.interrupt;
 	if (conv_mgr_new(&r.mgr, r.e, r.st, &cp, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: %s\n", err);
 		goto out;
 	}
-	if (open_conversation(&r, &o) != 0)
+	if ((rc = open_conversation(&r, &o)) != 0) {
+		status = rc == KVC_EINTR ? 130 : 1;
 		goto out;
+	}
 	status = r.tty ? repl_loop_terminal(&r) : repl_loop_batch(&r);
 out:
 	conv_mgr_free(r.mgr);

@@ -59,7 +59,9 @@ void repl_notice(void *arg, const char *line);
 /*
  * Run one turn (or a retry when retry is true) and print reply and stats:
  * 0, or the conversation's KVC_E* code after printing its error
- * (KVC_ERANGE: the turn was refused as too long for the context).
+ * (KVC_ERANGE: the turn was refused as too long for the context), or
+ * KVC_EINTR when Ctrl-C stopped it: in the rebuild of the cache or the
+ * prefill (nothing stored), or in the reply (kept, marked interrupted).
  */
 int repl_turn(struct kvc_repl *r, const char *text, bool retry);
 /* Make c (already open) the conversation being talked to. */

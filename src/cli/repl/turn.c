@@ -140,6 +140,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_stats s;
 	struct conv_io io;
 	char err[512];
+	bool sigint;
 	int rc;
 
 	memset(&io, 0, sizeof io);
@@ -150,7 +151,15 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	*r->interrupt = 0;
 	rc = retry ? conv_retry(r->cur, &io, &s, err, sizeof err) :
 	    conv_turn(r->cur, text, &io, &s, err, sizeof err);
+	sigint = *r->interrupt != 0;
 	*r->interrupt = 0;
+	if (rc == KVC_EINTR && !s.interrupted) {
+		/* Stopped in the rebuild of the cache, before the turn began. */
+		printf("%s", r->tty ? " ^C\n" : "");
+		fprintf(stderr, "kvchat: %s; the message was not sent%s\n", err,
+		    r->tty ? " (the Up key brings it back)" : "");
+		return KVC_EINTR;
+	}
 	if (rc == KVC_EINTR) {
 		/* Stopped in the prefill: the turn was taken back whole. */
 		printf("%s", r->tty ? " ^C\n" : "");
@@ -158,7 +167,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 		    "computed): nothing was stored%s\n", s.prefill_tokens, s.prompt_tokens,
 		    r->tty ? "; the Up key brings the message back" : "");
 		repl_print_stats(r, r->tty ? stdout : stderr, &s);
-		return r->tty ? 0 : 1;
+		return KVC_EINTR;
 	}
 	if (rc) {
 		repl_error(r, "%s", err);
@@ -176,7 +185,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	}
 	if (r->stats_json)
 		write_stats_json(r, &s);
-	return 0;
+	return sigint ? KVC_EINTR : 0;
 }
 
 void
