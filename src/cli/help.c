@@ -79,9 +79,11 @@ cli_help(FILE *f)
 "\n"
 "Output:\n"
 "  --stats-json PATH       append one JSON object per turn to PATH: turn,\n"
-"                          conversation_id, title, prompt_tokens, reused_tokens,\n"
-"                          prefill_tokens, gen_tokens, ttft_ms, prefill_tps,\n"
-"                          decode_tps, context_used, context_total,\n"
+"                          conversation_id, title, stop (eos, max tokens,\n"
+"                          context full, interrupted), prompt_tokens,\n"
+"                          reused_tokens, prefill_tokens, gen_tokens, ttft_ms\n"
+"                          (null: no token came), prefill_tps, decode_tps,\n"
+"                          context_used, context_total,\n"
 "                          resumed_from_snapshot, rebuilt, dropped_tokens,\n"
 "                          dropped_messages, recomputed_tokens, recompute_ms,\n"
 "                          interrupted (also prefill_tok_s, decode_tok_s,\n"
@@ -94,16 +96,18 @@ cli_help(FILE *f)
 "two characters \\n stand for a newline, \\\\ for a backslash); each reply goes\n"
 "to stdout followed by an empty line; statistics and notices go to stderr. A\n"
 "line that is not UTF-8, holds a NUL byte or is too long for the context is\n"
-"reported by its number and skipped. Exit status: 0 at end of input, 1 on\n"
-"errors or skipped lines, 2 on bad usage.\n"
+"reported by its number and skipped. Ctrl-C stops the whole batch, saying\n"
+"which line was not answered. Exit status: 0 at end of input, 1 on errors or\n"
+"skipped lines, 2 on bad usage, 130 when stopped by Ctrl-C.\n"
 "\n"
 "Commands in the chat:\n");
 	cmd_print_help(f);
 	fprintf(f,
 "\n"
 "Input: end a line with \\ to continue it; wrap several lines in \"\"\" ... \"\"\".\n"
-"Ctrl-C stops a reply (the partial reply is kept) or clears the line; Ctrl-D\n"
-"drops an unfinished \"\"\" block, and at an empty prompt leaves.\n"
+"Ctrl-C stops a reply (the partial reply is kept), a prefill or a rebuild of\n"
+"the cache (nothing is stored; the Up key brings the message back), or clears\n"
+"the line; Ctrl-D drops an unfinished \"\"\" block, and at an empty prompt leaves.\n"
 "\n"
 "Other commands:\n");
 	for (const struct cli_subcommand *c = cli_subcommands; c->name; c++)
