@@ -113,6 +113,10 @@ link_and_activate(struct conv *c, struct conv **out, char *err, size_t errlen)
 
 	conv_link(c);
 	rc = conv_activate(c, err, errlen);
+	if (rc == KVC_EINTR) {
+		*out = c;	/* open; its cache is rebuilt when next used */
+		return rc;
+	}
 	if (rc) {
 		conv_close(c);
 		return rc;
@@ -234,7 +238,7 @@ conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t e
 	for (c = m->open; c; c = c->next)
 		if (c->id == id) {
 			rc = conv_activate(c, err, errlen);
-			if (rc == 0)
+			if (rc == 0 || rc == KVC_EINTR)
 				*out = c;
 			return rc;
 		}

@@ -61,6 +61,13 @@ struct conv_params {
 	 */
 	void (*progress)(void *arg, const char *label, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * Set by the caller's SIGINT handler: stops a rebuild of a cache
+	 * (conv_open, conv_activate, or the turn that needs one) between
+	 * slices, with KVC_EINTR; the conversation stays as it was, its cache
+	 * rebuilt when next used. May be NULL (rebuilds run to the end).
+	 */
+	volatile sig_atomic_t *interrupt;
 };
 
 /* Per-conversation generation settings (persisted as the settings text). */
@@ -285,7 +292,9 @@ int conv_new(struct conv_mgr *m, const char *title, const char *system,
  * Open a stored conversation (or return it if already open): claim it
  * (KVC_EBUSY if another process holds it), load its messages and bring its
  * cache back, from the snapshot when it matches, else by recomputing the
- * stored tokens (with a notice saying why).
+ * stored tokens (with a notice saying why). KVC_EINTR when a rebuild was
+ * stopped (conv_params.interrupt): *out is set all the same, the
+ * conversation open with its messages, its cache rebuilt when next used.
  */
 int conv_open(struct conv_mgr *m, int64_t id, struct conv **out, char *err, size_t errlen);
 /* Release the conversation's lock and cache. */
@@ -310,7 +319,9 @@ int conv_mgr_delete(struct conv_mgr *m, int64_t id, char *err, size_t errlen);
  * nothing stored) and the call returns KVC_EINTR with st->interrupted. An
  * interrupted reply is committed marked interrupted; the call then returns
  * 0 and st->interrupted. Long prefills and rebuilds report through
- * conv_params.progress ("prefill", "rebuilding", in positions).
+ * conv_params.progress ("prefill", "rebuilding", in positions). A rebuild
+ * of the cache before the turn, stopped by conv_params.interrupt, returns
+ * KVC_EINTR without st->interrupted: nothing changed (err says so).
  */
 int conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen);
@@ -343,7 +354,11 @@ int conv_change_system(struct conv *c, const char *system, int *n_computed, char
 /* conv_change_system without the count. */
 int conv_set_system(struct conv *c, const char *system, char *err, size_t errlen);
 int conv_set_settings(struct conv *c, const struct conv_settings *s, char *err, size_t errlen);
-/* Make sure the cache is resident (restoring it if evicted). */
+/*
+ * Make sure the cache is resident (restoring it if evicted). KVC_EINTR: a
+ * rebuild was stopped (conv_params.interrupt); the cache is rebuilt when
+ * next used.
+ */
 int conv_activate(struct conv *c, char *err, size_t errlen);
 
 int64_t conv_id(const struct conv *c);

@@ -182,9 +182,13 @@ restore(struct conv *c, const int32_t *toks, int n, char *err, size_t errlen)
 		c->snap_end = 0;
 		L.done = 0;
 	}
-	conv_work_begin(m, "rebuilding", NULL);
+	/* Stoppable: the caller (make_resident) then drops the half-built cache. */
+	conv_work_begin(m, "rebuilding", m->p.interrupt);
 	rc = eng_seq_sync(c->seq, toks, n, NULL, err, errlen);
 	conv_work_end(m);
+	if (rc == KVC_EINTR)
+		kvc_err(err, errlen, "rebuilding the cache of conversation %" PRId64 " (%d "
+		    "positions) was stopped; it is rebuilt when next used", c->id, n);
 	if (rc)
 		return rc;
 	c->pend_rebuilt = true;

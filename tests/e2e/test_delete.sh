@@ -55,8 +55,8 @@ wait_for "the prompt" prompt_ready
 # Two titled "dup": listed, neither deleted nor resumed.
 text "/delete dup"; keys Enter
 wait_for "/delete dup lists the two" on_screen "2 conversations are titled 'dup'"
-check "/delete dup: lists the first id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D1 +[0-9]+ msgs +dup'"
-check "/delete dup: lists the second id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D2 +[0-9]+ msgs +dup'"
+check "/delete dup: lists the first id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D1 +[0-9-]+ [0-9:]+ +[0-9]+ msgs +dup'"
+check "/delete dup: lists the second id" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -Eq '^ +$D2 +[0-9-]+ [0-9:]+ +[0-9]+ msgs +dup'"
 check "/delete dup: the first is still stored" exists "$D1"
 check "/delete dup: the second is still stored" exists "$D2"
 text "/resume dup"; keys Enter

@@ -62,6 +62,17 @@ for c in help new list resume rename delete system set show undo retry clear exp
 	check "chat command /$c documented" grep -q "^\.It Ic /$c\( \|\$\)" "$MAN"
 done
 # Environment variables kvchat reads (discovery, paths, colour).
+# The README's chat section names every command --help lists, and the
+# options and keys people look for first (issue 13: the README matches the program).
+README="$top_srcdir/README.md"
+for c in $(sed -n '/^Commands in the chat:/,/^\$/s/^  \(\/[a-z]*\).*/\1/p' "$TMPD/help.txt"); do
+	check "README mentions $c" grep -qF -- "\`$c" "$README"
+done
+tr '\n' ' ' <"$README" >"$TMPD/readme1"	# one line: phrases may wrap
+for w in "--recap N" "/history [N]" "kvchat --resume" "Ctrl-C while a reply" \
+    "while a conversation's cache is rebuilt" "exit status 130"; do
+	check "README mentions '$w'" grep -qF -- "$w" "$TMPD/readme1"
+done
 for v in KVCHAT_MODEL XDG_DATA_HOME XDG_STATE_HOME OLLAMA_MODELS HF_HUB_CACHE HF_HOME NO_COLOR; do
 	check "environment $v documented" grep -q "Ev $v" "$MAN"
 done

@@ -5,7 +5,8 @@
 # differ from the new tokens, and why a reply stopped when it was not the
 # model ending its turn ("stopped: max tokens", "stopped: context full";
 # "stopped: interrupted" is in test_input_keys.sh). The figures are checked
-# against --stats-json.
+# against --stats-json, whose "stop" says the same reason ("eos" when the
+# model ended its turn).
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 M="$TMPD/m.gguf"
@@ -29,6 +30,7 @@ for t in 1 2; do
 	check "turn $t: no 'computed' when only the new tokens were" lacks "$TMPD/err.txt" $t computed
 	check "turn $t hit the cap (6 tokens)" [ "$(jget "$ST" $t gen_tokens)" -eq 6 ]
 	check "turn $t: stopped: max tokens" has "$TMPD/err.txt" $t "| stopped: max tokens]"
+	check "turn $t: --stats-json stop is max tokens" [ "$(jget "$ST" $t stop)" = '"max tokens"' ]
 done
 check "turn 2 reuses turn 1" [ "$(jget "$ST" 2 reused_tokens)" -gt 0 ]
 
@@ -41,6 +43,7 @@ cat "$TMPD/erre.txt"
 g=$(jget "$TMPD/ste.json" 1 gen_tokens)
 check "the model ended its turn ($g < 40 tokens)" [ "$g" -lt 40 ]
 check "ended by the model: no stop reason" lacks "$TMPD/erre.txt" 1 stopped
+check "ended by the model: --stats-json stop is eos" [ "$(jget "$TMPD/ste.json" 1 stop)" = '"eos"' ]
 printf 'hello\n' | "$KVCHAT" -m "$M" --db "$DB" --new e2 --temp 1 --seed 7 -n "$g" \
     --stats-json "$TMPD/ste2.json" >/dev/null 2>"$TMPD/erre2.txt"
 cat "$TMPD/erre2.txt"
@@ -53,6 +56,7 @@ printf 'tell me a story\n' | "$KVCHAT" -m "$M" --db "$DB" --new full --temp 0 --
 cat "$TMPD/err2.txt"
 check "context full said" grep -qF '| stopped: context full]' "$TMPD/err2.txt"
 check "the context is full" [ "$(jget "$TMPD/st2.json" 1 context_used)" -eq 48 ]
+check "--stats-json stop is context full" [ "$(jget "$TMPD/st2.json" 1 stop)" = '"context full"' ]
 
 # A drop of old exchanges recomputes more than the new tokens: the line
 # says how many were computed.

@@ -7,7 +7,11 @@
  *    store, the stream, and the next turn computes only its own tokens).
  *  - The first turn of a new conversation stopped that way leaves nothing
  *    in the store (a conversation is stored with its first message).
- *  - A rebuild (a snapshot of another cache type) reports as "rebuilding".
+ *  - A rebuild (a snapshot of another cache type) reports as "rebuilding",
+ *    and stops between slices when conv_params.interrupt is set: conv_open
+ *    returns KVC_EINTR with the conversation open and its messages whole,
+ *    and the next turn rebuilds again (a turn stopped in its rebuild is
+ *    in tests/e2e/test_rebuild_interrupt.sh).
  *  - The engine hook alone: slices of an append, and a stop that leaves
  *    the sequence as it was.
  */
@@ -30,6 +34,7 @@ struct watch {
 	int n_calls, n_ends;
 	bool saw_rebuild;
 	volatile sig_atomic_t *pull;	/* set *pull at the first "prefill" call */
+	bool pull_rebuild;		/* ... at a "rebuilding" call instead */
 };
 
 static void
@@ -46,7 +51,7 @@ on_progress(void *arg, const char *label, uint64_t done, uint64_t total)
 	w->last_done = done;
 	w->last_total = total;
 	w->saw_rebuild |= strcmp(label, "rebuilding") == 0;
-	if (w->pull && strcmp(label, "prefill") == 0)
+	if (w->pull && strcmp(label, w->pull_rebuild ? "rebuilding" : "prefill") == 0)
 		*w->pull = 1;
 }
 
@@ -66,7 +71,8 @@ open_engine(const char *path, enum gguf_dtype kv)
 }
 
 static struct conv_mgr *
-new_mgr(struct kvc_engine *e, struct sess_store *st, struct watch *w)
+new_mgr(struct kvc_engine *e, struct sess_store *st, struct watch *w,
+    volatile sig_atomic_t *intr)
 {
 	struct conv_params p;
 	struct conv_mgr *m = NULL;
@@ -77,6 +83,7 @@ new_mgr(struct kvc_engine *e, struct sess_store *st, struct watch *w)
 	p.overflow = CONV_OVERFLOW_DROP;
 	p.progress = on_progress;
 	p.progress_arg = w;
+	p.interrupt = intr;
 	if (conv_mgr_new(&m, e, st, &p, err, sizeof err) != 0)
 		fprintf(stderr, "conv_mgr_new: %s\n", err);
 	return m;
@@ -167,7 +174,7 @@ main(void)
 {
 	const char *b = getenv("top_builddir");
 	char model[300], db[300], cmd[1024], err[512], big[4096];
-	struct kvc_engine *e, *e32 = NULL;
+	struct kvc_engine *e, *e32 = NULL, *e16;
 	struct sess_store *st = NULL;
 	struct conv_settings set = conv_default_settings();
 	volatile sig_atomic_t flag = 0;
@@ -199,7 +206,7 @@ main(void)
 	memset(&w, 0, sizeof w);
 	memset(&io, 0, sizeof io);
 	io.interrupt = &flag;
-	m = new_mgr(e, st, &w);
+	m = new_mgr(e, st, &w, NULL);
 
 	/* The first turn of a new conversation, stopped in its prefill: nothing stored. */
 	rc = conv_new(m, NULL, NULL, &set, &c, err, sizeof err);
@@ -246,7 +253,7 @@ main(void)
 	e32 = open_engine(model, GGML_TYPE_F32);
 	if (e32) {
 		memset(&w, 0, sizeof w);
-		m = new_mgr(e32, st, &w);
+		m = new_mgr(e32, st, &w, NULL);
 		rc = conv_open(m, id, &c, err, sizeof err);
 		test_cond(rc == 0, "open with another cache type: %s", err);
 		test_cond(w.saw_rebuild && w.last_done == w.last_total &&
@@ -255,6 +262,39 @@ main(void)
 		    (unsigned long long)w.last_total, used);
 		conv_mgr_free(m);
 		eng_close(e32);
+
+		/*
+		 * Back to f16: the f32 snapshot is refused; the rebuild is
+		 * stopped. A fresh engine, whose first slice is a few positions
+		 * (a measured one would take the whole stream at once).
+		 */
+		e16 = open_engine(model, GGML_TYPE_F16);
+		memset(&w, 0, sizeof w);
+		w.pull = &flag;
+		w.pull_rebuild = true;
+		m = e16 ? new_mgr(e16, st, &w, &flag) : NULL;
+		c = NULL;
+		err[0] = '\0';
+		rc = m ? conv_open(m, id, &c, err, sizeof err) : KVC_EINVAL;
+		flag = 0;
+		w.pull = NULL;
+		test_cond(rc == KVC_EINTR && c != NULL, "a stopped rebuild: rc %d, open %d", rc,
+		    c != NULL);
+		test_cond(strstr(err, "was stopped") != NULL, "it says so: %s", err);
+		if (rc == KVC_EINTR && c != NULL) {
+			test_cond(!conv_resident(c) && conv_n_msgs(c) == 4 && stored_msgs(st, id) == 4,
+			    "open, not resident, messages whole: %d in memory, %d stored",
+			    conv_n_msgs(c), stored_msgs(st, id));
+			test_cond(w.n_ends >= 1, "the progress line was ended");
+			/* The next turn rebuilds, then answers. */
+			rc = conv_turn(c, "A third one.", &io, &s, err, sizeof err);
+			test_cond(rc == 0 && s.rebuilt && s.reused_tokens == used &&
+			    stored_msgs(st, id) == 6, "the next turn rebuilt %d positions (%d) and "
+			    "stored: rc %d (%s), %d stored", s.reused_tokens, used, rc, err,
+			    stored_msgs(st, id));
+		}
+		conv_mgr_free(m);
+		eng_close(e16);
 	}
 	sess_close(st);
 	eng_close(e);

@@ -26,46 +26,11 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
-/*
- * The conversation args names for /cmd: an id, or a title only one
- * conversation has. Several with the title are listed and none is chosen.
- */
-static int
-pick_conv(struct kvc_repl *r, const char *cmd, const char *args, int64_t *id)
-{
-	struct sess_conv *v;
-	char err[512];
-	const char *p;
-	int n, hits = 0;
-
-	for (p = args; *p >= '0' && *p <= '9'; p++)
-		;
-	if (*p == '\0' && sess_conv_find(r->st, args, id, err, sizeof err) == 0)
-		return 0;	/* an id (or a numeric title) */
-	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
-		repl_error(r, "/%s: %s", cmd, err);
-		return 1;
-	}
-	for (int i = 0; i < n; i++)
-		if (v[i].title && strcmp(v[i].title, args) == 0 && hits++ == 0)
-			*id = v[i].id;
-	if (hits > 1) {
-		repl_error(r, "/%s: %d conversations are titled '%s'; give the id:", cmd, hits, args);
-		for (int i = 0; i < n; i++)
-			if (v[i].title && strcmp(v[i].title, args) == 0)
-				printf("  %4" PRId64 "  %4d msgs  %s\n", v[i].id, v[i].n_msgs, v[i].title);
-	} else if (hits == 0) {
-		repl_error(r, "/%s: no conversation with id or title '%s'", cmd, args);
-	}
-	sess_conv_list_free(v, n);
-	return hits == 1 ? 0 : 1;
-}
-
 static int
 cmd_list_exec(struct kvc_repl *r, const char *args)
 {
 	struct sess_conv *v;
-	char err[512], when[32], title[256], bad[512];
+	char err[512], bad[512];
 	int n, n_bad = 0;
 
 	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
@@ -74,21 +39,9 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 	}
 	if (n == 0)
 		printf("no conversations\n");
-	for (int i = 0; i < n; i++) {
-		time_t t = (time_t)v[i].updated;
-		struct tm tm;
-		bool cur = r->cur && conv_id(r->cur) == v[i].id;
-		/* A damaged row is listed cleaned, and named below. */
-		const char *damage = repl_conv_damage(&v[i], bad, sizeof bad);
-
-		if (localtime_r(&t, &tm) == NULL ||
-		    strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm) == 0)
-			snprintf(when, sizeof when, "%-16s", "(no date)");
-		(void)repl_clean_text(v[i].title ? v[i].title : "", title, sizeof title);
-		printf("%s%c %4" PRId64 "  %s  %4d msgs  %s%s%s\n", kvc_sgr(r->color && cur,
-		    KVC_SGR_BOLD), cur ? '*' : ' ', v[i].id, when, v[i].n_msgs, title,
-		    damage ? "  (damaged)" : "", kvc_sgr(r->color && cur, KVC_SGR_RESET));
-	}
+	/* A damaged row is listed cleaned, and named below. */
+	for (int i = 0; i < n; i++)
+		repl_print_conv_row(r, stdout, &v[i], r->cur && conv_id(r->cur) == v[i].id);
 	fflush(stdout);
 	for (int i = 0; i < n; i++)
 		if (repl_conv_damage(&v[i], bad, sizeof bad) != NULL && ++n_bad)
@@ -103,17 +56,24 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	char err[512];
 	struct conv *c;
 	int64_t id;
-	int n;
+	int n, rc;
 
 	if (args[0] == '\0') {
 		if (sess_conv_latest(r->st, &id, err, sizeof err)) {
 			repl_error(r, "/resume: %s", err);
 			return 1;
 		}
-	} else if (pick_conv(r, "resume", args, &id)) {
+	} else if (repl_pick_conv(r, "/resume", args, stdout, &id)) {
 		return 1;
 	}
-	if (conv_open(r->mgr, id, &c, err, sizeof err)) {
+	*r->interrupt = 0;
+	rc = conv_open(r->mgr, id, &c, err, sizeof err);
+	*r->interrupt = 0;
+	if (rc == KVC_EINTR) {
+		/* Ctrl-C in the rebuild of its cache: switched to all the same. */
+		printf("%s", repl_tty_echoes_ctl() ? "\n" : " ^C\n");
+		repl_error(r, "/resume: %s", err);
+	} else if (rc) {
 		repl_error(r, "/resume: %s", err);
 		return 1;
 	}
@@ -179,7 +139,7 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 	}
 	if (args[0] == '\0')
 		id = conv_id(r->cur);
-	else if (pick_conv(r, "delete", args, &id))
+	else if (repl_pick_conv(r, "/delete", args, stdout, &id))
 		return 1;
 	if (!confirm_delete(r, id))
 		return 0;

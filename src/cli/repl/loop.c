@@ -134,6 +134,29 @@ bad_line(const char *line, size_t n)
 	return NULL;
 }
 
+/*
+ * Ctrl-C stops a batch as it stops a shell script: at once, saying where,
+ * with status 130. What was answered before stays stored; the line in
+ * flight was not answered (stopped in its prefill or a rebuild: nothing
+ * of it stored) or its reply was cut off (kept, marked interrupted); the
+ * lines after it are not sent.
+ */
+/* n_before: messages before line no was sent; -1: it was not. */
+static int
+batch_interrupted(struct kvc_repl *r, long no, int n_before)
+{
+	if (n_before < 0)
+		repl_error(r, "stopped by Ctrl-C before line %ld: it and the lines after it were "
+		    "not sent", no);
+	else if (conv_n_msgs(r->cur) >= n_before + 2)
+		repl_error(r, "stopped by Ctrl-C: the reply to line %ld was cut off (kept, marked "
+		    "interrupted); the lines after it were not sent", no);
+	else
+		repl_error(r, "stopped by Ctrl-C: line %ld was not answered, nor the lines after "
+		    "it", no);
+	return 130;
+}
+
 int
 repl_loop_batch(struct kvc_repl *r)
 {
@@ -142,7 +165,7 @@ repl_loop_batch(struct kvc_repl *r)
 	size_t cap = 0;
 	ssize_t n;
 	long no = 0;
-	int status = 0, rc;
+	int status = 0, rc, n_before;
 
 	/*
 	 * A line that cannot be a message (bad bytes, or a turn refused as too
@@ -151,6 +174,11 @@ repl_loop_batch(struct kvc_repl *r)
 	 */
 	while ((n = getline(&line, &cap, stdin)) >= 0) {
 		no++;
+		/* A Ctrl-C between turns (or while the model loaded) stops here. */
+		if (*r->interrupt) {
+			status = batch_interrupted(r, no, -1);
+			break;
+		}
 		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 			line[--n] = '\0';
 		if (n == 0)
@@ -161,7 +189,12 @@ repl_loop_batch(struct kvc_repl *r)
 			continue;
 		}
 		unescape_newlines(line);
+		n_before = conv_n_msgs(r->cur);
 		rc = repl_turn(r, line, false);
+		if (rc == KVC_EINTR) {
+			status = batch_interrupted(r, no, n_before);
+			break;
+		}
 		if (rc == KVC_ERANGE) {
 			repl_error(r, "line %ld skipped", no);
 			status = 1;
@@ -172,7 +205,7 @@ repl_loop_batch(struct kvc_repl *r)
 			break;
 		}
 	}
-	if (n < 0 && *r->interrupt && status == 0) {
+	if (n < 0 && *r->interrupt) {
 		/* Ctrl-C while waiting for input: everything is saved, leave like a shell tool. */
 		status = 130;
 	}

@@ -192,17 +192,27 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 	int64_t id;
 	int rc;
 
+	/*
+	 * A title several conversations have names none of them: they are
+	 * listed (as /resume TITLE does) and the user gives the id.
+	 */
 	switch (o->mode) {
 	case OPEN_SESSION:
-		rc = sess_readonly(r->st, NULL) ? sess_conv_find(r->st, o->name, &id, err,
-		    sizeof err) : claim_session(r, o, &id, err, sizeof err);
+		rc = sess_conv_find(r->st, o->name, &id, err, sizeof err);
+		if (rc == 0 && (rc = repl_pick_conv(r, "--session", o->name, stderr, &id)) != 0)
+			return rc;
+		/* None yet: made and locked in one transaction, so two first uses
+		 * of a name make one conversation (a read-only store makes none). */
+		if (rc == KVC_ENOTFOUND && !sess_readonly(r->st, NULL))
+			rc = claim_session(r, o, &id, err, sizeof err);
 		if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
 		break;
 	case OPEN_RESUME:
-		rc = o->name ? sess_conv_find(r->st, o->name, &id, err, sizeof err) :
-		    sess_conv_latest(r->st, &id, err, sizeof err);
-		if (rc == KVC_ENOTFOUND && o->name == NULL)
+		if (o->name && (rc = repl_pick_conv(r, "--resume", o->name, stderr, &id)) != 0)
+			return rc;
+		rc = o->name ? 0 : sess_conv_latest(r->st, &id, err, sizeof err);
+		if (rc == KVC_ENOTFOUND)
 			kvc_err(err, sizeof err, "no conversation to resume in %s", r->db_path);
 		if (rc == 0)
 			rc = conv_open(r->mgr, id, &r->cur, err, sizeof err);
@@ -220,6 +230,20 @@ open_conversation(struct kvc_repl *r, const struct repl_opts *o)
 		}
 		rc = conv_new(r->mgr, o->name, o->system, &r->set, &r->cur, err, sizeof err);
 		break;
+	}
+	if (rc == KVC_EINTR) {
+		/*
+		 * Ctrl-C during the rebuild of its cache: the conversation is
+		 * open, whole, and the next turn rebuilds. At a terminal the chat
+		 * goes on; a batch stops before its first line, as a shell would.
+		 */
+		repl_error(r, "%s", err);
+		*r->interrupt = 0;
+		if (!r->tty) {
+			repl_error(r, "stopped by Ctrl-C: no line was sent");
+			return rc;
+		}
+		rc = 0;
 	}
 	if (rc) {
 		fprintf(stderr, "kvchat: %s\n", err);
@@ -369,12 +393,15 @@ repl_main(int argc, char **argv)
 	cp.notice_arg = &r;
 	cp.progress = repl_progress;
 	cp.progress_arg = &r;
+	cp.interrupt = r.interrupt;
 	if (conv_mgr_new(&r.mgr, r.e, r.st, &cp, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: %s\n", err);
 		goto out;
 	}
-	if (open_conversation(&r, &o) != 0)
+	if ((rc = open_conversation(&r, &o)) != 0) {
+		status = rc == KVC_EINTR ? 130 : 1;
 		goto out;
+	}
 	status = r.tty ? repl_loop_terminal(&r) : repl_loop_batch(&r);
 out:
 	conv_mgr_free(r.mgr);

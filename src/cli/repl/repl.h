@@ -59,7 +59,9 @@ void repl_notice(void *arg, const char *line);
 /*
  * Run one turn (or a retry when retry is true) and print reply and stats:
  * 0, or the conversation's KVC_E* code after printing its error
- * (KVC_ERANGE: the turn was refused as too long for the context).
+ * (KVC_ERANGE: the turn was refused as too long for the context), or
+ * KVC_EINTR when Ctrl-C stopped it: in the rebuild of the cache or the
+ * prefill (nothing stored), or in the reply (kept, marked interrupted).
  */
 int repl_turn(struct kvc_repl *r, const char *text, bool retry);
 /* Make c (already open) the conversation being talked to. */
@@ -74,6 +76,19 @@ void repl_show_msgs(struct kvc_repl *r, int n);
 void repl_describe(struct kvc_repl *r, char *buf, size_t len);
 /* Print the stats line of one turn to f (dim when f is stdout and colour is on). */
 void repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s);
+/*
+ * The --stats-json record of one turn (one line, newline included) appended
+ * to b: stop is the stats line's reason ("max tokens", "context full",
+ * "interrupted"; NULL: "eos", the model ended its turn); ttft_ms is null when
+ * no reply token came; kv: the cache's type and bytes per position (in
+ * memory and in a snapshot alike). 0 or KVC_ENOMEM.
+ */
+struct repl_kv_facts {
+	const char *type;
+	size_t bytes_per_pos;
+};
+int repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
+    const struct conv_stats *s, const char *stop, const struct repl_kv_facts *kv);
 
 /* paths.c */
 /* $VAR/rest, or HOME/fallback/rest when $VAR is unset or not absolute (HOME
@@ -97,6 +112,20 @@ void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
 bool repl_clean_text(const char *in, char *out, size_t len);
 /* What is wrong with a listed conversation row, in buf; NULL when nothing is. */
 const char *repl_conv_damage(const struct sess_conv *c, char *buf, size_t len);
+/*
+ * One /list row to f: a '*' when cur, id, date of the last change, message
+ * count, title cleaned, "(damaged)" when it is (bold on a colour stdout
+ * when cur).
+ */
+void repl_print_conv_row(struct kvc_repl *r, FILE *f, const struct sess_conv *c, bool cur);
+/*
+ * The conversation args names, for what ("/resume", "--resume"): an id, or
+ * a title that one conversation has. 0 with *id set; otherwise the error is
+ * said (prefixed with what) and KVC_ENOTFOUND returned, or KVC_EINVAL when
+ * several conversations have the title (listed to f, as /list rows: none is
+ * chosen), or the store's error.
+ */
+int repl_pick_conv(struct kvc_repl *r, const char *what, const char *args, FILE *f, int64_t *id);
 
 /* input.c */
 /*

@@ -4,12 +4,16 @@
  * a damaged disk: a title can hold invalid UTF-8 or terminal escapes, a
  * settings text can be unreadable. /list shows such a row cleaned and says
  * what is wrong with it, instead of failing or writing raw bytes to the
- * terminal.
+ * terminal. The rows as /list shows them, and a conversation named by id
+ * or title (/resume, /delete, --resume, --session).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "repl.h"
+#include "cli/colour.h"
 
 /* U+FFFD, in place of a byte that is not UTF-8. */
 #define REPLACEMENT "\xef\xbf\xbd"
@@ -80,4 +84,54 @@ repl_conv_damage(const struct sess_conv *c, char *buf, size_t len)
 	if (n < len && conv_settings_check(c->settings, why, sizeof why) != KVC_OK)
 		n += (size_t)snprintf(buf + n, len - n, "%sthe settings: %s", n ? "; " : "", why);
 	return n ? buf : NULL;
+}
+
+void
+repl_print_conv_row(struct kvc_repl *r, FILE *f, const struct sess_conv *c, bool cur)
+{
+	bool bold = r->color && cur && f == stdout;
+	time_t t = (time_t)c->updated;
+	char when[32], title[256], bad[512];
+	struct tm tm;
+
+	if (localtime_r(&t, &tm) == NULL || strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm) == 0)
+		snprintf(when, sizeof when, "%-16s", "(no date)");
+	(void)repl_clean_text(c->title ? c->title : "", title, sizeof title);
+	fprintf(f, "%s%c %4" PRId64 "  %s  %4d msgs  %s%s%s\n", kvc_sgr(bold, KVC_SGR_BOLD),
+	    cur ? '*' : ' ', c->id, when, c->n_msgs, title,
+	    repl_conv_damage(c, bad, sizeof bad) ? "  (damaged)" : "",
+	    kvc_sgr(bold, KVC_SGR_RESET));
+}
+
+int
+repl_pick_conv(struct kvc_repl *r, const char *what, const char *args, FILE *f, int64_t *id)
+{
+	struct sess_conv *v;
+	char err[512], title[256];
+	const char *p;
+	int n, hits = 0;
+
+	for (p = args; *p >= '0' && *p <= '9'; p++)
+		;
+	if (*p == '\0' && sess_conv_find(r->st, args, id, err, sizeof err) == 0)
+		return 0;	/* an id (or a numeric title) */
+	if (sess_conv_list(r->st, &v, &n, err, sizeof err)) {
+		repl_error(r, "%s: %s", what, err);
+		return KVC_EIO;
+	}
+	for (int i = 0; i < n; i++)
+		if (v[i].title && strcmp(v[i].title, args) == 0 && hits++ == 0)
+			*id = v[i].id;
+	(void)repl_clean_text(args, title, sizeof title);
+	if (hits > 1) {
+		repl_error(r, "%s: %d conversations are titled '%s'; give the id:", what, hits, title);
+		for (int i = 0; i < n; i++)
+			if (v[i].title && strcmp(v[i].title, args) == 0)
+				repl_print_conv_row(r, f, &v[i], r->cur && conv_id(r->cur) == v[i].id);
+		fflush(f);
+	} else if (hits == 0) {
+		repl_error(r, "%s: no conversation with id or title '%s'", what, title);
+	}
+	sess_conv_list_free(v, n);
+	return hits == 1 ? 0 : hits > 1 ? KVC_EINVAL : KVC_ENOTFOUND;
 }

@@ -84,20 +84,23 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	fflush(f);
 }
 
-/* One JSON object per turn, appended to --stats-json's file. */
-static void
-write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
+int
+repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
+    const struct conv_stats *s, const char *stop, const struct repl_kv_facts *kv)
 {
-	struct kvc_buf b = {0};
-	const char *title = conv_title(r->cur);
-	char err[1024];
-	int rc, fd;
+	char ttft[32] = "null";
+	int rc;
 
-	rc = kvc_buf_printf(&b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
-	    r->turn, conv_id(r->cur));
-	rc = rc ? rc : kvc_json_str(&b, title, title ? strlen(title) : 0);
-	rc = rc ? rc : kvc_buf_printf(&b, ",\"prompt_tokens\":%d,\"reused_tokens\":%d,"
-	    "\"prefill_tokens\":%d,\"gen_tokens\":%d,\"ttft_ms\":%.3f,\"prefill_tps\":%.3f,"
+	/* No reply token, no time to it: null, never a 0 that reads as instant. */
+	if (s->gen_tokens > 0)
+		snprintf(ttft, sizeof ttft, "%.3f", s->ttft_ms);
+	rc = kvc_buf_printf(b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
+	    turn, id);
+	rc = rc ? rc : kvc_json_str(b, title, title ? strlen(title) : 0);
+	rc = rc ? rc : kvc_buf_printf(b, ",\"stop\":\"%s\",\"ttft_ms\":%s", stop ? stop : "eos",
+	    ttft);
+	rc = rc ? rc : kvc_buf_printf(b, ",\"prompt_tokens\":%d,\"reused_tokens\":%d,"
+	    "\"prefill_tokens\":%d,\"gen_tokens\":%d,\"prefill_tps\":%.3f,"
 	    "\"decode_tps\":%.3f,\"context_used\":%d,\"context_total\":%d,"
 	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
 	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
@@ -106,14 +109,28 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 	    "\"snapshot_bytes_per_pos\":%zu,\"slid_tokens\":%d,\"spec_proposed\":%d,"
 	    "\"spec_accepted\":%d,\"forward_passes\":%d}\n", s->prompt_tokens, s->reused_tokens,
 	    s->prefill_tokens,
-	    s->gen_tokens, s->ttft_ms, s->prefill_tps, s->decode_tps, s->context_used,
+	    s->gen_tokens, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
 	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
-	    eng_kv_type_name(eng_kv_type(r->e)), eng_kv_bytes_per_pos(r->e),
-	    eng_kv_bytes_per_pos(r->e), s->slid_tokens, s->spec_proposed, s->spec_accepted,
-	    s->forward_passes);
+	    kv->type, kv->bytes_per_pos, kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
+	    s->spec_accepted, s->forward_passes);
+	return rc;
+}
+
+/* One JSON object per turn, appended to --stats-json's file. */
+static void
+write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
+{
+	struct kvc_buf b = {0};
+	struct repl_kv_facts kv = { eng_kv_type_name(eng_kv_type(r->e)),
+	    eng_kv_bytes_per_pos(r->e) };
+	char err[1024];
+	int rc, fd;
+
+	rc = repl_stats_record(&b, r->turn, conv_id(r->cur), conv_title(r->cur), s,
+	    stop_reason(r, s), &kv);
 	if (rc == 0) {
 		/* 0600 when created (titles are the first words of a conversation),
 		 * never through a link planted by someone else. */
@@ -136,6 +153,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_io io;
 	char err[512];
 	const char *why;
+	bool sigint;
 	int rc;
 
 	/* Refused before generating: a reply that could not be kept is not worth its time. */
@@ -152,7 +170,15 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	*r->interrupt = 0;
 	rc = retry ? conv_retry(r->cur, &io, &s, err, sizeof err) :
 	    conv_turn(r->cur, text, &io, &s, err, sizeof err);
+	sigint = *r->interrupt != 0;
 	*r->interrupt = 0;
+	if (rc == KVC_EINTR && !s.interrupted) {
+		/* Stopped in the rebuild of the cache, before the turn began. */
+		printf("%s", r->tty ? " ^C\n" : "");
+		fprintf(stderr, "kvchat: %s; the message was not sent%s\n", err,
+		    r->tty ? " (the Up key brings it back)" : "");
+		return KVC_EINTR;
+	}
 	if (rc == KVC_EINTR) {
 		/* Stopped in the prefill: the turn was taken back whole. */
 		printf("%s", r->tty ? " ^C\n" : "");
@@ -160,7 +186,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 		    "computed): nothing was stored%s\n", s.prefill_tokens, s.prompt_tokens,
 		    r->tty ? "; the Up key brings the message back" : "");
 		repl_print_stats(r, r->tty ? stdout : stderr, &s);
-		return r->tty ? 0 : 1;
+		return KVC_EINTR;
 	}
 	if (rc) {
 		repl_error(r, "%s", err);
@@ -178,7 +204,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	}
 	if (r->stats_json)
 		write_stats_json(r, &s);
-	return 0;
+	return sigint ? KVC_EINTR : 0;
 }
 
 void
