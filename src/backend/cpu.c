@@ -21,9 +21,18 @@
  * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16 or F32,
  * grown by doubling up to n_ctx. The attention's row kernels (scalar and
- * AVX2) are in cpu_simd.c.
+ * AVX2) are in cpu_simd.c; what differs between architectures (RoPE
+ * bases, gate activation, softcaps) in cpu_arch.c.
+ *
+ * Gemma (hp.post_norms ...): embeddings scaled by hp.embd_scale, RMSNorm of
+ * the attention and FFN outputs before each residual add, GELU gate, and
+ * windowed layers (model_layer_swa) that attend only to the last hp.n_swa
+ * positions with their own RoPE frequencies. The cache of a windowed layer
+ * is kept whole and the window applied as a mask: exact, but not the memory
+ * saving a bounded cache would give.
  */
 #include "backend.h"
+#include "cpu_arch.h"
 #include "cpu_simd.h"
 #include "quant/quant.h"
 #include "threadpool.h"
@@ -50,6 +59,7 @@ struct cpu_vecs {
 	float *attn_norm, *ffn_norm;	/* (n_embd) */
 	float *bq, *bk, *bv;		/* (q_dim), (kv_dim) x2, or NULL */
 	float *q_norm, *k_norm;		/* (head_dim) or NULL */
+	float *attn_post_norm, *ffn_post_norm;	/* gemma (n_embd), else NULL */
 };
 
 struct cpu_ctx {
@@ -63,6 +73,7 @@ struct cpu_ctx {
 	struct cpu_vecs *vecs;		/* [n_layer] */
 	float *out_norm;		/* (n_embd) */
 	double *inv_freq;		/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
+	double *inv_freq_swa;		/* (rope_dim/2): the same for windowed layers */
 
 	/* scratch for up to cap_tok tokens, token-major */
 	int cap_tok;
@@ -72,7 +83,7 @@ struct cpu_ctx {
 	float *k, *v;			/* (cap_tok, kv_dim) */
 	float *att;			/* (cap_tok, q_dim) attention output */
 	float *hb, *hb2;		/* (cap_tok, n_ff) */
-	float *rope_cs;			/* (cap_tok, rope_dim/2, 2) cos, sin */
+	float *rope_cs;			/* (2, cap_tok, rope_dim/2, 2) cos, sin: global, windowed layers */
 	void *xq;			/* (cap_tok) x q_act_bytes(act_in): int8 activations */
 	int64_t act_in;			/* widest product input, rounded up to 32 elements */
 	int cap_att;			/* positions the per-thread attention rows hold */
@@ -111,7 +122,8 @@ struct mm_job {
 	struct mm_task t[3];
 	int n_task;
 	int n_tok;
-	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = silu(gate) * up */
+	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = act(gate) * up */
+	bool gelu;		/* act = GELU (tanh form), else SiLU */
 	/* filled by matmul() */
 	int64_t n_in;
 	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
@@ -137,15 +149,10 @@ mm_run(void *arg, int ith, int nth)
 			    j->n_in, j->t[i].y, w->n_out, r0, r1);
 	}
 	if (j->swiglu) {
-		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth, r;
+		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
 
-		for (tok = 0; tok < j->n_tok; tok++) {
-			float *g = j->t[0].y + tok * n;
-			const float *u = j->t[1].y + tok * n;
-
-			for (r = r0; r < r1; r++)
-				g[r] = g[r] / (1.0f + expf(-g[r])) * u[r];
-		}
+		for (tok = 0; tok < j->n_tok; tok++)
+			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 
@@ -216,18 +223,21 @@ att_run(void *arg, int ith, int nth)
 	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
 	float *s = c->att_s + (size_t)ith * c->cap_att;
 	float *o = c->att_o + (size_t)ith * hd;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const float scale = hp->attn_scale, cap = hp->attn_softcap;
+	/* a windowed layer sees keys p with (query position - p) < n_swa */
+	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 	bool f16 = j->kv->type == GGML_TYPE_F16;
 	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
 	size_t rb = j->kv->row_bytes;
 
 	for (it = i0; it < i1; it++) {
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
+		int p0 = win > 0 && n_pos > win ? n_pos - win : 0;
 		size_t off = (size_t)(h / group) * hd * (f16 ? 2 : 4);
 		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
 		float mx = -INFINITY, sum = 0;
 
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			const void *kr = K + (size_t)p * rb + off;
 			float d;
 #ifdef HAVE_X86_SIMD
@@ -236,16 +246,16 @@ att_run(void *arg, int ith, int nth)
 			else
 #endif
 				d = f16 ? cpu_dot_f16(kr, q, hd) : cpu_dot_f32(kr, q, hd);
-			s[p] = d * scale;
+			s[p] = cap > 0 ? cap * tanhf(d * scale / cap) : d * scale;
 			if (s[p] > mx)
 				mx = s[p];
 		}
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			s[p] = expf(s[p] - mx);
 			sum += s[p];
 		}
 		memset(o, 0, (size_t)hd * sizeof *o);
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			const void *vr = V + (size_t)p * rb + off;
 			float a = s[p] / sum;
 #ifdef HAVE_X86_SIMD
@@ -290,7 +300,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	struct cpu_ctx *c;
 	size_t n_vec = 0;
 	float *mem;
-	int il, i, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : kvc_n_cores();
+	int il, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : kvc_n_cores();
 
 	*out = NULL;
 	c = calloc(1, sizeof *c);
@@ -323,13 +333,16 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 			n_vec += (size_t)c->q_dim + 2 * (size_t)c->kv_dim;
 		if (w->q_norm.data)
 			n_vec += 2 * (size_t)hp->head_dim;
+		if (w->attn_post_norm.data)
+			n_vec += 2 * (size_t)hp->n_embd;
 	}
 	n_vec += (size_t)hp->n_embd;
 	c->vec_mem = malloc(n_vec * sizeof(float));
 	/* model_load guarantees positive sizes; the casts tell the compiler so */
 	c->vecs = calloc((unsigned)hp->n_layer, sizeof *c->vecs);
 	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
-	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL) {
+	c->inv_freq_swa = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL || c->inv_freq_swa == NULL) {
 		cpu_free(c);
 		kvc_err(err, errlen, "out of memory for model vectors");
 		return KVC_ENOMEM;
@@ -346,21 +359,16 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		dequant_vec(&w->bv, &v->bv, &mem);
 		dequant_vec(&w->q_norm, &v->q_norm, &mem);
 		dequant_vec(&w->k_norm, &v->k_norm, &mem);
+		dequant_vec(&w->attn_post_norm, &v->attn_post_norm, &mem);
+		dequant_vec(&w->ffn_post_norm, &v->ffn_post_norm, &mem);
 	}
 	dequant_vec(&m->output_norm, &c->out_norm, &mem);
-	for (i = 0; i < hp->rope_dim / 2; i++) {
-		double f = hp->rope_freq_scale * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
-
-		if (m->rope_freqs.data != NULL) {
-			float ff;
-
-			/* one element at a time: the vector's type has block size 1 */
-			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
-			    (size_t)i * gguf_dtype_size(m->rope_freqs.type), &ff, 1);
-			f /= ff;
-		}
-		c->inv_freq[i] = f;
-	}
+	cpu_rope_freqs(c->inv_freq, hp->rope_dim, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
+	if (hp->n_swa > 0)
+		cpu_rope_freqs(c->inv_freq_swa, hp->rope_dim, hp->rope_theta_swa,
+		    hp->rope_freq_scale_swa, NULL);
+	else
+		memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
 	if (p && p->progress)
 		p->progress(p->progress_arg, m->weight_bytes, m->weight_bytes);
 	*out = c;
@@ -399,6 +407,7 @@ cpu_free(void *ctx)
 	free(c->vec_mem);
 	free(c->vecs);
 	free(c->inv_freq);
+	free(c->inv_freq_swa);
 	/* caches still alive belong to their owners; they are only unlinked */
 	free(c);
 }
@@ -423,7 +432,7 @@ reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errle
 		c->att = malloc(t * c->q_dim * sizeof(float));
 		c->hb = malloc(t * hp->n_ff * sizeof(float));
 		c->hb2 = malloc(t * hp->n_ff * sizeof(float));
-		c->rope_cs = malloc(t * (size_t)hp->rope_dim * sizeof(float));
+		c->rope_cs = malloc(2 * t * (size_t)hp->rope_dim * sizeof(float));
 		c->xq = malloc(t * q_act_bytes(c->act_in));
 		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||
 		    !c->hb2 || !c->rope_cs || !c->xq) {
@@ -651,6 +660,91 @@ rope(float *x, const float *cs, int rope_dim, bool neox)
 	}
 }
 
+/*
+ * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
+ * RoPE with the layer's frequencies; K and V stored into the cache at pos0..
+ */
+static void
+layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
+{
+	const struct kvc_hparams *hp = &c->hp;
+	const struct cpu_vecs *v = &c->vecs[il];
+	const float *cs_all = c->rope_cs + (model_layer_swa(hp, il) ?
+	    (size_t)c->cap_tok * hp->rope_dim : 0);
+	int hd = hp->head_dim, t, h, i;
+
+	for (t = 0; t < n; t++) {
+		float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
+		float *vv = c->v + (size_t)t * c->kv_dim;
+		const float *cs = cs_all + (size_t)t * hp->rope_dim;
+
+		if (v->bq) {
+			for (i = 0; i < c->q_dim; i++)
+				q[i] += v->bq[i];
+			for (i = 0; i < c->kv_dim; i++) {
+				k[i] += v->bk[i];
+				vv[i] += v->bv[i];
+			}
+		}
+		for (h = 0; h < hp->n_head; h++) {
+			if (v->q_norm)
+				rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
+			rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
+		}
+		for (h = 0; h < hp->n_head_kv; h++) {
+			if (v->k_norm)
+				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
+			rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
+		}
+		store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
+		store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
+	}
+}
+
+/* x += xb over n tokens, xb first RMSNormed by post (gemma's post-norms) unless NULL. */
+static void
+residual_add(struct cpu_ctx *c, int n, const float *post)
+{
+	int E = c->hp.n_embd, t;
+	size_t i;
+
+	if (post != NULL)
+		for (t = 0; t < n; t++)
+			rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, post, E, c->hp.rms_eps);
+	for (i = 0; i < (size_t)n * E; i++)
+		c->x[i] += c->xb[i];
+}
+
+/* Embeddings of tok[0..n) into x, and the RoPE cos/sin of positions pos0.. */
+static void
+embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
+{
+	const struct kvc_model *m = c->m;
+	const struct kvc_hparams *hp = &c->hp;
+	int E = hp->n_embd, half = hp->rope_dim / 2, t, i, sw;
+
+	for (t = 0; t < n; t++) {
+		float *x = c->x + (size_t)t * E;
+
+		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
+		    (size_t)tok[t] * m->tok_embd.row_bytes, x, E);
+		if (hp->embd_scale != 1.0f)
+			for (i = 0; i < E; i++)
+				x[i] *= hp->embd_scale;
+		for (sw = 0; sw < 2; sw++) {
+			const double *f = sw ? c->inv_freq_swa : c->inv_freq;
+			float *cs = c->rope_cs + ((size_t)sw * c->cap_tok + t) * hp->rope_dim;
+
+			for (i = 0; i < half; i++) {
+				double a = (double)(pos0 + t) * f[i];
+
+				cs[2 * i] = (float)cos(a);
+				cs[2 * i + 1] = (float)sin(a);
+			}
+		}
+	}
+}
+
 /* Tokens tok[0..n) at positions pos0.. (n <= cap_tok); logits for rows [lo, n) into out. */
 static void
 forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, int pos0,
@@ -658,20 +752,9 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 {
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &c->hp;
-	int E = hp->n_embd, hd = hp->head_dim, half = hp->rope_dim / 2;
-	int t, il, h, i;
+	int E = hp->n_embd, t, il;
 
-	for (t = 0; t < n; t++) {
-		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
-		    (size_t)tok[t] * m->tok_embd.row_bytes, c->x + (size_t)t * E, E);
-		for (i = 0; i < half; i++) {
-			double a = (double)(pos0 + t) * c->inv_freq[i];
-
-			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i] = (float)cos(a);
-			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i + 1] = (float)sin(a);
-		}
-	}
-
+	embed_chunk(c, tok, n, pos0);
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
 		const struct cpu_vecs *v = &c->vecs[il];
@@ -681,52 +764,24 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 		for (t = 0; t < n; t++)
 			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, E, hp->rms_eps);
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
-		    { &w->wv, c->v } }, 3, n, false, 0, NULL };
+		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
 		matmul(c, &j);
-
-		for (t = 0; t < n; t++) {
-			float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
-			float *vv = c->v + (size_t)t * c->kv_dim;
-			const float *cs = c->rope_cs + (size_t)t * hp->rope_dim;
-
-			if (v->bq) {
-				for (i = 0; i < c->q_dim; i++)
-					q[i] += v->bq[i];
-				for (i = 0; i < c->kv_dim; i++) {
-					k[i] += v->bk[i];
-					vv[i] += v->bv[i];
-				}
-			}
-			for (h = 0; h < hp->n_head; h++) {
-				if (v->q_norm)
-					rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
-				rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
-			}
-			for (h = 0; h < hp->n_head_kv; h++) {
-				if (v->k_norm)
-					rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
-				rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
-			}
-			store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
-			store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
-		}
+		layer_qkv(c, kv, il, n, pos0);
 
 		tp_run(c->pool, att_run, &aj);
 
-		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, 0, NULL };
+		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		for (i = 0; i < n * E; i++)
-			c->x[i] += c->xb[i];
+		residual_add(c, n, v->attn_post_norm);
 
 		for (t = 0; t < n; t++)
 			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, E, hp->rms_eps);
 		j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
-		    2, n, true, 0, NULL };
+		    2, n, true, hp->ffn_gelu, 0, NULL };
 		matmul(c, &j);
-		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, 0, NULL };
+		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		for (i = 0; i < n * E; i++)
-			c->x[i] += c->xb[i];
+		residual_add(c, n, v->ffn_post_norm);
 	}
 
 	if (out != NULL && lo < n) {
@@ -734,8 +789,10 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 
 		for (t = lo; t < n; t++)
 			rmsnorm(c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, E, hp->rms_eps);
-		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, 0, NULL };
+		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL };
 		matmul(c, &j);
+		if (hp->final_softcap > 0)
+			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
 	}
 }
 

@@ -118,6 +118,19 @@ chat_detect(const char *jinja)
 	return -1;
 }
 
+int
+chat_family_for_arch(const char *arch)
+{
+	if (arch == NULL)
+		return -1;
+	/* gemma, gemma2, gemma3: every Gemma release uses <start_of_turn> */
+	if (strncmp(arch, "gemma", 5) == 0)
+		return CHAT_GEMMA;
+	if (strcmp(arch, "phi3") == 0)
+		return CHAT_PHI3;
+	return -1;
+}
+
 const char *
 chat_default_system(enum chat_family f, const char *jinja)
 {

@@ -102,6 +102,12 @@ int chat_family_from_name(const char *name);
  * is not recognised (callers then warn and use CHAT_CHATML).
  */
 int chat_detect(const char *jinja);
+/*
+ * Family a file without a chat template implies by its architecture
+ * (general.architecture: gemma* -> gemma, phi3 -> phi3), or -1 when the
+ * architecture says nothing (callers then warn and use CHAT_CHATML).
+ */
+int chat_family_for_arch(const char *arch);
 
 /* Default system prompt the family inserts when none is given (ChatML/Qwen2.5), or NULL. */
 const char *chat_default_system(enum chat_family f, const char *jinja);

@@ -1,17 +1,26 @@
 /*
  * model.c: read a transformer's hyper-parameters and locate its weights in
- * a GGUF (architectures llama, qwen2, qwen3), checking everything a backend
+ * a GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3), checking everything a backend
  * will rely on: presence, shape and type of every tensor, and that the file
  * asks for nothing kvchat does not implement.
  *
  * Keys and tensor names are llama.cpp's. RoPE pairing follows llama.cpp's
  * rope types: its converter permutes llama Q/K rows into Meta's interleaved
  * order, so GGUF llama files rotate adjacent pairs (2i, 2i+1); qwen2/qwen3
- * keep the Hugging Face order and rotate (i, i + d/2) ("NeoX").
+ * keep the Hugging Face order and rotate (i, i + d/2) ("NeoX"), as do gemma2/3.
+ *
+ * Gemma: llama.cpp's converter adds 1 to every Gemma norm weight (Hugging
+ * Face computes x * (1 + w)), so the GGUF norms are plain RMSNorm weights.
+ * The defaults for keys a gemma file may lack are llama.cpp's
+ * (llama-model.cpp, load_hparams): gemma3 windows only when
+ * attention.sliding_window is present and > 0, every 6th layer global,
+ * windowed layers' RoPE base 10000 at scale 1; gemma2 window 4096, every
+ * other layer global, softcaps 50 (scores) and 30 (logits).
  */
 #include "model.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +36,8 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_LLAMA: return "llama";
 	case KVC_ARCH_QWEN2: return "qwen2";
 	case KVC_ARCH_QWEN3: return "qwen3";
+	case KVC_ARCH_GEMMA2: return "gemma2";
+	case KVC_ARCH_GEMMA3: return "gemma3";
 	}
 	return "?";
 }
@@ -169,6 +180,7 @@ static const char *const layer_suffixes[] = {
 	"attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
 	"ffn_down.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
 	"attn_q_norm.weight", "attn_k_norm.weight",
+	"post_attention_norm.weight", "post_ffw_norm.weight",
 };
 
 /*
@@ -190,12 +202,61 @@ known_tensor(const struct kvc_model *m, const char *name)
 	if (sscanf(name, "blk.%d.%n", &il, &off) != 1 || off == 0 || il < 0 ||
 	    il >= m->hp.n_layer)
 		return false;
-	if (m->hp.arch != KVC_ARCH_QWEN3)
-		nsuf -= 2;	/* q/k norms are qwen3's */
 	for (j = 0; j < nsuf; j++)
 		if (strcmp(name + off, layer_suffixes[j]) == 0)
-			return true;
-	return false;
+			break;
+	if (j == nsuf)
+		return false;
+	if (j >= 14)	/* post-norms are gemma's */
+		return m->hp.post_norms;
+	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
+		return m->hp.arch == KVC_ARCH_QWEN3 || m->hp.arch == KVC_ARCH_GEMMA3;
+	return true;
+}
+
+/*
+ * Gemma 2 and 3 (llama.cpp's load_hparams for LLM_ARCH_GEMMA2/GEMMA3):
+ * embeddings scaled by sqrt(n_embd), GELU gate, post-norms, interleaved
+ * sliding-window layers with their own RoPE base, optional softcaps. The 27B
+ * models (recognised, as llama.cpp does, by their layer count) scale
+ * queries by 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim).
+ */
+static int
+read_gemma(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	bool g2 = hp->arch == KVC_ARCH_GEMMA2;
+	int rc, big = g2 ? 46 : 62;
+
+	hp->embd_scale = sqrtf((float)hp->n_embd);
+	hp->ffn_gelu = true;
+	hp->post_norms = true;
+	if (hp->n_layer == big)
+		hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_head)));
+	hp->n_swa = g2 ? 4096 : 0;
+	hp->swa_period = g2 ? 2 : 6;
+	hp->rope_theta_swa = g2 ? hp->rope_theta : 10000.0f;
+	hp->rope_freq_scale_swa = g2 ? hp->rope_freq_scale : 1.0f;
+	if ((rc = hp_int(l, "attention.sliding_window", hp->n_swa, &hp->n_swa)))
+		return rc;
+	if ((hp->n_swa > 0 || g2) &&
+	    ((rc = hp_int(l, "attention.sliding_window_pattern", hp->swa_period, &hp->swa_period)) ||
+	    (rc = hp_float(l, "rope.freq_base_swa", hp->rope_theta_swa, false, &hp->rope_theta_swa))))
+		return rc;
+	if (!(hp->rope_theta_swa > 1)) {
+		kvc_err(l->err, l->errlen, "%s: bad rope base %g for the windowed layers",
+		    gguf_path(l->f), hp->rope_theta_swa);
+		return KVC_EFORMAT;
+	}
+	if (g2 && (rc = hp_float(l, "attn_logit_softcapping", 50.0, false, &hp->attn_softcap)))
+		return rc;
+	if ((rc = hp_float(l, "final_logit_softcapping", g2 ? 30.0 : 0.0, false, &hp->final_softcap)))
+		return rc;
+	if (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0)) {
+		kvc_err(l->err, l->errlen, "%s: negative softcap", gguf_path(l->f));
+		return KVC_EFORMAT;
+	}
+	return 0;
 }
 
 static int
@@ -282,6 +343,61 @@ read_hparams(struct loader *l)
 		hp->rope_freq_scale = 1.0f / factor;
 	}
 	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA;
+	hp->embd_scale = 1.0f;
+	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
+	if (hp->arch == KVC_ARCH_GEMMA2 || hp->arch == KVC_ARCH_GEMMA3)
+		return read_gemma(l);
+	return 0;
+}
+
+/* Layer il's tensors: presence, shapes and types, and their bytes counted. */
+static int
+load_layer(struct loader *l, int il)
+{
+	struct kvc_model *m = l->m;
+	const struct kvc_hparams *hp = &m->hp;
+	struct kvc_layer_weights *w = &m->layers[il];
+	int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+	bool qk_norm = hp->arch == KVC_ARCH_QWEN3 || hp->arch == KVC_ARCH_GEMMA3;
+	bool post = hp->post_norms;
+	int rc;
+	size_t j;
+
+	if ((rc = layer_tensor(l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = layer_tensor(l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
+	    (rc = layer_tensor(l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
+	    (rc = layer_tensor(l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
+	    (rc = layer_tensor(l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
+	    (rc = layer_tensor(l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
+	    (rc = layer_tensor(l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ||
+	    (rc = layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+	    (rc = layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+	    (rc = layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
+	    (rc = layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ||
+	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
+	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
+		return rc;
+	/* qwen2 always has Q/K/V biases; a partial set is a broken file */
+	if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
+	    (w->bq.data == NULL) != (w->bv.data == NULL)) {
+		kvc_err(l->err, l->errlen, "%s: layer %d has only some of the Q/K/V biases",
+		    gguf_path(l->f), il);
+		return KVC_EFORMAT;
+	}
+	{
+		const struct kvc_weight *all[] = {
+			&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
+			&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
+			&w->w_up, &w->w_down, &w->attn_post_norm, &w->ffn_post_norm,
+		};
+
+		for (j = 0; j < sizeof all / sizeof all[0]; j++)
+			if (all[j]->data != NULL)
+				m->weight_bytes += all[j]->row_bytes * (size_t)all[j]->n_out;
+	}
 	return 0;
 }
 
@@ -292,7 +408,7 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	struct kvc_hparams *hp = &m->hp;
 	const struct gguf_tensor *te;
 	const char *arch;
-	int64_t i, qd, kvd;
+	int64_t i;
 	int rc, il;
 
 	memset(m, 0, sizeof *m);
@@ -308,8 +424,12 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_QWEN2;
 	else if (strcmp(arch, "qwen3") == 0)
 		hp->arch = KVC_ARCH_QWEN3;
+	else if (strcmp(arch, "gemma2") == 0)
+		hp->arch = KVC_ARCH_GEMMA2;
+	else if (strcmp(arch, "gemma3") == 0)
+		hp->arch = KVC_ARCH_GEMMA3;
 	else {
-		kvc_err(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2, qwen3)",
+		kvc_err(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, gemma3)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}
@@ -349,47 +469,9 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		rc = KVC_ENOMEM;
 		goto fail;
 	}
-	qd = (int64_t)hp->n_head * hp->head_dim;
-	kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-	for (il = 0; il < hp->n_layer; il++) {
-		struct kvc_layer_weights *w = &m->layers[il];
-		bool qk_norm = hp->arch == KVC_ARCH_QWEN3;
-
-		if ((rc = layer_tensor(&l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
-		    (rc = layer_tensor(&l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
-		    (rc = layer_tensor(&l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
-		    (rc = layer_tensor(&l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
-		    (rc = layer_tensor(&l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
-		    (rc = layer_tensor(&l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
-		    (rc = layer_tensor(&l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
-		    (rc = layer_tensor(&l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
-		    (rc = layer_tensor(&l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
-		    (rc = layer_tensor(&l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ||
-		    (rc = layer_tensor(&l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)))
+	for (il = 0; il < hp->n_layer; il++)
+		if ((rc = load_layer(&l, il)))
 			goto fail;
-		/* qwen2 always has Q/K/V biases; a partial set is a broken file */
-		if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
-		    (w->bq.data == NULL) != (w->bv.data == NULL)) {
-			kvc_err(err, errlen, "%s: layer %d has only some of the Q/K/V biases", gguf_path(f), il);
-			rc = KVC_EFORMAT;
-			goto fail;
-		}
-		{
-			const struct kvc_weight *all[] = {
-				&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
-				&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
-				&w->w_up, &w->w_down,
-			};
-			size_t j;
-
-			for (j = 0; j < sizeof all / sizeof all[0]; j++)
-				if (all[j]->data != NULL)
-					m->weight_bytes += all[j]->row_bytes * (size_t)all[j]->n_out;
-		}
-	}
 	for (i = 0; i < gguf_n_tensors(f); i++) {
 		const char *name = gguf_tensor(f, i)->name;
 
