@@ -441,6 +441,53 @@ eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
 }
 
 int
+eng_seq_append_scored(struct kvc_seq *s, const int32_t *tokens, int n, float *all_logits,
+    struct eng_stats *st, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	double t0;
+	int rc;
+
+	stats_begin(st);
+	if (n <= 0 || tokens == NULL || all_logits == NULL) {
+		kvc_err(err, errlen, "append: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	/* what is pending first, so that the new tokens start right after the cache */
+	if ((rc = compute_pending(s, st, err, errlen)))
+		return rc;
+	if ((size_t)n > (size_t)e->n_ctx - s->toks.n) {
+		kvc_err(err, errlen, "context full: %zu + %d tokens exceed the context of %d",
+		    s->toks.n, n, e->n_ctx);
+		return KVC_ERANGE;
+	}
+	if ((rc = check_ids(e, tokens, n, err, errlen)) || (rc = ensure_resident(s, err, errlen)))
+		return rc;
+	if (st)
+		st->n_reused = s->n_cached;
+	if (kvc_tokens_append(&s->toks, tokens, (size_t)n) != KVC_OK) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	s->have_logits = false;
+	t0 = kvc_now();
+	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, all_logits, true, err, errlen);
+	if (rc) {
+		s->toks.n -= (size_t)n;
+		return rc;
+	}
+	s->n_cached += n;
+	memcpy(s->logits, all_logits + (size_t)(n - 1) * e->model.hp.n_vocab,
+	    (size_t)e->model.hp.n_vocab * sizeof *s->logits);
+	s->have_logits = true;
+	if (st) {
+		st->n_computed += n;
+		st->t_prefill += kvc_now() - t0;
+	}
+	return KVC_OK;
+}
+
+int
 eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
     struct eng_stats *st, char *err, size_t errlen)
 {

@@ -23,4 +23,10 @@ int sub_usage(const char *name, const char *usage, const char *why, const char *
 int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why);
 
+/*
+ * log p(tok) under softmax(logits[0..n)), in double precision throughout
+ * (the sum over a 262k vocabulary would lose digits in float).
+ */
+double sub_log_softmax(const float *logits, int n, int tok);
+
 #endif
