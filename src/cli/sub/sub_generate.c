@@ -16,7 +16,8 @@
 static const char gen_usage[] =
     "usage: kvchat generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [--threads N]\n"
-    "                       [--ctx N] [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n";
+    "                       [--ctx N] [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n"
+    "                       [--prompt-ids ID,...] [--logprobs K] [--json] [--force ID,...]\n";
 
 static int
 usage(const char *why, const char *arg)
@@ -30,7 +31,39 @@ struct gen_opts {
 	const char *model, *prompt;
 	long n_predict;			/* -1: the default */
 	bool ids;			/* print ids, not text */
+	bool json;			/* --json: one JSON object per step */
+	long logprobs;			/* --logprobs K (0: none) */
+	struct kvc_tokens prompt_ids;	/* --prompt-ids: the prompt as it is */
+	struct kvc_tokens force;	/* --force: teacher forcing */
+	bool have_prompt_ids, have_force;
 };
+
+/* "2,651,9" (commas or spaces) appended to out; KVC_OK or KVC_EINVAL / KVC_ENOMEM. */
+static int
+parse_ids(const char *s, struct kvc_tokens *out)
+{
+	char buf[16];
+	long v;
+	size_t n;
+
+	while (*s) {
+		if (*s == ',' || *s == ' ') {
+			s++;
+			continue;
+		}
+		n = strcspn(s, ", ");
+		if (n >= sizeof buf)
+			return KVC_EINVAL;
+		memcpy(buf, s, n);
+		buf[n] = 0;
+		if (kvc_parse_long(buf, 0, INT32_MAX, &v) != KVC_OK)
+			return KVC_EINVAL;
+		if (kvc_tokens_push(out, (int32_t)v) != KVC_OK)
+			return KVC_ENOMEM;
+		s += n;
+	}
+	return out->n > 0 ? KVC_OK : KVC_EINVAL;
+}
 
 /*
  * A sampling option (a row of conv_setting_table that is a sampler
@@ -73,6 +106,10 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 		o->ids = true;
 		return -1;
 	}
+	if (strcmp(a, "--json") == 0) {
+		o->json = true;
+		return -1;
+	}
 	if (val == NULL && a[0] == '-')
 		return usage("option needs a value or is unknown", a);
 	(*i)++;
@@ -84,6 +121,18 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 		o->model = val;
 	else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
 		o->prompt = val;
+	else if (strcmp(a, "--prompt-ids") == 0) {
+		o->have_prompt_ids = true;
+		if (parse_ids(val, &o->prompt_ids) != KVC_OK)
+			return usage("bad --prompt-ids (token ids separated by commas)", val);
+	} else if (strcmp(a, "--force") == 0) {
+		o->have_force = true;
+		if (parse_ids(val, &o->force) != KVC_OK)
+			return usage("bad --force (token ids separated by commas)", val);
+	} else if (strcmp(a, "--logprobs") == 0) {
+		if (kvc_parse_long(val, 1, 1000, &o->logprobs) != KVC_OK)
+			return usage("bad --logprobs (1 to 1000)", val);
+	}
 	else if (strcmp(a, "-n") == 0) {
 		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
 			return usage("bad -n", val);
@@ -240,15 +289,28 @@ sub_generate(int argc, char **argv)
 			return rc;
 	if (o.model == NULL)
 		return usage("no model given (-m FILE)", NULL);
+	if (o.prompt != NULL && o.have_prompt_ids)
+		return usage("-p and --prompt-ids exclude each other", NULL);
 	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: generate: %s\n", err);
 		return 1;
 	}
 	t_start = kvc_now();
-	rc = prompt_ids(e, o.prompt, &in);
-	if (rc == 0)
+	if (o.have_prompt_ids)
+		rc = kvc_tokens_append(&in, o.prompt_ids.v, o.prompt_ids.n) == KVC_OK ? 0 : 1;
+	else
+		rc = prompt_ids(e, o.prompt, &in);
+	if (rc == 0 && (o.json || o.logprobs > 0 || o.have_force)) {
+		struct sub_score_opts so = { &o.set.smp, (int)o.n_predict, (int)o.logprobs, o.json,
+		    o.prompt != NULL || o.have_prompt_ids, o.have_force ? &o.force : NULL };
+
+		rc = sub_score_run(e, &in, &so);
+	} else if (rc == 0) {
 		rc = complete(e, &o, &in, t_start);
+	}
 	eng_close(e);
 	kvc_tokens_free(&in);
+	kvc_tokens_free(&o.prompt_ids);
+	kvc_tokens_free(&o.force);
 	return rc;
 }
