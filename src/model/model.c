@@ -16,6 +16,15 @@
  * attention.sliding_window is present and > 0, every 6th layer global,
  * windowed layers' RoPE base 10000 at scale 1; gemma2 window 4096, every
  * other layer global, softcaps 50 (scores) and 30 (logits).
+ *
+ * phi3, chatglm, glm4 (llama.cpp's llm_build_phi3/chatglm/glm4): Q, K, V
+ * may come fused as attn_qkv (rows Q, then K, then V; chatglm/glm4 with a
+ * fused bias), and the FFN's gate and up fused as one ffn_up of 2 n_ff rows
+ * (gate first: ggml_swiglu is silu(first half) * second half). These are
+ * split into views of their rows. chatglm/glm4 rotate adjacent pairs over
+ * the first rope.dimension_count dimensions of each head; glm4 adds
+ * post-norms. phi3's sliding window is ignored, as llama.cpp does; its
+ * LongRoPE factors (rope_factors_long/short) are refused by name.
  */
 #include "model.h"
 #include "quant/quant.h"
@@ -38,6 +47,9 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_QWEN3: return "qwen3";
 	case KVC_ARCH_GEMMA2: return "gemma2";
 	case KVC_ARCH_GEMMA3: return "gemma3";
+	case KVC_ARCH_PHI3: return "phi3";
+	case KVC_ARCH_CHATGLM: return "chatglm";
+	case KVC_ARCH_GLM4: return "glm4";
 	}
 	return "?";
 }
@@ -181,6 +193,7 @@ static const char *const layer_suffixes[] = {
 	"ffn_down.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
 	"attn_q_norm.weight", "attn_k_norm.weight",
 	"post_attention_norm.weight", "post_ffw_norm.weight",
+	"attn_qkv.weight", "attn_qkv.bias",
 };
 
 /*
@@ -207,7 +220,10 @@ known_tensor(const struct kvc_model *m, const char *name)
 			break;
 	if (j == nsuf)
 		return false;
-	if (j >= 14)	/* post-norms are gemma's */
+	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4 */
+		return m->hp.arch == KVC_ARCH_PHI3 || m->hp.arch == KVC_ARCH_CHATGLM ||
+		    m->hp.arch == KVC_ARCH_GLM4;
+	if (j >= 14)	/* post-norms: gemma's, glm4's */
 		return m->hp.post_norms;
 	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
 		return m->hp.arch == KVC_ARCH_QWEN3 || m->hp.arch == KVC_ARCH_GEMMA3;
@@ -342,11 +358,100 @@ read_hparams(struct loader *l)
 		}
 		hp->rope_freq_scale = 1.0f / factor;
 	}
-	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA;
+	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA && hp->arch != KVC_ARCH_CHATGLM &&
+	    hp->arch != KVC_ARCH_GLM4;
+	hp->post_norms = hp->arch == KVC_ARCH_GLM4;
+	if (hp->arch == KVC_ARCH_GLM4) {
+		/* multimodal RoPE sections and multi-token-prediction layers change the graph */
+		static const char *const refused[] = { "rope.dimension_sections", "nextn_predict_layers" };
+		size_t i;
+
+		for (i = 0; i < 2; i++) {
+			snprintf(key, sizeof key, "%s.%s", l->arch, refused[i]);
+			if (gguf_find_key(f, key) >= 0 && (i == 0 || gguf_get_int(f, key, 0) > 0)) {
+				kvc_err(l->err, l->errlen, "%s: %s is not supported", gguf_path(f), key);
+				return KVC_EUNSUPPORTED;
+			}
+		}
+	}
 	hp->embd_scale = 1.0f;
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	if (hp->arch == KVC_ARCH_GEMMA2 || hp->arch == KVC_ARCH_GEMMA3)
 		return read_gemma(l);
+	return 0;
+}
+
+/* Rows [r0, r0 + n) of matrix f as a matrix of its own (a vector: elements). */
+static struct kvc_weight
+view(const struct kvc_weight *f, int64_t r0, int64_t n)
+{
+	struct kvc_weight v = *f;
+
+	if (f->n_out == 1) {
+		/* a vector (a fused bias, block size 1): elements r0 .. r0 + n */
+		v.data = (const char *)f->data + (size_t)r0 * gguf_dtype_size(f->type);
+		v.n_in = n;
+		v.row_bytes = gguf_dtype_row_size(f->type, n);
+	} else {
+		v.data = (const char *)f->data + (size_t)r0 * f->row_bytes;
+		v.n_out = n;
+	}
+	return v;
+}
+
+/* Q, K, V (and their biases): separate tensors, or views of a fused attn_qkv. */
+static int
+load_qkv(struct loader *l, struct kvc_layer_weights *w, int il, int64_t qd, int64_t kvd)
+{
+	const struct kvc_hparams *hp = &l->m->hp;
+	struct kvc_weight f, fb;
+	char name[96];
+	int rc;
+
+	snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+	if (gguf_find_tensor(l->f, name) == NULL)
+		return (rc = layer_tensor(l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
+		    (rc = layer_tensor(l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
+		    (rc = layer_tensor(l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
+		    (rc = layer_tensor(l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ? rc : 0;
+	if ((rc = layer_tensor(l, &f, il, "attn_qkv.weight", hp->n_embd, qd + 2 * kvd, false)) ||
+	    (rc = layer_tensor(l, &fb, il, "attn_qkv.bias", qd + 2 * kvd, 1, true)))
+		return rc;
+	if (fb.data != NULL && gguf_dtype_block(fb.type) != 1) {
+		kvc_err(l->err, l->errlen, "%s: blk.%d.attn_qkv.bias has block type %s (F32/F16/BF16 expected)",
+		    gguf_path(l->f), il, gguf_dtype_name(fb.type));
+		return KVC_EUNSUPPORTED;
+	}
+	w->wq = view(&f, 0, qd);
+	w->wk = view(&f, qd, kvd);
+	w->wv = view(&f, qd + kvd, kvd);
+	if (fb.data != NULL) {
+		w->bq = view(&fb, 0, qd);
+		w->bk = view(&fb, qd, kvd);
+		w->bv = view(&fb, qd + kvd, kvd);
+	}
+	return 0;
+}
+
+/* The FFN's gate and up: two tensors, or one ffn_up of 2 n_ff rows (gate first). */
+static int
+load_gate_up(struct loader *l, struct kvc_layer_weights *w, int il)
+{
+	const struct kvc_hparams *hp = &l->m->hp;
+	struct kvc_weight f;
+	char name[96];
+	int rc;
+
+	snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
+	if (gguf_find_tensor(l->f, name) != NULL || hp->arch < KVC_ARCH_PHI3)
+		return (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
+		    (rc = layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ? rc : 0;
+	if ((rc = layer_tensor(l, &f, il, "ffn_up.weight", hp->n_embd, 2 * (int64_t)hp->n_ff, false)))
+		return rc;
+	w->w_gate = view(&f, 0, hp->n_ff);
+	w->w_up = view(&f, hp->n_ff, hp->n_ff);
 	return 0;
 }
 
@@ -364,18 +469,12 @@ load_layer(struct loader *l, int il)
 	size_t j;
 
 	if ((rc = layer_tensor(l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
-	    (rc = layer_tensor(l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
-	    (rc = layer_tensor(l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
-	    (rc = layer_tensor(l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
-	    (rc = layer_tensor(l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
-	    (rc = layer_tensor(l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
-	    (rc = layer_tensor(l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ||
+	    (rc = load_qkv(l, w, il, qd, kvd)) ||
 	    (rc = layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
 	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
-	    (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
-	    (rc = layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ||
+	    (rc = load_gate_up(l, w, il)) ||
 	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)) ||
 	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
 	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
@@ -428,8 +527,15 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_GEMMA2;
 	else if (strcmp(arch, "gemma3") == 0)
 		hp->arch = KVC_ARCH_GEMMA3;
+	else if (strcmp(arch, "phi3") == 0)
+		hp->arch = KVC_ARCH_PHI3;
+	else if (strcmp(arch, "chatglm") == 0)
+		hp->arch = KVC_ARCH_CHATGLM;
+	else if (strcmp(arch, "glm4") == 0)
+		hp->arch = KVC_ARCH_GLM4;
 	else {
-		kvc_err(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2, qwen3, gemma2, gemma3)",
+		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}
@@ -475,6 +581,11 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	for (i = 0; i < gguf_n_tensors(f); i++) {
 		const char *name = gguf_tensor(f, i)->name;
 
+		if (strncmp(name, "rope_factors_", 13) == 0) {
+			kvc_err(err, errlen, "%s: LongRoPE (tensor %s) is not supported", gguf_path(f), name);
+			rc = KVC_EUNSUPPORTED;
+			goto fail;
+		}
 		if (!known_tensor(m, name)) {
 			kvc_err(err, errlen, "%s: tensor %s is not implemented for %s",
 			    gguf_path(f), name, arch);

@@ -1,6 +1,8 @@
 /*
  * model.h: a transformer's hyper-parameters and weight tensors, read from a
- * GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3). The weights stay in the file's
+ * GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm,
+ * glm4). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
+ * parts: views of the fused rows, so backends see one layout. The weights stay in the file's
  * mapping in their stored types; backends compute from (or upload) them.
  *
  * GGUF tensor shapes are ne[0] = columns (input dim), ne[1] = rows (output
@@ -13,7 +15,10 @@
 #include "core/kvc.h"
 #include "gguf/gguf.h"
 
-enum kvc_arch { KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3 };
+enum kvc_arch {
+	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
+	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4,
+};
 
 struct kvc_hparams {
 	enum kvc_arch arch;
@@ -28,7 +33,7 @@ struct kvc_hparams {
 	float rms_eps;
 	float rope_theta;	/* <arch>.rope.freq_base */
 	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
-	bool rope_neox;		/* qwen2/qwen3: rotate (i, i + d/2); llama: adjacent pairs (2i, 2i+1) */
+	bool rope_neox;		/* qwen2/qwen3/gemma/phi3: rotate (i, i + d/2); llama/chatglm/glm4: adjacent pairs (2i, 2i+1) */
 	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
 
 	/* Gemma's additions (neutral values for the other architectures) */

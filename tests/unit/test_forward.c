@@ -52,6 +52,10 @@
  *    <= 3.5e-7 for F32/F16/BF16, <= 0.036 quantised). Their windows (5
  *    positions, N_TOK = 12 and a 150-token prefill) make the masking count:
  *    a window one position too wide fails every gemma case.
+ *  - phi3, chatglm, glm4 read Q/K/V and gate/up from fused tensors (views
+ *    of their rows) and run the same 7 products; chatglm/glm4 rotate
+ *    adjacent pairs over half of each head, glm4 adds post-norms. Same
+ *    bounds (measured: <= 5.4e-7 for F32/F16/BF16, <= 0.054 quantised).
  */
 #include "gguf/gguf.h"
 #include "backend/backend.h"
@@ -83,6 +87,9 @@ struct spec {
 	/* gemma2/gemma3 keys written when > 0 (absent: llama.cpp's defaults) */
 	int n_swa, swa_pattern;
 	float attn_cap, final_cap;
+	/* phi3/chatglm/glm4: fused attn_qkv and gate+up ffn_up; rotated dims (0: head_dim) */
+	bool fused;
+	int rope_dim;
 };
 
 static bool
@@ -153,6 +160,8 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		gguf_w_str(w, K("rope.scaling.type"), "linear");
 		gguf_w_f32(w, K("rope.scaling.factor"), s->linear_scale);
 	}
+	if (s->rope_dim > 0)
+		gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)s->rope_dim);
 	if (s->n_swa > 0)
 		gguf_w_u32(w, K("attention.sliding_window"), (uint32_t)s->n_swa);
 	if (s->swa_pattern > 0)
@@ -174,10 +183,17 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		(snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add_tensor(w, n, type, nin, nout, sc, off))
 		T("attn_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
 		/* larger Q/K weights give peaked attention, which exercises softmax */
-		T("attn_q.weight", s->wtype, s->n_embd, qd, 2 * ms, 0);
-		T("attn_k.weight", s->wtype, s->n_embd, kvd, 2 * ms, 0);
-		T("attn_v.weight", s->wtype, s->n_embd, kvd, ms, 0);
-		if (s->biases) {
+		if (s->fused) {
+			/* one scale for the three: the fused matrix is one tensor */
+			T("attn_qkv.weight", s->wtype, s->n_embd, qd + 2 * kvd, 2 * ms, 0);
+			if (s->biases)
+				T("attn_qkv.bias", GGML_TYPE_F32, qd + 2 * kvd, 1, 0.3, 0);
+		} else {
+			T("attn_q.weight", s->wtype, s->n_embd, qd, 2 * ms, 0);
+			T("attn_k.weight", s->wtype, s->n_embd, kvd, 2 * ms, 0);
+			T("attn_v.weight", s->wtype, s->n_embd, kvd, ms, 0);
+		}
+		if (s->biases && !s->fused) {
 			T("attn_q.bias", GGML_TYPE_F32, qd, 1, 0.3, 0);
 			T("attn_k.bias", GGML_TYPE_F32, kvd, 1, 0.3, 0);
 			T("attn_v.bias", GGML_TYPE_F32, kvd, 1, 0.3, 0);
@@ -188,10 +204,14 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		}
 		T("attn_output.weight", s->wtype, qd, s->n_embd, ms, 0);
 		T("ffn_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
-		T("ffn_gate.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
-		T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, ms, 0);
+		if (s->fused) {
+			T("ffn_up.weight", s->wtype, s->n_embd, 2 * s->n_ff, 2 * ms, 0);
+		} else {
+			T("ffn_gate.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
+			T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, ms, 0);
+		}
 		T("ffn_down.weight", s->wtype, s->n_ff, s->n_embd, fs, 0);
-		if (is_gemma(s->arch)) {
+		if (is_gemma(s->arch) || strcmp(s->arch, "glm4") == 0) {
 			T("post_attention_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
 			T("post_ffw_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
 		}
@@ -445,16 +465,19 @@ check_hparams(const struct kvc_model *m, const struct spec *s)
 	test_cond(strcmp(model_arch_name(hp->arch), s->arch) == 0, "arch %s", model_arch_name(hp->arch));
 	test_cond(hp->n_vocab == s->n_vocab && hp->n_embd == s->n_embd && hp->n_layer == s->n_layer &&
 	    hp->n_head == s->n_head && hp->n_head_kv == s->n_head_kv && hp->head_dim == s->head_dim &&
-	    hp->n_ff == s->n_ff && hp->rope_dim == s->head_dim, "%s: shapes", s->arch);
-	test_cond(hp->rope_neox == (strcmp(s->arch, "llama") != 0), "%s: rope pairing", s->arch);
+	    hp->n_ff == s->n_ff && hp->rope_dim == (s->rope_dim ? s->rope_dim : s->head_dim),
+	    "%s: shapes", s->arch);
+	test_cond(hp->rope_neox == (strcmp(s->arch, "llama") != 0 && strncmp(s->arch, "chatglm", 7) != 0 &&
+	    strcmp(s->arch, "glm4") != 0), "%s: rope pairing", s->arch);
 	test_cond(fabsf(hp->rms_eps - s->eps) < 1e-12f && hp->rope_theta == s->theta,
 	    "%s: eps/theta", s->arch);
 	test_cond((m->output.data == m->tok_embd.data) == s->tied, "%s: tied output", s->arch);
 	test_cond((m->layers[0].bq.data != NULL) == s->biases &&
 	    (m->layers[1].q_norm.data != NULL) == s->qk_norm &&
 	    (m->rope_freqs.data != NULL) == s->rope_freqs, "%s: optional tensors", s->arch);
-	test_cond(hp->post_norms == is_gemma(s->arch) && hp->ffn_gelu == is_gemma(s->arch) &&
-	    (m->layers[0].attn_post_norm.data != NULL) == is_gemma(s->arch) &&
+	test_cond(hp->post_norms == (is_gemma(s->arch) || strcmp(s->arch, "glm4") == 0) &&
+	    hp->ffn_gelu == is_gemma(s->arch) &&
+	    (m->layers[0].attn_post_norm.data != NULL) == hp->post_norms &&
 	    hp->embd_scale == (is_gemma(s->arch) ? 16.0f : 1.0f), "%s: gemma pieces", s->arch);
 }
 
@@ -466,10 +489,11 @@ static struct ref_config
 ref_of(const struct spec *s)
 {
 	struct ref_config rc = { s->arch, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
-	    s->n_head_kv, s->head_dim, s->n_ff, s->head_dim, s->eps, s->theta,
+	    s->n_head_kv, s->head_dim, s->n_ff, s->rope_dim ? s->rope_dim : s->head_dim, s->eps, s->theta,
 	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, false, false, 0, 0, 0 };
 	bool g2 = strcmp(s->arch, "gemma2") == 0;
 
+	rc.post_norms = strcmp(s->arch, "glm4") == 0;
 	if (!is_gemma(s->arch))
 		return rc;
 	rc.embd_scale = sqrt((double)s->n_embd);
@@ -502,7 +526,7 @@ gemma_defaults(void)
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct spec s = { cases[i].arch, GGML_TYPE_F32, 256, cases[i].n_layer, 4, 1, 128, 512, 300,
 		    true, true, false, strcmp(cases[i].arch, "gemma3") == 0, false, 1e-6f, 1000000.0f, 0,
-		    cases[i].n_swa, 0, 0, 0 };
+		    cases[i].n_swa, 0, 0, 0, false, 0 };
 		struct kvc_model m;
 		struct gguf_file *f;
 		char err[256];
@@ -537,6 +561,10 @@ static void extra_yarn(struct gguf_writer *w)
 {
 	gguf_w_str(w, "llama.rope.scaling.type", "yarn");
 }
+static void extra_longrope(struct gguf_writer *w)
+{
+	add_tensor(w, "rope_factors_long.weight", GGML_TYPE_F32, 16, 1, 0.1, 1.0);
+}
 static void extra_moe(struct gguf_writer *w)
 {
 	gguf_w_u32(w, "llama.expert_count", 8);
@@ -559,6 +587,7 @@ refusals(const struct spec *base)
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
 		{ "weight type", NULL, "llama", GGML_TYPE_Q2_K, KVC_EUNSUPPORTED, "Q2_K" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
+		{ "phi3 LongRoPE", extra_longrope, "phi3", GGML_TYPE_F32, KVC_EUNSUPPORTED, "LongRoPE" },
 	};
 	size_t i;
 
@@ -623,19 +652,28 @@ main(void)
 	static const struct spec specs[] = {
 		/* GQA 8:2, untied, Llama 3.1 frequency factors, linear scaling */
 		{ "llama", 0, 256, 2, 8, 2, 32, 512, 300, false, false, false, false, true,
-		  1e-5f, 500000.0f, 2.0f, 0, 0, 0, 0 },
+		  1e-5f, 500000.0f, 2.0f, 0, 0, 0, 0, false, 0 },
 		/* MQA 4:1, tied, biases */
 		{ "qwen2", 0, 256, 2, 4, 1, 64, 512, 300, false, true, true, false, false,
-		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0 },
+		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0, false, 0 },
 		/* head size 128 != n_embd / n_head, Q/K norms, untied */
 		{ "qwen3", 0, 256, 2, 4, 2, 128, 512, 300, true, false, false, true, false,
-		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0 },
+		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0, false, 0 },
 		/* MQA, head size 128 (q_dim 512 != n_embd), q/k norms, tied, window 5 in layer 0 of 2 */
 		{ "gemma3", 0, 256, 2, 4, 1, 128, 512, 300, true, true, false, true, false,
-		  1e-6f, 1000000.0f, 0, 5, 2, 0, 0 },
+		  1e-6f, 1000000.0f, 0, 5, 2, 0, 0, false, 0 },
 		/* softcaps small enough to bend the scores and logits; default pattern: layer 0 windowed */
 		{ "gemma2", 0, 256, 2, 4, 2, 128, 512, 300, true, true, false, false, false,
-		  1e-6f, 10000.0f, 0, 5, 0, 3.0f, 10.0f },
+		  1e-6f, 10000.0f, 0, 5, 0, 3.0f, 10.0f, false, 0 },
+		/* fused Q/K/V and gate+up, NeoX RoPE, MQA 4:1 */
+		{ "phi3", 0, 256, 2, 4, 1, 64, 512, 300, false, false, false, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 0 },
+		/* fused Q/K/V with bias, adjacent-pair RoPE on half of each head */
+		{ "chatglm", 0, 256, 2, 4, 2, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 32 },
+		/* the same with post-norms */
+		{ "glm4", 0, 256, 2, 4, 2, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 32 },
 	};
 	int32_t tok[N_TOK];
 	size_t si, ti;
@@ -685,7 +723,7 @@ main(void)
 			e32 = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
 			e16 = run_vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref, lg);
 			kvc_backend_cpu.free(ctx);
-			printf("%-6s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
+			printf("%-7s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
 			    gguf_dtype_name(s.wtype), e32, e16);
 			tol = tol_weights(s.wtype);
 			test_cond(e32 <= tol, "%s %s F32 cache: %g > %g", s.arch,
