@@ -284,16 +284,21 @@ sub_generate(int argc, char **argv)
 	o.ep = kvc_engine_default_params();
 	o.set = conv_default_settings();
 	o.n_predict = -1;
-	for (int i = 1; i < argc; i++)
-		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
-			return rc;
-	if (o.model == NULL)
-		return usage("no model given (-m FILE)", NULL);
-	if (o.prompt != NULL && o.have_prompt_ids)
-		return usage("-p and --prompt-ids exclude each other", NULL);
-	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
+	rc = -1;
+	for (int i = 1; i < argc && rc < 0; i++)
+		rc = parse_opt(argc, argv, &i, &o);
+	if (rc < 0 && o.model == NULL)
+		rc = usage("no model given (-m FILE)", NULL);
+	if (rc < 0 && o.prompt != NULL && o.have_prompt_ids)
+		rc = usage("-p and --prompt-ids exclude each other", NULL);
+	if (rc < 0 && eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: generate: %s\n", err);
-		return 1;
+		rc = 1;
+	}
+	if (rc >= 0) {
+		kvc_tokens_free(&o.prompt_ids);
+		kvc_tokens_free(&o.force);
+		return rc;
 	}
 	t_start = kvc_now();
 	if (o.have_prompt_ids)

@@ -71,6 +71,14 @@ report(const struct sub_score_opts *o, int step, int32_t id, const float *lg, in
 	return rc;
 }
 
+/* b's bytes to stdout (an empty buffer may have no storage at all). */
+static void
+put(const struct kvc_buf *b)
+{
+	if (b->n > 0)
+		fwrite(b->p, 1, b->n, stdout);
+}
+
 int
 sub_score_run(struct kvc_engine *e, const struct kvc_tokens *prompt, const struct sub_score_opts *o)
 {
@@ -116,7 +124,7 @@ sub_score_run(struct kvc_engine *e, const struct kvc_tokens *prompt, const struc
 		if (report(o, step, id, lg, n_vocab, top, &lines) != 0)
 			goto nomem;
 		if (o->json) {
-			fwrite(lines.p, 1, lines.n, stdout);
+			put(&lines);
 			fflush(stdout);
 		} else if (kvc_buf_append(&after, lines.p, lines.n) != 0) {
 			goto nomem;
@@ -126,7 +134,7 @@ sub_score_run(struct kvc_engine *e, const struct kvc_tokens *prompt, const struc
 
 			if (tok_detok_push(tk, &dt, id, &piece) != 0)
 				goto nomem;
-			fwrite(piece.p, 1, piece.n, stdout);
+			put(&piece);
 			fflush(stdout);
 			kvc_buf_free(&piece);
 		}
@@ -143,11 +151,11 @@ sub_score_run(struct kvc_engine *e, const struct kvc_tokens *prompt, const struc
 
 		if (tok_detok_flush(&dt, &tail) != 0)
 			goto nomem;
-		fwrite(tail.p, 1, tail.n, stdout);
+		put(&tail);
 		kvc_buf_free(&tail);
 		/* after the text: one line per step, "[step] id logprob | top ids and log-probs" */
 		printf("\n");
-		fwrite(after.p, 1, after.n, stdout);
+		put(&after);
 	}
 	fflush(stdout);
 	status = 0;
