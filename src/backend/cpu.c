@@ -21,15 +21,12 @@
  * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16 or F32,
  * grown by doubling up to n_ctx. The attention's row kernels (scalar and
- * AVX2) are in cpu_simd.c; what differs between architectures (RoPE
- * bases, gate activation, softcaps) in cpu_arch.c.
- *
- * Gemma (hp.post_norms ...): embeddings scaled by hp.embd_scale, RMSNorm of
- * the attention and FFN outputs before each residual add, GELU gate, and
- * windowed layers (model_layer_swa) that attend only to the last hp.n_swa
- * positions with their own RoPE frequencies. The cache of a windowed layer
- * is kept whole and the window applied as a mask: exact, but not the memory
- * saving a bounded cache would give.
+ * AVX2) are in cpu_simd.c; what differs between architectures (RoPE,
+ * activations, norms, softcaps) in cpu_arch.c. Gemma: embeddings scaled,
+ * post-norms, GELU gate, windowed layers (model_layer_swa) attending to the
+ * last hp.n_swa positions with their own RoPE: their caches are kept whole
+ * and the window applied as a mask (exact, without a bounded cache's
+ * memory saving). gpt2: learned positions, LayerNorm, biases, GELU MLP.
  */
 #include "backend.h"
 #include "cpu_arch.h"
@@ -60,6 +57,7 @@ struct cpu_vecs {
 	float *bq, *bk, *bv;		/* (q_dim), (kv_dim) x2, or NULL */
 	float *q_norm, *k_norm;		/* (head_dim) or NULL */
 	float *attn_post_norm, *ffn_post_norm;	/* gemma (n_embd), else NULL */
+	float *attn_norm_b, *ffn_norm_b, *bo, *b_up, *b_down;	/* gpt2's biases, else NULL */
 };
 
 struct cpu_ctx {
@@ -72,6 +70,7 @@ struct cpu_ctx {
 	float *vec_mem;			/* backing store of vecs and out_norm */
 	struct cpu_vecs *vecs;		/* [n_layer] */
 	float *out_norm;		/* (n_embd) */
+	float *out_norm_b;		/* gpt2: (n_embd), else NULL */
 	double *inv_freq;		/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
 	double *inv_freq_swa;		/* (rope_dim/2): the same for windowed layers */
 
@@ -335,13 +334,16 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 			n_vec += 2 * (size_t)hp->head_dim;
 		if (w->attn_post_norm.data)
 			n_vec += 2 * (size_t)hp->n_embd;
+		if (w->attn_norm_b.data)	/* gpt2: two norm biases, bo, b_down, b_up */
+			n_vec += 4 * (size_t)hp->n_embd + (size_t)hp->n_ff;
 	}
-	n_vec += (size_t)hp->n_embd;
+	n_vec += 2 * (size_t)hp->n_embd;
 	c->vec_mem = malloc(n_vec * sizeof(float));
 	/* model_load guarantees positive sizes; the casts tell the compiler so */
 	c->vecs = calloc((unsigned)hp->n_layer, sizeof *c->vecs);
-	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
-	c->inv_freq_swa = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	/* one spare element: gpt2 has no RoPE (rope_dim 0) */
+	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2 + 1) * sizeof *c->inv_freq);
+	c->inv_freq_swa = malloc((unsigned)(hp->rope_dim / 2 + 1) * sizeof *c->inv_freq);
 	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL || c->inv_freq_swa == NULL) {
 		cpu_free(c);
 		kvc_err(err, errlen, "out of memory for model vectors");
@@ -361,8 +363,14 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		dequant_vec(&w->k_norm, &v->k_norm, &mem);
 		dequant_vec(&w->attn_post_norm, &v->attn_post_norm, &mem);
 		dequant_vec(&w->ffn_post_norm, &v->ffn_post_norm, &mem);
+		dequant_vec(&w->attn_norm_b, &v->attn_norm_b, &mem);
+		dequant_vec(&w->ffn_norm_b, &v->ffn_norm_b, &mem);
+		dequant_vec(&w->bo, &v->bo, &mem);
+		dequant_vec(&w->b_up, &v->b_up, &mem);
+		dequant_vec(&w->b_down, &v->b_down, &mem);
 	}
 	dequant_vec(&m->output_norm, &c->out_norm, &mem);
+	dequant_vec(&m->output_norm_b, &c->out_norm_b, &mem);
 	cpu_rope_freqs(c->inv_freq, hp->rope_dim, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
 	if (hp->n_swa > 0)
 		cpu_rope_freqs(c->inv_freq_swa, hp->rope_dim, hp->rope_theta_swa,
@@ -432,7 +440,7 @@ reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errle
 		c->att = malloc(t * c->q_dim * sizeof(float));
 		c->hb = malloc(t * hp->n_ff * sizeof(float));
 		c->hb2 = malloc(t * hp->n_ff * sizeof(float));
-		c->rope_cs = malloc(2 * t * (size_t)hp->rope_dim * sizeof(float));
+		c->rope_cs = malloc(2 * t * (size_t)(hp->rope_dim + 2) * sizeof(float));
 		c->xq = malloc(t * q_act_bytes(c->act_in));
 		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||
 		    !c->hb2 || !c->rope_cs || !c->xq) {
@@ -645,21 +653,6 @@ store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
 	}
 }
 
-/* Rotate one head's first rope_dim dims by the angles in cs (cos, sin pairs). */
-static void
-rope(float *x, const float *cs, int rope_dim, bool neox)
-{
-	int i, half = rope_dim / 2;
-
-	for (i = 0; i < half; i++) {
-		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-		float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
-
-		x[a] = x0 * c - x1 * s;
-		x[b] = x0 * s + x1 * c;
-	}
-}
-
 /*
  * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
  * RoPE with the layer's frequencies; K and V stored into the cache at pos0..
@@ -689,25 +682,41 @@ layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
 		for (h = 0; h < hp->n_head; h++) {
 			if (v->q_norm)
 				rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
-			rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
+			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
 		for (h = 0; h < hp->n_head_kv; h++) {
 			if (v->k_norm)
 				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
-			rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
+			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
 		store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
 		store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
 	}
 }
 
-/* x += xb over n tokens, xb first RMSNormed by post (gemma's post-norms) unless NULL. */
+/* A block's input norm: RMSNorm, or gpt2's LayerNorm with bias b. */
 static void
-residual_add(struct cpu_ctx *c, int n, const float *post)
+norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
+{
+	if (c->hp.layer_norm)
+		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
+	else
+		rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
+}
+
+/*
+ * x += xb over n tokens, xb first given its bias (gpt2) and RMSNormed by
+ * post (gemma's post-norms) when they are not NULL.
+ */
+static void
+residual_add(struct cpu_ctx *c, int n, const float *bias, const float *post)
 {
 	int E = c->hp.n_embd, t;
 	size_t i;
 
+	if (bias != NULL)
+		for (i = 0; i < (size_t)n * E; i++)
+			c->xb[i] += bias[i % (size_t)E];
 	if (post != NULL)
 		for (t = 0; t < n; t++)
 			rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, post, E, c->hp.rms_eps);
@@ -731,6 +740,15 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
 		if (hp->embd_scale != 1.0f)
 			for (i = 0; i < E; i++)
 				x[i] *= hp->embd_scale;
+		if (m->pos_embd.data != NULL) {
+			/* gpt2: the learned position's row, through xb (free until the first norm) */
+			float *p = c->xb + (size_t)t * E;
+
+			q_dequant_row(m->pos_embd.type, (const char *)m->pos_embd.data +
+			    (size_t)(pos0 + t) * m->pos_embd.row_bytes, p, E);
+			for (i = 0; i < E; i++)
+				x[i] += p[i];
+		}
 		for (sw = 0; sw < 2; sw++) {
 			const double *f = sw ? c->inv_freq_swa : c->inv_freq;
 			float *cs = c->rope_cs + ((size_t)sw * c->cap_tok + t) * hp->rope_dim;
@@ -762,7 +780,7 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 		struct att_job aj = { c, kv, il, n, pos0 };
 
 		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, E, hp->rms_eps);
+			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
 		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
 		matmul(c, &j);
@@ -772,23 +790,31 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		residual_add(c, n, v->attn_post_norm);
+		residual_add(c, n, v->bo, v->attn_post_norm);
 
 		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, E, hp->rms_eps);
-		j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
-		    2, n, true, hp->ffn_gelu, 0, NULL };
-		matmul(c, &j);
+			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, v->ffn_norm_b);
+		if (hp->ffn_plain) {
+			/* gpt2: GELU(up x + b_up), no gate */
+			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL };
+			matmul(c, &j);
+			for (t = 0; t < n; t++)
+				cpu_gelu_bias(c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
+		} else {
+			j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
+			    2, n, true, hp->ffn_gelu, 0, NULL };
+			matmul(c, &j);
+		}
 		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		residual_add(c, n, v->ffn_post_norm);
+		residual_add(c, n, v->b_down, v->ffn_post_norm);
 	}
 
 	if (out != NULL && lo < n) {
 		struct mm_job j;
 
 		for (t = lo; t < n; t++)
-			rmsnorm(c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, E, hp->rms_eps);
+			norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, c->out_norm_b);
 		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL };
 		matmul(c, &j);
 		if (hp->final_softcap > 0)
@@ -806,6 +832,11 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 
 	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
 		return rc;
+	if (c->m->pos_embd.data != NULL && pos0 + n > c->m->pos_embd.n_out) {
+		kvc_err(err, errlen, "position %d is past the model's %lld learned positions",
+		    pos0 + n - 1, (long long)c->m->pos_embd.n_out);
+		return KVC_ERANGE;
+	}
 	for (i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= c->hp.n_vocab) {
 			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)",

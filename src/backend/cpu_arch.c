@@ -57,3 +57,47 @@ cpu_softcap(float *x, size_t n, float cap)
 	for (i = 0; i < n; i++)
 		x[i] = cap * tanhf(x[i] / cap);
 }
+
+void
+cpu_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps)
+{
+	double mean = 0, var = 0;
+	float sc;
+	int i;
+
+	for (i = 0; i < n; i++)
+		mean += x[i];
+	mean /= n;
+	for (i = 0; i < n; i++)
+		var += (x[i] - mean) * (x[i] - mean);
+	sc = (float)(1.0 / sqrt(var / n + eps));
+	for (i = 0; i < n; i++)
+		y[i] = (float)(x[i] - mean) * sc * w[i] + (b ? b[i] : 0.0f);
+}
+
+void
+cpu_gelu_bias(float *x, const float *b, int64_t n)
+{
+	const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+	int64_t i;
+
+	for (i = 0; i < n; i++) {
+		float v = x[i] + (b ? b[i] : 0.0f);
+
+		x[i] = 0.5f * v * (1.0f + tanhf(k0 * v * (1.0f + k1 * v * v)));
+	}
+}
+
+void
+cpu_rope(float *x, const float *cs, int rope_dim, bool neox)
+{
+	int i, half = rope_dim / 2;
+
+	for (i = 0; i < half; i++) {
+		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+		float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
+
+		x[a] = x0 * c - x1 * s;
+		x[b] = x0 * s + x1 * c;
+	}
+}

@@ -50,6 +50,7 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_PHI3: return "phi3";
 	case KVC_ARCH_CHATGLM: return "chatglm";
 	case KVC_ARCH_GLM4: return "glm4";
+	case KVC_ARCH_GPT2: return "gpt2";
 	}
 	return "?";
 }
@@ -194,6 +195,7 @@ static const char *const layer_suffixes[] = {
 	"attn_q_norm.weight", "attn_k_norm.weight",
 	"post_attention_norm.weight", "post_ffw_norm.weight",
 	"attn_qkv.weight", "attn_qkv.bias",
+	"attn_norm.bias", "ffn_norm.bias", "attn_output.bias", "ffn_up.bias", "ffn_down.bias",
 };
 
 /*
@@ -212,6 +214,8 @@ known_tensor(const struct kvc_model *m, const char *name)
 		return true;
 	if (strcmp(name, "rope_freqs.weight") == 0)
 		return m->hp.arch == KVC_ARCH_LLAMA;
+	if (strcmp(name, "position_embd.weight") == 0 || strcmp(name, "output_norm.bias") == 0)
+		return m->hp.arch == KVC_ARCH_GPT2;
 	if (sscanf(name, "blk.%d.%n", &il, &off) != 1 || off == 0 || il < 0 ||
 	    il >= m->hp.n_layer)
 		return false;
@@ -220,9 +224,10 @@ known_tensor(const struct kvc_model *m, const char *name)
 			break;
 	if (j == nsuf)
 		return false;
-	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4 */
-		return m->hp.arch == KVC_ARCH_PHI3 || m->hp.arch == KVC_ARCH_CHATGLM ||
-		    m->hp.arch == KVC_ARCH_GLM4;
+	if (j >= 18)	/* gpt2's norm and product biases */
+		return m->hp.arch == KVC_ARCH_GPT2;
+	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4, gpt2 */
+		return m->hp.arch >= KVC_ARCH_PHI3;
 	if (j >= 14)	/* post-norms: gemma's, glm4's */
 		return m->hp.post_norms;
 	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
@@ -319,14 +324,20 @@ read_hparams(struct loader *l)
 		    gguf_path(f), hp->head_dim, v_len);
 		return KVC_EUNSUPPORTED;
 	}
-	if ((rc = hp_int(l, "rope.dimension_count", hp->head_dim, &hp->rope_dim)))
+	if ((rc = hp_int(l, "rope.dimension_count", hp->arch == KVC_ARCH_GPT2 ? 0 : hp->head_dim,
+	    &hp->rope_dim)))
 		return rc;
-	if (hp->rope_dim <= 0 || hp->rope_dim % 2 != 0 || hp->rope_dim > hp->head_dim) {
+	if (hp->arch == KVC_ARCH_GPT2 && hp->rope_dim != 0) {
+		kvc_err(l->err, l->errlen, "%s: gpt2 with rope.dimension_count %d", gguf_path(f), hp->rope_dim);
+		return KVC_EFORMAT;
+	}
+	if ((hp->rope_dim <= 0 && hp->arch != KVC_ARCH_GPT2) || hp->rope_dim % 2 != 0 || hp->rope_dim > hp->head_dim) {
 		kvc_err(l->err, l->errlen, "%s: rope dimension %d does not fit head size %d",
 		    gguf_path(f), hp->rope_dim, hp->head_dim);
 		return KVC_EFORMAT;
 	}
-	if ((rc = hp_float(l, "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) ||
+	if ((rc = hp_float(l, hp->arch == KVC_ARCH_GPT2 ? "attention.layer_norm_epsilon" :
+	    "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) ||
 	    (rc = hp_float(l, "rope.freq_base", 10000.0, false, &hp->rope_theta)))
 		return rc;
 	if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_theta > 1)) {
@@ -361,6 +372,12 @@ read_hparams(struct loader *l)
 	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA && hp->arch != KVC_ARCH_CHATGLM &&
 	    hp->arch != KVC_ARCH_GLM4;
 	hp->post_norms = hp->arch == KVC_ARCH_GLM4;
+	hp->layer_norm = hp->ffn_plain = hp->arch == KVC_ARCH_GPT2;
+	if (hp->arch == KVC_ARCH_GPT2 && hp->n_ctx_train <= 0) {
+		kvc_err(l->err, l->errlen, "%s: gpt2 needs %s.context_length (its position table)",
+		    gguf_path(f), l->arch);
+		return KVC_EFORMAT;
+	}
 	if (hp->arch == KVC_ARCH_GLM4) {
 		/* multimodal RoPE sections and multi-token-prediction layers change the graph */
 		static const char *const refused[] = { "rope.dimension_sections", "nextn_predict_layers" };
@@ -444,6 +461,8 @@ load_gate_up(struct loader *l, struct kvc_layer_weights *w, int il)
 	char name[96];
 	int rc;
 
+	if (hp->ffn_plain)	/* gpt2: up, GELU, down; no gate */
+		return layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false);
 	snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
 	if (gguf_find_tensor(l->f, name) != NULL || hp->arch < KVC_ARCH_PHI3)
 		return (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
@@ -476,6 +495,11 @@ load_layer(struct loader *l, int il)
 	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
 	    (rc = load_gate_up(l, w, il)) ||
 	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->attn_norm_b, il, "attn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm_b, il, "ffn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
+	    (rc = layer_tensor(l, &w->bo, il, "attn_output.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
+	    (rc = layer_tensor(l, &w->b_up, il, "ffn_up.bias", hp->n_ff, 1, !hp->ffn_plain)) ||
+	    (rc = layer_tensor(l, &w->b_down, il, "ffn_down.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
 	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
 	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
 		return rc;
@@ -491,6 +515,7 @@ load_layer(struct loader *l, int il)
 			&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
 			&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
 			&w->w_up, &w->w_down, &w->attn_post_norm, &w->ffn_post_norm,
+			&w->attn_norm_b, &w->ffn_norm_b, &w->bo, &w->b_up, &w->b_down,
 		};
 
 		for (j = 0; j < sizeof all / sizeof all[0]; j++)
@@ -533,9 +558,11 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_CHATGLM;
 	else if (strcmp(arch, "glm4") == 0)
 		hp->arch = KVC_ARCH_GLM4;
+	else if (strcmp(arch, "gpt2") == 0)
+		hp->arch = KVC_ARCH_GPT2;
 	else {
 		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
-		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4)",
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}
@@ -556,7 +583,10 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	hp->n_vocab = (int)m->tok_embd.n_out;
 	if ((rc = tensor(&l, &m->output_norm, "output_norm.weight", hp->n_embd, 1, false)) ||
 	    (rc = tensor(&l, &m->output, "output.weight", hp->n_embd, hp->n_vocab, true)) ||
-	    (rc = tensor(&l, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, true)))
+	    (rc = tensor(&l, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, true)) ||
+	    (rc = tensor(&l, &m->pos_embd, "position_embd.weight", hp->n_embd, hp->n_ctx_train,
+	    hp->arch != KVC_ARCH_GPT2)) ||
+	    (rc = tensor(&l, &m->output_norm_b, "output_norm.bias", hp->n_embd, 1, hp->arch != KVC_ARCH_GPT2)))
 		goto fail;
 	if (m->rope_freqs.data != NULL && hp->arch != KVC_ARCH_LLAMA) {
 		kvc_err(err, errlen, "%s: rope_freqs.weight is not supported for %s", gguf_path(f), arch);

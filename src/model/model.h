@@ -17,7 +17,7 @@
 
 enum kvc_arch {
 	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
-	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4,
+	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4, KVC_ARCH_GPT2,
 };
 
 struct kvc_hparams {
@@ -47,6 +47,11 @@ struct kvc_hparams {
 	int swa_period;		/* layer il is windowed when il % swa_period < swa_period - 1 */
 	float rope_theta_swa;	/* windowed layers' RoPE base (gemma3 default 10000) */
 	float rope_freq_scale_swa;	/* and linear scale (gemma3: 1; gemma2: the global one) */
+
+	/* gpt2: LayerNorm with bias (eps in rms_eps), learned positions (rope_dim 0: no RoPE),
+	 * an ungated GELU MLP; biases on every product */
+	bool layer_norm;
+	bool ffn_plain;
 };
 
 /*
@@ -74,6 +79,8 @@ struct kvc_layer_weights {
 	struct kvc_weight bq, bk, bv;	/* qwen2 biases, else absent */
 	struct kvc_weight q_norm, k_norm;	/* qwen3 per-head RMSNorm (head_dim), else absent */
 	struct kvc_weight wo;		/* (n_embd, n_head*head_dim) */
+	struct kvc_weight attn_norm_b, ffn_norm_b;	/* gpt2 LayerNorm biases (n_embd), else absent */
+	struct kvc_weight bo, b_up, b_down;	/* gpt2 product biases (n_embd), (n_ff), (n_embd), else absent */
 	struct kvc_weight attn_post_norm;	/* gemma: (n_embd), else absent */
 	struct kvc_weight ffn_norm;	/* (n_embd) */
 	struct kvc_weight w_gate, w_up;	/* (n_ff, n_embd) */
@@ -87,6 +94,8 @@ struct kvc_model {
 	struct kvc_weight output_norm;	/* (n_embd) */
 	struct kvc_weight output;	/* (n_vocab, n_embd); == tok_embd when tied */
 	struct kvc_weight rope_freqs;	/* llama 3.1 frequency factors (rope_dim/2), or absent */
+	struct kvc_weight pos_embd;	/* gpt2: (n_ctx_train, n_embd) learned positions, or absent */
+	struct kvc_weight output_norm_b;	/* gpt2: (n_embd), or absent */
 	struct kvc_layer_weights *layers;	/* [n_layer] */
 	uint64_t n_params;
 	uint64_t weight_bytes;		/* bytes of all tensors used per token */

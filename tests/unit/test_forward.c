@@ -56,6 +56,8 @@
  *    of their rows) and run the same 7 products; chatglm/glm4 rotate
  *    adjacent pairs over half of each head, glm4 adds post-norms. Same
  *    bounds (measured: <= 5.4e-7 for F32/F16/BF16, <= 0.054 quantised).
+ *  - gpt2: learned positions, LayerNorm with bias, biases on every product,
+ *    GELU MLP (one product fewer per layer), same bounds.
  */
 #include "gguf/gguf.h"
 #include "backend/backend.h"
@@ -141,6 +143,7 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 	int qd = s->n_head * s->head_dim, kvd = s->n_head_kv * s->head_dim, l;
 	void *out = NULL;
 	double ms = 1.0 / sqrt(s->n_embd), fs = 1.0 / sqrt(s->n_ff);
+	bool gpt2 = strcmp(s->arch, "gpt2") == 0;
 
 #define K(name) (snprintf(key, sizeof key, "%s.%s", s->arch, name), key)
 	gguf_w_str(w, "general.architecture", s->arch);
@@ -150,7 +153,7 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 	gguf_w_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
 	gguf_w_u32(w, K("attention.head_count"), (uint32_t)s->n_head);
 	gguf_w_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);
-	gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), s->eps);
+	gguf_w_f32(w, K(gpt2 ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), s->eps);
 	gguf_w_f32(w, K("rope.freq_base"), s->theta);
 	if (s->explicit_head_dim) {
 		gguf_w_u32(w, K("attention.key_length"), (uint32_t)s->head_dim);
@@ -177,6 +180,11 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		add_tensor(w, "output.weight", s->wtype, s->n_embd, s->n_vocab, ms, 0);
 	if (s->rope_freqs)
 		add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, s->head_dim / 2, 1, 3.0, 4.0);
+	if (gpt2) {
+		/* 256 learned positions (context_length), and the final LayerNorm's bias */
+		add_tensor(w, "position_embd.weight", s->wtype, s->n_embd, 256, 0.5, 0);
+		add_tensor(w, "output_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+	}
 	for (l = 0; l < s->n_layer; l++) {
 		char n[64];
 #define T(suffix, type, nin, nout, sc, off) \
@@ -204,7 +212,15 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		}
 		T("attn_output.weight", s->wtype, qd, s->n_embd, ms, 0);
 		T("ffn_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
-		if (s->fused) {
+		if (gpt2) {
+			/* LayerNorm biases, product biases, a plain GELU MLP */
+			T("attn_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+			T("ffn_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+			T("attn_output.bias", GGML_TYPE_F32, s->n_embd, 1, 0.3, 0);
+			T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
+			T("ffn_up.bias", GGML_TYPE_F32, s->n_ff, 1, 0.3, 0);
+			T("ffn_down.bias", GGML_TYPE_F32, s->n_embd, 1, 0.3, 0);
+		} else if (s->fused) {
 			T("ffn_up.weight", s->wtype, s->n_embd, 2 * s->n_ff, 2 * ms, 0);
 		} else {
 			T("ffn_gate.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
@@ -465,7 +481,8 @@ check_hparams(const struct kvc_model *m, const struct spec *s)
 	test_cond(strcmp(model_arch_name(hp->arch), s->arch) == 0, "arch %s", model_arch_name(hp->arch));
 	test_cond(hp->n_vocab == s->n_vocab && hp->n_embd == s->n_embd && hp->n_layer == s->n_layer &&
 	    hp->n_head == s->n_head && hp->n_head_kv == s->n_head_kv && hp->head_dim == s->head_dim &&
-	    hp->n_ff == s->n_ff && hp->rope_dim == (s->rope_dim ? s->rope_dim : s->head_dim),
+	    hp->n_ff == s->n_ff &&
+	    hp->rope_dim == (strcmp(s->arch, "gpt2") == 0 ? 0 : s->rope_dim ? s->rope_dim : s->head_dim),
 	    "%s: shapes", s->arch);
 	test_cond(hp->rope_neox == (strcmp(s->arch, "llama") != 0 && strncmp(s->arch, "chatglm", 7) != 0 &&
 	    strcmp(s->arch, "glm4") != 0), "%s: rope pairing", s->arch);
@@ -494,6 +511,8 @@ ref_of(const struct spec *s)
 	bool g2 = strcmp(s->arch, "gemma2") == 0;
 
 	rc.post_norms = strcmp(s->arch, "glm4") == 0;
+	if (strcmp(s->arch, "gpt2") == 0)
+		rc.rope_dim = 0;	/* learned positions instead */
 	if (!is_gemma(s->arch))
 		return rc;
 	rc.embd_scale = sqrt((double)s->n_embd);
@@ -674,6 +693,9 @@ main(void)
 		/* the same with post-norms */
 		{ "glm4", 0, 256, 2, 4, 2, 64, 512, 300, false, false, true, false, false,
 		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 32 },
+		/* learned positions, LayerNorm, biases everywhere, fused Q/K/V, GELU MLP */
+		{ "gpt2", 0, 256, 2, 4, 4, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 0 },
 	};
 	int32_t tok[N_TOK];
 	size_t si, ti;
