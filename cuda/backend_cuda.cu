@@ -929,6 +929,13 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
 	}
+	if (hp->post_norms || hp->ffn_gelu || hp->n_swa > 0 || hp->embd_scale != 1.0f ||
+	    hp->attn_softcap > 0 || hp->final_softcap > 0 || hp->layer_norm || hp->ffn_plain) {
+		/* gemma's pieces (post-norms, GELU, windows, softcaps) and gpt2's are CPU-only for now */
+		kvc_err(err, errlen, "cuda: architecture %s is not implemented on the GPU (use --device cpu)",
+		    model_arch_name(hp->arch));
+		return KVC_EUNSUPPORTED;
+	}
 	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
 		kvc_err(err, errlen, "cuda: unsupported head shape: %d heads, %d KV heads, head size %d (at most 256)",
 		    hp->n_head, hp->n_head_kv, hp->head_dim);

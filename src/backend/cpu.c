@@ -21,9 +21,16 @@
  * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
  * Q8_0 blocks, grown by doubling up to n_ctx. The attention's row kernels
- * (scalar and AVX2) are in cpu_simd.c, those over Q8_0 rows in kv_q8.c.
+ * (scalar and AVX2) are in cpu_simd.c, those over Q8_0 rows in kv_q8.c;
+ * what differs between architectures (RoPE, activations, norms, softcaps)
+ * in cpu_arch.c. Gemma: embeddings scaled, post-norms, GELU gate, windowed
+ * layers (model_layer_swa) attending to the last hp.n_swa positions with
+ * their own RoPE: their caches are kept whole and the window applied as a
+ * mask (exact, without a bounded cache's memory saving). gpt2: learned
+ * positions, LayerNorm, biases, GELU MLP.
  */
 #include "backend.h"
+#include "cpu_arch.h"
 #include "cpu_simd.h"
 #include "kv_q8.h"
 #include "kv_shift.h"
@@ -52,6 +59,8 @@ struct cpu_vecs {
 	float *attn_norm, *ffn_norm;	/* (n_embd) */
 	float *bq, *bk, *bv;		/* (q_dim), (kv_dim) x2, or NULL */
 	float *q_norm, *k_norm;		/* (head_dim) or NULL */
+	float *attn_post_norm, *ffn_post_norm;	/* gemma (n_embd), else NULL */
+	float *attn_norm_b, *ffn_norm_b, *bo, *b_up, *b_down;	/* gpt2's biases, else NULL */
 };
 
 struct cpu_ctx {
@@ -64,7 +73,9 @@ struct cpu_ctx {
 	float *vec_mem;			/* backing store of vecs and out_norm */
 	struct cpu_vecs *vecs;		/* [n_layer] */
 	float *out_norm;		/* (n_embd) */
+	float *out_norm_b;		/* gpt2: (n_embd), else NULL */
 	double *inv_freq;		/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
+	double *inv_freq_swa;		/* (rope_dim/2): the same for windowed layers */
 
 	/* scratch for up to cap_tok tokens, token-major */
 	int cap_tok;
@@ -74,7 +85,7 @@ struct cpu_ctx {
 	float *k, *v;			/* (cap_tok, kv_dim) */
 	float *att;			/* (cap_tok, q_dim) attention output */
 	float *hb, *hb2;		/* (cap_tok, n_ff) */
-	float *rope_cs;			/* (cap_tok, rope_dim/2, 2) cos, sin */
+	float *rope_cs;			/* (2, cap_tok, rope_dim/2, 2) cos, sin: global, windowed layers */
 	void *xq;			/* (cap_tok) x q_act_bytes(act_in): int8 activations */
 	int64_t act_in;			/* widest product input, rounded up to 32 elements */
 	int cap_att;			/* positions the per-thread attention rows hold */
@@ -113,7 +124,8 @@ struct mm_job {
 	struct mm_task t[3];
 	int n_task;
 	int n_tok;
-	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = silu(gate) * up */
+	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = act(gate) * up */
+	bool gelu;		/* act = GELU (tanh form), else SiLU */
 	/* filled by matmul() */
 	int64_t n_in;
 	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
@@ -139,15 +151,10 @@ mm_run(void *arg, int ith, int nth)
 			    j->n_in, j->t[i].y, w->n_out, r0, r1);
 	}
 	if (j->swiglu) {
-		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth, r;
+		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
 
-		for (tok = 0; tok < j->n_tok; tok++) {
-			float *g = j->t[0].y + tok * n;
-			const float *u = j->t[1].y + tok * n;
-
-			for (r = r0; r < r1; r++)
-				g[r] = g[r] / (1.0f + expf(-g[r])) * u[r];
-		}
+		for (tok = 0; tok < j->n_tok; tok++)
+			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 
@@ -225,7 +232,9 @@ att_run(void *arg, int ith, int nth)
 	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
 	float *s = c->att_s + (size_t)ith * c->cap_att;
 	float *o = c->att_o + (size_t)ith * hd;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const float scale = hp->attn_scale, cap = hp->attn_softcap;
+	/* a windowed layer sees keys p with (query position - p) < n_swa */
+	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 	bool f16 = j->kv->type == GGML_TYPE_F16, q8 = j->kv->type == GGML_TYPE_Q8_0;
 	bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
 	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
@@ -233,12 +242,13 @@ att_run(void *arg, int ith, int nth)
 
 	for (it = i0; it < i1; it++) {
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
+		int p0 = win > 0 && n_pos > win ? n_pos - win : 0;
 		size_t off = q8 ? 0 : (size_t)(h / group) * hd * (f16 ? 2 : 4);
 		int e0 = (h / group) * hd;	/* the head's first element (Q8_0 rows) */
 		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
 		float mx = -INFINITY, sum = 0;
 
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			const void *kr = K + (size_t)p * rb + off;
 			float d;
 
@@ -251,16 +261,16 @@ att_run(void *arg, int ith, int nth)
 			else
 #endif
 				d = f16 ? cpu_dot_f16(kr, q, hd) : cpu_dot_f32(kr, q, hd);
-			s[p] = d * scale;
+			s[p] = cap > 0 ? cap * tanhf(d * scale / cap) : d * scale;
 			if (s[p] > mx)
 				mx = s[p];
 		}
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			s[p] = expf(s[p] - mx);
 			sum += s[p];
 		}
 		memset(o, 0, (size_t)hd * sizeof *o);
-		for (p = 0; p < n_pos; p++) {
+		for (p = p0; p < n_pos; p++) {
 			const void *vr = V + (size_t)p * rb + off;
 			float a = s[p] / sum;
 
@@ -309,7 +319,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	struct cpu_ctx *c;
 	size_t n_vec = 0;
 	float *mem;
-	int il, i, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : kvc_n_cores();
+	int il, rc, n_threads = p && p->n_threads > 0 ? p->n_threads : kvc_n_cores();
 
 	*out = NULL;
 	c = calloc(1, sizeof *c);
@@ -342,13 +352,19 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 			n_vec += (size_t)c->q_dim + 2 * (size_t)c->kv_dim;
 		if (w->q_norm.data)
 			n_vec += 2 * (size_t)hp->head_dim;
+		if (w->attn_post_norm.data)
+			n_vec += 2 * (size_t)hp->n_embd;
+		if (w->attn_norm_b.data)	/* gpt2: two norm biases, bo, b_down, b_up */
+			n_vec += 4 * (size_t)hp->n_embd + (size_t)hp->n_ff;
 	}
-	n_vec += (size_t)hp->n_embd;
+	n_vec += 2 * (size_t)hp->n_embd;
 	c->vec_mem = malloc(n_vec * sizeof(float));
 	/* model_load guarantees positive sizes; the casts tell the compiler so */
 	c->vecs = calloc((unsigned)hp->n_layer, sizeof *c->vecs);
-	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2) * sizeof *c->inv_freq);
-	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL) {
+	/* one spare element: gpt2 has no RoPE (rope_dim 0) */
+	c->inv_freq = malloc((unsigned)(hp->rope_dim / 2 + 1) * sizeof *c->inv_freq);
+	c->inv_freq_swa = malloc((unsigned)(hp->rope_dim / 2 + 1) * sizeof *c->inv_freq);
+	if (c->vec_mem == NULL || c->vecs == NULL || c->inv_freq == NULL || c->inv_freq_swa == NULL) {
 		cpu_free(c);
 		kvc_err(err, errlen, "out of memory for model vectors");
 		return KVC_ENOMEM;
@@ -365,21 +381,22 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		dequant_vec(&w->bv, &v->bv, &mem);
 		dequant_vec(&w->q_norm, &v->q_norm, &mem);
 		dequant_vec(&w->k_norm, &v->k_norm, &mem);
+		dequant_vec(&w->attn_post_norm, &v->attn_post_norm, &mem);
+		dequant_vec(&w->ffn_post_norm, &v->ffn_post_norm, &mem);
+		dequant_vec(&w->attn_norm_b, &v->attn_norm_b, &mem);
+		dequant_vec(&w->ffn_norm_b, &v->ffn_norm_b, &mem);
+		dequant_vec(&w->bo, &v->bo, &mem);
+		dequant_vec(&w->b_up, &v->b_up, &mem);
+		dequant_vec(&w->b_down, &v->b_down, &mem);
 	}
 	dequant_vec(&m->output_norm, &c->out_norm, &mem);
-	for (i = 0; i < hp->rope_dim / 2; i++) {
-		double f = hp->rope_freq_scale * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
-
-		if (m->rope_freqs.data != NULL) {
-			float ff;
-
-			/* one element at a time: the vector's type has block size 1 */
-			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
-			    (size_t)i * gguf_dtype_size(m->rope_freqs.type), &ff, 1);
-			f /= ff;
-		}
-		c->inv_freq[i] = f;
-	}
+	dequant_vec(&m->output_norm_b, &c->out_norm_b, &mem);
+	cpu_rope_freqs(c->inv_freq, hp->rope_dim, hp->rope_theta, hp->rope_freq_scale, &m->rope_freqs);
+	if (hp->n_swa > 0)
+		cpu_rope_freqs(c->inv_freq_swa, hp->rope_dim, hp->rope_theta_swa,
+		    hp->rope_freq_scale_swa, NULL);
+	else
+		memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
 	if (p && p->progress)
 		p->progress(p->progress_arg, m->weight_bytes, m->weight_bytes);
 	*out = c;
@@ -418,6 +435,7 @@ cpu_free(void *ctx)
 	free(c->vec_mem);
 	free(c->vecs);
 	free(c->inv_freq);
+	free(c->inv_freq_swa);
 	/* caches still alive belong to their owners; they are only unlinked */
 	free(c);
 }
@@ -442,7 +460,7 @@ reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errle
 		c->att = malloc(t * c->q_dim * sizeof(float));
 		c->hb = malloc(t * hp->n_ff * sizeof(float));
 		c->hb2 = malloc(t * hp->n_ff * sizeof(float));
-		c->rope_cs = malloc(t * (size_t)hp->rope_dim * sizeof(float));
+		c->rope_cs = malloc(2 * t * (size_t)(hp->rope_dim + 2) * sizeof(float));
 		c->xq = malloc(t * q_act_bytes(c->act_in));
 		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||
 		    !c->hb2 || !c->rope_cs || !c->xq) {
@@ -689,18 +707,113 @@ store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
 	}
 }
 
-/* Rotate one head's first rope_dim dims by the angles in cs (cos, sin pairs). */
+/*
+ * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
+ * RoPE with the layer's frequencies; K and V stored into the cache at pos0..
+ */
 static void
-rope(float *x, const float *cs, int rope_dim, bool neox)
+layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
 {
-	int i, half = rope_dim / 2;
+	const struct kvc_hparams *hp = &c->hp;
+	const struct cpu_vecs *v = &c->vecs[il];
+	const float *cs_all = c->rope_cs + (model_layer_swa(hp, il) ?
+	    (size_t)c->cap_tok * hp->rope_dim : 0);
+	int hd = hp->head_dim, t, h, i;
 
-	for (i = 0; i < half; i++) {
-		int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-		float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
+	for (t = 0; t < n; t++) {
+		float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
+		float *vv = c->v + (size_t)t * c->kv_dim;
+		const float *cs = cs_all + (size_t)t * hp->rope_dim;
 
-		x[a] = x0 * c - x1 * s;
-		x[b] = x0 * s + x1 * c;
+		if (v->bq) {
+			for (i = 0; i < c->q_dim; i++)
+				q[i] += v->bq[i];
+			for (i = 0; i < c->kv_dim; i++) {
+				k[i] += v->bk[i];
+				vv[i] += v->bv[i];
+			}
+		}
+		for (h = 0; h < hp->n_head; h++) {
+			if (v->q_norm)
+				rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
+			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
+		}
+		for (h = 0; h < hp->n_head_kv; h++) {
+			if (v->k_norm)
+				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
+			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
+		}
+		store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
+		store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
+	}
+}
+
+/* A block's input norm: RMSNorm, or gpt2's LayerNorm with bias b. */
+static void
+norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
+{
+	if (c->hp.layer_norm)
+		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
+	else
+		rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
+}
+
+/*
+ * x += xb over n tokens, xb first given its bias (gpt2) and RMSNormed by
+ * post (gemma's post-norms) when they are not NULL.
+ */
+static void
+residual_add(struct cpu_ctx *c, int n, const float *bias, const float *post)
+{
+	int E = c->hp.n_embd, t;
+	size_t i;
+
+	if (bias != NULL)
+		for (i = 0; i < (size_t)n * E; i++)
+			c->xb[i] += bias[i % (size_t)E];
+	if (post != NULL)
+		for (t = 0; t < n; t++)
+			rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, post, E, c->hp.rms_eps);
+	for (i = 0; i < (size_t)n * E; i++)
+		c->x[i] += c->xb[i];
+}
+
+/* Embeddings of tok[0..n) into x, and the RoPE cos/sin of positions pos0.. */
+static void
+embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
+{
+	const struct kvc_model *m = c->m;
+	const struct kvc_hparams *hp = &c->hp;
+	int E = hp->n_embd, half = hp->rope_dim / 2, t, i, sw;
+
+	for (t = 0; t < n; t++) {
+		float *x = c->x + (size_t)t * E;
+
+		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
+		    (size_t)tok[t] * m->tok_embd.row_bytes, x, E);
+		if (hp->embd_scale != 1.0f)
+			for (i = 0; i < E; i++)
+				x[i] *= hp->embd_scale;
+		if (m->pos_embd.data != NULL) {
+			/* gpt2: the learned position's row, through xb (free until the first norm) */
+			float *p = c->xb + (size_t)t * E;
+
+			q_dequant_row(m->pos_embd.type, (const char *)m->pos_embd.data +
+			    (size_t)(pos0 + t) * m->pos_embd.row_bytes, p, E);
+			for (i = 0; i < E; i++)
+				x[i] += p[i];
+		}
+		for (sw = 0; sw < 2; sw++) {
+			const double *f = sw ? c->inv_freq_swa : c->inv_freq;
+			float *cs = c->rope_cs + ((size_t)sw * c->cap_tok + t) * hp->rope_dim;
+
+			for (i = 0; i < half; i++) {
+				double a = (double)(pos0 + t) * f[i];
+
+				cs[2 * i] = (float)cos(a);
+				cs[2 * i + 1] = (float)sin(a);
+			}
+		}
 	}
 }
 
@@ -711,20 +824,9 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 {
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &c->hp;
-	int E = hp->n_embd, hd = hp->head_dim, half = hp->rope_dim / 2;
-	int t, il, h, i;
+	int E = hp->n_embd, t, il;
 
-	for (t = 0; t < n; t++) {
-		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
-		    (size_t)tok[t] * m->tok_embd.row_bytes, c->x + (size_t)t * E, E);
-		for (i = 0; i < half; i++) {
-			double a = (double)(pos0 + t) * c->inv_freq[i];
-
-			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i] = (float)cos(a);
-			c->rope_cs[(size_t)t * hp->rope_dim + 2 * i + 1] = (float)sin(a);
-		}
-	}
-
+	embed_chunk(c, tok, n, pos0);
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
 		const struct cpu_vecs *v = &c->vecs[il];
@@ -732,63 +834,45 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 		struct att_job aj = { c, kv, il, n, pos0 };
 
 		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, E, hp->rms_eps);
+			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
-		    { &w->wv, c->v } }, 3, n, false, 0, NULL };
+		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
 		matmul(c, &j);
-
-		for (t = 0; t < n; t++) {
-			float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
-			float *vv = c->v + (size_t)t * c->kv_dim;
-			const float *cs = c->rope_cs + (size_t)t * hp->rope_dim;
-
-			if (v->bq) {
-				for (i = 0; i < c->q_dim; i++)
-					q[i] += v->bq[i];
-				for (i = 0; i < c->kv_dim; i++) {
-					k[i] += v->bk[i];
-					vv[i] += v->bv[i];
-				}
-			}
-			for (h = 0; h < hp->n_head; h++) {
-				if (v->q_norm)
-					rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
-				rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
-			}
-			for (h = 0; h < hp->n_head_kv; h++) {
-				if (v->k_norm)
-					rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
-				rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
-			}
-			store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
-			store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
-		}
+		layer_qkv(c, kv, il, n, pos0);
 
 		tp_run(c->pool, att_run, &aj);
 
-		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, 0, NULL };
+		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		for (i = 0; i < n * E; i++)
-			c->x[i] += c->xb[i];
+		residual_add(c, n, v->bo, v->attn_post_norm);
 
 		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, E, hp->rms_eps);
-		j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
-		    2, n, true, 0, NULL };
+			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, v->ffn_norm_b);
+		if (hp->ffn_plain) {
+			/* gpt2: GELU(up x + b_up), no gate */
+			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL };
+			matmul(c, &j);
+			for (t = 0; t < n; t++)
+				cpu_gelu_bias(c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
+		} else {
+			j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
+			    2, n, true, hp->ffn_gelu, 0, NULL };
+			matmul(c, &j);
+		}
+		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, 0, NULL };
-		matmul(c, &j);
-		for (i = 0; i < n * E; i++)
-			c->x[i] += c->xb[i];
+		residual_add(c, n, v->b_down, v->ffn_post_norm);
 	}
 
 	if (out != NULL && lo < n) {
 		struct mm_job j;
 
 		for (t = lo; t < n; t++)
-			rmsnorm(c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, E, hp->rms_eps);
-		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, 0, NULL };
+			norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, c->out_norm_b);
+		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL };
 		matmul(c, &j);
+		if (hp->final_softcap > 0)
+			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
 	}
 }
 
@@ -802,6 +886,11 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 
 	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
 		return rc;
+	if (c->m->pos_embd.data != NULL && pos0 + n > c->m->pos_embd.n_out) {
+		kvc_err(err, errlen, "position %d is past the model's %lld learned positions",
+		    pos0 + n - 1, (long long)c->m->pos_embd.n_out);
+		return KVC_ERANGE;
+	}
 	for (i = 0; i < n; i++)
 		if (tokens[i] < 0 || tokens[i] >= c->hp.n_vocab) {
 			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)",

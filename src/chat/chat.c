@@ -66,6 +66,8 @@ static const struct family_info families[CHAT_FAMILY_COUNT] = {
 	[CHAT_PHI3] = { "phi3", "<|end|>", "\n", "", true, false },
 	[CHAT_DEEPSEEK] = { "deepseek", NULL, "", " ", true, false },
 	[CHAT_GEMMA] = { "gemma", "<end_of_turn>", "\n", "", true, true },
+	/* the reply's end token, <|user|>, is the next user turn's opening */
+	[CHAT_GLM] = { "glm", "<|user|>", "", "", false, false },
 };
 
 const char *
@@ -82,7 +84,8 @@ chat_family_from_name(const char *name)
 	static const struct { const char *alias; enum chat_family f; } aliases[] = {
 		{ "qwen", CHAT_CHATML }, { "qwen2", CHAT_CHATML }, { "llama-3", CHAT_LLAMA3 },
 		{ "llama31", CHAT_LLAMA3 }, { "llama-2", CHAT_LLAMA2 }, { "phi-3", CHAT_PHI3 },
-		{ "deepseek2", CHAT_DEEPSEEK }, { "gemma2", CHAT_GEMMA },
+		{ "deepseek2", CHAT_DEEPSEEK }, { "gemma2", CHAT_GEMMA }, { "chatglm4", CHAT_GLM },
+		{ "glm4", CHAT_GLM },
 	};
 	size_t i;
 
@@ -111,10 +114,27 @@ chat_detect(const char *jinja)
 		return CHAT_GEMMA;
 	if (strstr(jinja, "<|assistant|>") && strstr(jinja, "<|end|>"))
 		return CHAT_PHI3;
+	if (strstr(jinja, "[gMASK]<sop>"))
+		return CHAT_GLM;
 	if (strstr(jinja, "[INST]"))
 		return strstr(jinja, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
 	if (strstr(jinja, "User: ") && strstr(jinja, "Assistant:"))
 		return CHAT_DEEPSEEK;
+	return -1;
+}
+
+int
+chat_family_for_arch(const char *arch)
+{
+	if (arch == NULL)
+		return -1;
+	/* gemma, gemma2, gemma3: every Gemma release uses <start_of_turn> */
+	if (strncmp(arch, "gemma", 5) == 0)
+		return CHAT_GEMMA;
+	if (strcmp(arch, "phi3") == 0)
+		return CHAT_PHI3;
+	if (strcmp(arch, "chatglm") == 0 || strcmp(arch, "glm4") == 0)
+		return CHAT_GLM;
 	return -1;
 }
 
@@ -280,6 +300,10 @@ gen_prompt(struct seg_list *l, const struct render_ctx *c)
 		sp(l, "<start_of_turn>");
 		tx(l, "model\n");
 		break;
+	case CHAT_GLM:
+		sp(l, "<|assistant|>");
+		tx(l, "\n");
+		break;
 	case CHAT_LLAMA2:
 	case CHAT_MISTRAL:
 	case CHAT_FAMILY_COUNT:
@@ -347,6 +371,11 @@ system_turn(struct seg_list *l, const struct render_ctx *c, const char *text, bo
 		sp(l, "<|end|>");
 		tx(l, "\n");
 		break;
+	case CHAT_GLM:
+		sp(l, "<|system|>");
+		tx(l, "\n");
+		mt(l, c->fi, text);
+		break;
 	default:
 		break;
 	}
@@ -355,7 +384,23 @@ system_turn(struct seg_list *l, const struct render_ctx *c, const char *text, bo
 static bool
 has_system_role(enum chat_family f)
 {
-	return f == CHAT_CHATML || f == CHAT_LLAMA3 || f == CHAT_PHI3;
+	return f == CHAT_CHATML || f == CHAT_LLAMA3 || f == CHAT_PHI3 || f == CHAT_GLM;
+}
+
+/*
+ * GLM: true when the stream already ends with <|user|> (a reply's end
+ * token, generated or added by close_reply), which opens the next user turn.
+ */
+static bool
+user_opened(const struct seg_list *l, const struct render_ctx *c)
+{
+	const struct seg *s = l->n > 0 ? &l->v[l->n - 1] : NULL;
+
+	if (s == NULL)
+		return false;
+	if (s->kind == SEG_SPECIAL)
+		return strcmp(s->s, "<|user|>") == 0;
+	return s->kind == SEG_IDS && s->n_ids > 0 && c->end_id >= 0 && s->ids[s->n_ids - 1] == c->end_id;
 }
 
 /* A user turn; sys: a system message the family folds into it, or NULL. */
@@ -436,6 +481,12 @@ user_turn(struct seg_list *l, const struct render_ctx *c, const struct chat_msg 
 		sp(l, "<end_of_turn>");
 		tx(l, "\n");
 		break;
+	case CHAT_GLM:
+		if (!user_opened(l, c))
+			sp(l, "<|user|>");
+		tx(l, "\n");
+		mt(l, c->fi, m->text);
+		break;
 	case CHAT_FAMILY_COUNT:
 		break;
 	}
@@ -454,6 +505,10 @@ build(struct seg_list *l, const struct render_ctx *c, const struct chat_msg *m, 
 		return 0;
 	if (c->bos)
 		seg_push(l, SEG_BOS, NULL, 0, NULL, 0);
+	if (c->f == CHAT_GLM) {
+		sp(l, "[gMASK]");
+		sp(l, "<sop>");
+	}
 	if (has_system_role(c->f)) {
 		const char *def = chat_default_system(c->f, c->jinja);
 

@@ -56,6 +56,10 @@
  * - gemma: <start_of_turn>user\n..<end_of_turn>\n<start_of_turn>model\n,
  *   text trimmed; no system role: system text + "\n\n" opens the next user
  *   turn (as Gemma 3's template does).
+ * - glm: [gMASK]<sop><|system|>\n..<|user|>\n..<|assistant|>\nreply<|user|>\n..
+ *   (llama.cpp's chatglm4): no end-of-turn token of its own, a reply ends
+ *   where the model writes <|user|> (its EOT), which then opens the next
+ *   user turn.
  * Templates that fold the system message into the next user turn (llama2,
  * mistral, deepseek, gemma) render nothing for it until that turn comes, so
  * a stream holding only a system message is just BOS and the delta that
@@ -82,6 +86,7 @@ enum chat_family {
 	CHAT_PHI3,	/* <|user|>\n...<|end|>\n<|assistant|>\n */
 	CHAT_DEEPSEEK,	/* User: ...\n\nAssistant: ... */
 	CHAT_GEMMA,	/* <start_of_turn>user\n...<end_of_turn>\n */
+	CHAT_GLM,	/* [gMASK]<sop><|user|>\n...<|assistant|>\n... (GLM-4) */
 	CHAT_FAMILY_COUNT
 };
 
@@ -102,6 +107,12 @@ int chat_family_from_name(const char *name);
  * is not recognised (callers then warn and use CHAT_CHATML).
  */
 int chat_detect(const char *jinja);
+/*
+ * Family a file without a chat template implies by its architecture
+ * (general.architecture: gemma* -> gemma, phi3 -> phi3), or -1 when the
+ * architecture says nothing (callers then warn and use CHAT_CHATML).
+ */
+int chat_family_for_arch(const char *arch);
 
 /* Default system prompt the family inserts when none is given (ChatML/Qwen2.5), or NULL. */
 const char *chat_default_system(enum chat_family f, const char *jinja);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "discover.h"
+#include "model/model.h"
 #include "gguf/gguf.h"
 
 #define MAX_DEPTH 8		/* directory recursion; also stops symlink loops */
@@ -124,6 +125,30 @@ has_gguf_magic(const char *path)
 	return r == 4 && memcmp(m, "GGUF", 4) == 0;
 }
 
+/*
+ * Whether kvchat can run the file: model_load's checks (architecture,
+ * hyper-parameters, every tensor's name, shape and type) read only the
+ * header, so the picker can mark a file it would refuse, with the reason.
+ */
+static void
+check_runnable(struct disc_model *m, const struct gguf_file *g)
+{
+	struct kvc_model mo;
+	char err[256] = "";
+	const char *why = err;
+	size_t pl = strlen(m->path);
+
+	m->why[0] = '\0';
+	if (model_load(&mo, g, err, sizeof err) == 0) {
+		model_free(&mo);
+		return;
+	}
+	/* the message starts with the path, which the picker shows already */
+	if (strncmp(err, m->path, pl) == 0 && strncmp(err + pl, ": ", 2) == 0)
+		why = err + pl + 2;
+	snprintf(m->why, sizeof m->why, "%s", why);
+}
+
 /* Type and architecture from the header: general.file_type, else the first block matrix's type. */
 static void
 read_type(struct disc_model *m)
@@ -138,6 +163,7 @@ read_type(struct disc_model *m)
 		return;
 	s = gguf_get_str(g, "general.architecture", "");
 	snprintf(m->arch, sizeof m->arch, "%s", s);
+	check_runnable(m, g);
 	ft = gguf_get_int(g, "general.file_type", -1);
 	if ((s = disc_file_type_name(ft)) != NULL) {
 		snprintf(m->type, sizeof m->type, "%s", s);

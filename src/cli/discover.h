@@ -36,6 +36,7 @@ struct disc_model {
 	uint64_t size;		/* bytes on disk */
 	char type[24];		/* "Q4_K_M", "F16", ... (general.file_type, else first matrix's tensor type); "?" if unknown */
 	char arch[24];		/* general.architecture, "" if unknown */
+	char why[160];		/* why kvchat cannot run it (model_load's refusal), "" if it can */
 	enum disc_source source;
 };
 

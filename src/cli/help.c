@@ -11,8 +11,9 @@ const struct cli_subcommand cli_subcommands[] = {
 	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
 	{ "detokenize", sub_detokenize, "detokenize -m FILE" },
 	{ "info", sub_info, "info -m FILE" },
-	{ "generate", sub_generate, "generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--threads N]" },
+	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
+	{ "perplexity", sub_perplexity, "perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N]" },
 	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
 	{ "backup", sub_backup, "backup [--db PATH] [--force] FILE" },
 	{ "recover", sub_recover, "recover IN OUT" },
@@ -26,6 +27,26 @@ cli_usage(FILE *f)
 	for (const struct cli_subcommand *c = cli_subcommands; c->name; c++)
 		fprintf(f, "       kvchat %s\n", c->usage);
 	fprintf(f, "       kvchat --help | --version\n");
+}
+
+/* The end of --help: environment and what the database file holds. */
+static void
+help_environment(FILE *f)
+{
+	fprintf(f,
+"Environment:\n"
+"  KVCHAT_MODEL     model file used when -m is not given\n"
+"  XDG_DATA_HOME    where the database and models folder live\n"
+"  XDG_STATE_HOME   where the history file lives\n"
+"  NO_COLOR         when set (non-empty), no colour\n"
+"\n"
+"Database: every turn is checkpointed into sessions.db, so the file alone\n"
+"holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
+"runs, and 'kvchat recover IN OUT' salvages a damaged one. A database that\n"
+"cannot be written (read-only file or mount, full disk) opens read-only:\n"
+"/list, /resume, /history and /export work, turns are refused.\n"
+"\n"
+"See kvchat(1).\n");
 }
 
 /*
@@ -43,7 +64,8 @@ cli_help(FILE *f)
 "Model and engine:\n"
 "  -m, --model MODEL       GGUF file or ollama name (qwen2.5:7b); default: pick\n"
 "                          from the models found (see FILES)\n"
-"  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma\n"
+"  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma,\n"
+"                          glm\n"
 "                          (default: detected from the model)\n"
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"
@@ -141,18 +163,6 @@ cli_help(FILE *f)
 "  Files kvchat writes are created 0600 and its folders 0700; a database\n"
 "  folder others can write is refused. ~ is $HOME, or the password database's\n"
 "  home when $HOME is unset or relative.\n"
-"\n"
-"Environment:\n"
-"  KVCHAT_MODEL     model file used when -m is not given\n"
-"  XDG_DATA_HOME    where the database and models folder live\n"
-"  XDG_STATE_HOME   where the history file lives\n"
-"  NO_COLOR         when set (non-empty), no colour\n"
-"\n"
-"Database: every turn is checkpointed into sessions.db, so the file alone\n"
-"holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
-"runs, and 'kvchat recover IN OUT' salvages a damaged one. A database that\n"
-"cannot be written (read-only file or mount, full disk) opens read-only:\n"
-"/list, /resume and /export work, turns are refused.\n"
-"\n"
-"See kvchat(1).\n");
+"\n");
+	help_environment(f);
 }

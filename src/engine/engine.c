@@ -527,41 +527,62 @@ eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
 }
 
 int
-eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
-    char *err, size_t errlen)
+eng_seq_append_scored(struct kvc_seq *s, const int32_t *tokens, int n, float *all_logits,
+    struct eng_stats *st, char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
-	int nv = e->model.hp.n_vocab, rc;
+	double t0;
+	int rc;
 
-	if (n < 1 || n > 64 || tokens == NULL || logits == NULL) {
-		kvc_err(err, errlen, "append_all: bad token count %d", n);
+	stats_begin(st);
+	if (n <= 0 || tokens == NULL || all_logits == NULL) {
+		kvc_err(err, errlen, "append: bad token count %d", n);
 		return KVC_EINVAL;
 	}
+	/* what is pending first, so that the new tokens start right after the cache */
+	if ((rc = compute_pending(s, st, err, errlen)))
+		return rc;
 	if ((size_t)n > (size_t)e->n_ctx - s->toks.n) {
 		kvc_err(err, errlen, "context full: %zu + %d tokens exceed the context of %d",
 		    s->toks.n, n, e->n_ctx);
 		return KVC_ERANGE;
 	}
-	if ((rc = check_ids(e, tokens, n, err, errlen)) != KVC_OK)
+	if ((rc = check_ids(e, tokens, n, err, errlen)) || (rc = ensure_resident(s, err, errlen)))
 		return rc;
-	/* what is pending before the new tokens is computed first, as append does */
-	if ((rc = ensure_resident(s, err, errlen)) != KVC_OK ||
-	    (rc = compute_pending(s, NULL, err, errlen)) != KVC_OK)
-		return rc;
-	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, logits, true, err, errlen);
-	if (rc) {
-		s->have_logits = false;
-		return rc;
-	}
+	if (st)
+		st->n_reused = s->n_cached;
 	if (kvc_tokens_append(&s->toks, tokens, (size_t)n) != KVC_OK) {
-		s->have_logits = false;
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
+	s->have_logits = false;
+	t0 = kvc_now();
+	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, all_logits, true, err, errlen);
+	if (rc) {
+		s->toks.n -= (size_t)n;
+		return rc;
+	}
 	s->n_cached += n;
-	memcpy(s->logits, logits + (size_t)(n - 1) * nv, (size_t)nv * sizeof *s->logits);
+	memcpy(s->logits, all_logits + (size_t)(n - 1) * e->model.hp.n_vocab,
+	    (size_t)e->model.hp.n_vocab * sizeof *s->logits);
 	s->have_logits = true;
+	if (st) {
+		st->n_computed += n;
+		st->t_prefill += kvc_now() - t0;
+	}
 	return KVC_OK;
+}
+
+int
+eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
+    char *err, size_t errlen)
+{
+	/* a verification pass: a few tokens, so the caller's n x n_vocab stays small */
+	if (n < 1 || n > 64) {
+		kvc_err(err, errlen, "append_all: bad token count %d", n);
+		return KVC_EINVAL;
+	}
+	return eng_seq_append_scored(s, tokens, n, logits, NULL, err, errlen);
 }
 
 bool

@@ -93,6 +93,15 @@ int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *l
 /* Whether two engines share a vocabulary (same ids, same pieces): a draft model's test. */
 bool eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b);
 /*
+ * eng_seq_append that also hands back the logits of every appended
+ * position: all_logits[i * n_vocab ..] follows tokens[i] (n x n_vocab
+ * floats, the caller's). For scoring a given text (perplexity, teacher
+ * forcing); callers bound n to bound the memory. The last row is also
+ * what eng_seq_logits returns afterwards.
+ */
+int eng_seq_append_scored(struct kvc_seq *s, const int32_t *tokens, int n, float *all_logits,
+    struct eng_stats *st, char *err, size_t errlen);
+/*
  * Make the sequence hold exactly tokens[0..n): keep the longest common
  * prefix with what is cached, compute the rest. If nothing would be computed
  * but the logits of the last position are not at hand, the last position is

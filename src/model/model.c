@@ -1,17 +1,35 @@
 /*
  * model.c: read a transformer's hyper-parameters and locate its weights in
- * a GGUF (architectures llama, qwen2, qwen3), checking everything a backend
+ * a GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3), checking everything a backend
  * will rely on: presence, shape and type of every tensor, and that the file
  * asks for nothing kvchat does not implement.
  *
  * Keys and tensor names are llama.cpp's. RoPE pairing follows llama.cpp's
  * rope types: its converter permutes llama Q/K rows into Meta's interleaved
  * order, so GGUF llama files rotate adjacent pairs (2i, 2i+1); qwen2/qwen3
- * keep the Hugging Face order and rotate (i, i + d/2) ("NeoX").
+ * keep the Hugging Face order and rotate (i, i + d/2) ("NeoX"), as do gemma2/3.
+ *
+ * Gemma: llama.cpp's converter adds 1 to every Gemma norm weight (Hugging
+ * Face computes x * (1 + w)), so the GGUF norms are plain RMSNorm weights.
+ * The defaults for keys a gemma file may lack are llama.cpp's
+ * (llama-model.cpp, load_hparams): gemma3 windows only when
+ * attention.sliding_window is present and > 0, every 6th layer global,
+ * windowed layers' RoPE base 10000 at scale 1; gemma2 window 4096, every
+ * other layer global, softcaps 50 (scores) and 30 (logits).
+ *
+ * phi3, chatglm, glm4 (llama.cpp's llm_build_phi3/chatglm/glm4): Q, K, V
+ * may come fused as attn_qkv (rows Q, then K, then V; chatglm/glm4 with a
+ * fused bias), and the FFN's gate and up fused as one ffn_up of 2 n_ff rows
+ * (gate first: ggml_swiglu is silu(first half) * second half). These are
+ * split into views of their rows. chatglm/glm4 rotate adjacent pairs over
+ * the first rope.dimension_count dimensions of each head; glm4 adds
+ * post-norms. phi3's sliding window is ignored, as llama.cpp does; its
+ * LongRoPE factors (rope_factors_long/short) are refused by name.
  */
 #include "model.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +45,12 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_LLAMA: return "llama";
 	case KVC_ARCH_QWEN2: return "qwen2";
 	case KVC_ARCH_QWEN3: return "qwen3";
+	case KVC_ARCH_GEMMA2: return "gemma2";
+	case KVC_ARCH_GEMMA3: return "gemma3";
+	case KVC_ARCH_PHI3: return "phi3";
+	case KVC_ARCH_CHATGLM: return "chatglm";
+	case KVC_ARCH_GLM4: return "glm4";
+	case KVC_ARCH_GPT2: return "gpt2";
 	}
 	return "?";
 }
@@ -169,6 +193,9 @@ static const char *const layer_suffixes[] = {
 	"attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
 	"ffn_down.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
 	"attn_q_norm.weight", "attn_k_norm.weight",
+	"post_attention_norm.weight", "post_ffw_norm.weight",
+	"attn_qkv.weight", "attn_qkv.bias",
+	"attn_norm.bias", "ffn_norm.bias", "attn_output.bias", "ffn_up.bias", "ffn_down.bias",
 };
 
 /*
@@ -187,15 +214,70 @@ known_tensor(const struct kvc_model *m, const char *name)
 		return true;
 	if (strcmp(name, "rope_freqs.weight") == 0)
 		return m->hp.arch == KVC_ARCH_LLAMA;
+	if (strcmp(name, "position_embd.weight") == 0 || strcmp(name, "output_norm.bias") == 0)
+		return m->hp.arch == KVC_ARCH_GPT2;
 	if (sscanf(name, "blk.%d.%n", &il, &off) != 1 || off == 0 || il < 0 ||
 	    il >= m->hp.n_layer)
 		return false;
-	if (m->hp.arch != KVC_ARCH_QWEN3)
-		nsuf -= 2;	/* q/k norms are qwen3's */
 	for (j = 0; j < nsuf; j++)
 		if (strcmp(name + off, layer_suffixes[j]) == 0)
-			return true;
-	return false;
+			break;
+	if (j == nsuf)
+		return false;
+	if (j >= 18)	/* gpt2's norm and product biases */
+		return m->hp.arch == KVC_ARCH_GPT2;
+	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4, gpt2 */
+		return m->hp.arch >= KVC_ARCH_PHI3;
+	if (j >= 14)	/* post-norms: gemma's, glm4's */
+		return m->hp.post_norms;
+	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
+		return m->hp.arch == KVC_ARCH_QWEN3 || m->hp.arch == KVC_ARCH_GEMMA3;
+	return true;
+}
+
+/*
+ * Gemma 2 and 3 (llama.cpp's load_hparams for LLM_ARCH_GEMMA2/GEMMA3):
+ * embeddings scaled by sqrt(n_embd), GELU gate, post-norms, interleaved
+ * sliding-window layers with their own RoPE base, optional softcaps. The 27B
+ * models (recognised, as llama.cpp does, by their layer count) scale
+ * queries by 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim).
+ */
+static int
+read_gemma(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	bool g2 = hp->arch == KVC_ARCH_GEMMA2;
+	int rc, big = g2 ? 46 : 62;
+
+	hp->embd_scale = sqrtf((float)hp->n_embd);
+	hp->ffn_gelu = true;
+	hp->post_norms = true;
+	if (hp->n_layer == big)
+		hp->attn_scale = (float)(1.0 / sqrt((double)(hp->n_embd / hp->n_head)));
+	hp->n_swa = g2 ? 4096 : 0;
+	hp->swa_period = g2 ? 2 : 6;
+	hp->rope_theta_swa = g2 ? hp->rope_theta : 10000.0f;
+	hp->rope_freq_scale_swa = g2 ? hp->rope_freq_scale : 1.0f;
+	if ((rc = hp_int(l, "attention.sliding_window", hp->n_swa, &hp->n_swa)))
+		return rc;
+	if ((hp->n_swa > 0 || g2) &&
+	    ((rc = hp_int(l, "attention.sliding_window_pattern", hp->swa_period, &hp->swa_period)) ||
+	    (rc = hp_float(l, "rope.freq_base_swa", hp->rope_theta_swa, false, &hp->rope_theta_swa))))
+		return rc;
+	if (!(hp->rope_theta_swa > 1)) {
+		kvc_err(l->err, l->errlen, "%s: bad rope base %g for the windowed layers",
+		    gguf_path(l->f), hp->rope_theta_swa);
+		return KVC_EFORMAT;
+	}
+	if (g2 && (rc = hp_float(l, "attn_logit_softcapping", 50.0, false, &hp->attn_softcap)))
+		return rc;
+	if ((rc = hp_float(l, "final_logit_softcapping", g2 ? 30.0 : 0.0, false, &hp->final_softcap)))
+		return rc;
+	if (!(hp->attn_softcap >= 0) || !(hp->final_softcap >= 0)) {
+		kvc_err(l->err, l->errlen, "%s: negative softcap", gguf_path(l->f));
+		return KVC_EFORMAT;
+	}
+	return 0;
 }
 
 static int
@@ -242,14 +324,20 @@ read_hparams(struct loader *l)
 		    gguf_path(f), hp->head_dim, v_len);
 		return KVC_EUNSUPPORTED;
 	}
-	if ((rc = hp_int(l, "rope.dimension_count", hp->head_dim, &hp->rope_dim)))
+	if ((rc = hp_int(l, "rope.dimension_count", hp->arch == KVC_ARCH_GPT2 ? 0 : hp->head_dim,
+	    &hp->rope_dim)))
 		return rc;
-	if (hp->rope_dim <= 0 || hp->rope_dim % 2 != 0 || hp->rope_dim > hp->head_dim) {
+	if (hp->arch == KVC_ARCH_GPT2 && hp->rope_dim != 0) {
+		kvc_err(l->err, l->errlen, "%s: gpt2 with rope.dimension_count %d", gguf_path(f), hp->rope_dim);
+		return KVC_EFORMAT;
+	}
+	if ((hp->rope_dim <= 0 && hp->arch != KVC_ARCH_GPT2) || hp->rope_dim % 2 != 0 || hp->rope_dim > hp->head_dim) {
 		kvc_err(l->err, l->errlen, "%s: rope dimension %d does not fit head size %d",
 		    gguf_path(f), hp->rope_dim, hp->head_dim);
 		return KVC_EFORMAT;
 	}
-	if ((rc = hp_float(l, "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) ||
+	if ((rc = hp_float(l, hp->arch == KVC_ARCH_GPT2 ? "attention.layer_norm_epsilon" :
+	    "attention.layer_norm_rms_epsilon", 0, true, &hp->rms_eps)) ||
 	    (rc = hp_float(l, "rope.freq_base", 10000.0, false, &hp->rope_theta)))
 		return rc;
 	if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_theta > 1)) {
@@ -281,7 +369,159 @@ read_hparams(struct loader *l)
 		}
 		hp->rope_freq_scale = 1.0f / factor;
 	}
-	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA;
+	hp->rope_neox = hp->arch != KVC_ARCH_LLAMA && hp->arch != KVC_ARCH_CHATGLM &&
+	    hp->arch != KVC_ARCH_GLM4;
+	hp->post_norms = hp->arch == KVC_ARCH_GLM4;
+	hp->layer_norm = hp->ffn_plain = hp->arch == KVC_ARCH_GPT2;
+	if (hp->arch == KVC_ARCH_GPT2 && hp->n_ctx_train <= 0) {
+		kvc_err(l->err, l->errlen, "%s: gpt2 needs %s.context_length (its position table)",
+		    gguf_path(f), l->arch);
+		return KVC_EFORMAT;
+	}
+	if (hp->arch == KVC_ARCH_GLM4) {
+		/* multimodal RoPE sections and multi-token-prediction layers change the graph */
+		static const char *const refused[] = { "rope.dimension_sections", "nextn_predict_layers" };
+		size_t i;
+
+		for (i = 0; i < 2; i++) {
+			snprintf(key, sizeof key, "%s.%s", l->arch, refused[i]);
+			if (gguf_find_key(f, key) >= 0 && (i == 0 || gguf_get_int(f, key, 0) > 0)) {
+				kvc_err(l->err, l->errlen, "%s: %s is not supported", gguf_path(f), key);
+				return KVC_EUNSUPPORTED;
+			}
+		}
+	}
+	hp->embd_scale = 1.0f;
+	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
+	if (hp->arch == KVC_ARCH_GEMMA2 || hp->arch == KVC_ARCH_GEMMA3)
+		return read_gemma(l);
+	return 0;
+}
+
+/* Rows [r0, r0 + n) of matrix f as a matrix of its own (a vector: elements). */
+static struct kvc_weight
+view(const struct kvc_weight *f, int64_t r0, int64_t n)
+{
+	struct kvc_weight v = *f;
+
+	if (f->n_out == 1) {
+		/* a vector (a fused bias, block size 1): elements r0 .. r0 + n */
+		v.data = (const char *)f->data + (size_t)r0 * gguf_dtype_size(f->type);
+		v.n_in = n;
+		v.row_bytes = gguf_dtype_row_size(f->type, n);
+	} else {
+		v.data = (const char *)f->data + (size_t)r0 * f->row_bytes;
+		v.n_out = n;
+	}
+	return v;
+}
+
+/* Q, K, V (and their biases): separate tensors, or views of a fused attn_qkv. */
+static int
+load_qkv(struct loader *l, struct kvc_layer_weights *w, int il, int64_t qd, int64_t kvd)
+{
+	const struct kvc_hparams *hp = &l->m->hp;
+	struct kvc_weight f, fb;
+	char name[96];
+	int rc;
+
+	snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+	if (gguf_find_tensor(l->f, name) == NULL)
+		return (rc = layer_tensor(l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
+		    (rc = layer_tensor(l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
+		    (rc = layer_tensor(l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
+		    (rc = layer_tensor(l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
+		    (rc = layer_tensor(l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ? rc : 0;
+	if ((rc = layer_tensor(l, &f, il, "attn_qkv.weight", hp->n_embd, qd + 2 * kvd, false)) ||
+	    (rc = layer_tensor(l, &fb, il, "attn_qkv.bias", qd + 2 * kvd, 1, true)))
+		return rc;
+	if (fb.data != NULL && gguf_dtype_block(fb.type) != 1) {
+		kvc_err(l->err, l->errlen, "%s: blk.%d.attn_qkv.bias has block type %s (F32/F16/BF16 expected)",
+		    gguf_path(l->f), il, gguf_dtype_name(fb.type));
+		return KVC_EUNSUPPORTED;
+	}
+	w->wq = view(&f, 0, qd);
+	w->wk = view(&f, qd, kvd);
+	w->wv = view(&f, qd + kvd, kvd);
+	if (fb.data != NULL) {
+		w->bq = view(&fb, 0, qd);
+		w->bk = view(&fb, qd, kvd);
+		w->bv = view(&fb, qd + kvd, kvd);
+	}
+	return 0;
+}
+
+/* The FFN's gate and up: two tensors, or one ffn_up of 2 n_ff rows (gate first). */
+static int
+load_gate_up(struct loader *l, struct kvc_layer_weights *w, int il)
+{
+	const struct kvc_hparams *hp = &l->m->hp;
+	struct kvc_weight f;
+	char name[96];
+	int rc;
+
+	if (hp->ffn_plain)	/* gpt2: up, GELU, down; no gate */
+		return layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false);
+	snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
+	if (gguf_find_tensor(l->f, name) != NULL || hp->arch < KVC_ARCH_PHI3)
+		return (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
+		    (rc = layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ? rc : 0;
+	if ((rc = layer_tensor(l, &f, il, "ffn_up.weight", hp->n_embd, 2 * (int64_t)hp->n_ff, false)))
+		return rc;
+	w->w_gate = view(&f, 0, hp->n_ff);
+	w->w_up = view(&f, hp->n_ff, hp->n_ff);
+	return 0;
+}
+
+/* Layer il's tensors: presence, shapes and types, and their bytes counted. */
+static int
+load_layer(struct loader *l, int il)
+{
+	struct kvc_model *m = l->m;
+	const struct kvc_hparams *hp = &m->hp;
+	struct kvc_layer_weights *w = &m->layers[il];
+	int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+	bool qk_norm = hp->arch == KVC_ARCH_QWEN3 || hp->arch == KVC_ARCH_GEMMA3;
+	bool post = hp->post_norms;
+	int rc;
+	size_t j;
+
+	if ((rc = layer_tensor(l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = load_qkv(l, w, il, qd, kvd)) ||
+	    (rc = layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+	    (rc = layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
+	    (rc = layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = load_gate_up(l, w, il)) ||
+	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->attn_norm_b, il, "attn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm_b, il, "ffn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
+	    (rc = layer_tensor(l, &w->bo, il, "attn_output.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
+	    (rc = layer_tensor(l, &w->b_up, il, "ffn_up.bias", hp->n_ff, 1, !hp->ffn_plain)) ||
+	    (rc = layer_tensor(l, &w->b_down, il, "ffn_down.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
+	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
+	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
+		return rc;
+	/* qwen2 always has Q/K/V biases; a partial set is a broken file */
+	if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
+	    (w->bq.data == NULL) != (w->bv.data == NULL)) {
+		kvc_err(l->err, l->errlen, "%s: layer %d has only some of the Q/K/V biases",
+		    gguf_path(l->f), il);
+		return KVC_EFORMAT;
+	}
+	{
+		const struct kvc_weight *all[] = {
+			&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
+			&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
+			&w->w_up, &w->w_down, &w->attn_post_norm, &w->ffn_post_norm,
+			&w->attn_norm_b, &w->ffn_norm_b, &w->bo, &w->b_up, &w->b_down,
+		};
+
+		for (j = 0; j < sizeof all / sizeof all[0]; j++)
+			if (all[j]->data != NULL)
+				m->weight_bytes += all[j]->row_bytes * (size_t)all[j]->n_out;
+	}
 	return 0;
 }
 
@@ -292,7 +532,7 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	struct kvc_hparams *hp = &m->hp;
 	const struct gguf_tensor *te;
 	const char *arch;
-	int64_t i, qd, kvd;
+	int64_t i;
 	int rc, il;
 
 	memset(m, 0, sizeof *m);
@@ -308,8 +548,21 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_QWEN2;
 	else if (strcmp(arch, "qwen3") == 0)
 		hp->arch = KVC_ARCH_QWEN3;
+	else if (strcmp(arch, "gemma2") == 0)
+		hp->arch = KVC_ARCH_GEMMA2;
+	else if (strcmp(arch, "gemma3") == 0)
+		hp->arch = KVC_ARCH_GEMMA3;
+	else if (strcmp(arch, "phi3") == 0)
+		hp->arch = KVC_ARCH_PHI3;
+	else if (strcmp(arch, "chatglm") == 0)
+		hp->arch = KVC_ARCH_CHATGLM;
+	else if (strcmp(arch, "glm4") == 0)
+		hp->arch = KVC_ARCH_GLM4;
+	else if (strcmp(arch, "gpt2") == 0)
+		hp->arch = KVC_ARCH_GPT2;
 	else {
-		kvc_err(err, errlen, "%s: architecture '%s' is not supported (llama, qwen2, qwen3)",
+		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}
@@ -330,7 +583,10 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	hp->n_vocab = (int)m->tok_embd.n_out;
 	if ((rc = tensor(&l, &m->output_norm, "output_norm.weight", hp->n_embd, 1, false)) ||
 	    (rc = tensor(&l, &m->output, "output.weight", hp->n_embd, hp->n_vocab, true)) ||
-	    (rc = tensor(&l, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, true)))
+	    (rc = tensor(&l, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, true)) ||
+	    (rc = tensor(&l, &m->pos_embd, "position_embd.weight", hp->n_embd, hp->n_ctx_train,
+	    hp->arch != KVC_ARCH_GPT2)) ||
+	    (rc = tensor(&l, &m->output_norm_b, "output_norm.bias", hp->n_embd, 1, hp->arch != KVC_ARCH_GPT2)))
 		goto fail;
 	if (m->rope_freqs.data != NULL && hp->arch != KVC_ARCH_LLAMA) {
 		kvc_err(err, errlen, "%s: rope_freqs.weight is not supported for %s", gguf_path(f), arch);
@@ -339,8 +595,9 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 	}
 	if (m->output.data == NULL)
 		m->output = m->tok_embd;	/* tied */
-	else
-		m->weight_bytes += m->output.row_bytes * (size_t)m->output.n_out;
+	/* the output matrix is read whole for every token, tied or not (a tied
+	 * one is most of Gemma 3 270M's reads: 262,144 rows) */
+	m->weight_bytes += m->output.row_bytes * (size_t)m->output.n_out;
 	m->weight_bytes += m->output_norm.row_bytes;
 
 	m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -349,50 +606,17 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		rc = KVC_ENOMEM;
 		goto fail;
 	}
-	qd = (int64_t)hp->n_head * hp->head_dim;
-	kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-	for (il = 0; il < hp->n_layer; il++) {
-		struct kvc_layer_weights *w = &m->layers[il];
-		bool qk_norm = hp->arch == KVC_ARCH_QWEN3;
-
-		if ((rc = layer_tensor(&l, &w->attn_norm, il, "attn_norm.weight", hp->n_embd, 1, false)) ||
-		    (rc = layer_tensor(&l, &w->wq, il, "attn_q.weight", hp->n_embd, qd, false)) ||
-		    (rc = layer_tensor(&l, &w->wk, il, "attn_k.weight", hp->n_embd, kvd, false)) ||
-		    (rc = layer_tensor(&l, &w->wv, il, "attn_v.weight", hp->n_embd, kvd, false)) ||
-		    (rc = layer_tensor(&l, &w->bq, il, "attn_q.bias", qd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->bk, il, "attn_k.bias", kvd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->bv, il, "attn_v.bias", kvd, 1, true)) ||
-		    (rc = layer_tensor(&l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
-		    (rc = layer_tensor(&l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
-		    (rc = layer_tensor(&l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
-		    (rc = layer_tensor(&l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
-		    (rc = layer_tensor(&l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
-		    (rc = layer_tensor(&l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ||
-		    (rc = layer_tensor(&l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)))
+	for (il = 0; il < hp->n_layer; il++)
+		if ((rc = load_layer(&l, il)))
 			goto fail;
-		/* qwen2 always has Q/K/V biases; a partial set is a broken file */
-		if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
-		    (w->bq.data == NULL) != (w->bv.data == NULL)) {
-			kvc_err(err, errlen, "%s: layer %d has only some of the Q/K/V biases", gguf_path(f), il);
-			rc = KVC_EFORMAT;
-			goto fail;
-		}
-		{
-			const struct kvc_weight *all[] = {
-				&w->attn_norm, &w->wq, &w->wk, &w->wv, &w->bq, &w->bk, &w->bv,
-				&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
-				&w->w_up, &w->w_down,
-			};
-			size_t j;
-
-			for (j = 0; j < sizeof all / sizeof all[0]; j++)
-				if (all[j]->data != NULL)
-					m->weight_bytes += all[j]->row_bytes * (size_t)all[j]->n_out;
-		}
-	}
 	for (i = 0; i < gguf_n_tensors(f); i++) {
 		const char *name = gguf_tensor(f, i)->name;
 
+		if (strncmp(name, "rope_factors_", 13) == 0) {
+			kvc_err(err, errlen, "%s: LongRoPE (tensor %s) is not supported", gguf_path(f), name);
+			rc = KVC_EUNSUPPORTED;
+			goto fail;
+		}
 		if (!known_tensor(m, name)) {
 			kvc_err(err, errlen, "%s: tensor %s is not implemented for %s",
 			    gguf_path(f), name, arch);

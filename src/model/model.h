@@ -1,6 +1,8 @@
 /*
  * model.h: a transformer's hyper-parameters and weight tensors, read from a
- * GGUF (architectures llama, qwen2, qwen3). The weights stay in the file's
+ * GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm,
+ * glm4). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
+ * parts: views of the fused rows, so backends see one layout. The weights stay in the file's
  * mapping in their stored types; backends compute from (or upload) them.
  *
  * GGUF tensor shapes are ne[0] = columns (input dim), ne[1] = rows (output
@@ -13,7 +15,10 @@
 #include "core/kvc.h"
 #include "gguf/gguf.h"
 
-enum kvc_arch { KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3 };
+enum kvc_arch {
+	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
+	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4, KVC_ARCH_GPT2,
+};
 
 struct kvc_hparams {
 	enum kvc_arch arch;
@@ -28,9 +33,36 @@ struct kvc_hparams {
 	float rms_eps;
 	float rope_theta;	/* <arch>.rope.freq_base */
 	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
-	bool rope_neox;		/* qwen2/qwen3: rotate (i, i + d/2); llama: adjacent pairs (2i, 2i+1) */
+	bool rope_neox;		/* qwen2/qwen3/gemma/phi3: rotate (i, i + d/2); llama/chatglm/glm4: adjacent pairs (2i, 2i+1) */
 	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
+
+	/* Gemma's additions (neutral values for the other architectures) */
+	float embd_scale;	/* token embeddings are multiplied by this: gemma sqrt(n_embd), else 1 */
+	float attn_scale;	/* scores = q.k * attn_scale: 1/sqrt(head_dim), gemma 27B 1/sqrt(n_embd/n_head) */
+	float attn_softcap;	/* gemma2: scores = c * tanh(scores / c); 0 = none */
+	float final_softcap;	/* gemma2: logits = c * tanh(logits / c); 0 = none */
+	bool ffn_gelu;		/* gate activation GELU (tanh form) instead of SiLU */
+	bool post_norms;	/* RMSNorm of the attention and FFN outputs before each residual add */
+	int n_swa;		/* sliding window: a windowed layer attends to the last n_swa positions (0 = none) */
+	int swa_period;		/* layer il is windowed when il % swa_period < swa_period - 1 */
+	float rope_theta_swa;	/* windowed layers' RoPE base (gemma3 default 10000) */
+	float rope_freq_scale_swa;	/* and linear scale (gemma3: 1; gemma2: the global one) */
+
+	/* gpt2: LayerNorm with bias (eps in rms_eps), learned positions (rope_dim 0: no RoPE),
+	 * an ungated GELU MLP; biases on every product */
+	bool layer_norm;
+	bool ffn_plain;
 };
+
+/*
+ * True when layer il attends only to the last hp->n_swa positions
+ * (llama.cpp's set_swa_pattern: in each period of layers the last is global).
+ */
+static inline bool
+model_layer_swa(const struct kvc_hparams *hp, int il)
+{
+	return hp->n_swa > 0 && (hp->swa_period <= 0 || il % hp->swa_period < hp->swa_period - 1);
+}
 
 /* One weight matrix or vector, pointing into the GGUF mapping. */
 struct kvc_weight {
@@ -47,9 +79,13 @@ struct kvc_layer_weights {
 	struct kvc_weight bq, bk, bv;	/* qwen2 biases, else absent */
 	struct kvc_weight q_norm, k_norm;	/* qwen3 per-head RMSNorm (head_dim), else absent */
 	struct kvc_weight wo;		/* (n_embd, n_head*head_dim) */
+	struct kvc_weight attn_norm_b, ffn_norm_b;	/* gpt2 LayerNorm biases (n_embd), else absent */
+	struct kvc_weight bo, b_up, b_down;	/* gpt2 product biases (n_embd), (n_ff), (n_embd), else absent */
+	struct kvc_weight attn_post_norm;	/* gemma: (n_embd), else absent */
 	struct kvc_weight ffn_norm;	/* (n_embd) */
 	struct kvc_weight w_gate, w_up;	/* (n_ff, n_embd) */
 	struct kvc_weight w_down;	/* (n_embd, n_ff) */
+	struct kvc_weight ffn_post_norm;	/* gemma: (n_embd), else absent */
 };
 
 struct kvc_model {
@@ -58,6 +94,8 @@ struct kvc_model {
 	struct kvc_weight output_norm;	/* (n_embd) */
 	struct kvc_weight output;	/* (n_vocab, n_embd); == tok_embd when tied */
 	struct kvc_weight rope_freqs;	/* llama 3.1 frequency factors (rope_dim/2), or absent */
+	struct kvc_weight pos_embd;	/* gpt2: (n_ctx_train, n_embd) learned positions, or absent */
+	struct kvc_weight output_norm_b;	/* gpt2: (n_embd), or absent */
 	struct kvc_layer_weights *layers;	/* [n_layer] */
 	uint64_t n_params;
 	uint64_t weight_bytes;		/* bytes of all tensors used per token */

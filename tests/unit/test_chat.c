@@ -73,6 +73,7 @@ end_id(const struct kvc_tokenizer *t, enum chat_family f)
 	case CHAT_LLAMA3: return tok_lookup(t, "<|eot_id|>");
 	case CHAT_PHI3: return tok_lookup(t, "<|end|>");
 	case CHAT_GEMMA: return tok_lookup(t, "<end_of_turn>");
+	case CHAT_GLM: return tok_lookup(t, "<|user|>");
 	default: return tok_eos(t);
 	}
 }
@@ -104,6 +105,7 @@ test_detect(void)
 		{ "{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}{% endif %}{% endfor %}", CHAT_PHI3 },
 		{ "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}", CHAT_DEEPSEEK },
 		{ "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}", CHAT_GEMMA },
+		{ "[gMASK]<sop>{% for item in messages %}<|{{ item['role'] }}|>\\n{{ item['content'] }}{% endfor %}{% if add_generation_prompt %}<|assistant|>\\n{% endif %}", CHAT_GLM },
 		{ "{{ messages }}", -1 },
 		{ "", -1 },
 	};
@@ -179,6 +181,8 @@ test_text_formats(void)
 		[CHAT_DEEPSEEK] = BOS_DS "SYS\n\nUser: Hi\n\nAssistant: Yo" EOS_DS "User: Bye\n\nAssistant:",
 		[CHAT_GEMMA] = "<bos><start_of_turn>user\nSYS\n\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n"
 		    "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n",
+		/* llama.cpp's chatglm4 rendering of the same messages */
+		[CHAT_GLM] = "[gMASK]<sop><|system|>\nSYS<|user|>\nHi<|assistant|>\nYo<|user|>\nBye<|assistant|>\n",
 	};
 	/* user only, no generation prompt */
 	static const char *const want_user[CHAT_FAMILY_COUNT] = {
@@ -189,6 +193,7 @@ test_text_formats(void)
 		[CHAT_PHI3] = "<s><|user|>\nHi<|end|>\n",
 		[CHAT_DEEPSEEK] = BOS_DS "User: Hi\n\n",
 		[CHAT_GEMMA] = "<bos><start_of_turn>user\nHi<end_of_turn>\n",
+		[CHAT_GLM] = "[gMASK]<sop><|user|>\nHi",
 	};
 	int f;
 

@@ -195,6 +195,9 @@ test_trees(void)
 	test_cond(m && m->size == sz_shard && strcmp(m->type, "F16") == 0, "first shard listed");
 	test_cond(find_name(v, n, "sub/big-00002-of-00002.gguf") == NULL, "later shard not listed");
 	test_cond(find_name(v, n, "fake.gguf") == NULL, "non-GGUF skipped");
+	/* these headers hold no model: the picker says why kvchat cannot run them */
+	test_cond(m && strstr(m->why, "missing key llama.embedding_length") != NULL &&
+	    strstr(m->why, root) == NULL, "why (without the path): '%s'", m ? m->why : "");
 
 	m = find_name(v, n, "qwen2.5:7b");
 	if (m == NULL)

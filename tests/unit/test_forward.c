@@ -45,6 +45,19 @@
  *    weights move by ~u relatively) and the attention output by ~2u of
  *    max|v|; the residual stream passes that through 2 layers with O(1)
  *    gain, so logits move by a few u: bound 2e-3 (~4u; measured <= 3.3e-4).
+ *  - gemma2/gemma3 run the same 7 products per layer; their extra steps
+ *    (embedding scale, post-norms, GELU, softcaps) are float32 element-wise
+ *    operations whose rounding is far below these bounds, and the post-norms
+ *    keep each block's gain at O(1), so the same bounds apply (measured:
+ *    <= 3.5e-7 for F32/F16/BF16, <= 0.036 quantised). Their windows (5
+ *    positions, N_TOK = 12 and a 150-token prefill) make the masking count:
+ *    a window one position too wide fails every gemma case.
+ *  - phi3, chatglm, glm4 read Q/K/V and gate/up from fused tensors (views
+ *    of their rows) and run the same 7 products; chatglm/glm4 rotate
+ *    adjacent pairs over half of each head, glm4 adds post-norms. Same
+ *    bounds (measured: <= 5.4e-7 for F32/F16/BF16, <= 0.054 quantised).
+ *  - gpt2: learned positions, LayerNorm with bias, biases on every product,
+ *    GELU MLP (one product fewer per layer), same bounds.
  */
 #include "gguf/gguf.h"
 #include "backend/backend.h"
@@ -73,7 +86,19 @@ struct spec {
 	bool rope_freqs;	/* llama 3.1 frequency factors */
 	float eps, theta;
 	float linear_scale;	/* rope.scaling.factor when != 0 */
+	/* gemma2/gemma3 keys written when > 0 (absent: llama.cpp's defaults) */
+	int n_swa, swa_pattern;
+	float attn_cap, final_cap;
+	/* phi3/chatglm/glm4: fused attn_qkv and gate+up ffn_up; rotated dims (0: head_dim) */
+	bool fused;
+	int rope_dim;
 };
+
+static bool
+is_gemma(const char *arch)
+{
+	return strncmp(arch, "gemma", 5) == 0;
+}
 
 static uint64_t rng_state;
 
@@ -118,6 +143,7 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 	int qd = s->n_head * s->head_dim, kvd = s->n_head_kv * s->head_dim, l;
 	void *out = NULL;
 	double ms = 1.0 / sqrt(s->n_embd), fs = 1.0 / sqrt(s->n_ff);
+	bool gpt2 = strcmp(s->arch, "gpt2") == 0;
 
 #define K(name) (snprintf(key, sizeof key, "%s.%s", s->arch, name), key)
 	gguf_w_str(w, "general.architecture", s->arch);
@@ -127,7 +153,7 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 	gguf_w_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
 	gguf_w_u32(w, K("attention.head_count"), (uint32_t)s->n_head);
 	gguf_w_u32(w, K("attention.head_count_kv"), (uint32_t)s->n_head_kv);
-	gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), s->eps);
+	gguf_w_f32(w, K(gpt2 ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"), s->eps);
 	gguf_w_f32(w, K("rope.freq_base"), s->theta);
 	if (s->explicit_head_dim) {
 		gguf_w_u32(w, K("attention.key_length"), (uint32_t)s->head_dim);
@@ -137,6 +163,16 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		gguf_w_str(w, K("rope.scaling.type"), "linear");
 		gguf_w_f32(w, K("rope.scaling.factor"), s->linear_scale);
 	}
+	if (s->rope_dim > 0)
+		gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)s->rope_dim);
+	if (s->n_swa > 0)
+		gguf_w_u32(w, K("attention.sliding_window"), (uint32_t)s->n_swa);
+	if (s->swa_pattern > 0)
+		gguf_w_u32(w, K("attention.sliding_window_pattern"), (uint32_t)s->swa_pattern);
+	if (s->attn_cap > 0)
+		gguf_w_f32(w, K("attn_logit_softcapping"), s->attn_cap);
+	if (s->final_cap > 0)
+		gguf_w_f32(w, K("final_logit_softcapping"), s->final_cap);
 #undef K
 	add_tensor(w, "token_embd.weight", s->wtype, s->n_embd, s->n_vocab, 1.0, 0);
 	add_tensor(w, "output_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
@@ -144,16 +180,28 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		add_tensor(w, "output.weight", s->wtype, s->n_embd, s->n_vocab, ms, 0);
 	if (s->rope_freqs)
 		add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, s->head_dim / 2, 1, 3.0, 4.0);
+	if (gpt2) {
+		/* 256 learned positions (context_length), and the final LayerNorm's bias */
+		add_tensor(w, "position_embd.weight", s->wtype, s->n_embd, 256, 0.5, 0);
+		add_tensor(w, "output_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+	}
 	for (l = 0; l < s->n_layer; l++) {
 		char n[64];
 #define T(suffix, type, nin, nout, sc, off) \
 		(snprintf(n, sizeof n, "blk.%d.%s", l, suffix), add_tensor(w, n, type, nin, nout, sc, off))
 		T("attn_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
 		/* larger Q/K weights give peaked attention, which exercises softmax */
-		T("attn_q.weight", s->wtype, s->n_embd, qd, 2 * ms, 0);
-		T("attn_k.weight", s->wtype, s->n_embd, kvd, 2 * ms, 0);
-		T("attn_v.weight", s->wtype, s->n_embd, kvd, ms, 0);
-		if (s->biases) {
+		if (s->fused) {
+			/* one scale for the three: the fused matrix is one tensor */
+			T("attn_qkv.weight", s->wtype, s->n_embd, qd + 2 * kvd, 2 * ms, 0);
+			if (s->biases)
+				T("attn_qkv.bias", GGML_TYPE_F32, qd + 2 * kvd, 1, 0.3, 0);
+		} else {
+			T("attn_q.weight", s->wtype, s->n_embd, qd, 2 * ms, 0);
+			T("attn_k.weight", s->wtype, s->n_embd, kvd, 2 * ms, 0);
+			T("attn_v.weight", s->wtype, s->n_embd, kvd, ms, 0);
+		}
+		if (s->biases && !s->fused) {
 			T("attn_q.bias", GGML_TYPE_F32, qd, 1, 0.3, 0);
 			T("attn_k.bias", GGML_TYPE_F32, kvd, 1, 0.3, 0);
 			T("attn_v.bias", GGML_TYPE_F32, kvd, 1, 0.3, 0);
@@ -164,9 +212,25 @@ build(const struct spec *s, size_t *len, void (*extra)(struct gguf_writer *))
 		}
 		T("attn_output.weight", s->wtype, qd, s->n_embd, ms, 0);
 		T("ffn_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
-		T("ffn_gate.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
-		T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, ms, 0);
+		if (gpt2) {
+			/* LayerNorm biases, product biases, a plain GELU MLP */
+			T("attn_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+			T("ffn_norm.bias", GGML_TYPE_F32, s->n_embd, 1, 0.2, 0);
+			T("attn_output.bias", GGML_TYPE_F32, s->n_embd, 1, 0.3, 0);
+			T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
+			T("ffn_up.bias", GGML_TYPE_F32, s->n_ff, 1, 0.3, 0);
+			T("ffn_down.bias", GGML_TYPE_F32, s->n_embd, 1, 0.3, 0);
+		} else if (s->fused) {
+			T("ffn_up.weight", s->wtype, s->n_embd, 2 * s->n_ff, 2 * ms, 0);
+		} else {
+			T("ffn_gate.weight", s->wtype, s->n_embd, s->n_ff, 2 * ms, 0);
+			T("ffn_up.weight", s->wtype, s->n_embd, s->n_ff, ms, 0);
+		}
 		T("ffn_down.weight", s->wtype, s->n_ff, s->n_embd, fs, 0);
+		if (is_gemma(s->arch) || strcmp(s->arch, "glm4") == 0) {
+			T("post_attention_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
+			T("post_ffw_norm.weight", GGML_TYPE_F32, s->n_embd, 1, 0.2, 1.0);
+		}
 #undef T
 	}
 	if (extra)
@@ -417,14 +481,93 @@ check_hparams(const struct kvc_model *m, const struct spec *s)
 	test_cond(strcmp(model_arch_name(hp->arch), s->arch) == 0, "arch %s", model_arch_name(hp->arch));
 	test_cond(hp->n_vocab == s->n_vocab && hp->n_embd == s->n_embd && hp->n_layer == s->n_layer &&
 	    hp->n_head == s->n_head && hp->n_head_kv == s->n_head_kv && hp->head_dim == s->head_dim &&
-	    hp->n_ff == s->n_ff && hp->rope_dim == s->head_dim, "%s: shapes", s->arch);
-	test_cond(hp->rope_neox == (strcmp(s->arch, "llama") != 0), "%s: rope pairing", s->arch);
+	    hp->n_ff == s->n_ff &&
+	    hp->rope_dim == (strcmp(s->arch, "gpt2") == 0 ? 0 : s->rope_dim ? s->rope_dim : s->head_dim),
+	    "%s: shapes", s->arch);
+	test_cond(hp->rope_neox == (strcmp(s->arch, "llama") != 0 && strncmp(s->arch, "chatglm", 7) != 0 &&
+	    strcmp(s->arch, "glm4") != 0), "%s: rope pairing", s->arch);
 	test_cond(fabsf(hp->rms_eps - s->eps) < 1e-12f && hp->rope_theta == s->theta,
 	    "%s: eps/theta", s->arch);
 	test_cond((m->output.data == m->tok_embd.data) == s->tied, "%s: tied output", s->arch);
 	test_cond((m->layers[0].bq.data != NULL) == s->biases &&
 	    (m->layers[1].q_norm.data != NULL) == s->qk_norm &&
 	    (m->rope_freqs.data != NULL) == s->rope_freqs, "%s: optional tensors", s->arch);
+	test_cond(hp->post_norms == (is_gemma(s->arch) || strcmp(s->arch, "glm4") == 0) &&
+	    hp->ffn_gelu == is_gemma(s->arch) &&
+	    (m->layers[0].attn_post_norm.data != NULL) == hp->post_norms &&
+	    hp->embd_scale == (is_gemma(s->arch) ? 16.0f : 1.0f), "%s: gemma pieces", s->arch);
+}
+
+/*
+ * Independent of the forward: the reference config a test spec means,
+ * with llama.cpp's defaults for the gemma keys the spec leaves out.
+ */
+static struct ref_config
+ref_of(const struct spec *s)
+{
+	struct ref_config rc = { s->arch, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
+	    s->n_head_kv, s->head_dim, s->n_ff, s->rope_dim ? s->rope_dim : s->head_dim, s->eps, s->theta,
+	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, false, false, 0, 0, 0 };
+	bool g2 = strcmp(s->arch, "gemma2") == 0;
+
+	rc.post_norms = strcmp(s->arch, "glm4") == 0;
+	if (strcmp(s->arch, "gpt2") == 0)
+		rc.rope_dim = 0;	/* learned positions instead */
+	if (!is_gemma(s->arch))
+		return rc;
+	rc.embd_scale = sqrt((double)s->n_embd);
+	rc.gelu = rc.post_norms = true;
+	rc.n_swa = s->n_swa > 0 ? s->n_swa : g2 ? 4096 : 0;
+	rc.swa_period = s->swa_pattern > 0 ? s->swa_pattern : g2 ? 2 : 6;
+	rc.rope_theta_swa = g2 ? s->theta : 10000;
+	rc.attn_softcap = s->attn_cap > 0 ? s->attn_cap : g2 ? 50 : 0;
+	rc.final_softcap = s->final_cap > 0 ? s->final_cap : g2 ? 30 : 0;
+	return rc;
+}
+
+/*
+ * llama.cpp's defaults for the gemma keys a file may lack, read back from
+ * model_load: gemma3 has no window without attention.sliding_window; with
+ * one, five windowed layers then a global one, local RoPE base 10000;
+ * gemma2 windows 4096 positions in every other layer, softcaps 50 and 30.
+ */
+static void
+gemma_defaults(void)
+{
+	static const struct { const char *arch; int n_layer, n_swa; int swa[6]; float theta_swa, ac, fc; } cases[] = {
+		{ "gemma3", 6, 0, { 0, 0, 0, 0, 0, 0 }, 10000, 0, 0 },
+		{ "gemma3", 6, 7, { 1, 1, 1, 1, 1, 0 }, 10000, 0, 0 },
+		{ "gemma2", 6, 0, { 1, 0, 1, 0, 1, 0 }, 1000000, 50, 30 },
+	};
+	size_t i;
+	int l;
+
+	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct spec s = { cases[i].arch, GGML_TYPE_F32, 256, cases[i].n_layer, 4, 1, 128, 512, 300,
+		    true, true, false, strcmp(cases[i].arch, "gemma3") == 0, false, 1e-6f, 1000000.0f, 0,
+		    cases[i].n_swa, 0, 0, 0, false, 0 };
+		struct kvc_model m;
+		struct gguf_file *f;
+		char err[256];
+		void *mem;
+
+		f = open_spec(&s, &mem, NULL);
+		test_cond(f != NULL && model_load(&m, f, err, sizeof err) == 0, "%s defaults: load", s.arch);
+		if (f == NULL) {
+			free(mem);
+			continue;
+		}
+		test_cond(m.hp.n_swa == (cases[i].n_swa ? cases[i].n_swa : strcmp(s.arch, "gemma2") ? 0 : 4096),
+		    "%s: window %d", s.arch, m.hp.n_swa);
+		for (l = 0; l < 6; l++)
+			test_cond(model_layer_swa(&m.hp, l) == (cases[i].swa[l] != 0), "%s: layer %d windowed", s.arch, l);
+		test_cond((m.hp.n_swa == 0 || m.hp.rope_theta_swa == cases[i].theta_swa) &&
+		    m.hp.attn_softcap == cases[i].ac && m.hp.final_softcap == cases[i].fc &&
+		    fabsf(m.hp.attn_scale - 1 / sqrtf(128)) < 1e-9f, "%s: rope base, softcaps, scale", s.arch);
+		model_free(&m);
+		gguf_close(f);
+		free(mem);
+	}
 }
 
 /* ---- model_load refusals ---- */
@@ -436,6 +579,10 @@ static void extra_unknown(struct gguf_writer *w)
 static void extra_yarn(struct gguf_writer *w)
 {
 	gguf_w_str(w, "llama.rope.scaling.type", "yarn");
+}
+static void extra_longrope(struct gguf_writer *w)
+{
+	add_tensor(w, "rope_factors_long.weight", GGML_TYPE_F32, 16, 1, 0.1, 1.0);
 }
 static void extra_moe(struct gguf_writer *w)
 {
@@ -459,6 +606,7 @@ refusals(const struct spec *base)
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
 		{ "weight type", NULL, "llama", GGML_TYPE_Q2_K, KVC_EUNSUPPORTED, "Q2_K" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
+		{ "phi3 LongRoPE", extra_longrope, "phi3", GGML_TYPE_F32, KVC_EUNSUPPORTED, "LongRoPE" },
 	};
 	size_t i;
 
@@ -523,13 +671,31 @@ main(void)
 	static const struct spec specs[] = {
 		/* GQA 8:2, untied, Llama 3.1 frequency factors, linear scaling */
 		{ "llama", 0, 256, 2, 8, 2, 32, 512, 300, false, false, false, false, true,
-		  1e-5f, 500000.0f, 2.0f },
+		  1e-5f, 500000.0f, 2.0f, 0, 0, 0, 0, false, 0 },
 		/* MQA 4:1, tied, biases */
 		{ "qwen2", 0, 256, 2, 4, 1, 64, 512, 300, false, true, true, false, false,
-		  1e-6f, 1000000.0f, 0 },
+		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0, false, 0 },
 		/* head size 128 != n_embd / n_head, Q/K norms, untied */
 		{ "qwen3", 0, 256, 2, 4, 2, 128, 512, 300, true, false, false, true, false,
-		  1e-6f, 1000000.0f, 0 },
+		  1e-6f, 1000000.0f, 0, 0, 0, 0, 0, false, 0 },
+		/* MQA, head size 128 (q_dim 512 != n_embd), q/k norms, tied, window 5 in layer 0 of 2 */
+		{ "gemma3", 0, 256, 2, 4, 1, 128, 512, 300, true, true, false, true, false,
+		  1e-6f, 1000000.0f, 0, 5, 2, 0, 0, false, 0 },
+		/* softcaps small enough to bend the scores and logits; default pattern: layer 0 windowed */
+		{ "gemma2", 0, 256, 2, 4, 2, 128, 512, 300, true, true, false, false, false,
+		  1e-6f, 10000.0f, 0, 5, 0, 3.0f, 10.0f, false, 0 },
+		/* fused Q/K/V and gate+up, NeoX RoPE, MQA 4:1 */
+		{ "phi3", 0, 256, 2, 4, 1, 64, 512, 300, false, false, false, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 0 },
+		/* fused Q/K/V with bias, adjacent-pair RoPE on half of each head */
+		{ "chatglm", 0, 256, 2, 4, 2, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 32 },
+		/* the same with post-norms */
+		{ "glm4", 0, 256, 2, 4, 2, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 32 },
+		/* learned positions, LayerNorm, biases everywhere, fused Q/K/V, GELU MLP */
+		{ "gpt2", 0, 256, 2, 4, 4, 64, 512, 300, false, false, true, false, false,
+		  1e-5f, 10000.0f, 0, 0, 0, 0, 0, true, 0 },
 	};
 	int32_t tok[N_TOK];
 	size_t si, ti;
@@ -570,9 +736,7 @@ main(void)
 			test_cond(fabsf(m.hp.rope_freq_scale - (s.linear_scale ? 1 / s.linear_scale : 1)) < 1e-7f,
 			    "%s: rope scale %g", s.arch, m.hp.rope_freq_scale);
 
-			rc = (struct ref_config){ s.arch, s.n_vocab, s.n_embd, s.n_layer, s.n_head,
-			    s.n_head_kv, s.head_dim, s.n_ff, s.head_dim, s.eps, s.theta,
-			    s.linear_scale ? 1.0 / s.linear_scale : 1.0 };
+			rc = ref_of(&s);
 			ref = malloc((size_t)N_TOK * s.n_vocab * sizeof *ref);
 			lg = malloc((size_t)N_TOK * s.n_vocab * sizeof *lg);
 			test_cond(ref_forward(f, &rc, tok, N_TOK, ref) == 0, "reference");
@@ -581,7 +745,7 @@ main(void)
 			e32 = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
 			e16 = run_vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref, lg);
 			kvc_backend_cpu.free(ctx);
-			printf("%-5s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
+			printf("%-7s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
 			    gguf_dtype_name(s.wtype), e32, e16);
 			tol = tol_weights(s.wtype);
 			test_cond(e32 <= tol, "%s %s F32 cache: %g > %g", s.arch,
@@ -595,7 +759,7 @@ main(void)
 			if (s.wtype == GGML_TYPE_Q4_K) {
 				cache_contract(&m, tok, GGML_TYPE_F32);
 				cache_contract(&m, tok, GGML_TYPE_F16);
-				if (si == 0)
+				if (si == 0 || is_gemma(s.arch))
 					long_prefill(&m, f, &rc);
 			}
 			free(ref);
@@ -606,5 +770,6 @@ main(void)
 		}
 	}
 	refusals(&specs[0]);
+	gemma_defaults();
 	return test_done();
 }

@@ -73,22 +73,34 @@ pick_model(const struct repl_opts *o, bool tty)
 		return NULL;
 	}
 	if (n == 1 || !tty) {
+		int first = 0;
+
+		/* the first one kvchat can run (or the first, to say why not) */
+		while (first < n - 1 && v[first].why[0] != '\0')
+			first++;
+		if (v[first].why[0] != '\0')
+			first = 0;
 		if (n > 1)
 			fprintf(stderr, "kvchat: using %s (of %d models found; -m chooses)\n",
-			    v[0].name, n);
-		path = strdup(v[0].path);
+			    v[first].name, n);
+		path = strdup(v[first].path);
 		disc_free(v, n);
 		return path;
 	}
 	fprintf(stderr, "Models found:\n");
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		fprintf(stderr, "  %2d  %-48s %8s  %-7s %s\n", i + 1, v[i].name,
 		    disc_format_size(v[i].size, sz, sizeof sz), v[i].type, v[i].arch);
+		if (v[i].why[0] != '\0')
+			fprintf(stderr, "      cannot run: %s\n", v[i].why);
+	}
 	for (;;) {
 		line = readline("Model number: ");
 		if (line == NULL)
 			break;
-		if (kvc_parse_long(line, 1, n, &k) == KVC_OK) {
+		if (kvc_parse_long(line, 1, n, &k) == KVC_OK && v[k - 1].why[0] != '\0') {
+			fprintf(stderr, "kvchat cannot run %s: %s\n", v[k - 1].name, v[k - 1].why);
+		} else if (kvc_parse_long(line, 1, n, &k) == KVC_OK) {
 			path = strdup(v[k - 1].path);
 			free(line);
 			break;
@@ -352,7 +364,11 @@ repl_main(int argc, char **argv)
 	rc = eng_open(&r.e, model, &o.ep, err, sizeof err);
 	progress_end(&prog);
 	if (rc) {
-		fprintf(stderr, "kvchat: %s: %s\n", model, err);
+		/* the loader's messages name the file already: the path once */
+		if (strncmp(err, model, strlen(model)) == 0)
+			fprintf(stderr, "kvchat: %s\n", err);
+		else
+			fprintf(stderr, "kvchat: %s: %s\n", model, err);
 		goto out;
 	}
 
@@ -375,7 +391,8 @@ repl_main(int argc, char **argv)
 	jinja = gguf_get_str(eng_gguf(r.e), "tokenizer.chat_template", NULL);
 	if (o.template_name)
 		fam = chat_family_from_name(o.template_name);
-	else if ((fam = jinja ? chat_detect(jinja) : -1) < 0) {
+	else if ((fam = jinja ? chat_detect(jinja) :
+	    chat_family_for_arch(gguf_get_str(eng_gguf(r.e), "general.architecture", NULL))) < 0) {
 		fprintf(stderr, "kvchat: %s; using chatml (--chat-template chooses)\n",
 		    jinja ? "unrecognised chat template" : "the model has no chat template");
 		fam = CHAT_CHATML;

@@ -158,7 +158,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 
 	/* Refused before generating: a reply that could not be kept is not worth its time. */
 	if (sess_readonly(r->st, &why)) {
-		repl_error(r, "%s is open read-only (%s): /list, /resume and /export work, "
+		repl_error(r, "%s is open read-only (%s): /list, /resume, /history and /export work, "
 		    "but no turn can be saved", r->db_path, why);
 		return 1;
 	}

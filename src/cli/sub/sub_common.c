@@ -1,4 +1,8 @@
-/* sub_common.c: option parsing shared by kvchat generate and kvchat bench. */
+/*
+ * sub_common.c: option parsing shared by kvchat generate, bench and
+ * perplexity, and the log-softmax generate and perplexity score with.
+ */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,4 +72,18 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 		return 0;
 	}
 	return 1;
+}
+
+double
+sub_log_softmax(const float *logits, int n, int tok)
+{
+	double mx = logits[0], sum = 0;
+	int i;
+
+	for (i = 1; i < n; i++)
+		if (logits[i] > mx)
+			mx = logits[i];
+	for (i = 0; i < n; i++)
+		sum += exp((double)logits[i] - mx);
+	return (double)logits[tok] - mx - log(sum);
 }

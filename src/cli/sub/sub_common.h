@@ -6,6 +6,7 @@
 #define KVC_SUB_COMMON_H
 
 #include "engine/engine.h"
+#include "sampler/sampler.h"
 
 /*
  * Prints "kvchat: NAME: WHY[: ARG]" (when why is not NULL), then the usage
@@ -30,5 +31,29 @@ int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params
  */
 int sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_engine_params *ep,
     struct kvc_engine **de, struct kvc_seq **ds);
+/*
+ * log p(tok) under softmax(logits[0..n)), in double precision throughout
+ * (the sum over a 262k vocabulary would lose digits in float).
+ */
+double sub_log_softmax(const float *logits, int n, int tok);
+
+/* kvchat generate's scoring mode (sub_score.c). */
+struct sub_score_opts {
+	const struct kvc_sampler_params *smp;
+	int n_predict;			/* steps; -1: 256, or all of force */
+	int top_k;			/* --logprobs K (0: only the chosen id's) */
+	bool json;			/* one JSON object per step instead of the text */
+	bool keep_space;		/* the text continues a prompt: keep its first space */
+	const struct kvc_tokens *force;	/* teacher forcing: the ids to append, or NULL */
+};
+/*
+ * Prefill prompt, then per step: report the top_k log-probs (double
+ * log-softmax of the final logits) and append the sampled or forced id.
+ * Text then one line per step ("[step] id logprob | id logprob ..."), or
+ * JSON lines {"step":i,"id":ID,"logprob":LP,"top":[[id,logprob],...]}.
+ * 0, or 1 with a message said.
+ */
+int sub_score_run(struct kvc_engine *e, const struct kvc_tokens *prompt,
+    const struct sub_score_opts *o);
 
 #endif

@@ -17,7 +17,8 @@ static const char gen_usage[] =
     "usage: kvchat generate -m FILE [-p TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--seed S] [--ids] [--threads N]\n"
     "                       [--ctx N] [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
-    "                       [--draft MODEL | --lookup N] [--spec-k K]\n";
+    "                       [--draft MODEL | --lookup N] [--spec-k K]\n"
+    "                       [--prompt-ids ID,...] [--logprobs K] [--json] [--force ID,...]\n";
 
 static int
 usage(const char *why, const char *arg)
@@ -34,7 +35,39 @@ struct gen_opts {
 	const char *draft;		/* --draft MODEL, or NULL */
 	long lookup;			/* --lookup N (0: off) */
 	long spec_k;			/* --spec-k K: proposals per pass */
+	bool json;			/* --json: one JSON object per step */
+	long logprobs;			/* --logprobs K (0: none) */
+	struct kvc_tokens prompt_ids;	/* --prompt-ids: the prompt as it is */
+	struct kvc_tokens force;	/* --force: teacher forcing */
+	bool have_prompt_ids, have_force;
 };
+
+/* "2,651,9" (commas or spaces) appended to out; KVC_OK or KVC_EINVAL / KVC_ENOMEM. */
+static int
+parse_ids(const char *s, struct kvc_tokens *out)
+{
+	char buf[16];
+	long v;
+	size_t n;
+
+	while (*s) {
+		if (*s == ',' || *s == ' ') {
+			s++;
+			continue;
+		}
+		n = strcspn(s, ", ");
+		if (n >= sizeof buf)
+			return KVC_EINVAL;
+		memcpy(buf, s, n);
+		buf[n] = 0;
+		if (kvc_parse_long(buf, 0, INT32_MAX, &v) != KVC_OK)
+			return KVC_EINVAL;
+		if (kvc_tokens_push(out, (int32_t)v) != KVC_OK)
+			return KVC_ENOMEM;
+		s += n;
+	}
+	return out->n > 0 ? KVC_OK : KVC_EINVAL;
+}
 
 /*
  * A sampling option (a row of conv_setting_table that is a sampler
@@ -77,6 +110,10 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 		o->ids = true;
 		return -1;
 	}
+	if (strcmp(a, "--json") == 0) {
+		o->json = true;
+		return -1;
+	}
 	if (val == NULL && a[0] == '-')
 		return usage("option needs a value or is unknown", a);
 	(*i)++;
@@ -88,6 +125,18 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 		o->model = val;
 	else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
 		o->prompt = val;
+	else if (strcmp(a, "--prompt-ids") == 0) {
+		o->have_prompt_ids = true;
+		if (parse_ids(val, &o->prompt_ids) != KVC_OK)
+			return usage("bad --prompt-ids (token ids separated by commas)", val);
+	} else if (strcmp(a, "--force") == 0) {
+		o->have_force = true;
+		if (parse_ids(val, &o->force) != KVC_OK)
+			return usage("bad --force (token ids separated by commas)", val);
+	} else if (strcmp(a, "--logprobs") == 0) {
+		if (kvc_parse_long(val, 1, 1000, &o->logprobs) != KVC_OK)
+			return usage("bad --logprobs (1 to 1000)", val);
+	}
 	else if (strcmp(a, "-n") == 0) {
 		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
 			return usage("bad -n", val);
@@ -254,28 +303,48 @@ sub_generate(int argc, char **argv)
 	o.ep = kvc_engine_default_params();
 	o.set = conv_default_settings();
 	o.n_predict = -1;
-	for (int i = 1; i < argc; i++)
-		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
-			return rc;
-	if (o.model == NULL)
-		return usage("no model given (-m FILE)", NULL);
-	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
+	rc = -1;
+	for (int i = 1; i < argc && rc < 0; i++)
+		rc = parse_opt(argc, argv, &i, &o);
+	if (rc < 0 && o.model == NULL)
+		rc = usage("no model given (-m FILE)", NULL);
+	if (rc < 0 && o.prompt != NULL && o.have_prompt_ids)
+		rc = usage("-p and --prompt-ids exclude each other", NULL);
+	if (rc < 0 && eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: generate: %s\n", err);
-		return 1;
+		rc = 1;
+	}
+	if (rc >= 0) {
+		kvc_tokens_free(&o.prompt_ids);
+		kvc_tokens_free(&o.force);
+		return rc;
 	}
 	spec.lookup = (int)o.lookup;
 	spec.k = (int)(o.spec_k > 0 ? o.spec_k : o.draft ? 4 : 8);
 	if (o.draft && (rc = sub_open_draft(e, o.draft, &o.ep, &de, &spec.draft)) != 0) {
 		eng_close(e);
+		kvc_tokens_free(&o.prompt_ids);
+		kvc_tokens_free(&o.force);
 		return rc;
 	}
 	t_start = kvc_now();
-	rc = prompt_ids(e, o.prompt, &in);
-	if (rc == 0)
+	if (o.have_prompt_ids)
+		rc = kvc_tokens_append(&in, o.prompt_ids.v, o.prompt_ids.n) == KVC_OK ? 0 : 1;
+	else
+		rc = prompt_ids(e, o.prompt, &in);
+	if (rc == 0 && (o.json || o.logprobs > 0 || o.have_force)) {
+		struct sub_score_opts so = { &o.set.smp, (int)o.n_predict, (int)o.logprobs, o.json,
+		    o.prompt != NULL || o.have_prompt_ids, o.have_force ? &o.force : NULL };
+
+		rc = sub_score_run(e, &in, &so);
+	} else if (rc == 0) {
 		rc = complete(e, &o, &in, o.draft || o.lookup ? &spec : NULL, t_start);
+	}
 	eng_seq_free(spec.draft);
 	eng_close(de);
 	eng_close(e);
 	kvc_tokens_free(&in);
+	kvc_tokens_free(&o.prompt_ids);
+	kvc_tokens_free(&o.force);
 	return rc;
 }

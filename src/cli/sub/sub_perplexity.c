@@ -1,0 +1,240 @@
+/*
+ * sub_perplexity.c: kvchat perplexity, scored as llama.cpp's
+ * llama-perplexity scores (tools/perplexity, its default mode): the whole
+ * text is tokenized once (with BOS where the model adds one) and cut into
+ * chunks of N tokens; each chunk is evaluated from an empty cache with its
+ * first token replaced by BOS (where the model adds one); the first half
+ * is context only, and each position from N/2 to N-2 is scored by the
+ * log-probability its logits give the next token (a double-precision
+ * log-softmax over the whole vocabulary). PPL = exp(mean NLL), and the
+ * error is llama.cpp's: PPL * sqrt(var(NLL) / (count - 1)).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "sub_common.h"
+#include "engine/engine.h"
+
+#define SCORE_BATCH 64	/* positions whose logits are held at once */
+
+static const char ppl_usage[] =
+    "usage: kvchat perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N]\n"
+    "                         [--kv-type f16|f32] [--device auto|cpu|cuda] [--gpu N]\n";
+
+static int
+usage(const char *why, const char *arg)
+{
+	return sub_usage("perplexity", ppl_usage, why, arg);
+}
+
+struct ppl_opts {
+	struct kvc_engine_params ep;
+	const char *model, *file;
+	long n_ctx, n_chunks;	/* n_chunks -1: all */
+};
+
+/* -1 to go on, else the exit status. */
+static int
+parse_opt(int argc, char **argv, int *i, struct ppl_opts *o)
+{
+	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
+	int eo;
+
+	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+		fputs(ppl_usage, stdout);
+		return 0;
+	}
+	if (val == NULL)
+		return usage("option needs a value or is unknown", a);
+	(*i)++;
+	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
+		return eo < 0 ? usage(why, val) : -1;
+	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
+		o->model = val;
+	else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
+		o->file = val;
+	else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx") == 0) {
+		if (kvc_parse_long(val, 4, 1L << 20, &o->n_ctx) != KVC_OK)
+			return usage("bad -c (at least 4)", val);
+	} else if (strcmp(a, "--chunks") == 0) {
+		if (kvc_parse_long(val, 1, 1L << 30, &o->n_chunks) != KVC_OK)
+			return usage("bad --chunks", val);
+	} else {
+		return usage("unknown argument", a);
+	}
+	return -1;
+}
+
+/* The whole file, NUL-terminated; NULL with a message said. */
+static char *
+read_text(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	struct kvc_buf b = { 0 };
+	char tmp[65536];
+	size_t n;
+
+	if (f == NULL) {
+		fprintf(stderr, "kvchat: perplexity: %s: cannot open\n", path);
+		return NULL;
+	}
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		if (kvc_buf_append(&b, tmp, n) != KVC_OK) {
+			fclose(f);
+			kvc_buf_free(&b);
+			fprintf(stderr, "kvchat: perplexity: out of memory\n");
+			return NULL;
+		}
+	fclose(f);
+	if (kvc_buf_append(&b, "", 1) != KVC_OK) {
+		kvc_buf_free(&b);
+		return NULL;
+	}
+	*len = b.n - 1;
+	return b.p;
+}
+
+struct ppl_sums {
+	double nll, nll2;	/* sums of -log p and its square */
+	long count;
+};
+
+/*
+ * Chunk tok[0..n_ctx) from an empty sequence: the first half without
+ * logits, then the scored half in batches. 0, or 1 with a message said.
+ */
+static int
+score_chunk(struct kvc_seq *s, const int32_t *tok, int n_ctx, int n_vocab, float *lg,
+    struct ppl_sums *sum)
+{
+	int first = n_ctx / 2, p, k, nb;
+	char err[512] = "";
+
+	if (eng_seq_truncate(s, 0) != KVC_OK ||
+	    eng_seq_append(s, tok, first, NULL, err, sizeof err) != KVC_OK)
+		goto fail;
+	/* positions first .. n_ctx-2 predict tokens first+1 .. n_ctx-1 */
+	for (p = first; p < n_ctx - 1; p += nb) {
+		nb = n_ctx - 1 - p < SCORE_BATCH ? n_ctx - 1 - p : SCORE_BATCH;
+		if (eng_seq_append_scored(s, tok + p, nb, lg, NULL, err, sizeof err) != KVC_OK)
+			goto fail;
+		for (k = 0; k < nb; k++) {
+			double lp = sub_log_softmax(lg + (size_t)k * n_vocab, n_vocab, tok[p + k + 1]);
+
+			sum->nll -= lp;
+			sum->nll2 += lp * lp;
+			sum->count++;
+		}
+	}
+	return 0;
+fail:
+	fprintf(stderr, "\nkvchat: perplexity: %s\n", err);
+	return 1;
+}
+
+/* Tokenize, then score the chunks; prints as it goes. */
+static int
+run(struct kvc_engine *e, const char *text, size_t len, const struct ppl_opts *o)
+{
+	const struct kvc_tokenizer *tk = eng_tokenizer(e);
+	int n_vocab = eng_n_vocab(e), n_ctx = (int)o->n_ctx, c, n_chunk, status = 1;
+	bool add_bos = tok_add_bos_default(tk) && tok_bos(tk) >= 0;
+	struct kvc_tokens toks = { 0 };
+	struct ppl_sums sum = { 0, 0, 0 };
+	struct kvc_seq *s = NULL;
+	float *lg = NULL;
+	char err[512] = "";
+	int32_t *chunk = NULL;
+	double t0;
+
+	if (tok_encode(tk, text, len, add_bos ? TOK_ADD_BOS : 0, &toks, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: perplexity: %s: %s\n", o->file, err);
+		goto out;
+	}
+	if (toks.n < 2 * (size_t)n_ctx) {
+		fprintf(stderr, "kvchat: perplexity: %s has %zu tokens; a context of %d needs at least %d\n",
+		    o->file, toks.n, n_ctx, 2 * n_ctx);
+		goto out;
+	}
+	n_chunk = (int)(toks.n / (size_t)n_ctx);
+	if (o->n_chunks > 0 && o->n_chunks < n_chunk)
+		n_chunk = (int)o->n_chunks;
+	lg = malloc((size_t)SCORE_BATCH * n_vocab * sizeof *lg);
+	chunk = malloc((size_t)n_ctx * sizeof *chunk);
+	if (lg == NULL || chunk == NULL || eng_seq_new(e, &s, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: perplexity: %s\n", *err ? err : "out of memory");
+		goto out;
+	}
+	fprintf(stderr, "kvchat: perplexity: %zu tokens, %d chunks of %d, scoring %d positions each%s\n",
+	    toks.n, n_chunk, n_ctx, n_ctx - 1 - n_ctx / 2, add_bos ? " (first token of each chunk: BOS)" : "");
+	t0 = kvc_now();
+	for (c = 0; c < n_chunk; c++) {
+		memcpy(chunk, toks.v + (size_t)c * n_ctx, (size_t)n_ctx * sizeof *chunk);
+		if (add_bos)
+			chunk[0] = tok_bos(tk);
+		if (score_chunk(s, chunk, n_ctx, n_vocab, lg, &sum))
+			goto out;
+		/* llama-perplexity's running estimate, with the error so far */
+		{
+			double m = sum.nll / sum.count, v = sum.nll2 / sum.count - m * m;
+			double sd = v > 0 && sum.count > 1 ? sqrt(v / (sum.count - 1)) : 0;
+
+			printf("[%d]%.4f +/- %.4f%s", c + 1, exp(m), sd * exp(m), c + 1 < n_chunk ? ", " : "\n");
+			fflush(stdout);
+		}
+		if (c == 0)
+			fprintf(stderr, "kvchat: perplexity: %.2f s per chunk\n", kvc_now() - t0);
+	}
+	{
+		double m = sum.nll / sum.count, v = sum.nll2 / sum.count - m * m, ppl = exp(m);
+
+		if (!(v > 0)) {
+			fprintf(stderr, "kvchat: perplexity: the log-probabilities have no spread\n");
+			goto out;
+		}
+		printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, sqrt(v / (sum.count - 1)) * ppl);
+	}
+	fprintf(stderr, "kvchat: perplexity: %ld positions scored in %.1f s\n", sum.count, kvc_now() - t0);
+	status = 0;
+out:
+	eng_seq_free(s);
+	free(lg);
+	free(chunk);
+	kvc_tokens_free(&toks);
+	return status;
+}
+
+int
+sub_perplexity(int argc, char **argv)
+{
+	struct ppl_opts o;
+	struct kvc_engine *e = NULL;
+	char err[512] = "", *text;
+	size_t len = 0;
+	int i, rc;
+
+	memset(&o, 0, sizeof o);
+	o.ep = kvc_engine_default_params();
+	o.n_ctx = 512;
+	o.n_chunks = -1;
+	for (i = 1; i < argc; i++)
+		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
+			return rc;
+	if (o.model == NULL || o.file == NULL)
+		return usage(o.model ? "no text (-f)" : "no model (-m)", NULL);
+	if ((text = read_text(o.file, &len)) == NULL)
+		return 1;
+	o.ep.n_ctx = (int)o.n_ctx;
+	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: perplexity: %s\n", err);
+		free(text);
+		return 1;
+	}
+	rc = run(e, text, len, &o);
+	eng_close(e);
+	free(text);
+	return rc;
+}
