@@ -677,6 +677,13 @@ test_act(void)
 			}
 		}
 		test_cond(bad == 0, "%s integer kernels: %d bad", tname(t), bad);
+		/* VNNI's dpbusd and AVX2's maddubs/madd form the same integers: equal bits */
+		{
+			static float yv[N_TOK * N_OUT];
+			q_matmul_rows_act(Q_SIMD_VNNI, t, W, rb, act, N_TOK, N, yv, N_OUT, 0, N_OUT);
+			test_cond(memcmp(yv, y, sizeof yv) == 0, "%s: VNNI (%s) and AVX2 kernels differ", tname(t),
+			    q_simd_available(Q_SIMD_VNNI) ? "present" : "absent, AVX2 ran");
+		}
 	}
 }
 
