@@ -21,6 +21,7 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 	const int8_t *qx[4];
 	__m256 acc[2][4];
 
+	UNROLL
 	for (int k = 0; k < NT; k++) {
 		dx[k] = (const float *)(act + (size_t)k * ab);
 		xs[k] = dx[k] + nb;
@@ -29,20 +30,25 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 	}
 	for (int64_t b = 0; b < nbk; b++) {
 		struct blk bk[2];
+		UNROLL
 		for (int r = 0; r < 2; r++)
 			blk_prep(t, w[r] + (size_t)b * bb, &bk[r]);
+		UNROLL
 		for (int g = 0; g < ng; g++) {
 			int64_t ag = b * ng + g;
 			__m256i wv[2], wu[2];
 			__m256 ws[2];
+			UNROLL
 			for (int r = 0; r < 2; r++) {
 				wv[r] = blk_group(t, &bk[r], g);
 				wu[r] = sgn ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];
 				ws[r] = blk_scale(&bk[r], g);
 			}
+			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256i xv = ld256(qx[k] + 32 * ag);
 				__m256 dv = _mm256_broadcast_ss(dx[k] + ag);
+				UNROLL
 				for (int r = 0; r < 2; r++) {
 					__m256i s = sgn ? _mm256_sign_epi8(xv, wv[r]) : xv;
 					s = TILE_MAD(wu[r], s);
@@ -52,7 +58,9 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 			}
 		}
 	}
+	UNROLL
 	for (int r = 0; r < 2; r++)
+		UNROLL
 		for (int k = 0; k < NT; k++)
 			out[r * 4 + k] = offsets(t, w[r], xs[k], nbk, hsum8(acc[r][k]));
 }
