@@ -16,8 +16,9 @@
  * The float work per (row, token, 32 values) is fixed as: lane scales
  * (weight scale of each 4-value lane) times the token's block scale, times
  * the 8 int32 lane sums converted to float, added with one FMA into the
- * pair's accumulator; the K-quant and Q4_1/Q5_1 offsets are summed in a
- * second pass over the blocks, in block order.
+ * pair's accumulator; after a block's groups, the Q4_1/Q5_1 offset
+ * (m times the float sum of x) or the Q4_K/Q5_K sub-block mins (times the
+ * 8 sums of x) enter the same accumulator with one more FMA.
  */
 #include "quant_impl.h"
 
@@ -117,6 +118,7 @@ bits_mask(const uint8_t *p)
 struct blk {
 	const uint8_t *p;
 	float fs[16];		/* weight scale of values [16k, 16k + 16) */
+	__m256 off;		/* Q4_1/Q5_1: (m, 0, ..., 0); Q4_K/Q5_K: -dmin * min_j, j < 8 */
 };
 
 INLINE int
@@ -202,6 +204,16 @@ blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
 		q_k_scales8_le(p + 4, sc, mn);
 		for (int j = 0; j < 8; j++)
 			b->fs[2 * j] = b->fs[2 * j + 1] = d * (float)sc[j];
+		__m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
+		b->off = _mm256_mul_ps(_mm256_set1_ps(-h2f(p + 2)), m);
+		break;
+	}
+	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: {
+		uint16_t m;
+		memcpy(&m, p + 2, 2);
+		b->fs[0] = h2f(p);
+		/* the half in lane 0, zeros above it, widened: (m, 0, 0, 0) */
+		b->off = _mm256_set_m128(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtsi32_si128(m)));
 		break;
 	}
 	default:
@@ -210,10 +222,32 @@ blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
 	}
 }
 
+/* Whether a type has the offset term (added once per block, after its groups). */
+INLINE bool
+t_has_off(enum gguf_dtype t)
+{
+	return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+}
+
+/*
+ * The offset's input for a token and block: its sum of x as (s, s, ...) for
+ * Q4_1/Q5_1 (only lane 0 meets a nonzero m), the 8 sums of its 32-value
+ * sub-blocks for Q4_K/Q5_K.
+ */
+AVX2 INLINE __m256
+blk_xoff(enum gguf_dtype t, const float *xs, int64_t b)
+{
+	if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1)
+		return _mm256_broadcast_ss(xs + b);
+	return _mm256_loadu_ps(xs + 8 * b);
+}
+
 /* Lane scales of group g: lanes 0-3 hold values 0-15 of it, lanes 4-7 values 16-31. */
 AVX2 INLINE __m256
-blk_scale(const struct blk *b, int g)
+blk_scale(enum gguf_dtype t, const struct blk *b, int g)
 {
+	if (t_group_count(t) == 1)
+		return _mm256_broadcast_ss(b->fs);
 	return _mm256_set_m128(_mm_broadcast_ss(b->fs + 2 * g + 1), _mm_broadcast_ss(b->fs + 2 * g));
 }
 
@@ -271,35 +305,6 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 		return _mm256_sub_epi8(l, _mm256_set1_epi8(32));
 	}
 	}
-}
-
-/*
- * The offsets, after the main sums, per (row, token), blocks in order:
- * Q4_1/Q5_1 add m * (float sum of x); Q4_K/Q5_K subtract the 8 sub-block
- * mins times the sums of x, as one 8-lane FMA per block.
- */
-AVX2 INLINE float
-offsets(enum gguf_dtype t, const uint8_t *row, const float *xs, int64_t nbk, float s)
-{
-	if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1) {
-		float m = 0;
-		for (int64_t b = 0; b < nbk; b++)
-			m += h2f(row + (size_t)b * t_block_bytes(t) + 2) * xs[b];
-		return s + m;
-	}
-	if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K) {
-		__m256 macc = _mm256_setzero_ps();
-		for (int64_t b = 0; b < nbk; b++) {
-			const uint8_t *p = row + (size_t)b * t_block_bytes(t);
-			uint8_t sc[8], mn[8];
-			q_k_scales8_le(p + 4, sc, mn);
-			__m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
-			m = _mm256_mul_ps(_mm256_set1_ps(h2f(p + 2)), m);
-			macc = _mm256_fmadd_ps(m, _mm256_loadu_ps(xs + 8 * b), macc);
-		}
-		return s - hsum8(macc);
-	}
-	return s;
 }
 
 #define TILE_TGT AVX2

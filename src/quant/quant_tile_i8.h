@@ -42,7 +42,7 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 			for (int r = 0; r < 2; r++) {
 				wv[r] = blk_group(t, &bk[r], g);
 				wu[r] = sgn ? _mm256_sign_epi8(wv[r], wv[r]) : wv[r];
-				ws[r] = blk_scale(&bk[r], g);
+				ws[r] = blk_scale(t, &bk[r], g);
 			}
 			UNROLL
 			for (int k = 0; k < NT; k++) {
@@ -57,12 +57,21 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 				}
 			}
 		}
+		if (t_has_off(t)) {
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				__m256 xo = blk_xoff(t, xs[k], b);
+				UNROLL
+				for (int r = 0; r < 2; r++)
+					acc[r][k] = _mm256_fmadd_ps(bk[r].off, xo, acc[r][k]);
+			}
+		}
 	}
 	UNROLL
 	for (int r = 0; r < 2; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
-			out[r * 4 + k] = offsets(t, w[r], xs[k], nbk, hsum8(acc[r][k]));
+			out[r * 4 + k] = hsum8(acc[r][k]);
 }
 
 /*
