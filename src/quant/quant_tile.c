@@ -117,7 +117,7 @@ bits_mask(const uint8_t *p)
 /* What a block's groups need beyond its bytes: the scales of 16-value halves. */
 struct blk {
 	const uint8_t *p;
-	float fs[16];		/* weight scale of values [16k, 16k + 16) */
+	float fs[16];		/* weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
 	__m256 off;		/* Q4_1/Q5_1: (m, 0, ..., 0); Q4_K/Q5_K: -dmin * min_j, j < 8 */
 };
 
@@ -200,10 +200,10 @@ blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
 		break;
 	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: {
 		uint8_t sc[8], mn[8];
-		float d = h2f(p);
 		q_k_scales8_le(p + 4, sc, mn);
-		for (int j = 0; j < 8; j++)
-			b->fs[2 * j] = b->fs[2 * j + 1] = d * (float)sc[j];
+		/* fs[j] = d * scale_j: one scale per group of 32 */
+		__m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+		_mm256_storeu_ps(b->fs, _mm256_mul_ps(_mm256_set1_ps(h2f(p)), s));
 		__m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
 		b->off = _mm256_mul_ps(_mm256_set1_ps(-h2f(p + 2)), m);
 		break;
@@ -248,6 +248,8 @@ blk_scale(enum gguf_dtype t, const struct blk *b, int g)
 {
 	if (t_group_count(t) == 1)
 		return _mm256_broadcast_ss(b->fs);
+	if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
+		return _mm256_broadcast_ss(b->fs + g);
 	return _mm256_set_m128(_mm_broadcast_ss(b->fs + 2 * g + 1), _mm_broadcast_ss(b->fs + 2 * g));
 }
 
