@@ -141,6 +141,10 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 	case OPT_THREADS:
 		if (parse_int(a, 1, 4096, &o->ep.n_threads))
 			return usage_error("--threads: not a thread count: '%s'", a);
+		if (o->ep.n_threads > kvc_n_cores())
+			fprintf(stderr, "kvchat: warning: --threads %d is more than the %d cores this "
+			    "process may run on; the extra threads only share them\n", o->ep.n_threads,
+			    kvc_n_cores());
 		break;
 	case OPT_CTX:
 		if (parse_int(a, 16, 1L << 24, &o->ep.n_ctx))
