@@ -329,8 +329,8 @@ q_simd_available(enum q_simd s)
 		return true;
 	case Q_SIMD_AVX2:
 		return q_avx2_cpu();
-	case Q_SIMD_VNNI:
-		return q_tile_vnni_cpu();
+	case Q_SIMD_AVX512:
+		return q_tile_avx512_cpu();
 	}
 	return false;
 }
@@ -340,7 +340,7 @@ q_simd_name(void)
 {
 	if (!q_avx2_cpu())
 		return "scalar";
-	return q_tile_vnni_cpu() ? "avx2+fma+vnni" : "avx2+fma";
+	return q_tile_avx512_cpu() ? "avx512+vnni" : "avx2+fma";
 }
 
 float
@@ -350,7 +350,7 @@ q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, in
 
 	/* the float types: a 1 x 1 tile, so a row's dot equals q_matmul_rows' */
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
-	    (q_tile_rows_f(t, row, 0, x, 1, n, &r, 1, 0, 1) || q_avx2_dot(t, row, x, NULL, n, &r)))
+	    (q_tile_rows_f(s != Q_SIMD_AVX2, t, row, 0, x, 1, n, &r, 1, 0, 1) || q_avx2_dot(t, row, x, NULL, n, &r)))
 		return r;
 	return dot_scalar(t, row, x, n);
 }
@@ -379,7 +379,7 @@ q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_b
 	float stack_xs[2048], *xs = NULL;
 	size_t n_xs = (size_t)n_tok * (size_t)(n_in / 32);
 
-	if (avx2 && q_tile_rows_f(t, w, row_bytes, x, n_tok, n_in, y, n_out, r0, r1))
+	if (avx2 && q_tile_rows_f(s != Q_SIMD_AVX2, t, w, row_bytes, x, n_tok, n_in, y, n_out, r0, r1))
 		return;
 	if (avx2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)) {
 		/* without room the kernel sums x itself: same result, slower */

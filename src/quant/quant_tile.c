@@ -29,11 +29,16 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define AVX512 VNNI
 #define INLINE __attribute__((always_inline)) static inline
 /* the tile loops, fully unrolled so the accumulators stay in registers */
 #define UNROLL _Pragma("GCC unroll 8")
 
-/* 1 VNNI, 0 AVX2 only; probed once (the answer cannot change while we run). */
+/*
+ * 1: AVX-512 (F, VL, BW, VNNI), so the int8 kernels use VNNI's dpbusd and
+ * the float kernels 512-bit vectors; 0: AVX2 only. Probed once (the answer
+ * cannot change while we run).
+ */
 static int
 have_vnni(void)
 {
@@ -50,7 +55,7 @@ have_vnni(void)
 }
 
 bool
-q_tile_vnni_cpu(void)
+q_tile_avx512_cpu(void)
 {
 	return q_avx2_cpu() && have_vnni();
 }
@@ -325,12 +330,12 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 #undef TILE_NAME
 
 bool
-q_tile_rows_act(bool vnni, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	if (n_in % 32 != 0 || n_in % (32 * t_group_count(t)) != 0)
 		return false;
-	if (vnni && have_vnni())
+	if (avx512 && have_vnni())
 		return rows_act_vnni(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	return rows_act_avx2(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 }
@@ -405,12 +410,98 @@ rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok
 	}
 }
 
+/* ---- the same with 512-bit vectors, 4 rows x 4 tokens, one accumulator each ---- */
+
+AVX512 INLINE __m512
+ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
+{
+	if (t == GGML_TYPE_F32)
+		return _mm512_loadu_ps(row + 4 * i);
+	__m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+	if (t == GGML_TYPE_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AVX512 INLINE void
+tile_f16w(enum gguf_dtype t, int NT, const uint8_t *const w[4], const float *x, int64_t n,
+    float *out)
+{
+	__m512 acc[4][4];
+
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		__m512 wv[4];
+		UNROLL
+		for (int r = 0; r < 4; r++)
+			wv[r] = ldw16(t, w[r], i);
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)k * (size_t)n + i);
+			UNROLL
+			for (int r = 0; r < 4; r++)
+				acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+		}
+	}
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			out[r * 4 + k] = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
+			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
+}
+
+/* Rows in fours (the last ones repeated to fill a tile, their copies dropped), tokens in fours. */
+AVX512 INLINE void
+rows_f16w(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r += 4) {
+		const uint8_t *w[4];
+		int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+		for (int i = 0; i < 4; i++)
+			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+		for (int tok = 0; tok < n_tok; tok += 4) {
+			const float *xt = x + (size_t)tok * (size_t)n_in;
+			float out[16];
+			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
+			switch (nt) {
+			case 4: tile_f16w(t, 4, w, xt, n_in, out); break;
+			case 3: tile_f16w(t, 3, w, xt, n_in, out); break;
+			case 2: tile_f16w(t, 2, w, xt, n_in, out); break;
+			default: tile_f16w(t, 1, w, xt, n_in, out); break;
+			}
+			for (int i = 0; i < nr; i++)
+				for (int k = 0; k < nt; k++)
+					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * 4 + k];
+		}
+	}
+}
+
+AVX512 static bool
+rows_f_avx512(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	switch (t) {
+	case GGML_TYPE_F32: rows_f16w(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_F16: rows_f16w(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_BF16: rows_f16w(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	default: return false;
+	}
+}
+
 AVX2 bool
-q_tile_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+q_tile_rows_f(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	if (n_in % 16 != 0)
 		return false;
+	if (avx512 && have_vnni())
+		return rows_f_avx512(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
 	switch (t) {
 	case GGML_TYPE_F32: rows_f(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
 	case GGML_TYPE_F16: rows_f(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
@@ -422,20 +513,20 @@ q_tile_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, in
 #else	/* not x86: the portable kernels only */
 
 bool
-q_tile_vnni_cpu(void)
+q_tile_avx512_cpu(void)
 {
 	return false;
 }
 
 bool
-q_tile_rows_act(bool vnni, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	return false;
 }
 
 bool
-q_tile_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+q_tile_rows_f(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	return false;
