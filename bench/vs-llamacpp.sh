@@ -11,7 +11,9 @@
 #
 #   env: KVCHAT (default: kvchat on PATH), VS_THREADS (default "1 2"),
 #        VS_ROUNDS (default 2), VS_P (512), VS_N (128), VS_REPS (3),
-#        VS_LOG (keep every raw output there)
+#        VS_LOG (keep every raw output there),
+#        KVCHAT_BASE (a second kvchat, e.g. a build from before a change:
+#        run in the same alternation, A B C A B C, and shown as "base" columns)
 #
 # The machine should be otherwise idle; on a shared one the alternation and
 # medians only temper the noise: say so with the figures.
@@ -57,13 +59,21 @@ median() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b == 0) print "-"; else printf "%.2fx\n", a / b }'; }
 
-echo "| model | threads | prefill pp$P kvchat | llama.cpp | ratio | decode tg$N kvchat | llama.cpp | ratio |"
-echo "|---|---|---|---|---|---|---|---|"
+BASE=${KVCHAT_BASE:-}
+if [ -n "$BASE" ]; then
+	command -v "$BASE" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no kvchat at '$BASE' (KVCHAT_BASE)" >&2; exit 2; }
+	echo "| model | threads | prefill pp$P base | kvchat | llama.cpp | base ratio | ratio | decode tg$N base | kvchat | llama.cpp | base ratio | ratio |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+else
+	echo "| model | threads | prefill pp$P kvchat | llama.cpp | ratio | decode tg$N kvchat | llama.cpp | ratio |"
+	echo "|---|---|---|---|---|---|---|---|"
+fi
 i=0
 for m in "$@"; do
 	for t in $THREADS; do
 		: > "$D/kv.txt"
 		: > "$D/lb.txt"
+		: > "$D/base.txt"
 		r=1
 		while [ "$r" -le "$ROUNDS" ]; do
 			i=$((i + 1))
@@ -71,12 +81,22 @@ for m in "$@"; do
 			kv "$LOG/$i-kvchat.txt" >> "$D/kv.txt"
 			"$LB" -m "$m" -fa 0 -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
 			lb "$LOG/$i-llama.txt" >> "$D/lb.txt"
+			if [ -n "$BASE" ]; then
+				"$BASE" bench -m "$m" -p "$P" -n "$N" -r "$REPS" --threads "$t" > "$LOG/$i-base.txt" 2>&1
+				kv "$LOG/$i-base.txt" >> "$D/base.txt"
+			fi
 			r=$((r + 1))
 		done
 		kp=$(cut -d' ' -f1 < "$D/kv.txt" | median)
 		kd=$(cut -d' ' -f2 < "$D/kv.txt" | median)
 		lp=$(cut -d' ' -f1 < "$D/lb.txt" | median)
 		ld=$(cut -d' ' -f2 < "$D/lb.txt" | median)
-		echo "| $(basename "$m") | $t | $kp | $lp | $(ratio "$kp" "$lp") | $kd | $ld | $(ratio "$kd" "$ld") |"
+		if [ -n "$BASE" ]; then
+			bp=$(cut -d' ' -f1 < "$D/base.txt" | median)
+			bd=$(cut -d' ' -f2 < "$D/base.txt" | median)
+			echo "| $(basename "$m") | $t | $bp | $kp | $lp | $(ratio "$bp" "$lp") | $(ratio "$kp" "$lp") | $bd | $kd | $ld | $(ratio "$bd" "$ld") | $(ratio "$kd" "$ld") |"
+		else
+			echo "| $(basename "$m") | $t | $kp | $lp | $(ratio "$kp" "$lp") | $kd | $ld | $(ratio "$kd" "$ld") |"
+		fi
 	done
 done

@@ -54,6 +54,12 @@ check "prefill ratio is kvchat / llama.cpp ($kp / 200 = $want)" \
 KVCHAT="$TMPD/kv" VS_THREADS=1 VS_ROUNDS=1 VS_P=16 VS_N=4 VS_REPS=1 \
 	sh "$S" "$TMPD/bad" "$M" > "$TMPD/out2" 2>&1
 check "a failing llama-bench shows as fail" grep -q '^| tiny.gguf | 1 | [0-9.]* | fail | - |' "$TMPD/out2"
+# a base build in the same alternation: kvchat, llama, base
+: > "$SEQ"
+KVCHAT="$TMPD/kv" KVCHAT_BASE="$TMPD/kv" VS_THREADS=1 VS_ROUNDS=2 VS_P=16 VS_N=4 VS_REPS=1 \
+	sh "$S" "$TMPD/lb" "$M" > "$TMPD/out3" 2>&1
+check "base runs alternate" [ "$(cut -d' ' -f1 "$SEQ" | tr '\n' ' ')" = "kvchat llama kvchat kvchat llama kvchat " ]
+check "base columns" grep -q '^| tiny.gguf | 1 | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*x | [0-9.]*x | [0-9.]* | [0-9.]* | 50.00 | [0-9.]*x | [0-9.]*x |$' "$TMPD/out3"
 sh "$S" "$TMPD/lb" > /dev/null 2>&1
 check "usage error without a model" [ $? -eq 2 ]
 KVCHAT="$TMPD/kv" sh "$S" "$TMPD/lb" "$TMPD/missing.gguf" > /dev/null 2>&1
