@@ -47,8 +47,8 @@ kv() {
 # lb FILE: "pp tg" tok/s from llama-bench's markdown table (the mean before the ±)
 lb() {
 	awk -F'|' -v pp="pp$P" -v tg="tg$N" '
-		{ t = $(NF - 2); gsub(/ /, "", t); v = $(NF - 1); sub(/^ */, "", v); sub(/ .*/, "", v) }
-		t == pp { p = v } t == tg { d = v }
+		NF >= 3 { t = $(NF - 2); gsub(/ /, "", t); v = $(NF - 1); sub(/^ */, "", v); sub(/ .*/, "", v)
+			if (t == pp) p = v; if (t == tg) d = v }
 		END { print (p == "" ? "fail" : p), (d == "" ? "fail" : d) }' "$1"
 }
 # median of the numbers on stdin ("fail" when there are none)

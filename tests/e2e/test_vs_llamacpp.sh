@@ -26,6 +26,8 @@ echo "| model | size | params | backend | threads | test | t/s |"
 echo "| --- | ---: | ---: | --- | ---: | ---: | ---: |"
 echo "| qwen2 ?B F32 | 1.00 MiB | 0.10 M | CPU | 1 | pp16 | $pp ± 1.50 |"
 echo "| qwen2 ?B F32 | 1.00 MiB | 0.10 M | CPU | 1 | tg4 | 50.00 ± 0.00 |"
+echo
+echo "build: unknown (0)"
 EOF2
 printf '#!/bin/sh\necho "llama $*" >> "$SEQ"\nexit 1\n' > "$TMPD/bad"
 chmod +x "$TMPD/kv" "$TMPD/lb" "$TMPD/bad"
