@@ -5,7 +5,8 @@
  * for a batch (prefill-like: n_tok tokens, GFLOP/s). Threads split the rows
  * as the CPU backend does. An int8 column of 0 means no integer kernel.
  *
- *   bench/qdot [-s MiB] [-n N_IN (multiple of 32; K-quants: of 256)] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]
+ *   bench/qdot [-s MiB] [-n N_IN (multiple of 32; K-quants: of 256)] [-t THREADS] [-b BATCH] [-r REPEATS]
+ *              [-T TYPE (one type only, e.g. q4_0: for callgrind)] [--scalar]
  */
 #include "config.h"
 
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 struct job {
@@ -88,6 +90,7 @@ main(int argc, char **argv)
 	int64_t n_in = 4096;
 	int nt = 1, batch = 16, reps = 3, o;
 	enum q_simd simd = Q_SIMD_AUTO;
+	const char *only = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--scalar") == 0) {
@@ -97,15 +100,16 @@ main(int argc, char **argv)
 			i--;
 		}
 	}
-	while ((o = getopt(argc, argv, "s:n:t:b:r:")) != -1) {
+	while ((o = getopt(argc, argv, "s:n:t:b:r:T:")) != -1) {
 		switch (o) {
 		case 's': mib = (size_t)atol(optarg); break;
 		case 'n': n_in = atol(optarg); break;
 		case 't': nt = atoi(optarg); break;
 		case 'b': batch = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
+		case 'T': only = optarg; break;
 		default:
-			fprintf(stderr, "usage: qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [--scalar]\n");
+			fprintf(stderr, "usage: qdot [-s MiB] [-n N_IN] [-t THREADS] [-b BATCH] [-r REPEATS] [-T TYPE] [--scalar]\n");
 			return 2;
 		}
 	}
@@ -128,6 +132,8 @@ main(int argc, char **argv)
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		enum gguf_dtype t = types[ti];
 		size_t rb = q_row_bytes(t, n_in);
+		if (only != NULL && strcasecmp(only, names[ti]) != 0)
+			continue;
 		if (rb == 0) {	/* the K-quants need N_IN % 256 == 0 */
 			printf("%-5s  (rows of %lld are not whole blocks)\n", names[ti], (long long)n_in);
 			continue;

@@ -5,7 +5,10 @@
  * Decoding one token runs about five jobs per layer a few microseconds
  * apart, and a futex sleep plus wake-up per job cost a fifth of 2-thread
  * decode time (docs/BENCHMARKS.md); the short bound keeps an idle kvchat
- * from holding a core that a machine shared with other work needs.
+ * from holding a core that a machine shared with other work needs. With
+ * more threads than cores (--threads above the count, which the program
+ * warns about) nobody polls: a polling thread would hold the core that the
+ * thread it waits for needs to finish.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -22,6 +25,7 @@
 
 struct tp_pool {
 	int n;			/* threads including the caller */
+	int spin;		/* polls before sleeping: TP_SPIN, 0 when n > cores */
 	pthread_t *th;		/* [n - 1] workers */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work;	/* a new generation was posted */
@@ -46,16 +50,16 @@ cpu_relax(void)
 }
 
 static void
-spin_until_changed(const unsigned *v, unsigned old)
+spin_until_changed(const unsigned *v, unsigned old, int spin)
 {
-	for (int i = 0; i < TP_SPIN && __atomic_load_n(v, __ATOMIC_ACQUIRE) == old; i++)
+	for (int i = 0; i < spin && __atomic_load_n(v, __ATOMIC_ACQUIRE) == old; i++)
 		cpu_relax();
 }
 
 static void
-spin_until_zero(const int *v)
+spin_until_zero(const int *v, int spin)
 {
-	for (int i = 0; i < TP_SPIN && __atomic_load_n(v, __ATOMIC_ACQUIRE) > 0; i++)
+	for (int i = 0; i < spin && __atomic_load_n(v, __ATOMIC_ACQUIRE) > 0; i++)
 		cpu_relax();
 }
 
@@ -77,7 +81,7 @@ worker(void *a)
 		tp_fn fn;
 		void *arg;
 
-		spin_until_changed(&p->gen, seen);
+		spin_until_changed(&p->gen, seen, p->spin);
 		pthread_mutex_lock(&p->mu);
 		while (p->gen == seen && !p->quit)
 			pthread_cond_wait(&p->cv_work, &p->mu);
@@ -115,6 +119,7 @@ tp_new(struct tp_pool **out, int n, char *err, size_t errlen)
 		return KVC_ENOMEM;
 	}
 	p->n = 1;
+	p->spin = n > kvc_n_cores() ? 0 : TP_SPIN;
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv_work, NULL);
 	pthread_cond_init(&p->cv_done, NULL);
@@ -183,7 +188,7 @@ tp_run(struct tp_pool *p, tp_fn fn, void *arg)
 
 	fn(arg, 0, p->n);
 
-	spin_until_zero(&p->pending);
+	spin_until_zero(&p->pending, p->spin);
 	pthread_mutex_lock(&p->mu);
 	while (p->pending > 0)
 		pthread_cond_wait(&p->cv_done, &p->mu);

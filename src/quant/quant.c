@@ -329,6 +329,8 @@ q_simd_available(enum q_simd s)
 		return true;
 	case Q_SIMD_AVX2:
 		return q_avx2_cpu();
+	case Q_SIMD_AVX512:
+		return q_tile_avx512_cpu();
 	}
 	return false;
 }
@@ -336,7 +338,9 @@ q_simd_available(enum q_simd s)
 const char *
 q_simd_name(void)
 {
-	return q_avx2_cpu() ? "avx2+fma" : "scalar";
+	if (!q_avx2_cpu())
+		return "scalar";
+	return q_tile_avx512_cpu() ? "avx512+vnni" : "avx2+fma";
 }
 
 float
@@ -344,7 +348,9 @@ q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, in
 {
 	float r;
 
-	if (s != Q_SIMD_SCALAR && q_avx2_cpu() && q_avx2_dot(t, row, x, NULL, n, &r))
+	/* the float types: a 1 x 1 tile, so a row's dot equals q_matmul_rows' */
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
+	    (q_tile_rows_f(s != Q_SIMD_AVX2, t, row, 0, x, 1, n, &r, 1, 0, 1) || q_avx2_dot(t, row, x, NULL, n, &r)))
 		return r;
 	return dot_scalar(t, row, x, n);
 }
@@ -373,6 +379,8 @@ q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_b
 	float stack_xs[2048], *xs = NULL;
 	size_t n_xs = (size_t)n_tok * (size_t)(n_in / 32);
 
+	if (avx2 && q_tile_rows_f(s != Q_SIMD_AVX2, t, w, row_bytes, x, n_tok, n_in, y, n_out, r0, r1))
+		return;
 	if (avx2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)) {
 		/* without room the kernel sums x itself: same result, slower */
 		xs = n_xs <= sizeof stack_xs / sizeof stack_xs[0] ? stack_xs : malloc(n_xs * sizeof *xs);
@@ -586,7 +594,8 @@ q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, in
 	const int8_t *q = (const int8_t *)(xs + nb);
 	float r;
 
-	if (s != Q_SIMD_SCALAR && q_avx2_cpu() && q_avx2_dot_act(t, row, d, xs, q, n, &r))
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
+	    q_tile_rows_act(s != Q_SIMD_AVX2, t, row, 0, act, q_act_bytes(n), 1, n, &r, 1, 0, 1))
 		return r;
 	return dot_act_scalar(t, row, d, xs, q, n);
 }
@@ -600,7 +609,7 @@ q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_by
 	size_t ab = q_act_bytes(n_in);
 
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
-	    q_avx2_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
+	    q_tile_rows_act(s != Q_SIMD_AVX2, t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
 		return;
 	for (int64_t r = r0; r < r1; r++)
 		for (int tok = 0; tok < n_tok; tok++)

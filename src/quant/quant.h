@@ -87,16 +87,25 @@ void q_matmul_rows(enum gguf_dtype t, const void *W, size_t row_bytes,
     const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1);
 
-/* Which SIMD path q_dot/q_matmul_rows use on this CPU ("avx2+fma" or "scalar"). */
+/* Which SIMD path q_dot/q_matmul_rows use on this CPU ("avx512+vnni", "avx2+fma" or "scalar"). */
 const char *q_simd_name(void);
 
 /*
  * Explicit choice of kernel, for tests and benchmarks: Q_SIMD_AUTO is what
- * q_dot/q_matmul_rows use (AVX2 when the CPU has AVX2+FMA+F16C, else
- * scalar); Q_SIMD_AVX2 on a CPU without it runs the scalar kernels.
- * Both paths compute the same sums in a different order.
+ * q_dot/q_matmul_rows use: Q_SIMD_AVX512 when the CPU has AVX512F, VL,
+ * BW and VNNI, else Q_SIMD_AVX2 when it has AVX2+FMA+F16C, else scalar.
+ * A path the CPU lacks runs the next one down. Scalar, AVX2 and AVX-512's
+ * float kernels sum in different orders; the int8 kernels of AVX-512
+ * (VNNI's multiply-add) and AVX2 form the same integers and then the same
+ * floats, so their results are bitwise equal.
+ *
+ * On the AVX2/AVX-512 paths the products run as tiles of 2 rows x 4
+ * tokens (int8), 2 x 3 (AVX2 float) or 4 x 4 (AVX-512 float),
+ * quant_tile.c: each (row, token) result is bitwise the same whatever
+ * n_tok is and whichever rows share the call, and q_dot / q_dot_act
+ * return exactly what the matrix products compute.
  */
-enum q_simd { Q_SIMD_AUTO = 0, Q_SIMD_SCALAR = 1, Q_SIMD_AVX2 = 2 };
+enum q_simd { Q_SIMD_AUTO = 0, Q_SIMD_SCALAR = 1, Q_SIMD_AVX2 = 2, Q_SIMD_AVX512 = 3 };
 bool q_simd_available(enum q_simd s);
 float q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, int64_t n);
 void q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,

@@ -18,12 +18,20 @@ bool q_avx2_cpu(void);
  */
 bool q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, int64_t n, float *out);
 void q_avx2_xsums(const float *x, int64_t n, float *xs);	/* xs[n / 32] */
-/* Integer kernel over prepared activations (d, xsum, q as in quant.h); false if none for t. */
-bool q_avx2_dot_act(enum gguf_dtype t, const void *row, const float *d, const float *xsum,
-    const int8_t *q, int64_t n, float *out);
-/* q_matmul_rows_act's loop on the integer kernels (act: tokens ab bytes apart); false if none for t. */
-bool q_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t row_bytes, const uint8_t *act,
+
+/*
+ * quant_tile.c, AVX2 CPUs only (q_avx2_cpu()): q_matmul_rows_act's and
+ * q_matmul_rows' loops as tiles of rows x tokens (act: tokens ab bytes
+ * apart). false when t (or n_in: int8 a multiple of the block, float of 16)
+ * has no tile kernel; the caller then uses the one-row kernels, for every
+ * batch size alike. avx512: use the AVX-512 kernels (VNNI multiply-adds,
+ * 512-bit float tiles) where the CPU has AVX512F/VL/BW/VNNI.
+ */
+bool q_tile_avx512_cpu(void);
+bool q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+bool q_tile_rows_f(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 
 /* One block of any quantised type, for aligned copies of blocks in unaligned rows. */
 union any_block {

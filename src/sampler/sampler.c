@@ -310,6 +310,62 @@ smp_penalise(struct kvc_sampler *s, const int32_t *history, size_t n_history)
 			s->seen[h[i]] = 0;
 }
 
+/*
+ * top-k straight from the logits: the same heap operations smp_select_top
+ * runs on a full candidate array (heapify the first k, then each later id
+ * that beats the root replaces it), so c[0..k) ends in the same order and
+ * the draws are the same; but only candidates that enter the heap are
+ * written, instead of all n_vocab (152k on Qwen) every token. The
+ * repetition penalty is applied on the way, to the ids marked in seen[].
+ */
+static void
+smp_top_k_direct(struct kvc_sampler *s, const float *logits, size_t n, size_t k,
+    const int32_t *history, size_t n_history)
+{
+	struct smp_cand *c = s->cand;
+	float pen = s->p.repeat_penalty;
+	size_t nh = s->p.repeat_last_n > 0 ? (size_t)s->p.repeat_last_n : 0, i;
+	const int32_t *h = NULL;
+	bool penalise = !(pen == 1.0f || pen <= 0.0f || nh == 0 || history == NULL);
+
+	if (penalise) {
+		nh = nh > n_history ? n_history : nh;
+		h = history + (n_history - nh);
+		for (i = 0; i < nh; i++)
+			if (h[i] >= 0 && h[i] < s->n_vocab)
+				s->seen[h[i]] = 1;
+	}
+#define SMP_VALUE(id, v) do {								v = isnan(logits[id]) ? -INFINITY : logits[id];					if (penalise && s->seen[id])								v = v > 0 ? v / pen : v * pen;					} while (0)
+	for (i = 0; i < k; i++) {
+		c[i].id = (int32_t)i;
+		SMP_VALUE(i, c[i].logit);
+	}
+	for (i = k / 2; i-- > 0;)
+		smp_sift(c, i, k);
+	for (i = k; i < n; i++) {
+		float v = logits[i];
+
+		/*
+		 * A later id never wins a tie (smp_before), so only a larger value
+		 * enters. A penalty >= 1 only lowers a value, and NaN (-inf) never
+		 * enters: most ids are rejected on their raw logit alone.
+		 */
+		if (pen >= 1.0f && !(v > c[0].logit))
+			continue;
+		SMP_VALUE(i, v);
+		if (v > c[0].logit) {
+			c[0].id = (int32_t)i;
+			c[0].logit = v;
+			smp_sift(c, 0, k);
+		}
+	}
+#undef SMP_VALUE
+	if (penalise)
+		for (i = 0; i < nh; i++)
+			if (h[i] >= 0 && h[i] < s->n_vocab)
+				s->seen[h[i]] = 0;
+}
+
 int32_t
 smp_sample(struct kvc_sampler *s, const float *logits,
     const int32_t *history, size_t n_history)
@@ -322,16 +378,20 @@ smp_sample(struct kvc_sampler *s, const float *logits,
 	if (temp <= 0.0f)
 		return smp_argmax(logits, s->n_vocab);
 
-	for (i = 0; i < n; i++) {
-		c[i].id = (int32_t)i;
-		/* NaN would poison the sums and the sort: treat it as impossible */
-		c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
-	}
-	smp_penalise(s, history, n_history);
-
-	if (s->p.top_k > 0 && (size_t)s->p.top_k < n) {
-		smp_select_top(c, n, (size_t)s->p.top_k);
+	if (s->p.top_k > 0 && (size_t)s->p.top_k < n && (size_t)s->p.top_k <= 1024) {
+		smp_top_k_direct(s, logits, n, (size_t)s->p.top_k, history, n_history);
 		n = (size_t)s->p.top_k;
+	} else {
+		for (i = 0; i < n; i++) {
+			c[i].id = (int32_t)i;
+			/* NaN would poison the sums and the sort: treat it as impossible */
+			c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
+		}
+		smp_penalise(s, history, n_history);
+		if (s->p.top_k > 0 && (size_t)s->p.top_k < n) {
+			smp_select_top(c, n, (size_t)s->p.top_k);
+			n = (size_t)s->p.top_k;
+		}
 	}
 
 	max = -INFINITY;

@@ -496,7 +496,7 @@ static void
 test_dot(void)
 {
 	static const int64_t lens[] = {256, 512, 4096, 4864};
-	bool have_avx2 = q_simd_available(Q_SIMD_AVX2);
+	bool have_avx2 = q_simd_available(Q_SIMD_AVX2), have_512 = q_simd_available(Q_SIMD_AVX512);
 
 	printf("simd: %s\n", q_simd_name());
 	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
@@ -515,10 +515,12 @@ test_dot(void)
 			double tol = 1e-5 * mag + 1e-6;	/* float summation of n terms */
 			float s = q_dot_simd(Q_SIMD_SCALAR, t, row, x, n);
 			float a = q_dot_simd(Q_SIMD_AVX2, t, row, x, n);
+			float v = q_dot_simd(Q_SIMD_AVX512, t, row, x, n);
 			float d = q_dot(t, row, x, n);
 			test_cond(fabs(s - want) <= tol, "%s n=%lld scalar %g want %g", tname(t), (long long)n, s, want);
 			test_cond(fabs(a - want) <= tol, "%s n=%lld avx2 %g want %g", tname(t), (long long)n, a, want);
-			test_cond(d == (have_avx2 ? a : s), "q_dot picks the available path");
+			test_cond(fabs(v - want) <= tol, "%s n=%lld avx512 %g want %g", tname(t), (long long)n, v, want);
+			test_cond(d == (have_512 ? v : have_avx2 ? a : s), "q_dot picks the available path");
 			free(x);
 			free(w);
 			free(raw);
@@ -541,7 +543,7 @@ test_dot(void)
 				want += (double)wr[i] * x[i];
 				mag += fabs((double)wr[i] * x[i]);
 			}
-			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++) {
+			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
 				float got = q_dot_simd((enum q_simd)p, t, row, x, n);
 				test_cond(fabs(got - want) <= 1e-6 * mag + 1e-7, "%s n=%d path %d: %g want %g",
 				    tname(t), n, p, got, want);
@@ -568,7 +570,7 @@ test_matmul(void)
 		size_t rb = q_row_bytes(t, N_IN);
 		for (int r = 0; r < N_OUT; r++)
 			q_quantize_row(t, w + r * N_IN, W + r * rb, N_IN);
-		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++) {
+		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
 			for (int i = 0; i < N_TOK * N_OUT; i++)
 				y[i] = -12345.0f;
 			/* only rows [2, 5) are this caller's */
@@ -677,6 +679,13 @@ test_act(void)
 			}
 		}
 		test_cond(bad == 0, "%s integer kernels: %d bad", tname(t), bad);
+		/* VNNI's dpbusd and AVX2's maddubs/madd form the same integers: equal bits */
+		{
+			static float yv[N_TOK * N_OUT];
+			q_matmul_rows_act(Q_SIMD_AVX512, t, W, rb, act, N_TOK, N, yv, N_OUT, 0, N_OUT);
+			test_cond(memcmp(yv, y, sizeof yv) == 0, "%s: VNNI (%s) and AVX2 kernels differ", tname(t),
+			    q_simd_available(Q_SIMD_AVX512) ? "present" : "absent, AVX2 ran");
+		}
 	}
 }
 

@@ -443,6 +443,66 @@ test_large_vocab(void)
 	test_cond(smp_new(&s, &p, 0) == KVC_EINVAL && s == NULL, "n_vocab 0 refused");
 }
 
+/*
+ * Top-k taken straight from the logits (issue 11) draws what the sampler
+ * drew when it first copied all 152k logits into candidates: the ids below
+ * were produced by that implementation (commit 2f897aa) on these logits
+ * (an LCG over 400 or 4000 levels: with 400 the whole top 40 ties, so the
+ * heap's tie order decides which ids survive), this history (holding the
+ * argmax) and seed 7, at the default settings, with a penalty below 1 and
+ * NaNs, with top-k 1000 and with top-k 3.
+ */
+static void
+test_topk_pinned(void)
+{
+	static const int32_t want[4][12] = {
+		{ 2600, 1950, 5627, 5357, 11085, 12645, 7118, 9056, 9181, 7284, 5525, 1506 },
+		{ 79211, 136083, 135739, 31602, 26954, 54805, 137694, 30839, 50359, 100102, 86004, 28636 },
+		{ 131405, 121706, 29796, 15079, 31539, 78680, 118992, 60405, 69841, 88066, 6222, 93564 },
+		{ 662, 1426, 461, 1417, 244, 1216, 237, 391, 2253, 1485, 476, 985 },
+	};
+	enum { V = 151936 };
+	float *l = malloc(V * sizeof *l);
+
+	for (int cfg = 0; cfg < 4; cfg++) {
+		unsigned st = 1 + (unsigned)cfg;
+		struct kvc_sampler *sm;
+		struct kvc_sampler_params p = kvc_sampler_default_params();
+		int32_t hist[64];
+		int bad = 0;
+
+		p.seed = 7;
+		if (cfg == 1)
+			p.repeat_penalty = 0.8f;
+		if (cfg == 2)
+			p.top_k = 1000;
+		if (cfg == 3)	/* 3 of ~380 tied ids: which 3 shows in almost every draw */
+			p.top_k = 3;
+		test_cond(smp_new(&sm, &p, V) == 0, "smp_new");
+		for (int r = 0; r < 12; r++) {
+			int b = 0;
+			for (int i = 0; i < V; i++) {
+				st = st * 1103515245u + 12345u;
+				l[i] = cfg == 0 || cfg == 3 ? (float)((st >> 8) % 400) / 20.0f - 10 :
+				    (float)((st >> 8) % 4000) / 200.0f - 10;
+			}
+			if (cfg == 1)
+				for (int i = 0; i < V; i += 1000)
+					l[i] = NAN;
+			for (int i = 0; i < 64; i++)
+				hist[i] = (int32_t)(((st >> 4) % 1000u + (unsigned)i * 2371u) % V);
+			for (int i = 1; i < V; i++)
+				if (l[i] > l[b])
+					b = i;
+			hist[0] = hist[63] = b;
+			bad += smp_sample(sm, l, hist, 64) != want[cfg][r];
+		}
+		test_cond(bad == 0, "configuration %d: %d of 12 draws differ from the pinned ones", cfg, bad);
+		smp_free(sm);
+	}
+	free(l);
+}
+
 int
 main(void)
 {
@@ -454,5 +514,6 @@ main(void)
 	test_truncation_large();
 	test_penalty();
 	test_large_vocab();
+	test_topk_pinned();
 	return test_done();
 }

@@ -148,6 +148,7 @@ engine_opt(int c, const char *a, struct repl_opts *o)
 	case OPT_THREADS:
 		if (parse_int(a, 1, 4096, &o->ep.n_threads))
 			return usage_error("--threads: not a thread count: '%s'", a);
+		/* more threads than cores: warned once the engine is open (repl.c) */
 		break;
 	case OPT_CTX:
 		if (parse_int(a, 16, 1L << 24, &o->ep.n_ctx))

@@ -1,0 +1,535 @@
+/*
+ * quant_tile.c: tiled matrix kernels. A tile is two weight rows times up to
+ * four tokens (int8 activations) or three tokens (float activations): each
+ * weight block is decoded once per tile and multiplied into every token of
+ * it, instead of once per (row, token) as a one-row dot product does.
+ *
+ * Batch independence: every (row, token) pair has its own accumulator(s),
+ * which see the same instructions, on the same values, in the same order,
+ * whatever the tile's shape; the one-token path (decode, q_dot, q_dot_act)
+ * runs these same kernels with a tile of one token. So a position's logits
+ * are bitwise the same computed alone, in a tile or in a long prefill
+ * (tests/unit/test_forward.c checks it). The integer sums are exact, so the
+ * AVX512-VNNI form of the multiply-add (chosen at run time) gives the same
+ * integers as AVX2's maddubs/madd, and the same floats after them.
+ *
+ * The float work per (row, token, 32 values) is fixed as: lane scales
+ * (weight scale of each 4-value lane) times the token's block scale, times
+ * the 8 int32 lane sums converted to float, added with one FMA into the
+ * pair's accumulator; after a block's groups, the Q4_1/Q5_1 offset
+ * (m times the float sum of x) or the Q4_K/Q5_K sub-block mins (times the
+ * 8 sums of x) enter the same accumulator with one more FMA.
+ */
+#include "quant_impl.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define AVX512 VNNI
+#define INLINE __attribute__((always_inline)) static inline
+/* the tile loops, fully unrolled so the accumulators stay in registers */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/*
+ * 1: AVX-512 (F, VL, BW, VNNI), so the int8 kernels use VNNI's dpbusd and
+ * the float kernels 512-bit vectors; 0: AVX2 only. Probed once (the answer
+ * cannot change while we run).
+ */
+static int
+have_vnni(void)
+{
+	static int known = -1;
+	int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+		    __builtin_cpu_supports("avx512bw");
+		__atomic_store_n(&known, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+bool
+q_tile_avx512_cpu(void)
+{
+	return q_avx2_cpu() && have_vnni();
+}
+
+AVX2 INLINE float
+hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+AVX2 INLINE float
+h2f(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, 2);
+	return _cvtsh_ss(v);
+}
+
+AVX2 INLINE __m256i
+ld256(const void *p)
+{
+	return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/*
+ * 8 int32 lanes, lane k = sum of u[4k..4k+4) * s[4k..4k+4), u unsigned
+ * bytes, s signed. No int16 saturation occurs for the levels below
+ * (|u| <= 128, |s| <= 127, at most 2 * 128 * 127 per pair), so both forms
+ * give the exact sums.
+ */
+AVX2 INLINE __m256i
+mad_avx2(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+VNNI INLINE __m256i
+mad_vnni(__m256i u, __m256i s)
+{
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+/* Byte i is 0xFF where bit i of the little-endian 32-bit word at p is set. */
+AVX2 INLINE __m256i
+bits_mask(const uint8_t *p)
+{
+	const __m256i pick = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+	    0x0101010101010101ll, 0);
+	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+	uint32_t h;
+
+	memcpy(&h, p, 4);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), pick);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* ---- one weight block, decoded per group of 32 values -------------------- */
+
+/* What a block's groups need beyond its bytes: the scales of 16-value halves. */
+struct blk {
+	const uint8_t *p;
+	float fs[16];		/* weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
+	__m256 off;		/* Q4_1/Q5_1: (m, 0, ..., 0); Q4_K/Q5_K: -dmin * min_j, j < 8 */
+};
+
+INLINE int
+t_group_count(enum gguf_dtype t)
+{
+	return t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+	    t == GGML_TYPE_Q6_K ? 8 : 1;
+}
+
+INLINE size_t
+t_block_bytes(enum gguf_dtype t)
+{
+	switch (t) {
+	case GGML_TYPE_Q8_0: return 34;
+	case GGML_TYPE_Q4_0: return 18;
+	case GGML_TYPE_Q4_1: return 20;
+	case GGML_TYPE_Q5_0: return 22;
+	case GGML_TYPE_Q5_1: return 24;
+	case GGML_TYPE_Q3_K: return 110;
+	case GGML_TYPE_Q4_K: return 144;
+	case GGML_TYPE_Q5_K: return 176;
+	default: return 210;	/* Q6_K */
+	}
+}
+
+/* Levels stored signed (sign trick in the multiply) or unsigned (direct). */
+INLINE bool
+t_signed(enum gguf_dtype t)
+{
+	return !(t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K ||
+	    t == GGML_TYPE_Q5_K);
+}
+
+/* Q3_K's 16 6-bit scales minus 32 (layout in quant.h). */
+static inline void
+q3_scales(const uint8_t *p, int8_t *sc)
+{
+	uint32_t w0, w1, w2, v[4];
+	uint8_t u[16];
+
+	memcpy(&w0, p, 4);
+	memcpy(&w1, p + 4, 4);
+	memcpy(&w2, p + 8, 4);
+	v[0] = (w0 & 0x0f0f0f0fu) | ((w2 & 0x03030303u) << 4);
+	v[1] = (w1 & 0x0f0f0f0fu) | (((w2 >> 2) & 0x03030303u) << 4);
+	v[2] = ((w0 >> 4) & 0x0f0f0f0fu) | (((w2 >> 4) & 0x03030303u) << 4);
+	v[3] = ((w1 >> 4) & 0x0f0f0f0fu) | (((w2 >> 6) & 0x03030303u) << 4);
+	memcpy(u, v, 16);
+	for (int k = 0; k < 16; k++)
+		sc[k] = (int8_t)(u[k] - 32);
+}
+
+/* fs[k] = d * sc[k] for 16 signed byte scales */
+AVX2 INLINE void
+scales16(const int8_t *sc, float d, float *fs)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)sc);
+	__m256 dd = _mm256_set1_ps(d);
+
+	_mm256_storeu_ps(fs, _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+	_mm256_storeu_ps(fs + 8, _mm256_mul_ps(dd,
+	    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))));
+}
+
+/* The scales of a block (per-block work, shared by its groups and tokens). */
+AVX2 INLINE void
+blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
+{
+	b->p = p;
+	switch (t) {
+	case GGML_TYPE_Q3_K: {
+		int8_t sc[16];
+		q3_scales(p + 96, sc);
+		scales16(sc, h2f(p + 108), b->fs);
+		break;
+	}
+	case GGML_TYPE_Q6_K:
+		scales16((const int8_t *)(p + 192), h2f(p + 208), b->fs);
+		break;
+	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: {
+		uint8_t sc[8], mn[8];
+		q_k_scales8_le(p + 4, sc, mn);
+		/* fs[j] = d * scale_j: one scale per group of 32 */
+		__m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+		_mm256_storeu_ps(b->fs, _mm256_mul_ps(_mm256_set1_ps(h2f(p)), s));
+		__m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn)));
+		b->off = _mm256_mul_ps(_mm256_set1_ps(-h2f(p + 2)), m);
+		break;
+	}
+	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: {
+		uint16_t m;
+		memcpy(&m, p + 2, 2);
+		b->fs[0] = h2f(p);
+		/* the half in lane 0, zeros above it, widened: (m, 0, 0, 0) */
+		b->off = _mm256_set_m128(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtsi32_si128(m)));
+		break;
+	}
+	default:
+		b->fs[0] = b->fs[1] = h2f(p);
+		break;
+	}
+}
+
+/* Whether a type has the offset term (added once per block, after its groups). */
+INLINE bool
+t_has_off(enum gguf_dtype t)
+{
+	return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+}
+
+/*
+ * The offset's input for a token and block: its sum of x as (s, s, ...) for
+ * Q4_1/Q5_1 (only lane 0 meets a nonzero m), the 8 sums of its 32-value
+ * sub-blocks for Q4_K/Q5_K.
+ */
+AVX2 INLINE __m256
+blk_xoff(enum gguf_dtype t, const float *xs, int64_t b)
+{
+	if (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1)
+		return _mm256_broadcast_ss(xs + b);
+	return _mm256_loadu_ps(xs + 8 * b);
+}
+
+/* Lane scales of group g: lanes 0-3 hold values 0-15 of it, lanes 4-7 values 16-31. */
+AVX2 INLINE __m256
+blk_scale(enum gguf_dtype t, const struct blk *b, int g)
+{
+	if (t_group_count(t) == 1)
+		return _mm256_broadcast_ss(b->fs);
+	if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
+		return _mm256_broadcast_ss(b->fs + g);
+	return _mm256_set_m128(_mm_broadcast_ss(b->fs + 2 * g + 1), _mm_broadcast_ss(b->fs + 2 * g));
+}
+
+/* The 32 levels of group g (values 32g .. 32g + 31 of the block). */
+AVX2 INLINE __m256i
+blk_group(enum gguf_dtype t, const struct blk *b, int g)
+{
+	const __m256i lo4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1),
+	    three = _mm256_set1_epi8(3);
+	const uint8_t *p = b->p;
+
+	switch (t) {
+	case GGML_TYPE_Q8_0:
+		return ld256(p + 2);
+	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: {
+		/* Q4_0 d qs, Q4_1 d m qs, Q5_0 d qh qs, Q5_1 d m qh qs */
+		bool has_m = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+		bool q5 = t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+		const uint8_t *qh = p + (has_m ? 4 : 2), *qs = qh + (q5 ? 4 : 0);
+		__m128i v = _mm_loadu_si128((const __m128i *)qs);
+		__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo4);
+		if (t == GGML_TYPE_Q4_0)
+			return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+		if (t == GGML_TYPE_Q5_0)	/* nibble - 16 where the 5th bit is clear */
+			return _mm256_or_si256(u, _mm256_andnot_si256(bits_mask(qh),
+			    _mm256_set1_epi8((char)0xF0)));
+		if (t == GGML_TYPE_Q5_1)
+			return _mm256_or_si256(u, _mm256_and_si256(bits_mask(qh), _mm256_set1_epi8(0x10)));
+		return u;
+	}
+	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: {
+		bool q5 = t == GGML_TYPE_Q5_K;
+		__m256i v = ld256(p + 16 + (q5 ? 32 : 0) + 32 * (g / 2));
+		__m256i u = _mm256_and_si256(g & 1 ? _mm256_srli_epi16(v, 4) : v, lo4);
+		if (q5) {
+			__m256i hb = _mm256_srl_epi16(ld256(p + 16), _mm_cvtsi32_si128(g));
+			u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+		}
+		return u;
+	}
+	case GGML_TYPE_Q3_K: {
+		/* group 4h + k: low 2 bits at shift 2k of qs[32h ..], 3rd bit h-mask bit 4h + k */
+		int h = g / 4, k = g % 4;
+		__m256i lo = _mm256_and_si256(_mm256_srl_epi16(ld256(p + 32 + 32 * h),
+		    _mm_cvtsi32_si128(2 * k)), three);
+		__m256i hb = _mm256_and_si256(_mm256_srl_epi16(ld256(p), _mm_cvtsi32_si128(g)), one);
+		return _mm256_sub_epi8(lo, _mm256_slli_epi16(_mm256_xor_si256(hb, one), 2));
+	}
+	default: {	/* Q6_K: group 4h + k, ql[64h ..], qh[32h ..] */
+		int h = g / 4, k = g % 4;
+		__m256i l = ld256(p + 64 * h + 32 * (k & 1));
+		__m256i hh = _mm256_srl_epi16(ld256(p + 128 + 32 * h), _mm_cvtsi32_si128(2 * k));
+		l = _mm256_and_si256(k >= 2 ? _mm256_srli_epi16(l, 4) : l, lo4);
+		l = _mm256_or_si256(l, _mm256_slli_epi16(_mm256_and_si256(hh, three), 4));
+		return _mm256_sub_epi8(l, _mm256_set1_epi8(32));
+	}
+	}
+}
+
+#define TILE_TGT AVX2
+#define TILE_MAD mad_avx2
+#define TILE_NAME(f) f##_avx2
+#include "quant_tile_i8.h"
+#undef TILE_TGT
+#undef TILE_MAD
+#undef TILE_NAME
+#define TILE_TGT VNNI
+#define TILE_MAD mad_vnni
+#define TILE_NAME(f) f##_vnni
+#include "quant_tile_i8.h"
+#undef TILE_TGT
+#undef TILE_MAD
+#undef TILE_NAME
+
+bool
+q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_in % 32 != 0 || n_in % (32 * t_group_count(t)) != 0)
+		return false;
+	if (avx512 && have_vnni())
+		return rows_act_vnni(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+	return rows_act_avx2(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+}
+
+/* ---- float activations: F32, F16, BF16 ---------------------------------- */
+
+AVX2 INLINE __m256
+ldw(enum gguf_dtype t, const uint8_t *row, int64_t i)
+{
+	if (t == GGML_TYPE_F32)
+		return _mm256_loadu_ps((const float *)(row + 4 * i));
+	__m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+	if (t == GGML_TYPE_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/*
+ * Two rows times NT tokens; each (row, token) keeps two accumulators, the
+ * 8-value chunks alternating between them, added at the end.
+ */
+AVX2 INLINE void
+tile_f(enum gguf_dtype t, int NT, const uint8_t *const w[2], const float *x, int64_t n,
+    float *out)
+{
+	__m256 acc[2][3][2];
+
+	UNROLL
+	for (int r = 0; r < 2; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		UNROLL
+		for (int h = 0; h < 2; h++) {
+			__m256 wv[2] = { ldw(t, w[0], i + 8 * h), ldw(t, w[1], i + 8 * h) };
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
+				acc[0][k][h] = _mm256_fmadd_ps(wv[0], xv, acc[0][k][h]);
+				acc[1][k][h] = _mm256_fmadd_ps(wv[1], xv, acc[1][k][h]);
+			}
+		}
+	}
+	UNROLL
+	for (int r = 0; r < 2; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			out[r * 3 + k] = hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
+}
+
+AVX2 INLINE void
+rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r += 2) {
+		const uint8_t *w[2] = { W + (size_t)r * rb, W + (size_t)(r + 1 < r1 ? r + 1 : r) * rb };
+		int nr = r + 1 < r1 ? 2 : 1;
+		for (int tok = 0; tok < n_tok; tok += 3) {
+			const float *xt = x + (size_t)tok * (size_t)n_in;
+			float out[6];
+			int nt = n_tok - tok < 3 ? n_tok - tok : 3;
+			switch (nt) {
+			case 3: tile_f(t, 3, w, xt, n_in, out); break;
+			case 2: tile_f(t, 2, w, xt, n_in, out); break;
+			default: tile_f(t, 1, w, xt, n_in, out); break;
+			}
+			for (int i = 0; i < nr; i++)
+				for (int k = 0; k < nt; k++)
+					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * 3 + k];
+		}
+	}
+}
+
+/* ---- the same with 512-bit vectors, 4 rows x 4 tokens, one accumulator each ---- */
+
+AVX512 INLINE __m512
+ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
+{
+	if (t == GGML_TYPE_F32)
+		return _mm512_loadu_ps(row + 4 * i);
+	__m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+	if (t == GGML_TYPE_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AVX512 INLINE void
+tile_f16w(enum gguf_dtype t, int NT, const uint8_t *const w[4], const float *x, int64_t n,
+    float *out)
+{
+	__m512 acc[4][4];
+
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		__m512 wv[4];
+		UNROLL
+		for (int r = 0; r < 4; r++)
+			wv[r] = ldw16(t, w[r], i);
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)k * (size_t)n + i);
+			UNROLL
+			for (int r = 0; r < 4; r++)
+				acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+		}
+	}
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			out[r * 4 + k] = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
+			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
+}
+
+/* Rows in fours (the last ones repeated to fill a tile, their copies dropped), tokens in fours. */
+AVX512 INLINE void
+rows_f16w(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r += 4) {
+		const uint8_t *w[4];
+		int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+		for (int i = 0; i < 4; i++)
+			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+		for (int tok = 0; tok < n_tok; tok += 4) {
+			const float *xt = x + (size_t)tok * (size_t)n_in;
+			float out[16];
+			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
+			switch (nt) {
+			case 4: tile_f16w(t, 4, w, xt, n_in, out); break;
+			case 3: tile_f16w(t, 3, w, xt, n_in, out); break;
+			case 2: tile_f16w(t, 2, w, xt, n_in, out); break;
+			default: tile_f16w(t, 1, w, xt, n_in, out); break;
+			}
+			for (int i = 0; i < nr; i++)
+				for (int k = 0; k < nt; k++)
+					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * 4 + k];
+		}
+	}
+}
+
+AVX512 static bool
+rows_f_avx512(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	switch (t) {
+	case GGML_TYPE_F32: rows_f16w(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_F16: rows_f16w(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_BF16: rows_f16w(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	default: return false;
+	}
+}
+
+AVX2 bool
+q_tile_rows_f(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_in % 16 != 0)
+		return false;
+	if (avx512 && have_vnni())
+		return rows_f_avx512(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	switch (t) {
+	case GGML_TYPE_F32: rows_f(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_F16: rows_f(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_BF16: rows_f(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+	default: return false;
+	}
+}
+
+#else	/* not x86: the portable kernels only */
+
+bool
+q_tile_avx512_cpu(void)
+{
+	return false;
+}
+
+bool
+q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	return false;
+}
+
+bool
+q_tile_rows_f(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	return false;
+}
+
+#endif
