@@ -17,7 +17,7 @@
 #   - the next kvchat resumes it and answers (from the snapshot or by
 #     rebuilding).
 # KVCHAT_CRASH_KILLS (default 6, to keep the suite short) and KVCHAT_CRASH_SEED make longer or
-# repeatable runs (docs/CRASH.md).
+# repeatable runs (docs/CRASH.md), KVCHAT_CRASH_OPTS other settings.
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
@@ -41,7 +41,9 @@ M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 71 \
     --n-layer 4 --n-head-kv 4 >/dev/null || { echo "FAIL: mkmodel"; exit 1; }
 DB="$TMPD/crash.db"
-OPTS="--temp 0.7 -n 40 --ctx 4096 --kv-type f32 --db $DB"
+# KVCHAT_CRASH_OPTS adds options, e.g. "--ctx 256 --ctx-overflow slide" to
+# kill conversations whose context overflows (docs/CRASH.md).
+OPTS="--temp 0.7 -n 40 --ctx 4096 --kv-type f32 --db $DB ${KVCHAT_CRASH_OPTS:-}"
 ST="$TMPD/st.json"
 
 # make_r: a fresh conversation "r" with two exchanges (piped, not killed).
@@ -166,5 +168,7 @@ while read -r op frac; do
 	echo "kill $k: $op after ${delay}s: $n0 -> $n1 messages$( [ "$exists" = 0 ] && echo ', deleted')"
 done <"$TMPD/plan"
 echo "kills: $n_ok of $KILLS done; resumes that recomputed: $rebuilt"
+# how many completed turns overflowed the context (KVCHAT_CRASH_OPTS with a small --ctx)
+echo "turns that slid or dropped old positions: $(grep -cE '"(slid|dropped)_tokens":[1-9]' "$ST" 2>/dev/null || echo 0)"
 check "every planned kill ran" [ "$n_ok" -eq "$KILLS" ]
 done_testing
