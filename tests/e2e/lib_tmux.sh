@@ -36,6 +36,9 @@ tmux_stop() {
 }
 trap 'tmux_stop; rm -rf "$TMPD"' EXIT
 screen() { T capture-pane -p -J -t t -S "-$KVC_TMUX_SCROLL"; }
+# screen_dump: what a timed-out wait shows of the screen (a test with very
+# long lines on it may redefine this to show less).
+screen_dump() { screen; }
 # wait_within DESC N COMMAND...: poll (every 0.1 s, N times at most) until
 # COMMAND succeeds; counts as one check.
 wait_within() {
@@ -45,7 +48,7 @@ wait_within() {
 		_i=$((_i + 1))
 		if [ $_i -gt "$_n" ]; then
 			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
+			echo "--- screen:" >&2; screen_dump >&2; echo "---" >&2
 			return 1
 		fi
 		sleep 0.1

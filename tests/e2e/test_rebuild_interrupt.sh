@@ -12,18 +12,8 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 PID=""
-trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
+trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; tmux_stop; rm -rf "$TMPD"' EXIT
 ms() { date +%s%N | cut -c1-13; }
-# wait_long DESC COMMAND...: wait_for with room for a whole rebuild (3 min).
-wait_long() {
-	_dl=$1; shift
-	_j=0
-	while ! "$@" >/dev/null 2>&1 && [ $_j -lt 1800 ]; do
-		_j=$((_j + 1))
-		sleep 0.1
-	done
-	wait_for "$_dl" "$@"
-}
 msgs() { sql "SELECT count(*) FROM messages"; }
 
 # Wide enough that rebuilding a few hundred positions takes seconds.
@@ -72,7 +62,8 @@ check "in a turn: no stats record" [ ! -s "$ST" ]
 
 # The next turn rebuilds and answers.
 text "A short question."; keys Enter
-wait_long "the next turn" test -s "$ST"
+# Room for a whole rebuild (3.5 min).
+wait_within "the next turn" 2100 test -s "$ST"
 wait_for "the prompt after it" prompt_ready
 check "the next turn is stored (messages: $(msgs))" [ "$(msgs)" -eq 4 ]
 check "its stats say rebuilt" [ "$(jget "$ST" 1 rebuilt)" = true ]
