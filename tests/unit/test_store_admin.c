@@ -29,12 +29,7 @@ static char errbuf[1024];
 static const char *
 tpath(const char *name)
 {
-	static char buf[8][512];
-	static int i;
-
-	i = (i + 1) % 8;
-	snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-	return buf[i];
+	return test_path(tmpdir, name);
 }
 
 static int64_t
