@@ -27,6 +27,15 @@ sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }
 MKMODEL="$top_builddir/tests/fixtures/mkmodel"
 # jget FILE LINE KEY: a scalar field of the JSON object on line LINE of FILE
 jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
+# tiny_model SEED: the usual fixture model at $M ($TMPD/m.gguf): tiny qwen2,
+# F32, a BPE vocabulary, 8192 positions, weights from SEED. Without it the
+# test cannot go on, so it fails here.
+tiny_model() {
+	M="$TMPD/m.gguf"
+	"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed "$1" >/dev/null ||
+		{ echo "FAIL: mkmodel"; exit 1; }
+}
+
 # kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
 kvrun() {
 	_d=$1 _e=$2; shift 2

@@ -88,3 +88,5 @@ cmd() {
 	wait_for "after '$1'" prompts_are $((_n + 1))
 }
 sql() { sqlite3 "$DB" "$1"; }
+# has_lines FILE N: FILE (a --stats-json record file) holds N lines or more.
+has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }

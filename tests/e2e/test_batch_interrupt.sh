@@ -68,9 +68,7 @@ check "prefill: one stats record (line 1's)" [ "$(wc -l <"$TMPD/p.json")" -eq 1 
 check "prefill: integrity ok" [ "$(sql 'PRAGMA integrity_check')" = ok ]
 
 # A reply that runs long (greedy on this fixture), stopped once it streams.
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/r.db"
 printf 'FIRST question, please answer at length.\nSECOND question.\n' >"$TMPD/in2.txt"
 : >"$TMPD/out2"

@@ -10,9 +10,7 @@ KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 exists() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 1 ]; }
 gone() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 0 ]; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 4 --ctx 512"
 echo "hello" >"$TMPD/in.txt"

@@ -12,7 +12,6 @@ KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 # The pasted message is thousands of characters long: show the end, cut.
 screen_dump() { screen | tail -n 20 | cut -c1-200; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 ms() { date +%s%N | cut -c1-13; }
 
 # Wide enough that a few thousand positions take many seconds on any machine here.

@@ -19,7 +19,6 @@ M="$TMPD/m.gguf"
 mode() { stat -c %a "$1" 2>/dev/null || echo missing; }
 # is_mode DESC WANT PATH
 is_mode() { _m=$(mode "$3"); if [ "$_m" = "$2" ]; then ok; else fail "$1: $3 is $_m, not $2"; fi; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 text() { T send-keys -t t -l -- "$1"; T send-keys -t t Enter; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # A runner for the terminal: sets the umask, writes kvchat's pid (exec keeps

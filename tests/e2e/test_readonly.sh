@@ -15,9 +15,7 @@ trap 'tmux_stop; umount "$FULL" 2>/dev/null; rm -rf "$TMPD"' EXIT
 mount -t tmpfs -o size=4m,mode=0700 tmpfs "$FULL" 2>/dev/null ||
 	skip "cannot mount a small tmpfs (needs root) for the full-disk case"
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 67 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 67
 DB="$FULL/s.db"
 OPTS="--temp 0 -n 8 --ctx 512"
 printf 'Remember the word lighthouse.\nAnd the number seven.\n' |

@@ -7,9 +7,7 @@
 KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 6 --ctx 1024"
 printf 'FIRST-QUESTION about ships\nSECOND-QUESTION about lamps\n' >"$TMPD/in.txt"

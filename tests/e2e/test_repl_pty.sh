@@ -9,7 +9,6 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 KVC_TMUX_SCROLL=300
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 conv_id() { sql "SELECT id FROM conversations WHERE title = '$1'"; }
 nmsgs() { sql "SELECT count(*) FROM messages WHERE conv_id = $1 AND role IN (1, 2)"; }
 last_text() { sql "SELECT hex(text) FROM messages WHERE conv_id = $1 AND role = $2 ORDER BY seq DESC LIMIT 1"; }
@@ -19,9 +18,7 @@ turn_done() { has_lines "$ST" "$1" && prompt_ready; }
 # nmsgs_is CONV N: re-evaluated on every poll of wait_for
 nmsgs_is() { [ "$(nmsgs "$1")" -eq "$2" ]; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 

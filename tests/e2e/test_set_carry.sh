@@ -7,12 +7,9 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 settings() { sql "SELECT settings FROM conversations WHERE title = '$1'"; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 echo "hello" | "$KVCHAT" -m "$M" --db "$DB" --temp 0.9 -n 30 --new older >/dev/null 2>&1
