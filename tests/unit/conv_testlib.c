@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int
 conv_test_mkmodel(const char *out, const char *opts)
@@ -13,6 +14,15 @@ conv_test_mkmodel(const char *out, const char *opts)
 	snprintf(cmd, sizeof cmd, "'%s/tests/fixtures/mkmodel' -o '%s' --preset tiny --arch qwen2 "
 	    "--type f32 %s --quiet >/dev/null", b ? b : ".", out, opts);
 	return system(cmd);
+}
+
+void
+conv_test_notice(void *arg, const char *line)
+{
+	char *buf = arg;
+
+	strncat(buf, line, CONV_TEST_NOTICES - strlen(buf) - 2);
+	strcat(buf, "\n");
 }
 
 struct conv_mgr *

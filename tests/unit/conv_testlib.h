@@ -17,6 +17,16 @@
  */
 int conv_test_mkmodel(const char *out, const char *opts);
 
+/* Room for the notices a test collects with conv_test_notice. */
+#define CONV_TEST_NOTICES 4096
+
+/*
+ * A conv_params.notice callback: appends LINE and a newline to the
+ * NUL-terminated char[CONV_TEST_NOTICES] at ARG (notice_arg), cut short
+ * when it is full.
+ */
+void conv_test_notice(void *arg, const char *line);
+
 /* conv_mgr_new with *P for the ChatML family; NULL (the reason printed) on failure. */
 struct conv_mgr *conv_test_mgr(struct kvc_engine *e, struct sess_store *st,
     struct conv_params *p);

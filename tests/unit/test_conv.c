@@ -40,15 +40,7 @@
 #include "conv_testlib.h"
 
 static char tmpdir[256];
-static char notices[4096];
-
-static void
-on_notice(void *arg, const char *line)
-{
-	(void)arg;
-	strncat(notices, line, sizeof notices - strlen(notices) - 2);
-	strcat(notices, "\n");
-}
+static char notices[CONV_TEST_NOTICES];	/* filled by conv_test_notice */
 
 static struct kvc_engine *
 open_engine(const char *path, int n_ctx)
@@ -70,7 +62,7 @@ open_engine(const char *path, int n_ctx)
 static struct conv_mgr *
 new_mgr(struct kvc_engine *e, struct sess_store *st, enum conv_overflow ov)
 {
-	struct conv_params p = { .overflow = ov, .notice = on_notice };
+	struct conv_params p = { .overflow = ov, .notice = conv_test_notice, .notice_arg = notices };
 
 	return conv_test_mgr(e, st, &p);
 }
@@ -711,7 +703,8 @@ main(void)
 
 		memset(&p, 0, sizeof p);
 		p.family = CHAT_CHATML;
-		p.notice = on_notice;
+		p.notice = conv_test_notice;
+		p.notice_arg = notices;
 		p.kv_budget = 1;	/* anything but the active one leaves memory */
 		rc = conv_mgr_new(&mb, e, st, &p, err, sizeof err);
 		test_cond(rc == 0, "budget mgr");
@@ -866,7 +859,8 @@ main(void)
 		test_cond(conv_stop_holdback(CHAT_CHATML, "Hello Us", 8) == 0, "holdback chatml");
 		memset(&p, 0, sizeof p);
 		p.family = CHAT_DEEPSEEK;
-		p.notice = on_notice;
+		p.notice = conv_test_notice;
+		p.notice_arg = notices;
 		rc = conv_mgr_new(&md, e, st, &p, err, sizeof err);
 		test_cond(rc == 0, "deepseek mgr: %s", err);
 		if (rc == 0 && conv_new(md, "ds", NULL, &set, &c, err, sizeof err) == 0) {

@@ -12,20 +12,16 @@
 
 #include <unistd.h>
 
-static char notices[4096];
-
-static void
-on_notice(void *arg, const char *line)
-{
-	(void)arg;
-	strncat(notices, line, sizeof notices - strlen(notices) - 2);
-	strcat(notices, "\n");
-}
+static char notices[CONV_TEST_NOTICES];	/* filled by conv_test_notice */
 
 static struct conv_mgr *
 new_mgr(struct kvc_engine *e, struct sess_store *st)
 {
-	struct conv_params p = { .overflow = CONV_OVERFLOW_SLIDE, .notice = on_notice };
+	struct conv_params p = {
+		.overflow = CONV_OVERFLOW_SLIDE,
+		.notice = conv_test_notice,
+		.notice_arg = notices,
+	};
 
 	return conv_test_mgr(e, st, &p);
 }
