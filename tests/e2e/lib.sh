@@ -36,6 +36,18 @@ tiny_model() {
 		{ echo "FAIL: mkmodel"; exit 1; }
 }
 
+# wide_model PATH: a q8_0 qwen2 model at PATH wide enough (1024 wide, 8
+# layers) that a few hundred positions take seconds on any machine here,
+# for the tests that stop a long prefill or rebuild; fails the test without it.
+wide_model() {
+	"$MKMODEL" -o "$1" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
+	    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
+		{ echo "FAIL: mkmodel"; exit 1; }
+}
+
+# ms: milliseconds since the epoch.
+ms() { date +%s%N | cut -c1-13; }
+
 # kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
 kvrun() {
 	_d=$1 _e=$2; shift 2

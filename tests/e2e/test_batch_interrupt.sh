@@ -38,9 +38,7 @@ stop_batch() {
 
 # A model wide enough that a few hundred positions take seconds.
 W="$TMPD/w.gguf"
-"$MKMODEL" -o "$W" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
-    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+wide_model "$W"
 python3 -c "
 import random
 random.seed(5)

@@ -14,7 +14,6 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 PIDS=""
 trap 'for p in $PIDS; do kill -CONT $p 2>/dev/null; kill -9 $p 2>/dev/null; done; rm -rf "$TMPD"' EXIT
-ms() { date +%s%N | cut -c1-13; }
 tiny_model 53
 DB="$TMPD/s.db"
 OPTS="--temp 0 -n 4 --ctx 512 --db $DB"

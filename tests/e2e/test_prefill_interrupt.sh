@@ -12,13 +12,10 @@ KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 # The pasted message is thousands of characters long: show the end, cut.
 screen_dump() { screen | tail -n 20 | cut -c1-200; }
-ms() { date +%s%N | cut -c1-13; }
 
 # Wide enough that a few thousand positions take many seconds on any machine here.
 M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
-    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+wide_model "$M"
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 LONG=$(python3 -c "

@@ -13,14 +13,11 @@
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 PID=""
 trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; tmux_stop; rm -rf "$TMPD"' EXIT
-ms() { date +%s%N | cut -c1-13; }
 msgs() { sql "SELECT count(*) FROM messages"; }
 
 # Wide enough that rebuilding a few hundred positions takes seconds.
 M="$TMPD/w.gguf"
-"$MKMODEL" -o "$M" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
-    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+wide_model "$M"
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 OPTS="-m $M --db $DB --temp 0 -n 2 --threads 2"
