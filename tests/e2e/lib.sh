@@ -27,13 +27,13 @@ sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }
 MKMODEL="$top_builddir/tests/fixtures/mkmodel"
 # jget FILE LINE KEY: a scalar field of the JSON object on line LINE of FILE
 jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
-# tiny_model SEED: the usual fixture model at $M ($TMPD/m.gguf): tiny qwen2,
-# F32, a BPE vocabulary, 8192 positions, weights from SEED. Without it the
-# test cannot go on, so it fails here.
+# tiny_model SEED [CTX]: the usual fixture model at $M ($TMPD/m.gguf): tiny
+# qwen2, F32, a BPE vocabulary, CTX positions (8192 by default), weights
+# from SEED. Without it the test cannot go on, so it fails here.
 tiny_model() {
 	M="$TMPD/m.gguf"
-	"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed "$1" >/dev/null ||
-		{ echo "FAIL: mkmodel"; exit 1; }
+	"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx "${2:-8192}" \
+	    --seed "$1" >/dev/null || { echo "FAIL: mkmodel"; exit 1; }
 }
 
 # wide_model PATH: a q8_0 qwen2 model at PATH wide enough (1024 wide, 8
