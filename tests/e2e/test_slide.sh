@@ -7,7 +7,9 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 
-tiny_model 31
+M="$TMPD/m.gguf"
+"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 31 >/dev/null ||
+	{ echo "FAIL: mkmodel"; exit 1; }
 OPTS="--temp 0 -n 24 --ctx 256 --ctx-overflow slide --system 'You are terse.'"
 N=24
 i=1
