@@ -27,6 +27,27 @@ sqlite3() { command sqlite3 -cmd '.timeout 10000' "$@"; }
 MKMODEL="$top_builddir/tests/fixtures/mkmodel"
 # jget FILE LINE KEY: a scalar field of the JSON object on line LINE of FILE
 jget() { sed -n "${2}p" "$1" | sed -n "s/.*\"$3\" *: *\([^,}]*\).*/\1/p"; }
+# tiny_model SEED [CTX]: the usual fixture model at $M ($TMPD/m.gguf): tiny
+# qwen2, F32, a BPE vocabulary, CTX positions (8192 by default), weights
+# from SEED. Without it the test cannot go on, so it fails here.
+tiny_model() {
+	M="$TMPD/m.gguf"
+	"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx "${2:-8192}" \
+	    --seed "$1" >/dev/null || { echo "FAIL: mkmodel"; exit 1; }
+}
+
+# wide_model PATH: a q8_0 qwen2 model at PATH wide enough (1024 wide, 8
+# layers) that a few hundred positions take seconds on any machine here,
+# for the tests that stop a long prefill or rebuild; fails the test without it.
+wide_model() {
+	"$MKMODEL" -o "$1" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
+	    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
+		{ echo "FAIL: mkmodel"; exit 1; }
+}
+
+# ms: milliseconds since the epoch.
+ms() { date +%s%N | cut -c1-13; }
+
 # kvrun DESC ERRFILE ARGS...: kvchat ARGS (stdin/stdout as redirected), must exit 0.
 kvrun() {
 	_d=$1 _e=$2; shift 2

@@ -1,23 +1,54 @@
 # tests/e2e/lib_tmux.sh: driving kvchat through a pseudo-terminal, for the
 # tests of what a person types (sourced after lib.sh). kvchat runs in a
-# tmux pane on a private server socket with no configuration; keys go in
-# with send-keys, and the screen is read back with capture-pane.
+# tmux pane on a private server socket with the configuration in
+# $KVC_TMUX_CONF (lib.sh); keys go in with send-keys, and the screen is read
+# back with capture-pane.
+# Settings a test may make before sourcing this file:
+#   KVC_TMUX_SCROLL  lines of scrollback screen() reads (default 500)
+#   KVC_TMUX_PROMPT  what prompt_ready accepts as the empty prompt on the last
+#                    line, an extended regex (default '(>>>|\.\.\.)': the main
+#                    prompt or a continuation; '>>>' for the main prompt only)
+# A test that adds to the clean-up sets its own EXIT trap after sourcing,
+# calling tmux_stop (every server this test started) before removing files.
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-SOCK="kvchat-test-$$"
+: "${KVC_TMUX_SCROLL:=500}"
+: "${KVC_TMUX_PROMPT:=(>>>|\.\.\.)}"
+SOCK_BASE="kvchat-test-$$"
+SOCK="$SOCK_BASE"
+N_SOCK=0
 T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -500; }
-# wait_for DESC COMMAND...: poll (30 s at most: sanitizer builds on a loaded
-# machine are slow) until COMMAND succeeds; counts as one check.
-wait_for() {
-	_d=$1; shift
+# new_server: the next T command starts (and talks to) a server of its own,
+# for tests that want a fresh server for each start of kvchat.
+new_server() {
+	N_SOCK=$((N_SOCK + 1))
+	SOCK="$SOCK_BASE-$N_SOCK"
+}
+# tmux_stop: end every server this test started.
+tmux_stop() {
+	tmux -L "$SOCK_BASE" kill-server 2>/dev/null
+	_s=1
+	while [ $_s -le $N_SOCK ]; do
+		tmux -L "$SOCK_BASE-$_s" kill-server 2>/dev/null
+		_s=$((_s + 1))
+	done
+	return 0
+}
+trap 'tmux_stop; rm -rf "$TMPD"' EXIT
+screen() { T capture-pane -p -J -t t -S "-$KVC_TMUX_SCROLL"; }
+# screen_dump: what a timed-out wait shows of the screen (a test with very
+# long lines on it may redefine this to show less).
+screen_dump() { screen; }
+# wait_within DESC N COMMAND...: poll (every 0.1 s, N times at most) until
+# COMMAND succeeds; counts as one check.
+wait_within() {
+	_d=$1 _n=$2; shift 2
 	_i=0
 	while ! "$@" >/dev/null 2>&1; do
 		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
+		if [ $_i -gt "$_n" ]; then
 			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
+			echo "--- screen:" >&2; screen_dump >&2; echo "---" >&2
 			return 1
 		fi
 		sleep 0.1
@@ -25,14 +56,20 @@ wait_for() {
 	ok
 	return 0
 }
+# wait_for DESC COMMAND...: wait_within 30 s (sanitizer builds on a loaded
+# machine are slow).
+wait_for() {
+	_w=$1; shift
+	wait_within "$_w" 300 "$@"
+}
 on_screen() { screen | grep -qF -- "$1"; }
 # count_on_screen TEXT: how many screen lines hold TEXT
 count_on_screen() { screen | grep -cF -- "$1"; }
 keys() { T send-keys -t t "$@"; }
 text() { T send-keys -t t -l -- "$1"; }
-# The last non-empty line is an empty prompt (">>> " or "... "): keys sent
+# The last non-empty line is an empty prompt ($KVC_TMUX_PROMPT): keys sent
 # now cannot race the previous reply.
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^(>>>|\.\.\.)[[:space:]]*$'; }
+prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq "^$KVC_TMUX_PROMPT[[:space:]]*\$"; }
 # prompts_are N: N lines on the screen start with the main prompt (each
 # finished command or turn leaves one behind, then a new one is drawn).
 prompts_are() { [ "$(screen | grep -c '^>>>')" -ge "$1" ] && prompt_ready; }
@@ -51,3 +88,5 @@ cmd() {
 	wait_for "after '$1'" prompts_are $((_n + 1))
 }
 sql() { sqlite3 "$DB" "$1"; }
+# has_lines FILE N: FILE (a --stats-json record file) holds N lines or more.
+has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }

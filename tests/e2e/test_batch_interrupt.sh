@@ -38,9 +38,7 @@ stop_batch() {
 
 # A model wide enough that a few hundred positions take seconds.
 W="$TMPD/w.gguf"
-"$MKMODEL" -o "$W" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
-    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+wide_model "$W"
 python3 -c "
 import random
 random.seed(5)
@@ -68,9 +66,7 @@ check "prefill: one stats record (line 1's)" [ "$(wc -l <"$TMPD/p.json")" -eq 1 
 check "prefill: integrity ok" [ "$(sql 'PRAGMA integrity_check')" = ok ]
 
 # A reply that runs long (greedy on this fixture), stopped once it streams.
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/r.db"
 printf 'FIRST question, please answer at length.\nSECOND question.\n' >"$TMPD/in2.txt"
 : >"$TMPD/out2"

@@ -29,7 +29,6 @@ NCONV=$((KILLS / 12 > 4 ? KILLS / 12 : 4))
 PID=""
 trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; rm -rf "$TMPD"' EXIT
 echo "kills: $KILLS, seed: $SEED (KVCHAT_CRASH_SEED=$SEED to repeat)"
-ms() { date +%s%N | cut -c1-13; }
 
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 51 \

@@ -27,7 +27,6 @@ SOCK="kvchat-cc-$$"
 T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
 echo "kills: $KILLS, seed: $SEED (KVCHAT_CRASH_SEED=$SEED to repeat)"
-ms() { date +%s%N | cut -c1-13; }
 screen() { T capture-pane -p -J -t t -S -100 2>/dev/null; }
 prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
 # until COMMAND succeeds, 30 s at most

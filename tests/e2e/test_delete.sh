@@ -5,38 +5,12 @@
 # /resume TITLE and /delete TITLE with several conversations of that title
 # list them and pick none.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-test-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-keys() { T send-keys -t t "$@"; }
-text() { T send-keys -t t -l -- "$1"; }
-sql() { sqlite3 "$DB" "$1"; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 exists() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 1 ]; }
 gone() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 0 ]; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 4 --ctx 512"
 echo "hello" >"$TMPD/in.txt"

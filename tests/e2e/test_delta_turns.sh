@@ -7,9 +7,7 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 # jget FILE LINE KEY: the scalar value of KEY on line LINE of a JSON-lines file.
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 11 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 11
 
 # Ten turns of different lengths, English and Chinese, one with an escaped newline.
 cat >"$TMPD/in.txt" <<'EOF'

@@ -6,12 +6,9 @@
 # stats line says "stopped: interrupted".
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 n_ctrl_c() { screen | grep -o '\^C' | wc -l; }
 users() { sql "SELECT count(*) FROM messages WHERE role = 1"; }
 

@@ -9,9 +9,7 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 23 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 23
 OPTS="--temp 0 -n 24 --ctx 1024"
 printf 'My name is Ada and I like tea.\nWhat do you know about me so far?\n' >"$TMPD/in2.txt"
 echo "Say it all again, briefly." >"$TMPD/in3.txt"

@@ -8,9 +8,7 @@
 # conversations still resume.
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 1024 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61 1024
 DB="$TMPD/s.db"
 for t in alpha bravo charlie; do
 	printf 'hello %s\n' "$t" | "$KVCHAT" -m "$M" --db "$DB" --new "$t" --temp 0 -n 2 >/dev/null 2>&1 ||

@@ -14,10 +14,7 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 PIDS=""
 trap 'for p in $PIDS; do kill -CONT $p 2>/dev/null; kill -9 $p 2>/dev/null; done; rm -rf "$TMPD"' EXIT
-ms() { date +%s%N | cut -c1-13; }
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 53 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 53
 DB="$TMPD/s.db"
 OPTS="--temp 0 -n 4 --ctx 512 --db $DB"
 HOST=$(uname -n)

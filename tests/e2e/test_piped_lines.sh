@@ -6,9 +6,7 @@
 # newline and "\\n" a backslash followed by n.
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 sql() { sqlite3 "$DB" "$1"; }
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | tr a-f A-F; }

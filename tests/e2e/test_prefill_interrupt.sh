@@ -8,41 +8,14 @@
 # the message is back with the Up key, and the next turn reuses exactly the
 # first exchange's cache (it was rewound, not dropped).
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-test-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; _n=$2; shift 2
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt "$_n" ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen | tail -n 20 | cut -c1-200 >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
-last_line() { screen | grep -v '^[[:space:]]*$' | tail -n 1; }
-prompt_ready() { last_line | grep -Eq '^>>>[[:space:]]*$'; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
-sql() { sqlite3 "$DB" "$1"; }
-keys() { T send-keys -t t "$@"; }
-text() { T send-keys -t t -l -- "$1"; }
-ms() { date +%s%N | cut -c1-13; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
+# The pasted message is thousands of characters long: show the end, cut.
+screen_dump() { screen | tail -n 20 | cut -c1-200; }
 
 # Wide enough that a few thousand positions take many seconds on any machine here.
 M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --arch qwen2 --type q8_0 --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
-    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+wide_model "$M"
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 LONG=$(python3 -c "
@@ -54,16 +27,16 @@ print('PASTE-START ' + ' '.join(random.choice(w) for _ in range(1000)))")
 T new-session -d -s t -x 200 -y 50 \
     "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$DB' --new talk --temp 0 -n 4 \
     --ctx 8192 --threads 2 --stats-json '$ST'; echo KVCHAT-EXIT:\$?; sleep 60"
-wait_for "the prompt" 300 prompt_ready || { done_testing; exit 1; }
+wait_within "the prompt" 300 prompt_ready || { done_testing; exit 1; }
 text "A short first question."; keys Enter
-wait_for "turn 1" 600 sh -c "[ \"\$(cat '$ST' 2>/dev/null | wc -l)\" -ge 1 ] && tmux -L '$SOCK' capture-pane -p -t t | grep -q '^>>> *\$'"
+wait_within "turn 1" 600 sh -c "[ \"\$(cat '$ST' 2>/dev/null | wc -l)\" -ge 1 ] && tmux -L '$SOCK' capture-pane -p -t t | grep -q '^>>> *\$'"
 C=$(sql "SELECT id FROM conversations WHERE title = 'talk'")
 check "the first exchange is stored" [ "$(sql "SELECT count(*) FROM messages WHERE conv_id = $C")" -eq 2 ]
 used1=$(jget "$ST" 1 context_used)
 
 text "$LONG"; keys Enter
 # The progress line appears once the prefill has run a moment.
-wait_for "the progress line" 300 on_screen "positions," || { done_testing; exit 1; }
+wait_within "the progress line" 300 on_screen "positions," || { done_testing; exit 1; }
 line=$(screen | grep -F "positions," | tail -n 1)
 echo "progress: $line"
 check "progress line: done/total positions, tok/s, ETA" \
@@ -72,8 +45,8 @@ sleep 0.5
 check "still computing when interrupted (no reply yet)" [ "$(cat "$ST" | wc -l)" -eq 1 ]
 t0=$(ms)
 keys C-c
-wait_for "the prompt after Ctrl-C" 100 on_screen "ttft interrupted"
-wait_for "back at the prompt" 100 prompt_ready
+wait_within "the prompt after Ctrl-C" 100 on_screen "ttft interrupted"
+wait_within "back at the prompt" 100 prompt_ready
 dt=$(( $(ms) - t0 ))
 echo "Ctrl-C to the prompt: $dt ms"
 # The slices take about 0.2 s; 5 s leaves room for a loaded machine.
@@ -86,19 +59,19 @@ check "no stats line for the interrupted turn" [ "$(cat "$ST" | wc -l)" -eq 1 ]
 
 # The message is in the line history.
 keys Up
-wait_for "the message back with Up" 50 sh -c "tmux -L '$SOCK' capture-pane -p -J -t t | grep -q '^>>> PASTE-START'"
+wait_within "the message back with Up" 50 sh -c "tmux -L '$SOCK' capture-pane -p -J -t t | grep -q '^>>> PASTE-START'"
 keys C-u
 sleep 0.3
 keys C-c
 sleep 0.3
 text "And a short second one."; keys Enter
-wait_for "turn 2" 600 sh -c "[ \"\$(cat '$ST' 2>/dev/null | wc -l)\" -ge 2 ]"
+wait_within "turn 2" 600 sh -c "[ \"\$(cat '$ST' 2>/dev/null | wc -l)\" -ge 2 ]"
 check "turn 2 reused the first exchange's cache whole" [ "$(jget "$ST" 2 reused_tokens)" -eq "$used1" ]
 check "turn 2 computed only its own tokens" \
     [ "$(jget "$ST" 2 prefill_tokens)" = "$(jget "$ST" 2 prompt_tokens)" ]
 check "turn 2 stored" [ "$(sql "SELECT count(*) FROM messages WHERE conv_id = $C")" -eq 4 ]
-wait_for "prompt after turn 2" 300 prompt_ready
+wait_within "prompt after turn 2" 300 prompt_ready
 keys C-d
-wait_for "exit status 0" 300 on_screen "KVCHAT-EXIT:0"
+wait_within "exit status 0" 300 on_screen "KVCHAT-EXIT:0"
 check "integrity ok" [ "$(sql 'PRAGMA integrity_check')" = ok ]
 done_testing

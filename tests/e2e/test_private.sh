@@ -9,37 +9,16 @@
 # in a folder others can write never redirects a write (export, stats), and
 # the history's temporary file is never one somebody else named.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-private-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 NB=""
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD" ${NB:+"$NB"}' EXIT
+trap 'tmux_stop; rm -rf "$TMPD" ${NB:+"$NB"}' EXIT
 M="$TMPD/m.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --seed 5 --quiet \
 	>/dev/null || { echo "FAIL: mkmodel"; exit 1; }
 mode() { stat -c %a "$1" 2>/dev/null || echo missing; }
 # is_mode DESC WANT PATH
 is_mode() { _m=$(mode "$3"); if [ "$_m" = "$2" ]; then ok; else fail "$1: $3 is $_m, not $2"; fi; }
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-on_screen() { screen | grep -qF -- "$1"; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 text() { T send-keys -t t -l -- "$1"; T send-keys -t t Enter; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # A runner for the terminal: sets the umask, writes kvchat's pid (exec keeps

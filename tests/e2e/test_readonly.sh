@@ -7,36 +7,15 @@
 # database file is byte-identical afterwards. Needs root (mount); SKIPs
 # without it.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
+KVC_TMUX_SCROLL=300
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 FULL="$TMPD/full"
 mkdir -p "$FULL"
+trap 'tmux_stop; umount "$FULL" 2>/dev/null; rm -rf "$TMPD"' EXIT
 mount -t tmpfs -o size=4m,mode=0700 tmpfs "$FULL" 2>/dev/null ||
 	skip "cannot mount a small tmpfs (needs root) for the full-disk case"
-SOCK="kvchat-ro-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; umount "$FULL" 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 67 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 67
 DB="$FULL/s.db"
 OPTS="--temp 0 -n 8 --ctx 512"
 printf 'Remember the word lighthouse.\nAnd the number seven.\n' |

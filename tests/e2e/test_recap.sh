@@ -4,40 +4,10 @@
 # /history [N] prints the conversation as it was shown live: each user
 # message after the ">>> " prompt, each reply's text as it streamed.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-# A fresh server (socket) for each start: a new session on the socket of a
-# server that is still exiting can fail ("server exited unexpectedly").
-N_SOCK=0
-SOCK="kvchat-test-$$-0"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'i=0; while [ $i -le $N_SOCK ]; do tmux -L "kvchat-test-$$-$i" kill-server 2>/dev/null; i=$((i + 1)); done; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
-count_on_screen() { screen | grep -cF -- "$1"; }
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-keys() { T send-keys -t t "$@"; }
-text() { T send-keys -t t -l -- "$1"; }
-sql() { sqlite3 "$DB" "$1"; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 6 --ctx 1024"
 printf 'FIRST-QUESTION about ships\nSECOND-QUESTION about lamps\n' >"$TMPD/in.txt"
@@ -52,8 +22,9 @@ check "the last reply has text to look for" [ -n "$R2" ]
 check "the stored reply is what was shown live" grep -qF -- "$R2" "$TMPD/out.txt"
 
 start() {
-	N_SOCK=$((N_SOCK + 1))
-	SOCK="kvchat-test-$$-$N_SOCK"
+	# A fresh server for each start: a new session on the socket of a
+	# server that is still exiting can fail ("server exited unexpectedly").
+	new_server
 	T new-session -d -s t -x 200 -y 50 \
 	    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' $OPTS $*; echo KVCHAT-EXIT:\$?; sleep 60"
 	wait_for "the prompt ($*)" prompt_ready

@@ -6,9 +6,7 @@
 # database that passes the integrity check and resumes; IN is not written.
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 59 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 59
 DB="$TMPD/s.db"
 OPTS="--temp 0 -n 12 --ctx 512"
 for i in 1 2 3 4 5 6 7 8; do

@@ -7,49 +7,18 @@
 # between two conversations, /list, /quit. What happened is read back from
 # the database and --stats-json, which do not depend on the screen layout.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-test-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-# wait_for DESC COMMAND...: poll (30 s at most: sanitizer builds on a loaded
-# machine are slow) until COMMAND succeeds.
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
-on_screen() { screen | grep -qF -- "$1"; }
-sql() { sqlite3 "$DB" "$1"; }
+KVC_TMUX_SCROLL=300
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 conv_id() { sql "SELECT id FROM conversations WHERE title = '$1'"; }
 nmsgs() { sql "SELECT count(*) FROM messages WHERE conv_id = $1 AND role IN (1, 2)"; }
 last_text() { sql "SELECT hex(text) FROM messages WHERE conv_id = $1 AND role = $2 ORDER BY seq DESC LIMIT 1"; }
 hex() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | tr a-f A-F; }
-keys() { T send-keys -t t "$@"; }
-# A person types at a prompt: wait until the last line is an empty prompt
-# (">>> " or a continuation "... ") so keys never race the previous reply.
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^(>>>|\.\.\.)[[:space:]]*$'; }
-text() { T send-keys -t t -l -- "$1"; }
 # turn_done N: the Nth turn's stats are written and the next prompt is shown
 turn_done() { has_lines "$ST" "$1" && prompt_ready; }
 # nmsgs_is CONV N: re-evaluated on every poll of wait_for
 nmsgs_is() { [ "$(nmsgs "$1")" -eq "$2" ]; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 

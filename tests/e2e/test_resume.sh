@@ -8,9 +8,7 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 21 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 21
 OPTS="--temp 0 -n 24 --ctx 1024"
 
 cat >"$TMPD/in3.txt" <<'EOF'

@@ -7,40 +7,11 @@
 # and a bare /resume pick the most recent conversation that has messages,
 # also past empty rows an older kvchat left; /list shows no empty rows.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-# A fresh server (socket) for each start: a new session on the socket of a
-# server that is still exiting can fail ("server exited unexpectedly").
-N_SOCK=0
-SOCK="kvchat-test-$$-0"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'i=0; while [ $i -le $N_SOCK ]; do tmux -L "kvchat-test-$$-$i" kill-server 2>/dev/null; i=$((i + 1)); done; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-keys() { T send-keys -t t "$@"; }
-text() { T send-keys -t t -l -- "$1"; }
-sql() { sqlite3 "$DB" "$1"; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 nconv() { sql "SELECT count(*) FROM conversations"; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 6 --ctx 512"
 
@@ -76,8 +47,9 @@ check "--resume: 4 messages in it" \
 
 # At a terminal: start, /new, leave; /list; bare /resume.
 start() {
-	N_SOCK=$((N_SOCK + 1))
-	SOCK="kvchat-test-$$-$N_SOCK"
+	# A fresh server for each start: a new session on the socket of a
+	# server that is still exiting can fail ("server exited unexpectedly").
+	new_server
 	T new-session -d -s t -x 160 -y 50 \
 	    "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' $OPTS $*; echo KVCHAT-EXIT:\$?; sleep 60"
 	wait_for "the prompt" prompt_ready

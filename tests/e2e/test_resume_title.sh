@@ -6,9 +6,7 @@
 # without touching either; --resume ID resumes the one named.
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 OPTS="-m $M --db $DB --temp 0 -n 4 --ctx 512"
 sql() { sqlite3 "$DB" "$1"; }

@@ -7,9 +7,7 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 TRIALS=${KVCHAT_RACE_TRIALS:-8}
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 47 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 47
 echo "Hello there." >"$TMPD/in"
 dup=0
 t=1

@@ -5,38 +5,11 @@
 # the new conversation's turn and stored settings follow them; a
 # conversation resumed with /resume keeps its own.
 . "$top_srcdir/tests/e2e/lib.sh"
-[ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/deps.sh installs it)"; exit 1; }
-SOCK="kvchat-test-$$"
-T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
-trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
-screen() { T capture-pane -p -J -t t -S -300; }
-wait_for() {
-	_d=$1; shift
-	_i=0
-	while ! "$@" >/dev/null 2>&1; do
-		_i=$((_i + 1))
-		if [ $_i -gt 300 ]; then
-			fail "timed out waiting for: $_d"
-			echo "--- screen:" >&2; screen >&2; echo "---" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	ok
-	return 0
-}
-on_screen() { screen | grep -qF -- "$1"; }
-prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-keys() { T send-keys -t t "$@"; }
-text() { T send-keys -t t -l -- "$1"; }
-sql() { sqlite3 "$DB" "$1"; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
+KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
+. "$top_srcdir/tests/e2e/lib_tmux.sh"
 settings() { sql "SELECT settings FROM conversations WHERE title = '$1'"; }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 echo "hello" | "$KVCHAT" -m "$M" --db "$DB" --temp 0.9 -n 30 --new older >/dev/null 2>&1

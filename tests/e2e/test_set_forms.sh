@@ -5,13 +5,10 @@
 # commands: /? (help), /regen (retry), /bye and /exit (quit).
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 settings() { sql "SELECT settings FROM conversations WHERE title = 'forms'"; }
-has_lines() { [ "$(cat "$1" 2>/dev/null | wc -l)" -ge "$2" ]; }
 stats_lines() { screen | grep -c '^\[ttft'; }
 
 start -m "$M" --db "$DB" --session forms --temp 0 -n 3 --stats-json "$ST"

@@ -7,9 +7,7 @@
 # stored; the borders are taken.
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 
 # refused OPT VALUE RANGE [LABEL]: the chat and generate refuse it as a

@@ -7,9 +7,7 @@
 # announced at the terminal (the chat goes on without it).
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 1024 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61 1024
 DB="$TMPD/s.db"
 run() { printf 'hi\n' | "$KVCHAT" -m "$M" --db "$DB" --temp 0 -n 2 "$@" >/dev/null 2>"$TMPD/err"; }
 

@@ -9,9 +9,7 @@
 # model ended its turn).
 . "$top_srcdir/tests/e2e/lib.sh"
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 61 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 61
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 stats() { grep '^\[ttft' "$1" | sed -n "${2}p"; }

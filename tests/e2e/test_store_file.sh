@@ -20,9 +20,7 @@ wait_lines() {
 	return 0
 }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 43 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 43
 DB="$TMPD/s.db"
 OPTS="--temp 0 -n 8 --ctx 1024 --db $DB"
 

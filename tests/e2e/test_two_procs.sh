@@ -23,9 +23,7 @@ count_msgs() {
 	    WHERE c.title = '$1' AND m.role IN (1, 2)"
 }
 
-M="$TMPD/m.gguf"
-"$MKMODEL" -o "$M" --preset tiny --arch qwen2 --type f32 --vocab bpe --ctx 8192 --seed 41 >/dev/null ||
-	{ echo "FAIL: mkmodel"; exit 1; }
+tiny_model 41
 DB="$TMPD/s.db"
 OPTS="--temp 0 -n 8 --ctx 1024 --db $DB"
 

@@ -6,6 +6,7 @@
 #ifndef KVC_TEST_H
 #define KVC_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,32 @@ static inline int test_done(void)
 	putchar('\n');							\
 	exit(77);							\
 } while (0)
+
+/*
+ * DIR/NAME in one of 8 buffers used in turn, so that one call (a rename,
+ * a copy) may take several paths made this way.
+ */
+static inline const char *test_path(const char *dir, const char *name)
+{
+	static char buf[8][512];
+	static int k;
+
+	k = (k + 1) % 8;
+	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+	return buf[k];
+}
+
+/*
+ * Uniform in [0, 1) from the xorshift64 generator whose state is *rng: the
+ * same seed gives the same sequence on every machine.
+ */
+static inline double test_urand(uint64_t *rng)
+{
+	*rng ^= *rng << 13;
+	*rng ^= *rng >> 7;
+	*rng ^= *rng << 17;
+	return (double)(*rng >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* Directory of ../shared/data, or NULL when absent. */
 static inline const char *test_shared_data(void)

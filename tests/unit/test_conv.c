@@ -37,28 +37,10 @@
 #include "gguf/gguf.h"
 #include "test.h"
 #include "conv/conv.h"
+#include "conv_testlib.h"
 
 static char tmpdir[256];
-static char notices[4096];
-
-static void
-on_notice(void *arg, const char *line)
-{
-	(void)arg;
-	strncat(notices, line, sizeof notices - strlen(notices) - 2);
-	strcat(notices, "\n");
-}
-
-static int
-make_model(const char *out, int seed)
-{
-	char cmd[1024];
-	const char *b = getenv("top_builddir");
-
-	snprintf(cmd, sizeof cmd, "'%s/tests/fixtures/mkmodel' -o '%s' --preset tiny --arch qwen2 "
-	    "--type f32 --vocab bpe --seed %d --quiet >/dev/null", b ? b : ".", out, seed);
-	return system(cmd);
-}
+static char notices[CONV_TEST_NOTICES];	/* filled by conv_test_notice */
 
 static struct kvc_engine *
 open_engine(const char *path, int n_ctx)
@@ -80,17 +62,9 @@ open_engine(const char *path, int n_ctx)
 static struct conv_mgr *
 new_mgr(struct kvc_engine *e, struct sess_store *st, enum conv_overflow ov)
 {
-	struct conv_params p;
-	struct conv_mgr *m = NULL;
-	char err[256];
+	struct conv_params p = { .overflow = ov, .notice = conv_test_notice, .notice_arg = notices };
 
-	memset(&p, 0, sizeof p);
-	p.family = CHAT_CHATML;
-	p.overflow = ov;
-	p.notice = on_notice;
-	if (conv_mgr_new(&m, e, st, &p, err, sizeof err) != 0)
-		fprintf(stderr, "conv_mgr_new: %s\n", err);
-	return m;
+	return conv_test_mgr(e, st, &p);
 }
 
 static struct conv_settings
@@ -172,18 +146,6 @@ stream_is_full_render(struct conv *c, struct kvc_engine *e)
 	kvc_tokens_free(&full);
 	free(v);
 	return ok;
-}
-
-static int
-stored_msgs(struct sess_store *st, int64_t id)
-{
-	struct sess_msg *v;
-	int n = -1;
-
-	if (sess_msgs_load(st, id, &v, &n, NULL, 0) != 0)
-		return -1;
-	sess_msgs_free(v, n);
-	return n;
 }
 
 /* Flip one byte in the middle of the conversation's first chunk. */
@@ -504,7 +466,8 @@ main(void)
 	snprintf(model, sizeof model, "%s/m.gguf", tmpdir);
 	snprintf(model2, sizeof model2, "%s/m2.gguf", tmpdir);
 	snprintf(db, sizeof db, "%s/s.db", tmpdir);
-	if (make_model(model, 11) != 0 || make_model(model2, 12) != 0) {
+	if (conv_test_mkmodel(model, "--vocab bpe --seed 11") != 0 ||
+	    conv_test_mkmodel(model2, "--vocab bpe --seed 12") != 0) {
 		fprintf(stderr, "FAIL: tests/fixtures/mkmodel could not make the fixtures\n");
 		return 1;
 	}
@@ -540,7 +503,8 @@ main(void)
 		prev_used = s.context_used;
 		id = conv_id(c);
 	}
-	test_cond(stored_msgs(st, id) == 20, "20 messages stored, got %d", stored_msgs(st, id));
+	test_cond(conv_test_stored_msgs(st, id) == 20, "20 messages stored, got %d",
+	    conv_test_stored_msgs(st, id));
 	{
 		const int32_t *toks = conv_stream(c, &n);
 		float *ref = fresh_logits(e, toks, n);
@@ -562,8 +526,8 @@ main(void)
 		(void)conv_stream(c, &n);
 		test_cond(n == before - drop && eng_seq_n_pos(conv_seq(c)) == n,
 		    "undo: stream %d cache %d, want %d", n, eng_seq_n_pos(conv_seq(c)), before - drop);
-		test_cond(conv_n_msgs(c) == 18 && stored_msgs(st, id) == 18, "undo: messages %d/%d",
-		    conv_n_msgs(c), stored_msgs(st, id));
+		test_cond(conv_n_msgs(c) == 18 && conv_test_stored_msgs(st, id) == 18, "undo: messages %d/%d",
+		    conv_n_msgs(c), conv_test_stored_msgs(st, id));
 		rc = conv_turn(c, inputs[9], NULL, &s, err, sizeof err);
 		test_cond(rc == 0 && s.reused_tokens == n && s.prefill_tokens == s.prompt_tokens,
 		    "redo after undo: reused %d computed %d", s.reused_tokens, s.prefill_tokens);
@@ -577,7 +541,8 @@ main(void)
 		    s.reused_tokens, n, s.prefill_tokens, rc ? err : "");
 		last_reply(c, &again);
 		test_cond(same_reply(&again, &r4), "greedy retry differs");
-		test_cond(stored_msgs(st, id) == 20, "retry: %d messages stored", stored_msgs(st, id));
+		test_cond(conv_test_stored_msgs(st, id) == 20, "retry: %d messages stored",
+		    conv_test_stored_msgs(st, id));
 		test_cond(stream_is_full_render(c, e), "retry: stream != full rendering");
 		(void)conv_stream(c, &n);
 		test_cond(eng_seq_n_pos(conv_seq(c)) == n, "retry: cache %d, stream %d",
@@ -603,8 +568,8 @@ main(void)
 		    s.resumed_from_snapshot, rc ? err : "");
 		last_reply(c, &again);
 		test_cond(same_reply(&again, &r4), "greedy retry after reopen differs");
-		test_cond(stored_msgs(st, id) == 20, "retry after reopen: %d messages stored",
-		    stored_msgs(st, id));
+		test_cond(conv_test_stored_msgs(st, id) == 20, "retry after reopen: %d messages stored",
+		    conv_test_stored_msgs(st, id));
 		conv_mgr_free(m);
 		m = new_mgr(e, st, CONV_OVERFLOW_DROP);
 		rc = conv_open(m, id, &c, err, sizeof err);
@@ -671,8 +636,8 @@ main(void)
 					    s.context_used - s.gen_tokens, "small: drop recompute");
 			}
 			test_cond(dropped, "a 160-position context never dropped history");
-			test_cond(stored_msgs(st, sid) == 20, "drop lost stored messages: %d",
-			    stored_msgs(st, sid));
+			test_cond(conv_test_stored_msgs(st, sid) == 20, "drop lost stored messages: %d",
+			    conv_test_stored_msgs(st, sid));
 			/* A single input longer than the context: refused, nothing lost. */
 			memset(big, 0, sizeof big);
 			for (int i = 0; i < 300; i++)
@@ -680,7 +645,7 @@ main(void)
 			rc = conv_turn(c, big, NULL, &s, err, sizeof err);
 			test_cond(rc == KVC_ERANGE && strstr(err, "too long"), "long input: %d %s", rc,
 			    err);
-			test_cond(stored_msgs(st, sid) == 20 && conv_n_msgs(c) == 20,
+			test_cond(conv_test_stored_msgs(st, sid) == 20 && conv_n_msgs(c) == 20,
 			    "long input changed the conversation");
 			/* Resume of a windowed conversation continues where it was. */
 			conv_close(c);
@@ -723,7 +688,7 @@ main(void)
 			}
 			test_cond(rc == KVC_ERANGE && strstr(err, "context full"),
 			    "stop policy: rc %d '%s'", rc, err);
-			test_cond(conv_n_msgs(c) == 2 * t && stored_msgs(st, conv_id(c)) == 2 * t,
+			test_cond(conv_n_msgs(c) == 2 * t && conv_test_stored_msgs(st, conv_id(c)) == 2 * t,
 			    "stop policy changed the conversation");
 		}
 		conv_mgr_free(ms);
@@ -738,7 +703,8 @@ main(void)
 
 		memset(&p, 0, sizeof p);
 		p.family = CHAT_CHATML;
-		p.notice = on_notice;
+		p.notice = conv_test_notice;
+		p.notice_arg = notices;
 		p.kv_budget = 1;	/* anything but the active one leaves memory */
 		rc = conv_mgr_new(&mb, e, st, &p, err, sizeof err);
 		test_cond(rc == 0, "budget mgr");
@@ -893,7 +859,8 @@ main(void)
 		test_cond(conv_stop_holdback(CHAT_CHATML, "Hello Us", 8) == 0, "holdback chatml");
 		memset(&p, 0, sizeof p);
 		p.family = CHAT_DEEPSEEK;
-		p.notice = on_notice;
+		p.notice = conv_test_notice;
+		p.notice_arg = notices;
 		rc = conv_mgr_new(&md, e, st, &p, err, sizeof err);
 		test_cond(rc == 0, "deepseek mgr: %s", err);
 		if (rc == 0 && conv_new(md, "ds", NULL, &set, &c, err, sizeof err) == 0) {

@@ -7,34 +7,23 @@
  * away (which recomputes a window), leave a conversation that goes on.
  */
 #include "conv/conv.h"
+#include "conv_testlib.h"
 #include "test.h"
 
 #include <unistd.h>
 
-static char notices[4096];
-
-static void
-on_notice(void *arg, const char *line)
-{
-	(void)arg;
-	strncat(notices, line, sizeof notices - strlen(notices) - 2);
-	strcat(notices, "\n");
-}
+static char notices[CONV_TEST_NOTICES];	/* filled by conv_test_notice */
 
 static struct conv_mgr *
 new_mgr(struct kvc_engine *e, struct sess_store *st)
 {
-	struct conv_params p;
-	struct conv_mgr *m = NULL;
-	char err[256];
+	struct conv_params p = {
+		.overflow = CONV_OVERFLOW_SLIDE,
+		.notice = conv_test_notice,
+		.notice_arg = notices,
+	};
 
-	memset(&p, 0, sizeof p);
-	p.family = CHAT_CHATML;
-	p.overflow = CONV_OVERFLOW_SLIDE;
-	p.notice = on_notice;
-	if (conv_mgr_new(&m, e, st, &p, err, sizeof err) != 0)
-		fprintf(stderr, "conv_mgr_new: %s\n", err);
-	return m;
+	return conv_test_mgr(e, st, &p);
 }
 
 /* A copy of the conversation's stream (the cache's tokens); caller frees. */
@@ -52,7 +41,6 @@ stream_copy(struct conv *c, int *n)
 int
 main(void)
 {
-	const char *bd = getenv("top_builddir");
 	char dir[256], model[300], db[300], cmd[900], err[256];
 	struct kvc_engine_params ep = kvc_engine_default_params();
 	struct kvc_engine *e = NULL;
@@ -70,9 +58,7 @@ main(void)
 		test_skip("cannot make a temporary directory");
 	snprintf(model, sizeof model, "%s/m.gguf", dir);
 	snprintf(db, sizeof db, "%s/s.db", dir);
-	snprintf(cmd, sizeof cmd, "'%s/tests/fixtures/mkmodel' -o '%s' --preset tiny --arch qwen2 "
-	    "--type f32 --seed 5 --quiet >/dev/null", bd ? bd : ".", model);
-	if (system(cmd) != 0) {
+	if (conv_test_mkmodel(model, "--seed 5") != 0) {
 		fprintf(stderr, "FAIL: mkmodel\n");
 		return 1;
 	}

@@ -24,6 +24,7 @@
 
 #include "test.h"
 #include "conv/conv.h"
+#include "conv_testlib.h"
 
 static char tmpdir[256];
 
@@ -74,19 +75,14 @@ static struct conv_mgr *
 new_mgr(struct kvc_engine *e, struct sess_store *st, struct watch *w,
     volatile sig_atomic_t *intr)
 {
-	struct conv_params p;
-	struct conv_mgr *m = NULL;
-	char err[256];
+	struct conv_params p = {
+		.overflow = CONV_OVERFLOW_DROP,
+		.progress = on_progress,
+		.progress_arg = w,
+		.interrupt = intr,
+	};
 
-	memset(&p, 0, sizeof p);
-	p.family = CHAT_CHATML;
-	p.overflow = CONV_OVERFLOW_DROP;
-	p.progress = on_progress;
-	p.progress_arg = w;
-	p.interrupt = intr;
-	if (conv_mgr_new(&m, e, st, &p, err, sizeof err) != 0)
-		fprintf(stderr, "conv_mgr_new: %s\n", err);
-	return m;
+	return conv_test_mgr(e, st, &p);
 }
 
 static int
@@ -97,18 +93,6 @@ count_convs(struct sess_store *st)
 
 	if (sess_conv_list(st, &v, &n, NULL, 0) == 0)
 		sess_conv_list_free(v, n);
-	return n;
-}
-
-static int
-stored_msgs(struct sess_store *st, int64_t id)
-{
-	struct sess_msg *v;
-	int n = -1;
-
-	if (sess_msgs_load(st, id, &v, &n, NULL, 0) != 0)
-		return -1;
-	sess_msgs_free(v, n);
 	return n;
 }
 
@@ -172,7 +156,6 @@ check_engine_hook(struct kvc_engine *e)
 int
 main(void)
 {
-	const char *b = getenv("top_builddir");
 	char model[300], db[300], cmd[1024], err[512], big[4096];
 	struct kvc_engine *e, *e32 = NULL, *e16;
 	struct sess_store *st = NULL;
@@ -191,9 +174,7 @@ main(void)
 		return 1;
 	snprintf(model, sizeof model, "%s/m.gguf", tmpdir);
 	snprintf(db, sizeof db, "%s/s.db", tmpdir);
-	snprintf(cmd, sizeof cmd, "'%s/tests/fixtures/mkmodel' -o '%s' --preset tiny --arch qwen2 "
-	    "--type f32 --vocab bpe --seed 3 --quiet >/dev/null", b ? b : ".", model);
-	test_cond(system(cmd) == 0, "mkmodel");
+	test_cond(conv_test_mkmodel(model, "--vocab bpe --seed 3") == 0, "mkmodel");
 	e = open_engine(model, GGML_TYPE_F16);
 	rc = sess_open(&st, db, err, sizeof err);
 	test_cond(e != NULL && rc == 0, "engine and store: %s", err);
@@ -238,14 +219,15 @@ main(void)
 	test_cond(s.prefill_tokens > 0 && s.prefill_tokens < s.prompt_tokens,
 	    "stopped part way: %d of %d", s.prefill_tokens, s.prompt_tokens);
 	(void)conv_stream(c, &n1);
-	test_cond(n1 == n0 && conv_n_msgs(c) == 2 && stored_msgs(st, id) == 2,
+	test_cond(n1 == n0 && conv_n_msgs(c) == 2 && conv_test_stored_msgs(st, id) == 2,
 	    "as before: stream %d (was %d), %d messages, %d stored", n1, n0, conv_n_msgs(c),
-	    stored_msgs(st, id));
+	    conv_test_stored_msgs(st, id));
 	rc = conv_turn(c, "And now a short one.", &io, &s, err, sizeof err);
 	test_cond(rc == 0 && s.reused_tokens == n0 && s.prefill_tokens == s.prompt_tokens,
 	    "the next turn reused %d of %d and computed only its own %d (%d)", s.reused_tokens, n0,
 	    s.prompt_tokens, s.prefill_tokens);
-	test_cond(stored_msgs(st, id) == 4, "4 messages stored: %d", stored_msgs(st, id));
+	test_cond(conv_test_stored_msgs(st, id) == 4, "4 messages stored: %d",
+	    conv_test_stored_msgs(st, id));
 	used = s.context_used;
 	conv_mgr_free(m);
 
@@ -282,16 +264,16 @@ main(void)
 		    c != NULL);
 		test_cond(strstr(err, "was stopped") != NULL, "it says so: %s", err);
 		if (rc == KVC_EINTR && c != NULL) {
-			test_cond(!conv_resident(c) && conv_n_msgs(c) == 4 && stored_msgs(st, id) == 4,
+			test_cond(!conv_resident(c) && conv_n_msgs(c) == 4 && conv_test_stored_msgs(st, id) == 4,
 			    "open, not resident, messages whole: %d in memory, %d stored",
-			    conv_n_msgs(c), stored_msgs(st, id));
+			    conv_n_msgs(c), conv_test_stored_msgs(st, id));
 			test_cond(w.n_ends >= 1, "the progress line was ended");
 			/* The next turn rebuilds, then answers. */
 			rc = conv_turn(c, "A third one.", &io, &s, err, sizeof err);
 			test_cond(rc == 0 && s.rebuilt && s.reused_tokens == used &&
-			    stored_msgs(st, id) == 6, "the next turn rebuilt %d positions (%d) and "
+			    conv_test_stored_msgs(st, id) == 6, "the next turn rebuilt %d positions (%d) and "
 			    "stored: rc %d (%s), %d stored", s.reused_tokens, used, rc, err,
-			    stored_msgs(st, id));
+			    conv_test_stored_msgs(st, id));
 		}
 		conv_mgr_free(m);
 		eng_close(e16);

@@ -21,12 +21,7 @@ static char errbuf[1024];
 static const char *
 path_in(const char *name)
 {
-	static char buf[8][512];
-	static int k;
-
-	k = (k + 1) % 8;
-	snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-	return buf[k];
+	return test_path(tmpdir, name);
 }
 
 static unsigned

@@ -64,15 +64,6 @@
 static uint64_t rng = 88172645463325252ULL;
 
 static double
-urand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static double
 gamma_n(int n)
 {
 	double u = ldexp(1.0, -24);
@@ -110,14 +101,14 @@ attention_case(int W, int hd, int e0, int n, bool simd, double kscale)
 	int p, i;
 
 	for (i = 0; i < hd; i++)
-		q[i] = (float)((urand() * 2 - 1) * kscale);
+		q[i] = (float)((test_urand(&rng) * 2 - 1) * kscale);
 	for (p = 0; p < n; p++) {
 		/* rows of uneven magnitude, some with an outlier, as real K/V have */
-		double mag = 0.2 + 2 * urand();
+		double mag = 0.2 + 2 * test_urand(&rng);
 
 		for (i = 0; i < W; i++) {
-			K[(size_t)p * W + i] = (float)((urand() * 2 - 1) * mag);
-			V[(size_t)p * W + i] = (float)((urand() * 2 - 1) * mag);
+			K[(size_t)p * W + i] = (float)((test_urand(&rng) * 2 - 1) * mag);
+			V[(size_t)p * W + i] = (float)((test_urand(&rng) * 2 - 1) * mag);
 		}
 		if (p % 3 == 0)
 			K[(size_t)p * W + (p * 7) % W] *= 6;

@@ -35,15 +35,6 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
-static double
-urand(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
 /* y = x rotated to position pos (double), one head of hd with rope_dim rd */
 static void
 rope64(const double *x, double *y, int hd, int rd, bool neox, const double *inv, double pos)
@@ -81,9 +72,9 @@ shift_case(enum gguf_dtype type, int n_kv, int hd, int rd, bool neox, bool facto
 	struct kv_rope r = { n_kv, hd, rd, neox, inv };
 
 	for (int i = 0; i < half; i++)
-		inv[i] = pow(10000.0, -2.0 * i / rd) / (factors ? 1 + 7 * urand() : 1);
+		inv[i] = pow(10000.0, -2.0 * i / rd) / (factors ? 1 + 7 * test_urand(&rng) : 1);
 	for (int i = 0; i < w; i++)
-		x[i] = (urand() * 2 - 1) * (i % 7 == 0 ? 4 : 1);
+		x[i] = (test_urand(&rng) * 2 - 1) * (i % 7 == 0 ? 4 : 1);
 	for (int h = 0; h < n_kv; h++) {
 		rope64(x + h * hd, in + h * hd, hd, rd, neox, inv, pos);
 		rope64(x + h * hd, want + h * hd, hd, rd, neox, inv, pos - d);

@@ -11,6 +11,7 @@
 #include "core/kvc.h"
 #include "sessions/store.h"
 #include "test.h"
+#include "test_sql.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +29,7 @@ static char errbuf[1024];
 static const char *
 path_in(const char *name)
 {
-	static char buf[8][512];
-	static int k;
-
-	k = (k + 1) % 8;
-	snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-	return buf[k];
+	return test_path(tmpdir, name);
 }
 
 /* ---- deterministic content, independent of the store ---- */
@@ -217,35 +213,17 @@ verify_script(struct sess_store *st, int64_t conv, size_t unit, int spread, uint
 
 /* ---- raw SQL through a second connection ---- */
 
+/* Read-write (sqlite3_open's flags), and no wait for a lock. */
 static int64_t
 sql_int(const char *db_path, const char *sql)
 {
-	sqlite3 *db;
-	sqlite3_stmt *s;
-	int64_t v = -12345;
-
-	if (sqlite3_open(db_path, &db) != SQLITE_OK)
-		return v;
-	if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-		if (sqlite3_step(s) == SQLITE_ROW)
-			v = sqlite3_column_int64(s, 0);
-		sqlite3_finalize(s);
-	}
-	sqlite3_close(db);
-	return v;
+	return test_sql_int(db_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, sql);
 }
 
 static int
 sql_exec(const char *db_path, const char *sql)
 {
-	sqlite3 *db;
-	int rc;
-
-	if (sqlite3_open(db_path, &db) != SQLITE_OK)
-		return -1;
-	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-	sqlite3_close(db);
-	return rc;
+	return test_sql_exec(db_path, 0, sql);
 }
 
 static int64_t

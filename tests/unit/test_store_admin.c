@@ -21,6 +21,7 @@
 #include "core/kvc.h"
 #include "sessions/store.h"
 #include "test.h"
+#include "test_sql.h"
 
 static char tmpdir[256];
 static char errbuf[1024];
@@ -29,46 +30,20 @@ static char errbuf[1024];
 static const char *
 tpath(const char *name)
 {
-	static char buf[8][512];
-	static int i;
-
-	i = (i + 1) % 8;
-	snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-	return buf[i];
+	return test_path(tmpdir, name);
 }
 
+/* Reads on a read-only connection; writes wait up to 5 s for a lock. */
 static int64_t
 sql_int(const char *db_path, const char *sql)
 {
-	sqlite3 *db;
-	sqlite3_stmt *s;
-	int64_t v = -12345;
-
-	if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-		sqlite3_close(db);
-		return v;
-	}
-	if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-		if (sqlite3_step(s) == SQLITE_ROW)
-			v = sqlite3_column_int64(s, 0);
-		sqlite3_finalize(s);
-	}
-	sqlite3_close(db);
-	return v;
+	return test_sql_int(db_path, SQLITE_OPEN_READONLY, sql);
 }
 
 static int
 sql_exec(const char *db_path, const char *sql)
 {
-	sqlite3 *db;
-	int rc;
-
-	if (sqlite3_open(db_path, &db) != SQLITE_OK)
-		return -1;
-	sqlite3_busy_timeout(db, 5000);
-	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-	sqlite3_close(db);
-	return rc;
+	return test_sql_exec(db_path, 5000, sql);
 }
 
 static int
