@@ -46,8 +46,14 @@ OPTS="--temp 0.7 -n 40 --ctx 4096 --kv-type f32 --db $DB ${KVCHAT_CRASH_OPTS:-}"
 ST="$TMPD/st.json"
 
 # make_r: a fresh conversation "r" with two exchanges (piped, not killed).
+# KVCHAT_CRASH_FILL (default 2) opening messages: with a small --ctx, enough
+# of them keep r at the end of its context, so every turn overflows.
 make_r() {
-	printf 'Tell me about a lighthouse.\nAnd the sea around it?\n' |
+	_i=2
+	{ printf 'Tell me about a lighthouse.\nAnd the sea around it?\n'
+	  while [ $_i -lt "${KVCHAT_CRASH_FILL:-2}" ]; do
+		_i=$((_i + 1)); printf 'And part %d of the story?\n' $_i
+	  done; } |
 	    "$KVCHAT" -m "$M" $OPTS -n 12 --session r >/dev/null 2>"$TMPD/mk.err" ||
 		{ echo "FAIL: making r"; cat "$TMPD/mk.err"; exit 1; }
 }
