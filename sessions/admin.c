@@ -39,19 +39,10 @@ fsync_path(const char *path)
 static void
 fsync_parent(const char *path)
 {
-	char *dir = strdup(path), *slash;
+	char dir[4096];
 
-	if (dir == NULL)
-		return;
-	slash = strrchr(dir, '/');
-	if (slash == NULL)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	fsync_path(dir);
-	free(dir);
+	if (kvc_dir_of(path, dir, sizeof dir) == KVC_OK)
+		fsync_path(dir);
 }
 
 /* Copies st's database into the new file tmp with the backup API; standalone afterwards. */

@@ -484,19 +484,12 @@ make_private(const char *path, char *err, size_t errlen)
 static const char *
 unwritable_reason(const char *path, char *buf, size_t n)
 {
-	char *dir = strdup(path), *slash;
+	char dir[4096];
 	struct statvfs vfs;
 	const char *r = NULL;
 
-	if (dir == NULL)
+	if (kvc_dir_of(path, dir, sizeof dir) != KVC_OK)
 		return NULL;
-	slash = strrchr(dir, '/');
-	if (slash == NULL)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
 	if (statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
 		r = "the filesystem is mounted read-only";
 	else if (access(path, W_OK) != 0)
@@ -506,7 +499,6 @@ unwritable_reason(const char *path, char *buf, size_t n)
 		    strerror(errno)), r = buf;
 	else if (statvfs(path, &vfs) == 0 && vfs.f_bavail == 0)
 		r = "the disk is full";
-	free(dir);
 	return r;
 }
 

@@ -78,15 +78,21 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 }
 
 double
-sub_log_softmax(const float *logits, int n, int tok)
+sub_log_sum_exp(const float *x, int n)
 {
-	double mx = logits[0], sum = 0;
+	double mx = x[0], s = 0;
 	int i;
 
 	for (i = 1; i < n; i++)
-		if (logits[i] > mx)
-			mx = logits[i];
+		if (x[i] > mx)
+			mx = x[i];
 	for (i = 0; i < n; i++)
-		sum += exp((double)logits[i] - mx);
-	return (double)logits[tok] - mx - log(sum);
+		s += exp((double)x[i] - mx);
+	return mx + log(s);
+}
+
+double
+sub_log_softmax(const float *logits, int n, int tok)
+{
+	return (double)logits[tok] - sub_log_sum_exp(logits, n);
 }

@@ -36,6 +36,8 @@ int sub_open_draft(struct kvc_engine *main, const char *path, const struct kvc_e
  * (the sum over a 262k vocabulary would lose digits in float).
  */
 double sub_log_softmax(const float *logits, int n, int tok);
+/* log of the sum of exp(x[0..n)), in double (the log-softmax's denominator). */
+double sub_log_sum_exp(const float *x, int n);
 
 /* kvchat generate's scoring mode (sub_score.c). */
 struct sub_score_opts {

@@ -14,20 +14,6 @@
 #include "sub_common.h"
 #include "sampler/sampler.h"
 
-/* log of the sum of exp(logits), in double. */
-static double
-log_sum_exp(const float *x, int n)
-{
-	double mx = x[0], s = 0;
-	int i;
-
-	for (i = 1; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (i = 0; i < n; i++)
-		s += exp((double)x[i] - mx);
-	return mx + log(s);
-}
 
 /* top[0..k) = the k largest logits' ids, largest first (ties: lower id). */
 static void
@@ -52,7 +38,7 @@ static int
 report(const struct sub_score_opts *o, int step, int32_t id, const float *lg, int n_vocab,
     int32_t *top, struct kvc_buf *out)
 {
-	double lse = log_sum_exp(lg, n_vocab);
+	double lse = sub_log_sum_exp(lg, n_vocab);
 	int i, k = o->top_k < n_vocab ? o->top_k : n_vocab;
 	int rc;
 
