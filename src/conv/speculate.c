@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "sampler/sampler.h"
 
 /* Prompt lookup: the continuation of the latest earlier match of the last ng ids, longest ng first. */
 static int
@@ -42,17 +43,6 @@ lookup(int max_ng, const int32_t *ctx, int n, int32_t *out, int max)
 	return 0;
 }
 
-static int32_t
-argmax(const float *l, int n)
-{
-	int32_t b = 0;
-
-	for (int32_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 /* The draft model's greedy continuation of ctx; its cache keeps what it shares with ctx. */
 static int
 draft(struct kvc_seq *d, const int32_t *ctx, int n, int32_t *out, int max, char *err,
@@ -68,7 +58,7 @@ draft(struct kvc_seq *d, const int32_t *ctx, int n, int32_t *out, int max, char 
 	if ((rc = eng_seq_sync(d, ctx, n, NULL, err, errlen)) != KVC_OK)
 		return rc;
 	for (k = 0; k < max; k++) {
-		out[k] = argmax(eng_seq_logits(d), eng_n_vocab(e));
+		out[k] = smp_argmax(eng_seq_logits(d), eng_n_vocab(e));
 		if (k + 1 < max && (rc = eng_seq_append(d, &out[k], 1, NULL, err, errlen)) != KVC_OK)
 			return rc;
 	}

@@ -266,7 +266,7 @@ smp_top_p(struct smp_cand *c, size_t n, double target)
 	return n;	/* rounding: everything */
 }
 
-static int32_t
+int32_t
 smp_argmax(const float *logits, int n)
 {
 	int32_t best = 0;

@@ -37,6 +37,8 @@ int smp_new(struct kvc_sampler **out, const struct kvc_sampler_params *p, int n_
 void smp_free(struct kvc_sampler *s);
 void smp_set_params(struct kvc_sampler *s, const struct kvc_sampler_params *p);	/* reseeds */
 /* history: the tokens of the sequence so far (for the repetition penalty). */
+/* Index of the largest of logits[0..n) (ties: the lowest id): greedy. */
+int32_t smp_argmax(const float *logits, int n);
 int32_t smp_sample(struct kvc_sampler *s, const float *logits,
     const int32_t *history, size_t n_history);
 /* The seed in use (the one picked from the clock for KVC_SEED_RANDOM), to report or store. */

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
+#include "sampler/sampler.h"
 #include "engine/engine.h"
 
 static const char bench_usage[] =
@@ -36,18 +37,6 @@ median(double *v, int n)
 		return 0;
 	qsort(v, (size_t)n, sizeof *v, cmp_double);
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Index of the largest logit (the decode loop feeds the model its own choice). */
-static int32_t
-argmax(const float *x, int n)
-{
-	int32_t best = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return best;
 }
 
 /* What the command line asks for. */
@@ -185,7 +174,7 @@ sub_bench(int argc, char **argv)
 		pre[r] = o.n_p > 0 ? (double)o.n_p / st.t_prefill : 0;
 		t0 = kvc_now();
 		for (long k = 0; k < o.n_n; k++) {
-			id = argmax(eng_seq_logits(s), eng_n_vocab(e));
+			id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));	/* the model's own choice */
 			if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
 				goto fail;
 		}
