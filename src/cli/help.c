@@ -65,7 +65,7 @@ cli_help(FILE *f)
 "  -m, --model MODEL       GGUF file or ollama name (qwen2.5:7b); default: pick\n"
 "                          from the models found (see FILES)\n"
 "  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma,\n"
-"                          glm\n"
+"                          glm, chatglm3\n"
 "                          (default: detected from the model)\n"
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"
