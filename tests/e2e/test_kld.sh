@@ -8,11 +8,17 @@
 #    one): KLD > 0 and equal, within the bound sub_kld.h derives, to
 #    tests/fixtures/kldref's computation from the base file and the Q8_0
 #    run's own saved rows (kldref shares no code with kvchat);
+#  - the BF16 one also against the float64 reference forward of both files
+#    (tests/fixtures/refppl kld: exact KL(P || Q), no 16-bit rows); Q8_0
+#    cannot be checked that way, kvchat rounds its activations to int8;
+#  - a gemma3 fixture (BOS in place of each chunk's first token) against
+#    its own base;
 #  - another text, -c, vocabulary or BOS handling, a truncated, damaged or
 #    foreign file: refused with the reason, exit 1, no crash.
 . "$top_srcdir/tests/e2e/lib.sh"
 KLDREF="$top_builddir/tests/fixtures/kldref"
-[ -x "$MKMODEL" ] && [ -x "$KLDREF" ] || { echo "FAIL: mkmodel/kldref not built"; exit 1; }
+REFPPL="$top_builddir/tests/fixtures/refppl"
+[ -x "$MKMODEL" ] && [ -x "$KLDREF" ] && [ -x "$REFPPL" ] || { echo "FAIL: mkmodel/kldref/refppl not built"; exit 1; }
 
 i=0
 while [ $i -lt 40 ]; do
@@ -76,6 +82,23 @@ for t in q8_0 bf16; do
 	check "$t: PPL(base) = exp(kldref's NLL of P)" close \
 	    "$(python3 -c "import math; print(math.log($(field 'Mean PPL(base)' "$TMPD/$t.out")))")" "$nllp" 1e-6
 done
+
+# 3b. BF16 against the float64 reference: kvchat's float32 logits are within
+# ~1e-6 of the reference's (test_forward), which moves a KL divergence by
+# about 2e-6 * sum|p - q| ~ 1e-7 here; printed to 6 decimals (5e-7)
+ref=$("$KVCHAT" tokenize -m "$TMPD/f32.gguf" <"$TMPD/text.txt" | "$REFPPL" "$TMPD/f32.gguf" kld 64 3 -1 "$TMPD/bf16.gguf") ||
+    fail "refppl kld"
+set -- $ref
+kl=$(field 'Mean    KLD' "$TMPD/bf16.out")
+echo "bf16: kvchat $kl, float64 reference $1 (bound $2)"
+check "bf16: KLD $kl = the float64 reference's $1 within $2 + 6e-7" close "$kl" "$1" "$(python3 -c "print($2 + 6e-7)")"
+
+# 3c. a BOS model against its own base
+kvrun "gemma base" "$TMPD/err" $PPL -m "$TMPD/gemma.gguf" --chunks 2 --kl-divergence-base "$TMPD/g.kld" >/dev/null
+kvrun "gemma self" "$TMPD/err" $PPL -m "$TMPD/gemma.gguf" --kl-divergence-base "$TMPD/g.kld" --kl-divergence >"$TMPD/gself"
+check "gemma self: Mean KLD 0" [ "$(field 'Mean    KLD' "$TMPD/gself")" = 0.000000 ]
+check "gemma self: same top 100 %" grep -q '^Same top p: 100.000 ' "$TMPD/gself"
+check "gemma self: two chunks" [ "$(grep -c '^ *[12]  ' "$TMPD/gself")" -eq 2 ]
 
 # 4. refusals: exit 1, the reason, no crash
 refused() {
