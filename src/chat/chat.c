@@ -19,7 +19,6 @@
 #include <string.h>
 #include "chat.h"
 
-#define QWEN_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 /* Llama 3.1/3.2 templates: fixed date, so a stored conversation's prefix never changes. */
 #define LLAMA31_MARK "Cutting Knowledge Date"
 #define LLAMA31_DATES "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
@@ -50,7 +49,6 @@ struct seg_list {
 
 /* What a family's template looks like, beyond the per-message code below. */
 struct family_info {
-	const char *name;
 	const char *end;	/* end-of-turn special token; NULL: the vocabulary's EOS */
 	const char *close;	/* template text after a reply's end token ("\n") or "" */
 	const char *reply_sep;	/* before a text-only reply: the space a model's first token carries */
@@ -59,101 +57,17 @@ struct family_info {
 };
 
 static const struct family_info families[CHAT_FAMILY_COUNT] = {
-	[CHAT_CHATML] = { "chatml", "<|im_end|>", "\n", "", false, false },
-	[CHAT_LLAMA3] = { "llama3", "<|eot_id|>", "", "", true, true },
-	[CHAT_LLAMA2] = { "llama2", NULL, "", " ", true, true },
-	[CHAT_MISTRAL] = { "mistral", NULL, "", " ", true, false },
-	[CHAT_PHI3] = { "phi3", "<|end|>", "\n", "", true, false },
-	[CHAT_DEEPSEEK] = { "deepseek", NULL, "", " ", true, false },
-	[CHAT_GEMMA] = { "gemma", "<end_of_turn>", "\n", "", true, true },
+	[CHAT_CHATML] = { "<|im_end|>", "\n", "", false, false },
+	[CHAT_LLAMA3] = { "<|eot_id|>", "", "", true, true },
+	[CHAT_LLAMA2] = { NULL, "", " ", true, true },
+	[CHAT_MISTRAL] = { NULL, "", " ", true, false },
+	[CHAT_PHI3] = { "<|end|>", "\n", "", true, false },
+	[CHAT_DEEPSEEK] = { NULL, "", " ", true, false },
+	[CHAT_GEMMA] = { "<end_of_turn>", "\n", "", true, true },
 	/* the reply's end token, <|user|>, is the next user turn's opening */
-	[CHAT_GLM] = { "glm", "<|user|>", "", "", false, false },
+	[CHAT_GLM] = { "<|user|>", "", "", false, false },
+	[CHAT_CHATGLM3] = { "<|user|>", "", "", false, false },
 };
-
-const char *
-chat_family_name(enum chat_family f)
-{
-	if ((unsigned)f >= CHAT_FAMILY_COUNT)
-		return "?";
-	return families[f].name;
-}
-
-int
-chat_family_from_name(const char *name)
-{
-	static const struct { const char *alias; enum chat_family f; } aliases[] = {
-		{ "qwen", CHAT_CHATML }, { "qwen2", CHAT_CHATML }, { "llama-3", CHAT_LLAMA3 },
-		{ "llama31", CHAT_LLAMA3 }, { "llama-2", CHAT_LLAMA2 }, { "phi-3", CHAT_PHI3 },
-		{ "deepseek2", CHAT_DEEPSEEK }, { "gemma2", CHAT_GEMMA }, { "chatglm4", CHAT_GLM },
-		{ "glm4", CHAT_GLM },
-	};
-	size_t i;
-
-	if (name == NULL)
-		return -1;
-	for (i = 0; i < CHAT_FAMILY_COUNT; i++)
-		if (strcmp(name, families[i].name) == 0)
-			return (int)i;
-	for (i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-		if (strcmp(name, aliases[i].alias) == 0)
-			return (int)aliases[i].f;
-	return -1;
-}
-
-int
-chat_detect(const char *jinja)
-{
-	if (jinja == NULL)
-		return -1;
-	/* Most specific markers first: each family's own control tokens. */
-	if (strstr(jinja, "<|im_start|>"))
-		return CHAT_CHATML;
-	if (strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|end_header_id|>"))
-		return CHAT_LLAMA3;
-	if (strstr(jinja, "<start_of_turn>"))
-		return CHAT_GEMMA;
-	if (strstr(jinja, "<|assistant|>") && strstr(jinja, "<|end|>"))
-		return CHAT_PHI3;
-	if (strstr(jinja, "[gMASK]<sop>"))
-		return CHAT_GLM;
-	if (strstr(jinja, "[INST]"))
-		return strstr(jinja, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
-	if (strstr(jinja, "User: ") && strstr(jinja, "Assistant:"))
-		return CHAT_DEEPSEEK;
-	return -1;
-}
-
-int
-chat_family_for_arch(const char *arch)
-{
-	if (arch == NULL)
-		return -1;
-	/* gemma, gemma2, gemma3: every Gemma release uses <start_of_turn> */
-	if (strncmp(arch, "gemma", 5) == 0)
-		return CHAT_GEMMA;
-	if (strcmp(arch, "phi3") == 0)
-		return CHAT_PHI3;
-	if (strcmp(arch, "chatglm") == 0 || strcmp(arch, "glm4") == 0)
-		return CHAT_GLM;
-	return -1;
-}
-
-const char *
-chat_default_system(enum chat_family f, const char *jinja)
-{
-	if (f == CHAT_CHATML && jinja != NULL && strstr(jinja, QWEN_SYSTEM) != NULL)
-		return QWEN_SYSTEM;
-	return NULL;
-}
-
-const char *const *
-chat_stop_strings(enum chat_family f)
-{
-	/* DeepSeek's turns are plain text: a model that skips its EOS writes "User:" next. */
-	static const char *const deepseek[] = { "User:", NULL };
-
-	return f == CHAT_DEEPSEEK ? deepseek : NULL;
-}
 
 /* ---- segments ---- */
 
@@ -304,6 +218,10 @@ gen_prompt(struct seg_list *l, const struct render_ctx *c)
 		sp(l, "<|assistant|>");
 		tx(l, "\n");
 		break;
+	case CHAT_CHATGLM3:
+		/* the model writes the "\n " that follows */
+		sp(l, "<|assistant|>");
+		break;
 	case CHAT_LLAMA2:
 	case CHAT_MISTRAL:
 	case CHAT_FAMILY_COUNT:
@@ -316,7 +234,11 @@ reply(struct seg_list *l, const struct render_ctx *c, const struct chat_msg *m)
 {
 	if (m->ids != NULL && m->n_ids > 0 && (c->t != NULL || m->text == NULL))
 		seg_push(l, SEG_IDS, NULL, 0, m->ids, m->n_ids);
-	else if (m->text != NULL && *m->text) {
+	else if (c->f == CHAT_CHATGLM3 && m->text != NULL) {
+		/* as the template writes a past reply: "\n " and the text, one run */
+		tx(l, "\n ");
+		mt(l, c->fi, m->text);
+	} else if (m->text != NULL && *m->text) {
 		seg_push(l, SEG_REPLY, m->text, strlen(m->text), NULL, 0);
 		if (!l->err && !is_space(m->text[0]))
 			l->v[l->n - 1].pre = c->fi->reply_sep;
@@ -372,8 +294,9 @@ system_turn(struct seg_list *l, const struct render_ctx *c, const char *text, bo
 		tx(l, "\n");
 		break;
 	case CHAT_GLM:
+	case CHAT_CHATGLM3:
 		sp(l, "<|system|>");
-		tx(l, "\n");
+		tx(l, c->f == CHAT_GLM ? "\n" : "\n ");
 		mt(l, c->fi, text);
 		break;
 	default:
@@ -384,11 +307,12 @@ system_turn(struct seg_list *l, const struct render_ctx *c, const char *text, bo
 static bool
 has_system_role(enum chat_family f)
 {
-	return f == CHAT_CHATML || f == CHAT_LLAMA3 || f == CHAT_PHI3 || f == CHAT_GLM;
+	return f == CHAT_CHATML || f == CHAT_LLAMA3 || f == CHAT_PHI3 || f == CHAT_GLM ||
+	    f == CHAT_CHATGLM3;
 }
 
 /*
- * GLM: true when the stream already ends with <|user|> (a reply's end
+ * GLM, ChatGLM3: true when the stream already ends with <|user|> (a reply's end
  * token, generated or added by close_reply), which opens the next user turn.
  */
 static bool
@@ -482,9 +406,10 @@ user_turn(struct seg_list *l, const struct render_ctx *c, const struct chat_msg 
 		tx(l, "\n");
 		break;
 	case CHAT_GLM:
+	case CHAT_CHATGLM3:
 		if (!user_opened(l, c))
 			sp(l, "<|user|>");
-		tx(l, "\n");
+		tx(l, c->f == CHAT_GLM ? "\n" : "\n ");
 		mt(l, c->fi, m->text);
 		break;
 	case CHAT_FAMILY_COUNT:
@@ -505,9 +430,9 @@ build(struct seg_list *l, const struct render_ctx *c, const struct chat_msg *m, 
 		return 0;
 	if (c->bos)
 		seg_push(l, SEG_BOS, NULL, 0, NULL, 0);
-	if (c->f == CHAT_GLM) {
+	if (c->f == CHAT_GLM || c->f == CHAT_CHATGLM3) {
 		sp(l, "[gMASK]");
-		sp(l, "<sop>");
+		sp(l, c->f == CHAT_GLM ? "<sop>" : "sop");
 	}
 	if (has_system_role(c->f)) {
 		const char *def = chat_default_system(c->f, c->jinja);
@@ -615,7 +540,7 @@ seg_tokens(const struct render_ctx *c, const struct seg *v, size_t n, struct kvc
 			id = s->kind == SEG_BOS ? tok_bos(c->t) : tok_eos(c->t);
 			if (id < 0) {
 				kvc_err(err, errlen, "chat: the %s template needs an %s token the vocabulary lacks",
-				    c->fi->name, s->kind == SEG_BOS ? "BOS" : "EOS");
+				    chat_family_name(c->f), s->kind == SEG_BOS ? "BOS" : "EOS");
 				rc = KVC_EUNSUPPORTED;
 			} else {
 				rc = kvc_tokens_push(out, id);
@@ -738,7 +663,7 @@ chat_render_delta(const struct kvc_tokenizer *t, enum chat_family f, const char 
 		;
 	if (k < prev.n) {
 		kvc_err(err, errlen, "chat: the %s template rewrites earlier text; render the whole conversation",
-		    c.fi->name);
+		    chat_family_name(c.f));
 		rc = KVC_EINVAL;
 		goto out;
 	}

@@ -60,6 +60,13 @@
  *   (llama.cpp's chatglm4): no end-of-turn token of its own, a reply ends
  *   where the model writes <|user|> (its EOT), which then opens the next
  *   user turn.
+ * - chatglm3: [gMASK]sop<|system|>\n sys<|user|>\n ..<|assistant|>reply<|user|>\n ..
+ *   (ChatGLM3-6B's template: a newline and a space after each role token,
+ *   the generation prompt <|assistant|> alone, the model writing the
+ *   newline and space itself); [gMASK] and sop are the vocabulary's control
+ *   tokens; the reply ends, as with GLM-4, at the <|user|> that opens the
+ *   next turn. A reply given only as text is rendered as the template
+ *   writes it, "\n " and the text in the run after <|assistant|>.
  * Templates that fold the system message into the next user turn (llama2,
  * mistral, deepseek, gemma) render nothing for it until that turn comes, so
  * a stream holding only a system message is just BOS and the delta that
@@ -87,6 +94,7 @@ enum chat_family {
 	CHAT_DEEPSEEK,	/* User: ...\n\nAssistant: ... */
 	CHAT_GEMMA,	/* <start_of_turn>user\n...<end_of_turn>\n */
 	CHAT_GLM,	/* [gMASK]<sop><|user|>\n...<|assistant|>\n... (GLM-4) */
+	CHAT_CHATGLM3,	/* [gMASK]sop<|user|>\n ...<|assistant|>... (ChatGLM3) */
 	CHAT_FAMILY_COUNT
 };
 
@@ -109,10 +117,12 @@ int chat_family_from_name(const char *name);
 int chat_detect(const char *jinja);
 /*
  * Family a file without a chat template implies by its architecture
- * (general.architecture: gemma* -> gemma, phi3 -> phi3), or -1 when the
- * architecture says nothing (callers then warn and use CHAT_CHATML).
+ * (general.architecture: gemma* -> gemma, phi3 -> phi3, glm4 -> glm;
+ * chatglm -> chatglm3 when tok_model, tokenizer.ggml.model, is "llama",
+ * SentencePiece, else glm), or -1 when the architecture says nothing
+ * (callers then warn and use CHAT_CHATML). tok_model may be NULL.
  */
-int chat_family_for_arch(const char *arch);
+int chat_family_for_arch(const char *arch, const char *tok_model);
 
 /* Default system prompt the family inserts when none is given (ChatML/Qwen2.5), or NULL. */
 const char *chat_default_system(enum chat_family f, const char *jinja);

@@ -13,7 +13,7 @@ const struct cli_subcommand cli_subcommands[] = {
 	{ "info", sub_info, "info -m FILE" },
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
-	{ "perplexity", sub_perplexity, "perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N]" },
+	{ "perplexity", sub_perplexity, "perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N] [--kl-divergence-base FILE [--kl-divergence]]" },
 	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
 	{ "backup", sub_backup, "backup [--db PATH] [--force] FILE" },
 	{ "recover", sub_recover, "recover IN OUT" },
@@ -65,7 +65,7 @@ cli_help(FILE *f)
 "  -m, --model MODEL       GGUF file or ollama name (qwen2.5:7b); default: pick\n"
 "                          from the models found (see FILES)\n"
 "  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma,\n"
-"                          glm\n"
+"                          glm, chatglm3\n"
 "                          (default: detected from the model)\n"
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"

@@ -351,9 +351,18 @@ build_barriers(struct kvc_tokenizer *t)
 	}
 }
 
+/*
+ * End-of-generation ids: EOS, EOT, EOM and the control tokens llama.cpp
+ * treats as such. ChatGLM3 (SentencePiece, pre-tokenizer "chatglm-spm")
+ * ends a reply with the role token that opens the next message, <|user|>
+ * or <|observation|>: its generation_config.json lists both beside EOS,
+ * and its GGUF has no EOT key to say so.
+ */
 static void
-build_eog(struct kvc_tokenizer *t)
+build_eog(struct kvc_tokenizer *t, const char *pre)
 {
+	static const char *const glm3[] = { "<|user|>", "<|observation|>" };
+
 	static const char *const names[] = {
 		"<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>",
 		"<end_of_turn>", "<|eom_id|>", "</s>",
@@ -370,6 +379,12 @@ build_eog(struct kvc_tokenizer *t)
 		if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL)
 			t->eog[id] = 1;
 	}
+	if (t->kind == TOK_KIND_SPM && pre != NULL && strcmp(pre, "chatglm-spm") == 0)
+		for (size_t i = 0; i < sizeof glm3 / sizeof glm3[0]; i++) {
+			int32_t id = tok_strmap_find(t, &t->map, glm3[i], strlen(glm3[i]));
+			if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL)
+				t->eog[id] = 1;
+		}
 }
 
 static int
@@ -440,7 +455,7 @@ tok_load_inner(struct kvc_tokenizer *t, const struct gguf_file *f, char *err, si
 	t->pad = special_id(t, f, "tokenizer.ggml.padding_token_id", -1);
 	t->add_bos = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", t->kind == TOK_KIND_SPM);
 	t->add_space_prefix = gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", true);
-	build_eog(t);
+	build_eog(t, pre);
 	return KVC_OK;
 fail:
 	if (rc == KVC_ENOMEM)

@@ -74,6 +74,7 @@ end_id(const struct kvc_tokenizer *t, enum chat_family f)
 	case CHAT_PHI3: return tok_lookup(t, "<|end|>");
 	case CHAT_GEMMA: return tok_lookup(t, "<end_of_turn>");
 	case CHAT_GLM: return tok_lookup(t, "<|user|>");
+	case CHAT_CHATGLM3: return tok_lookup(t, "<|user|>");
 	default: return tok_eos(t);
 	}
 }
@@ -93,6 +94,34 @@ test_names(void)
 	test_cond(chat_family_from_name("llama3") == CHAT_LLAMA3, "llama3");
 }
 
+/*
+ * The real templates of THUDM's chatglm3-6b and glm-4-9b-chat
+ * (tokenizer_config.json's chat_template; the same texts llama.cpp's
+ * tests/test-chat-template.cpp checks), and what they render for the
+ * conversation that test uses. $SHARED_DATA has no GLM template, so the
+ * texts are here.
+ */
+#define GLM3_JINJA "{% for message in messages %}{% if loop.first %}[gMASK]sop<|{{ message['role'] }}|>\n {{ message['content'] }}{% else %}<|{{ message['role'] }}|>\n {{ message['content'] }}{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+#define GLM4_JINJA \
+    "[gMASK]<sop>{% for item in messages %}{% if item['tools'] is defined %}<|system|>\n\xe4\xbd\xa0\xe6\x98\xaf\xe4\xb8\x80\xe4\xb8\xaa\xe5\x90\x8d\xe4\xb8\xba " \
+    "ChatGLM \xe7\x9a\x84\xe4\xba\xba\xe5\xb7\xa5\xe6\x99\xba\xe8\x83\xbd\xe5\x8a\xa9\xe6\x89\x8b\xe3\x80\x82\xe4\xbd\xa0\xe6\x98\xaf\xe5\x9f\xba\xe4\xba\x8e\xe6\x99\xba\xe8\xb0\xb1" "A" \
+    "I\xe8\xae\xad\xe7\xbb\x83\xe7\x9a\x84\xe8\xaf\xad\xe8\xa8\x80\xe6\xa8\xa1\xe5\x9e\x8b GLM-4" \
+    " \xe6\xa8\xa1\xe5\x9e\x8b\xe5\xbc\x80\xe5\x8f\x91\xe7\x9a\x84\xef\xbc\x8c\xe4\xbd\xa0\xe7\x9a\x84\xe4\xbb\xbb\xe5\x8a\xa1\xe6\x98\xaf\xe9\x92\x88\xe5\xaf\xb9\xe7\x94\xa8\xe6\x88\xb7\xe7\x9a\x84\xe9\x97\xae\xe9\xa2\x98\xe5\x92\x8c\xe8\xa6\x81\xe6\xb1\x82\xe6\x8f\x90\xe4\xbe\x9b\xe9\x80\x82\xe5\xbd\x93\xe7\x9a\x84\xe7\xad\x94\xe5\xa4\x8d\xe5\x92\x8c\xe6\x94\xaf\xe6\x8c\x81\xe3\x80\x82\n" \
+    "\n# \xe5\x8f\xaf\xe7\x94\xa8\xe5\xb7\xa5\xe5\x85\xb7{% set tools = item['tools'] %}{% for t" \
+    "ool in tools %}{% if tool['type'] == 'function' %}\n\n## {{ tool['function']['name'] }}\n\n" \
+    "{{ tool['function'] | tojson(indent=4) }}\n......{% endif %}{% endfor %}{% endif %}{% if it" \
+    "em['content'] %}<|{{ item['role'] }}|>{{ item['metadata'] }}\n{{ item['content'] }}{% endif" \
+    " %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+static const struct chat_msg glm_conv[] = {
+	{ CHAT_SYSTEM, "You are a helpful assistant", NULL, 0 }, { CHAT_USER, "Hello", NULL, 0 },
+	{ CHAT_ASSISTANT, "Hi there", NULL, 0 }, { CHAT_USER, "Who are you", NULL, 0 },
+	{ CHAT_ASSISTANT, "   I am an assistant   ", NULL, 0 }, { CHAT_USER, "Another question", NULL, 0 },
+};
+static const char GLM3_WANT[] = "[gMASK]sop<|system|>\n You are a helpful assistant<|user|>\n Hello<|assistant|>\n Hi there"
+    "<|user|>\n Who are you<|assistant|>\n    I am an assistant   <|user|>\n Another question<|assistant|>";
+static const char GLM4_WANT[] = "[gMASK]<sop><|system|>\nYou are a helpful assistant<|user|>\nHello<|assistant|>\nHi there"
+    "<|user|>\nWho are you<|assistant|>\n   I am an assistant   <|user|>\nAnother question<|assistant|>\n";
+
 static void
 test_detect(void)
 {
@@ -106,6 +135,8 @@ test_detect(void)
 		{ "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + message['content'] + eos_token }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}", CHAT_DEEPSEEK },
 		{ "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}", CHAT_GEMMA },
 		{ "[gMASK]<sop>{% for item in messages %}<|{{ item['role'] }}|>\\n{{ item['content'] }}{% endfor %}{% if add_generation_prompt %}<|assistant|>\\n{% endif %}", CHAT_GLM },
+		{ GLM3_JINJA, CHAT_CHATGLM3 },
+		{ GLM4_JINJA, CHAT_GLM },
 		{ "{{ messages }}", -1 },
 		{ "", -1 },
 	};
@@ -183,6 +214,8 @@ test_text_formats(void)
 		    "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n",
 		/* llama.cpp's chatglm4 rendering of the same messages */
 		[CHAT_GLM] = "[gMASK]<sop><|system|>\nSYS<|user|>\nHi<|assistant|>\nYo<|user|>\nBye<|assistant|>\n",
+		/* ChatGLM3-6B's template: "\n " after each role, the bare <|assistant|> to generate */
+		[CHAT_CHATGLM3] = "[gMASK]sop<|system|>\n SYS<|user|>\n Hi<|assistant|>\n Yo<|user|>\n Bye<|assistant|>",
 	};
 	/* user only, no generation prompt */
 	static const char *const want_user[CHAT_FAMILY_COUNT] = {
@@ -194,6 +227,7 @@ test_text_formats(void)
 		[CHAT_DEEPSEEK] = BOS_DS "User: Hi\n\n",
 		[CHAT_GEMMA] = "<bos><start_of_turn>user\nHi<end_of_turn>\n",
 		[CHAT_GLM] = "[gMASK]<sop><|user|>\nHi",
+		[CHAT_CHATGLM3] = "[gMASK]sop<|user|>\n Hi",
 	};
 	int f;
 
@@ -530,6 +564,7 @@ static const char *const specials[] = {
 	"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>",
 	"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|user|>", "<|assistant|>",
 	"<|system|>", "<|end|>", "<start_of_turn>", "<end_of_turn>", "[INST]", "[/INST]",
+	"[gMASK]", "<sop>", "sop",
 };
 
 /* Writes w (then frees it) to path and loads the tokenizer back; NULL on failure. */
@@ -596,7 +631,7 @@ tiny_bpe(const char *path)
 
 /* SentencePiece: <unk>, <s>, </s>, byte fallback, printable ASCII and "▁" pieces, some longer pieces, the control tokens. */
 static struct kvc_tokenizer *
-tiny_spm(const char *path)
+tiny_spm(const char *path, const char *pre)
 {
 	static const char *const pieces[] = {
 		"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81he", "ll", "\xe2\x96\x81I", "in", "\xe2\x96\x81\x61",
@@ -632,6 +667,8 @@ tiny_spm(const char *path)
 		return NULL;
 	gguf_w_str(w, "general.architecture", "llama");
 	gguf_w_str(w, "tokenizer.ggml.model", "llama");
+	if (pre != NULL)
+		gguf_w_str(w, "tokenizer.ggml.pre", pre);
 	gguf_w_arr_str(w, "tokenizer.ggml.tokens", tokens, (size_t)n);
 	gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (size_t)n);
 	gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, (size_t)n);
@@ -692,6 +729,50 @@ test_spm_details(const struct kvc_tokenizer *t)
 	kvc_tokens_free(&reply);
 }
 
+/*
+ * GLM-4 and ChatGLM3 against their real templates' renderings (text), and
+ * ChatGLM3 as tokens on the SentencePiece vocabulary built here, whose
+ * [gMASK], sop and role tokens are control tokens as in ChatGLM3's GGUF:
+ * the rendering must be what tokenizing the template's text with special
+ * tokens parsed gives (a space prefix on each run after a special token),
+ * and a file that says chatglm with a SentencePiece vocabulary gets
+ * chatglm3, with a BPE one glm.
+ */
+static void
+test_glm(const struct kvc_tokenizer *spm)
+{
+	struct kvc_buf b = {0};
+	struct kvc_tokens got = {0}, ref = {0};
+	char err[256];
+	unsigned flags = TOK_PARSE_SPECIAL;
+
+	test_cond(chat_render_text(NULL, CHAT_CHATGLM3, GLM3_JINJA, glm_conv, 6, true, &b) == 0 &&
+	    strcmp(b.p, GLM3_WANT) == 0, "chatglm3 text:\n[%s]\nwant\n[%s]", b.p ? b.p : "", GLM3_WANT);
+	b.n = 0;
+	test_cond(chat_render_text(NULL, CHAT_GLM, GLM4_JINJA, glm_conv, 6, true, &b) == 0 &&
+	    strcmp(b.p, GLM4_WANT) == 0, "glm-4 text:\n[%s]\nwant\n[%s]", b.p ? b.p : "", GLM4_WANT);
+	kvc_buf_free(&b);
+	test_cond(chat_family_for_arch("chatglm", "llama") == CHAT_CHATGLM3, "chatglm + SPM: chatglm3");
+	test_cond(chat_family_for_arch("chatglm", "gpt2") == CHAT_GLM, "chatglm + BPE: glm");
+	test_cond(chat_family_for_arch("chatglm", NULL) == CHAT_GLM, "chatglm, no vocabulary model: glm");
+	test_cond(chat_family_for_arch("glm4", "gpt2") == CHAT_GLM, "glm4: glm");
+	test_cond(chat_family_from_name("chatglm3") == CHAT_CHATGLM3 && chat_family_from_name("glm3") == CHAT_CHATGLM3,
+	    "chatglm3 names");
+	if (spm == NULL)
+		return;
+	test_cond(tok_encode(spm, GLM3_WANT, strlen(GLM3_WANT), flags, &ref, err, sizeof err) == 0, "%s", err);
+	test_cond(chat_render(spm, CHAT_CHATGLM3, GLM3_JINJA, glm_conv, 6, true, &got, err, sizeof err) == 0, "%s", err);
+	test_cond(same_ids(&got, &ref) && got.n > 0 && got.v[0] == tok_lookup(spm, "[gMASK]") &&
+	    got.v[1] == tok_lookup(spm, "sop") && got.v[got.n - 1] == tok_lookup(spm, "<|assistant|>"),
+	    "chatglm3 tokens = the template's text tokenized");
+	if (!same_ids(&got, &ref)) {
+		print_ids("got", &got);
+		print_ids("want", &ref);
+	}
+	kvc_tokens_free(&got);
+	kvc_tokens_free(&ref);
+}
+
 /* Every token-level check on $SHARED_DATA's vocabulary vname with family f's
  * ollama renderings (in ollama_dir) and real Jinja file. */
 static void
@@ -735,10 +816,9 @@ main(void)
 	test_cond(bpe != NULL, "tiny BPE vocabulary loads");
 	unlink(path);
 	snprintf(path, sizeof path, "%s/spm.gguf", dir);
-	spm = tiny_spm(path);
+	spm = tiny_spm(path, NULL);
 	test_cond(spm != NULL, "tiny SPM vocabulary loads");
 	unlink(path);
-	rmdir(dir);
 	if (bpe != NULL) {
 		test_incremental(bpe, "tiny-bpe", NULL);
 		test_no_injection(bpe, "tiny-bpe");
@@ -748,6 +828,20 @@ main(void)
 		test_no_injection(spm, "tiny-spm");
 		test_spm_details(spm);
 	}
+	test_glm(spm);
+	/* ChatGLM3's vocabulary: its replies end at <|user|> or <|observation|> */
+	if (spm != NULL) {
+		struct kvc_tokenizer *g3;
+
+		snprintf(path, sizeof path, "%s/glm3.gguf", dir);
+		g3 = tiny_spm(path, "chatglm-spm");
+		unlink(path);
+		test_cond(g3 != NULL && tok_is_eog(g3, tok_lookup(g3, "<|user|>")) &&
+		    !tok_is_eog(spm, tok_lookup(spm, "<|user|>")) && !tok_is_eog(g3, tok_lookup(g3, "<|assistant|>")),
+		    "chatglm-spm: <|user|> ends a reply, only there");
+		tok_free(g3);
+	}
+	rmdir(dir);
 	tok_free(bpe);
 	tok_free(spm);
 

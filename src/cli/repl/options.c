@@ -254,7 +254,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 		case OPT_TEMPLATE:
 			if (chat_family_from_name(a) < 0)
 				return usage_error("unknown chat template '%s' (chatml, llama3, llama2, "
-				    "mistral, phi3, deepseek, gemma, glm)", a);
+				    "mistral, phi3, deepseek, gemma, glm, chatglm3)", a);
 			o->template_name = a;
 			break;
 		case OPT_STATS_JSON: o->stats_json = a; break;

@@ -392,7 +392,8 @@ repl_main(int argc, char **argv)
 	if (o.template_name)
 		fam = chat_family_from_name(o.template_name);
 	else if ((fam = jinja ? chat_detect(jinja) :
-	    chat_family_for_arch(gguf_get_str(eng_gguf(r.e), "general.architecture", NULL))) < 0) {
+	    chat_family_for_arch(gguf_get_str(eng_gguf(r.e), "general.architecture", NULL),
+	    gguf_get_str(eng_gguf(r.e), "tokenizer.ggml.model", NULL))) < 0) {
 		fprintf(stderr, "kvchat: %s; using chatml (--chat-template chooses)\n",
 		    jinja ? "unrecognised chat template" : "the model has no chat template");
 		fam = CHAT_CHATML;

@@ -134,7 +134,8 @@ sub_info(int argc, char **argv)
 		printf("  %-16s %s\n", "add bos", tok_add_bos_default(tok) ? "yes" : "no");
 	}
 	tmpl = gguf_get_str(f, "tokenizer.chat_template", NULL);
-	if (tmpl == NULL && (fam = chat_family_for_arch(gguf_get_str(f, "general.architecture", NULL))) >= 0) {
+	if (tmpl == NULL && (fam = chat_family_for_arch(gguf_get_str(f, "general.architecture", NULL),
+	    gguf_get_str(f, "tokenizer.ggml.model", NULL))) >= 0) {
 		printf("%-18s none in file (%s, from the architecture)\n", "chat template",
 		    chat_family_name((enum chat_family)fam));
 	} else if (tmpl == NULL) {
