@@ -58,6 +58,15 @@ int eng_kv_type_parse(const char *s, enum gguf_dtype *t);
  */
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*
+ * Memory of a cache when its windowed layers are bounded (gemma's sliding
+ * window, backend.h kvc_kv_window_cap; else every layer grows with the
+ * context): eng_kv_mem_bytes_per_pos per position for the layers that keep
+ * every position, plus at most eng_kv_window_bytes for the windowed ones (0
+ * when they are not bounded).
+ */
+size_t eng_kv_mem_bytes_per_pos(const struct kvc_engine *e);
+size_t eng_kv_window_bytes(const struct kvc_engine *e);
+/*
  * Hex string identifying the weights and everything that changes the cache's
  * contents (architecture, shapes, types, sampled tensor-data hash). The
  * cache type is not in it: a snapshot records its own (the store keeps it
