@@ -19,6 +19,11 @@ struct kvc_backend_params {
 	/* called with done/total while weights load or upload (optional, may be NULL) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * Keep windowed layers' caches whole (the computation before they were
+	 * bounded), for tests to compare the bounded caches against.
+	 */
+	bool kv_whole;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

@@ -282,6 +282,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	}
 	c->m = m;
 	c->hp = *hp;
+	c->kv_whole = p && p->kv_whole;
 	c->q_dim = hp->n_head * hp->head_dim;
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */

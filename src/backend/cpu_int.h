@@ -47,6 +47,7 @@ struct cpu_ctx {
 	int q_dim, kv_dim;		/* n_head * head_dim, n_head_kv * head_dim */
 	struct tp_pool *pool;
 	bool simd;			/* AVX2+FMA+F16C usable for attention */
+	bool kv_whole;			/* kvc_backend_params.kv_whole: no bounded layers */
 
 	float *vec_mem;			/* backing store of vecs and out_norm */
 	struct cpu_vecs *vecs;		/* [n_layer] */

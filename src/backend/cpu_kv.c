@@ -71,7 +71,7 @@ cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *e
 	kv->n_ctx = n_ctx;
 	kv->type = kv_type;
 	kv->row_bytes = kvc_kv_row_bytes(kv_type, c->kv_dim);
-	kv->win_max = kvc_kv_window_cap(&c->hp, n_ctx);
+	kv->win_max = c->kv_whole ? n_ctx : kvc_kv_window_cap(&c->hp, n_ctx);
 	for (int il = 0; il < c->hp.n_layer; il++)
 		if (kv->win_max < n_ctx && model_layer_swa(&c->hp, il)) {
 			kv->bounded[il] = true;
