@@ -422,14 +422,23 @@ next_slice(double tps)
  * slide) left the next position without the n_swa - 1 before it, the
  * sequence is recomputed from position 0, never attended to other rows.
  */
+bool
+eng_seq_keeps(const struct kvc_seq *s, int n_pos)
+{
+	const struct kvc_engine *e = s->e;
+	int need = n_pos - e->model.hp.n_swa + 1;
+
+	if (n_pos == 0)
+		return true;
+	if (s->kv == NULL || n_pos > s->n_cached)
+		return false;
+	return e->be->kv_lowest == NULL || e->be->kv_lowest(e->bctx, s->kv) <= (need > 0 ? need : 0);
+}
+
 static void
 window_check(struct kvc_seq *s, struct eng_stats *st)
 {
-	const struct kvc_engine *e = s->e;
-	int need = s->n_cached - e->model.hp.n_swa + 1;
-
-	if (s->kv == NULL || s->n_cached == 0 || e->be->kv_lowest == NULL ||
-	    e->be->kv_lowest(e->bctx, s->kv) <= (need > 0 ? need : 0))
+	if (eng_seq_keeps(s, s->n_cached))
 		return;
 	s->n_cached = 0;
 	s->have_logits = false;

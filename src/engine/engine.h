@@ -129,6 +129,13 @@ int eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
  */
 void eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, int total),
     void *arg);
+/*
+ * Whether the cache still holds what position n_pos (<= the cached ones)
+ * attends to: false when the bounded windowed layers (eng_kv_window_bytes)
+ * let those positions go, and then the next append after a rewind to
+ * n_pos recomputes the sequence from position 0.
+ */
+bool eng_seq_keeps(const struct kvc_seq *s, int n_pos);
 /* Drop positions >= n_pos (n_pos <= current length). */
 int eng_seq_truncate(struct kvc_seq *s, int n_pos);
 /*
