@@ -160,8 +160,10 @@ const float *eng_seq_logits(const struct kvc_seq *s);
 /*
  * Snapshots. Stable, versioned byte layout, independent of the in-memory one
  * (see docs/ARCHITECTURE.md, "KV snapshot layout"):
- *   header (40 bytes, little-endian): "KVC1", u32 version = 2, u32 kv_type
- *   (ggml type), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0,
+ *   header (40 bytes, little-endian): "KVC1", u32 version (2, or 3 when
+ *   windowed layers' rows of positions [pos0, win_from) were no longer held
+ *   and are zeros), u32 kv_type (ggml type), u32 n_layer, u32 kv_dim,
+ *   u32 pos0, u32 n, u32 win_from (version 2: reserved = 0),
  *   u64 bind (a hash of this engine's fingerprint and the token ids of
  *   positions [0, pos1)); then for each layer: K rows [n][kv_dim], then V
  *   rows [n][kv_dim].
@@ -172,6 +174,9 @@ const float *eng_seq_logits(const struct kvc_seq *s);
  * another cache type (F32, F16, Q8_0) is converted into this cache's type.
  * One made from other tokens or by another model (its bind word differs),
  * or a version 1 blob (no bind word), is KVC_ENOTFOUND: nothing is restored.
+ * Restoring a version 3 chunk tells the backend which rows it does not hold
+ * (a later rewind past them recomputes); a backend whose layers all keep
+ * every position refuses it with KVC_ENOTFOUND.
  */
 int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen);
