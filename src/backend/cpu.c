@@ -27,8 +27,7 @@
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
  * their own RoPE: their caches are bounded (cpu_kv.c keeps the last
  * positions, mapped to slots; the window is applied as a mask over them).
- * gpt2: learned
- * positions, LayerNorm, biases, GELU MLP.
+ * gpt2: learned positions, LayerNorm, biases, GELU MLP.
  */
 #include "backend.h"
 #include "cpu_arch.h"
