@@ -19,6 +19,11 @@ struct kvc_backend_params {
 	/* called with done/total while weights load or upload (optional, may be NULL) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * Keep windowed layers' caches whole (the computation before they were
+	 * bounded), for tests to compare the bounded caches against.
+	 */
+	bool kv_whole;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };
@@ -65,6 +70,19 @@ struct kvc_backend_i {
 	    int pos0, int n, void *dst, char *err, size_t errlen);
 	int (*kv_write)(void *ctx, void *kv, int layer, enum kvc_kv_part part,
 	    int pos0, int n, const void *src, char *err, size_t errlen);
+	/*
+	 * Windowed layers (model_layer_swa) may keep only their last positions
+	 * (kvc_kv_window_cap): kv_read of a position such a layer no longer holds
+	 * is KVC_ENOTFOUND, and a forward at pos0 whose windowed layers lack one
+	 * of the positions [pos0 - n_swa + 1, pos0) is KVC_ENOTFOUND too (the
+	 * caller recomputes from position 0 instead). kv_write ends the cache at
+	 * pos0 + n like a forward (later positions are dropped); for a windowed
+	 * layer K must be written before V over the same range (K's write makes
+	 * the room), rows of positions below what the layer keeps are discarded,
+	 * and src NULL says the positions [pos0, pos0 + n) are not held (the
+	 * layer then holds nothing below pos0 + n; KVC_ENOTFOUND for a layer that
+	 * keeps every position: the caller recomputes).
+	 */
 
 	/* Human-readable memory report for /show (optional). */
 	void (*describe)(void *ctx, struct kvc_buf *out);
@@ -75,11 +93,32 @@ struct kvc_backend_i {
 	 * so they hold what the same tokens would give at their new positions
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
-	 * the computed positions. Last member: the CUDA backend's positional
-	 * initialiser leaves it NULL.
+	 * the computed positions. The CUDA backend's positional
+	 * initialiser leaves it (and kv_lowest) NULL.
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
+	/*
+	 * The lowest position every windowed layer of kv still holds (0 when
+	 * the model has none or nothing was let go); optional, NULL = 0.
+	 */
+	int (*kv_lowest)(void *ctx, void *kv);
 };
+
+/*
+ * Rows a windowed layer's cache keeps when it is trimmed: the window (the
+ * next position attends to n_swa - 1 earlier ones) plus as much again, so a
+ * rewind of up to n_swa positions (/retry, /undo of a recent reply) still
+ * finds its window.
+ */
+#define KVC_KV_WINDOW_KEEP(n_swa) (2 * (n_swa) - 1)
+/* Positions a trimmed cache has room for past what it keeps: >= the CPU forward's chunk. */
+#define KVC_KV_WINDOW_SLACK 128
+/*
+ * kv_check.c: the most positions a windowed layer's cache of a context of
+ * n_ctx holds: KVC_KV_WINDOW_KEEP + KVC_KV_WINDOW_SLACK, or n_ctx when that
+ * is not smaller (or the model has no windowed layers: n_swa 0).
+ */
+int kvc_kv_window_cap(const struct kvc_hparams *hp, int n_ctx);
 
 /*
  * backend.c: the backend for device "auto" (CUDA when a device is usable,

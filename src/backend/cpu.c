@@ -25,9 +25,9 @@
  * what differs between architectures (RoPE, activations, norms, softcaps)
  * in cpu_arch.c. Gemma: embeddings scaled, post-norms, GELU gate, windowed
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
- * their own RoPE: their caches are kept whole and the window applied as a
- * mask (exact, without a bounded cache's memory saving). gpt2: learned
- * positions, LayerNorm, biases, GELU MLP.
+ * their own RoPE: their caches are bounded (cpu_kv.c keeps the last
+ * positions, mapped to slots; the window is applied as a mask over them).
+ * gpt2: learned positions, LayerNorm, biases, GELU MLP.
  */
 #include "backend.h"
 #include "cpu_arch.h"
@@ -44,6 +44,8 @@
 #include <string.h>
 
 #define CHUNK 128	/* tokens per prefill step */
+/* a bounded windowed layer makes room for one chunk at a time */
+_Static_assert(CHUNK <= KVC_KV_WINDOW_SLACK, "CHUNK exceeds the windowed caches' slack");
 
 /* y = x / rms(x) * w over n elements (x and y may alias). */
 static void
@@ -188,6 +190,7 @@ att_run(void *arg, int ith, int nth)
 	bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
 	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
 	size_t rb = j->kv->row_bytes;
+	int kb = cpu_kv_slot(j->kv, j->layer, 0);	/* -(position in slot 0): bounded layers */
 
 	for (it = i0; it < i1; it++) {
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
@@ -198,7 +201,7 @@ att_run(void *arg, int ith, int nth)
 		float mx = -INFINITY, sum = 0;
 
 		for (p = p0; p < n_pos; p++) {
-			const void *kr = K + (size_t)p * rb + off;
+			const void *kr = K + (size_t)(p + kb) * rb + off;
 			float d;
 
 			if (q8)
@@ -220,7 +223,7 @@ att_run(void *arg, int ith, int nth)
 		}
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (p = p0; p < n_pos; p++) {
-			const void *vr = V + (size_t)p * rb + off;
+			const void *vr = V + (size_t)(p + kb) * rb + off;
 			float a = s[p] / sum;
 
 			if (q8)
@@ -278,6 +281,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	}
 	c->m = m;
 	c->hp = *hp;
+	c->kv_whole = p && p->kv_whole;
 	c->q_dim = hp->n_head * hp->head_dim;
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
@@ -481,8 +485,8 @@ layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
 				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
 			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
-		cpu_kv_store_row(kv, kv->k[il], pos0 + t, k, c->kv_dim);
-		cpu_kv_store_row(kv, kv->v[il], pos0 + t, vv, c->kv_dim);
+		cpu_kv_store_row(kv, kv->k[il], cpu_kv_slot(kv, il, pos0 + t), k, c->kv_dim);
+		cpu_kv_store_row(kv, kv->v[il], cpu_kv_slot(kv, il, pos0 + t), vv, c->kv_dim);
 	}
 }
 
@@ -635,7 +639,7 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 			    tokens[i], c->hp.n_vocab);
 			return KVC_EINVAL;
 		}
-	if ((rc = cpu_kv_reserve(c, kv, pos0 + n, err, errlen)) ||
+	if ((rc = cpu_kv_prepare(c, kv, pos0, n, err, errlen)) ||
 	    (rc = reserve_scratch(c, n < CHUNK ? n : CHUNK, pos0 + n, err, errlen)))
 		return rc;
 
@@ -652,6 +656,7 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 			out = logits;
 			lo = nc - 1;
 		}
+		cpu_kv_room(c, kv, pos0 + done, nc);
 		forward_chunk(c, kv, tokens + done, nc, pos0 + done, out, lo);
 		done += nc;
 		kv->n_valid = pos0 + done;
@@ -674,6 +679,7 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
+	cpu_kv_describe(c, out);
 }
 
 const struct kvc_backend_i kvc_backend_cpu = {
@@ -688,4 +694,5 @@ const struct kvc_backend_i kvc_backend_cpu = {
 	.kv_write = cpu_kv_write,
 	.kv_shift = cpu_kv_shift,
 	.describe = cpu_describe,
+	.kv_lowest = cpu_kv_lowest,
 };

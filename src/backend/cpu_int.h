@@ -8,10 +8,24 @@
 
 #include "backend.h"
 
+/*
+ * A cache. Layers hold rows in slots: slot = position - base[layer]. Full
+ * layers keep every position (base 0, cap slots). Windowed layers
+ * (model_layer_swa) are bounded when kvc_kv_window_cap is below n_ctx: they
+ * keep at most win_max slots (wcap allocated) and, when a forward would run
+ * past them, move their last KVC_KV_WINDOW_KEEP rows to the front and
+ * raise base ("trimmed"); they hold positions [base, n_valid). Rows stay
+ * contiguous, so the attention kernels read them as they did.
+ */
 struct cpu_kv {
 	int n_ctx;		/* most positions it may hold */
-	int cap;		/* positions allocated */
-	int n_valid;		/* positions [0, n_valid) hold data */
+	int cap;		/* slots allocated per full layer */
+	int n_valid;		/* positions [0, n_valid) hold data (from base in bounded layers) */
+	int n_win;		/* bounded windowed layers (0: every layer is full) */
+	int win_max;		/* most slots a bounded layer holds */
+	int wcap;		/* slots allocated per bounded layer */
+	int *base;		/* [n_layer] position in slot 0 (0 but in trimmed bounded layers) */
+	bool *bounded;		/* [n_layer] */
 	enum gguf_dtype type;	/* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	size_t row_bytes;	/* kv_dim elements of type (kvc_kv_row_bytes) */
 	void **k, **v;		/* [n_layer] -> (cap, kv_dim) */
@@ -33,6 +47,7 @@ struct cpu_ctx {
 	int q_dim, kv_dim;		/* n_head * head_dim, n_head_kv * head_dim */
 	struct tp_pool *pool;
 	bool simd;			/* AVX2+FMA+F16C usable for attention */
+	bool kv_whole;			/* kvc_backend_params.kv_whole: no bounded layers */
 
 	float *vec_mem;			/* backing store of vecs and out_norm */
 	struct cpu_vecs *vecs;		/* [n_layer] */
@@ -70,9 +85,24 @@ int cpu_kv_read(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0
 int cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, int n,
     const void *src, char *err, size_t errlen);
 int cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen);
-/* Make kv hold positions [0, n_pos): doubling, capped by n_ctx. */
+int cpu_kv_lowest(void *ctx, void *kvp);
+/*
+ * Make kv hold positions [0, n_pos) (bounded layers: their last ones, at
+ * most win_max): doubling, capped by n_ctx.
+ */
 int cpu_kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen);
-/* Row pos of one layer's K or V (base) from n floats, in the cache's type. */
-void cpu_kv_store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n);
+/*
+ * Before a forward of n tokens at pos0: KVC_ENOTFOUND when a bounded layer
+ * no longer holds the window pos0 attends to; else reserve pos0 + n.
+ */
+int cpu_kv_prepare(struct cpu_ctx *c, struct cpu_kv *kv, int pos0, int n, char *err, size_t errlen);
+/* Before a chunk of n tokens at pos: trim the bounded layers so they fit. */
+void cpu_kv_room(struct cpu_ctx *c, struct cpu_kv *kv, int pos, int n);
+/* The slot of position pos in layer il. */
+static inline int cpu_kv_slot(const struct cpu_kv *kv, int il, int pos) { return pos - kv->base[il]; }
+/* Slot `slot` of one layer's K or V (base) from n floats, in the cache's type. */
+void cpu_kv_store_row(const struct cpu_kv *kv, void *base, int slot, const float *src, int n);
+/* A line on the bounded layers for /show (nothing when there are none). */
+void cpu_kv_describe(const struct cpu_ctx *c, struct kvc_buf *out);
 
 #endif

@@ -2,7 +2,8 @@
  * cpu_kv.c: the CPU backend's KV caches. Per layer, K and V are (cap,
  * kv_dim) rows of F16, F32 or Q8_0 blocks, grown by doubling up to n_ctx;
  * rows are read and written whole (snapshots), moved and re-rotated by a
- * slide (kv_shift.c), and stored from the forward's float rows.
+ * slide (kv_shift.c), and stored from the forward's float rows. Windowed
+ * layers are bounded (cpu_int.h): positions map to slots through base.
  */
 #include "backend.h"
 #include "cpu_int.h"
@@ -14,15 +15,33 @@
 #include <string.h>
 
 static size_t
-kv_bytes_at(const struct cpu_ctx *c, const struct cpu_kv *kv, int cap)
+kv_bytes_at(const struct cpu_ctx *c, const struct cpu_kv *kv, int cap, int wcap)
 {
-	return (size_t)cap * kv->row_bytes * 2 * (size_t)c->hp.n_layer;
+	return ((size_t)cap * (size_t)(c->hp.n_layer - kv->n_win) + (size_t)wcap * (size_t)kv->n_win) *
+	    kv->row_bytes * 2;
+}
+
+static void
+kv_free(const struct cpu_ctx *c, struct cpu_kv *kv)
+{
+	if (kv->k)
+		for (int il = 0; il < c->hp.n_layer; il++)
+			free(kv->k[il]);
+	if (kv->v)
+		for (int il = 0; il < c->hp.n_layer; il++)
+			free(kv->v[il]);
+	free(kv->k);
+	free(kv->v);
+	free(kv->base);
+	free(kv->bounded);
+	free(kv);
 }
 
 int
 cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *err, size_t errlen)
 {
 	struct cpu_ctx *c = ctx;
+	size_t nl = (size_t)c->hp.n_layer;
 	struct cpu_kv *kv;
 	int rc;
 
@@ -40,17 +59,24 @@ cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *e
 		return KVC_EINVAL;
 	}
 	kv = calloc(1, sizeof *kv);
-	if (kv == NULL || (kv->k = calloc((size_t)c->hp.n_layer, sizeof *kv->k)) == NULL ||
-	    (kv->v = calloc((size_t)c->hp.n_layer, sizeof *kv->v)) == NULL) {
+	if (kv == NULL || (kv->k = calloc(nl, sizeof *kv->k)) == NULL ||
+	    (kv->v = calloc(nl, sizeof *kv->v)) == NULL ||
+	    (kv->base = calloc(nl, sizeof *kv->base)) == NULL ||
+	    (kv->bounded = calloc(nl, sizeof *kv->bounded)) == NULL) {
 		if (kv)
-			free(kv->k);
-		free(kv);
+			kv_free(c, kv);
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
 	kv->n_ctx = n_ctx;
 	kv->type = kv_type;
 	kv->row_bytes = kvc_kv_row_bytes(kv_type, c->kv_dim);
+	kv->win_max = c->kv_whole ? n_ctx : kvc_kv_window_cap(&c->hp, n_ctx);
+	for (int il = 0; il < c->hp.n_layer; il++)
+		if (kv->win_max < n_ctx && model_layer_swa(&c->hp, il)) {
+			kv->bounded[il] = true;
+			kv->n_win++;
+		}
 	kv->next = c->caches;
 	c->caches = kv;
 	*out = kv;
@@ -62,7 +88,6 @@ cpu_kv_destroy(void *ctx, void *kvp)
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_kv *kv = kvp, **pp;
-	int il;
 
 	if (kv == NULL)
 		return;
@@ -71,57 +96,126 @@ cpu_kv_destroy(void *ctx, void *kvp)
 			*pp = kv->next;
 			break;
 		}
-	c->kv_used -= kv_bytes_at(c, kv, kv->cap);
-	for (il = 0; il < c->hp.n_layer; il++) {
-		free(kv->k[il]);
-		free(kv->v[il]);
-	}
-	free(kv->k);
-	free(kv->v);
-	free(kv);
+	c->kv_used -= kv_bytes_at(c, kv, kv->cap, kv->wcap);
+	kv_free(c, kv);
 }
 
 size_t
-cpu_kv_bytes(void *ctx, void *kv)
+cpu_kv_bytes(void *ctx, void *kvp)
 {
-	return kv_bytes_at(ctx, kv, ((struct cpu_kv *)kv)->cap);
+	struct cpu_kv *kv = kvp;
+
+	return kv_bytes_at(ctx, kv, kv->cap, kv->wcap);
 }
 
 int
-cpu_kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen)
+cpu_kv_lowest(void *ctx, void *kvp)
 {
-	size_t old = kv_bytes_at(c, kv, kv->cap);
-	int cap, il;
+	struct cpu_ctx *c = ctx;
+	struct cpu_kv *kv = kvp;
+	int lo = 0;
 
-	if (n_pos <= kv->cap)
+	for (int il = 0; il < c->hp.n_layer; il++)
+		if (kv->bounded[il] && kv->base[il] > lo)
+			lo = kv->base[il];
+	return lo;
+}
+
+/* Grow the full layers (win false) or the bounded ones to at least want slots, at most limit. */
+static int
+grow(struct cpu_ctx *c, struct cpu_kv *kv, bool win, int want, int limit, char *err, size_t errlen)
+{
+	int *capp = win ? &kv->wcap : &kv->cap, cap = *capp ? *capp : 64;
+	size_t old = kv_bytes_at(c, kv, kv->cap, kv->wcap);
+
+	if (want <= *capp)
 		return 0;
-	if (n_pos > kv->n_ctx) {
-		kvc_err(err, errlen, "context full: %d positions do not fit in %d", n_pos, kv->n_ctx);
-		return KVC_ERANGE;
-	}
-	cap = kv->cap ? kv->cap : 64;
-	while (cap < n_pos)
-		cap = cap > kv->n_ctx / 2 ? kv->n_ctx : cap * 2;
-	if (cap > kv->n_ctx)
-		cap = kv->n_ctx;
-	for (il = 0; il < c->hp.n_layer; il++) {
-		void *k = realloc(kv->k[il], (size_t)cap * kv->row_bytes);
+	while (cap < want)
+		cap = cap > limit / 2 ? limit : cap * 2;
+	if (cap > limit)
+		cap = limit;
+	for (int il = 0; il < c->hp.n_layer; il++) {
+		void *k;
 
-		if (k == NULL)
+		if (kv->bounded[il] != win)
+			continue;
+		if ((k = realloc(kv->k[il], (size_t)cap * kv->row_bytes)) == NULL)
 			goto nomem;
 		kv->k[il] = k;
-		k = realloc(kv->v[il], (size_t)cap * kv->row_bytes);
-		if (k == NULL)
+		if ((k = realloc(kv->v[il], (size_t)cap * kv->row_bytes)) == NULL)
 			goto nomem;
 		kv->v[il] = k;
 	}
-	c->kv_used = c->kv_used - old + kv_bytes_at(c, kv, cap);
-	kv->cap = cap;
+	*capp = cap;
+	c->kv_used = c->kv_used - old + kv_bytes_at(c, kv, kv->cap, kv->wcap);
 	return 0;
 nomem:
 	/* layers already grown keep their larger blocks: harmless, cap is unchanged */
 	kvc_err(err, errlen, "out of memory for a KV cache of %d positions", cap);
 	return KVC_ENOMEM;
+}
+
+int
+cpu_kv_reserve(struct cpu_ctx *c, struct cpu_kv *kv, int n_pos, char *err, size_t errlen)
+{
+	int rc, lo = n_pos;
+
+	if (n_pos > kv->n_ctx) {
+		kvc_err(err, errlen, "context full: %d positions do not fit in %d", n_pos, kv->n_ctx);
+		return KVC_ERANGE;
+	}
+	if ((rc = grow(c, kv, false, n_pos, kv->n_ctx, err, errlen)) || kv->n_win == 0)
+		return rc;
+	for (int il = 0; il < c->hp.n_layer; il++)
+		if (kv->bounded[il] && kv->base[il] < lo)
+			lo = kv->base[il];
+	return grow(c, kv, true, n_pos - lo < kv->win_max ? n_pos - lo : kv->win_max, kv->win_max,
+	    err, errlen);
+}
+
+int
+cpu_kv_prepare(struct cpu_ctx *c, struct cpu_kv *kv, int pos0, int n, char *err, size_t errlen)
+{
+	/* the first new position attends back to pos0 - n_swa + 1 in windowed layers */
+	int need = pos0 - c->hp.n_swa + 1 > 0 ? pos0 - c->hp.n_swa + 1 : 0;
+
+	for (int il = 0; il < c->hp.n_layer; il++) {
+		if (!kv->bounded[il])
+			continue;
+		if (pos0 == 0)
+			kv->base[il] = 0;
+		else if (kv->base[il] > need || kv->base[il] > pos0) {
+			kvc_err(err, errlen, "windowed layer %d holds positions from %d on, a forward "
+			    "at %d needs them from %d: recompute from the start", il, kv->base[il],
+			    pos0, need);
+			return KVC_ENOTFOUND;
+		}
+	}
+	return cpu_kv_reserve(c, kv, pos0 + n, err, errlen);
+}
+
+/* Move layer il's rows of positions [nb, end) to the slots that start at nb. */
+static void
+rebase(struct cpu_kv *kv, int il, int nb, int end)
+{
+	int from = nb - kv->base[il];
+
+	if (end > nb && from > 0) {
+		memmove(kv->k[il], (char *)kv->k[il] + (size_t)from * kv->row_bytes,
+		    (size_t)(end - nb) * kv->row_bytes);
+		memmove(kv->v[il], (char *)kv->v[il] + (size_t)from * kv->row_bytes,
+		    (size_t)(end - nb) * kv->row_bytes);
+	}
+	kv->base[il] = nb;
+}
+
+void
+cpu_kv_room(struct cpu_ctx *c, struct cpu_kv *kv, int pos, int n)
+{
+	/* a trim every KVC_KV_WINDOW_SLACK positions or so, each moving the kept rows once */
+	for (int il = 0; il < c->hp.n_layer; il++)
+		if (kv->bounded[il] && pos + n - kv->base[il] > kv->win_max)
+			rebase(kv, il, pos - KVC_KV_WINDOW_KEEP(c->hp.n_swa), pos);
 }
 
 static int
@@ -151,9 +245,44 @@ cpu_kv_read(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, in
 		    pos0, pos0 + n, kv->n_valid);
 		return KVC_EINVAL;
 	}
+	if (n > 0 && pos0 < kv->base[layer]) {
+		kvc_err(err, errlen, "KV positions %d..%d: windowed layer %d holds them from %d on",
+		    pos0, pos0 + n, layer, kv->base[layer]);
+		return KVC_ENOTFOUND;
+	}
 	if (n > 0)
 		memcpy(dst, (char *)(part == KVC_KV_K ? kv->k : kv->v)[layer] +
-		    (size_t)pos0 * kv->row_bytes, (size_t)n * kv->row_bytes);
+		    (size_t)cpu_kv_slot(kv, layer, pos0) * kv->row_bytes, (size_t)n * kv->row_bytes);
+	return 0;
+}
+
+/*
+ * A bounded layer's K write makes the room: rows it held past pos0 are
+ * dropped (or all, when pos0 is below what it holds), and when the end
+ * runs past win_max only the last KVC_KV_WINDOW_KEEP positions stay. The V
+ * write that follows finds the same base. *first: the first position stored.
+ */
+static int
+bounded_room(struct cpu_ctx *c, struct cpu_kv *kv, int il, enum kvc_kv_part part, int pos0,
+    int end, bool absent, int *first, char *err, size_t errlen)
+{
+	int b = kv->base[il], rc;
+
+	if (part == KVC_KV_K) {
+		if (absent || pos0 < b)
+			b = absent ? end : pos0;
+		kv->base[il] = b;
+		if (end - b > kv->win_max)
+			rebase(kv, il, end - KVC_KV_WINDOW_KEEP(c->hp.n_swa), pos0);
+		b = kv->base[il];
+		if ((rc = cpu_kv_reserve(c, kv, end, err, errlen)))
+			return rc;
+	} else if (end - b > kv->wcap) {
+		kvc_err(err, errlen, "KV write: windowed layer %d's V at %d..%d before its K",
+		    il, pos0, end);
+		return KVC_EINVAL;
+	}
+	*first = pos0 > b ? pos0 : b;
 	return 0;
 }
 
@@ -163,7 +292,7 @@ cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, i
 {
 	struct cpu_ctx *c = ctx;
 	struct cpu_kv *kv = kvp;
-	int rc;
+	int rc, first = pos0;
 
 	if ((rc = kv_check_range(c, kv, layer, pos0, n, err, errlen)))
 		return rc;
@@ -172,17 +301,31 @@ cpu_kv_write(void *ctx, void *kvp, int layer, enum kvc_kv_part part, int pos0, i
 		    pos0, kv->n_valid);
 		return KVC_EINVAL;
 	}
-	if ((rc = cpu_kv_reserve(c, kv, pos0 + n, err, errlen)))
+	if (src == NULL && !kv->bounded[layer]) {
+		kvc_err(err, errlen, "KV write: layer %d keeps every position, its rows are needed",
+		    layer);
+		return KVC_ENOTFOUND;
+	}
+	if (kv->bounded[layer])
+		rc = bounded_room(c, kv, layer, part, pos0, pos0 + n, src == NULL, &first, err, errlen);
+	else
+		rc = cpu_kv_reserve(c, kv, pos0 + n, err, errlen);
+	if (rc)
 		return rc;
-	if (n > 0)
+	if (src != NULL && pos0 + n > first)
 		memcpy((char *)(part == KVC_KV_K ? kv->k : kv->v)[layer] +
-		    (size_t)pos0 * kv->row_bytes, src, (size_t)n * kv->row_bytes);
-	if (pos0 + n > kv->n_valid)
-		kv->n_valid = pos0 + n;
+		    (size_t)cpu_kv_slot(kv, layer, first) * kv->row_bytes,
+		    (const char *)src + (size_t)(first - pos0) * kv->row_bytes,
+		    (size_t)(pos0 + n - first) * kv->row_bytes);
+	kv->n_valid = pos0 + n;	/* like a forward: what lay past the write is gone */
 	return 0;
 }
 
-/* The shift's rows are few next to a forward pass: one thread does them. */
+/*
+ * The shift's rows are few next to a forward pass: one thread does them.
+ * A trimmed layer holding positions [b, n_valid) loses the part of the
+ * dropped range it holds, and moves by n_drop all the same.
+ */
 int
 cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
 {
@@ -204,8 +347,14 @@ cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
 	}
 	/* layer by layer: gemma's windowed layers rotate with their own base */
 	for (int il = 0; il < hp->n_layer && rc == KVC_OK; il++) {
+		int b = kv->base[il], held = kv->n_valid - b > 0 ? kv->n_valid - b : 0;
+		int lo = p0 - b, hi = p0 + n_drop - b;
+
+		lo = lo < 0 ? 0 : lo > held ? held : lo;
+		hi = hi < 0 ? 0 : hi > held ? held : hi;
 		r.inv_freq = model_layer_swa(hp, il) ? c->inv_freq_swa : c->inv_freq;
-		rc = kv_shift_cache(kv->k + il, kv->v + il, 1, kv->type, kv->n_valid, p0, n_drop, &r);
+		rc = kv_shift_cache(kv->k + il, kv->v + il, 1, kv->type, held, lo, hi - lo, -n_drop, &r);
+		kv->base[il] = b - (n_drop - (hi - lo));
 	}
 	kv->n_valid -= n_drop;	/* after a failure the caller drops the cache */
 	if (rc)
@@ -214,18 +363,34 @@ cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
 }
 
 void
-cpu_kv_store_row(const struct cpu_kv *kv, void *base, int pos, const float *src, int n)
+cpu_kv_store_row(const struct cpu_kv *kv, void *base, int slot, const float *src, int n)
 {
 	int i;
 
 	if (kv->type == GGML_TYPE_F32) {
-		memcpy((char *)base + (size_t)pos * kv->row_bytes, src, (size_t)n * sizeof(float));
+		memcpy((char *)base + (size_t)slot * kv->row_bytes, src, (size_t)n * sizeof(float));
 	} else if (kv->type == GGML_TYPE_Q8_0) {
-		kvq8_quantize(src, (char *)base + (size_t)pos * kv->row_bytes, n);
+		kvq8_quantize(src, (char *)base + (size_t)slot * kv->row_bytes, n);
 	} else {
-		uint16_t *d = (uint16_t *)((char *)base + (size_t)pos * kv->row_bytes);
+		uint16_t *d = (uint16_t *)((char *)base + (size_t)slot * kv->row_bytes);
 
 		for (i = 0; i < n; i++)
 			d[i] = q_f32_to_fp16(src[i]);
 	}
+}
+
+void
+cpu_kv_describe(const struct cpu_ctx *c, struct kvc_buf *out)
+{
+	int n_win = 0, n_max = 0;
+
+	for (const struct cpu_kv *kv = c->caches; kv != NULL; kv = kv->next)
+		if (kv->n_win > 0) {
+			n_win = kv->n_win;
+			n_max = kv->win_max;
+		}
+	if (n_win > 0)
+		kvc_buf_printf(out, "windowed layers: %d of %d keep at most %d positions "
+		    "(window %d), the others every position\n", n_win, c->hp.n_layer, n_max,
+		    c->hp.n_swa);
 }

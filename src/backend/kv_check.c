@@ -35,3 +35,14 @@ kvc_backend_forward_check(int n, int pos0, int n_valid, int n_ctx, char *err, si
 	}
 	return KVC_OK;
 }
+
+int
+kvc_kv_window_cap(const struct kvc_hparams *hp, int n_ctx)
+{
+	int cap;
+
+	if (hp->n_swa <= 0 || hp->n_swa > n_ctx)
+		return n_ctx;
+	cap = KVC_KV_WINDOW_KEEP(hp->n_swa) + KVC_KV_WINDOW_SLACK;
+	return cap < n_ctx ? cap : n_ctx;
+}

@@ -60,7 +60,7 @@ kv_shift_rows(void *rows, int n, enum gguf_dtype type, const struct kv_rope *r,
 
 int
 kv_shift_cache(void **k, void **v, int n_layer, enum gguf_dtype type, int n_valid,
-    int p0, int n_drop, const struct kv_rope *r)
+    int p0, int n_drop, int delta, const struct kv_rope *r)
 {
 	size_t rb = kvc_kv_row_bytes(type, r->n_head_kv * r->head_dim);
 	int n_move = n_valid - p0 - n_drop, rc = KVC_OK;
@@ -73,7 +73,7 @@ kv_shift_cache(void **k, void **v, int n_layer, enum gguf_dtype type, int n_vali
 
 		memmove(kl + (size_t)p0 * rb, kl + (size_t)(p0 + n_drop) * rb, (size_t)n_move * rb);
 		memmove(vl + (size_t)p0 * rb, vl + (size_t)(p0 + n_drop) * rb, (size_t)n_move * rb);
-		rc = kv_shift_rows(kl + (size_t)p0 * rb, n_move, type, r, -n_drop, f);
+		rc = kv_shift_rows(kl + (size_t)p0 * rb, n_move, type, r, delta, f);
 	}
 	free(f);
 	return rc;

@@ -28,12 +28,13 @@ int kv_shift_rows(void *rows, int n, enum gguf_dtype type, const struct kv_rope 
     int delta, float *f);
 
 /*
- * Drop positions [p0, p0 + n_drop) of a cache whose layers' K and V rows
- * are k[l], v[l] (n_valid rows of type each): the later rows move down and
- * K is rotated by -n_drop. 0, KVC_ENOMEM or KVC_EUNSUPPORTED (a type
- * without a row format).
+ * Drop rows [p0, p0 + n_drop) of a cache whose layers' K and V rows are
+ * k[l], v[l] (n_valid rows of type each): the later rows move down and K
+ * is rotated by delta (-n_drop for a whole cache; a trimmed windowed layer
+ * may hold fewer of the dropped positions than it moves by). 0, KVC_ENOMEM
+ * or KVC_EUNSUPPORTED (a type without a row format).
  */
 int kv_shift_cache(void **k, void **v, int n_layer, enum gguf_dtype type, int n_valid,
-    int p0, int n_drop, const struct kv_rope *r);
+    int p0, int n_drop, int delta, const struct kv_rope *r);
 
 #endif

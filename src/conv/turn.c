@@ -507,8 +507,9 @@ static int
 retry_prompt(struct conv *c, int n_pos, const float **first, struct eng_stats *es,
     char *err, size_t errlen)
 {
+	/* (not when the windowed layers let the positions go: the sync recomputes them) */
 	if (c->reply_logits != NULL && c->reply_logits_pos == n_pos &&
-	    eng_seq_n_pos(c->seq) >= n_pos) {
+	    eng_seq_n_pos(c->seq) >= n_pos && eng_seq_keeps(c->seq, n_pos)) {
 		*first = c->reply_logits;
 		es->n_reused = n_pos;
 		return eng_seq_truncate(c->seq, n_pos);

@@ -1,6 +1,6 @@
 /*
- * engine.c: a model on a backend, and sequences that own their KV caches;
- * saving and restoring those caches as snapshots (laid out by snapshot.c).
+ * engine.c: a model on a backend, and sequences that own their KV caches
+ * (saved and restored as snapshots by seq_kv.c, laid out by snapshot.c).
  */
 #include "config.h"
 
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "snapshot.h"
+#include "engine_int.h"
 
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
 #define ENG_PREFILL_CHUNK 512
@@ -24,31 +24,6 @@
 #define ENG_SLICE_S 0.2
 #define ENG_SLICE_FIRST 8
 #define ENG_SLICE_MIN 2
-
-struct kvc_engine {
-	struct gguf_file *gf;		/* owned */
-	struct kvc_tokenizer *tok;	/* owned */
-	struct kvc_model model;		/* weights point into gf's mapping */
-	const struct kvc_backend_i *be;
-	void *bctx;			/* backend context */
-	int n_ctx;			/* positions per sequence */
-	enum gguf_dtype kv_type;		/* F16, F32 or Q8_0 */
-	int kv_dim;			/* n_head_kv * head_dim */
-	size_t kv_row;			/* bytes of one K (or V) row of kv_dim elements */
-	char fingerprint[17];		/* 64-bit hash, hex */
-	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
-	void *hook_arg;
-	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
-};
-
-struct kvc_seq {
-	struct kvc_engine *e;
-	struct kvc_tokens toks;		/* the sequence's tokens (all of them, even when evicted) */
-	void *kv;			/* backend cache, NULL when evicted */
-	int n_cached;			/* positions [0, n_cached) of kv hold toks' K/V; <= toks.n */
-	float *logits;			/* (n_vocab) after toks[toks.n - 1] when have_logits */
-	bool have_logits;
-};
 
 struct kvc_engine_params
 kvc_engine_default_params(void)
@@ -298,6 +273,29 @@ eng_kv_bytes_per_pos(const struct kvc_engine *e)
 	return 2 * (size_t)e->model.hp.n_layer * e->kv_row;
 }
 
+size_t
+eng_kv_mem_bytes_per_pos(const struct kvc_engine *e)
+{
+	const struct kvc_hparams *hp = &e->model.hp;
+	int n_full = 0;
+
+	if (kvc_kv_window_cap(hp, e->n_ctx) >= e->n_ctx)
+		return eng_kv_bytes_per_pos(e);
+	for (int il = 0; il < hp->n_layer; il++)
+		n_full += !model_layer_swa(hp, il);
+	return 2 * (size_t)n_full * e->kv_row;
+}
+
+size_t
+eng_kv_window_bytes(const struct kvc_engine *e)
+{
+	int cap = kvc_kv_window_cap(&e->model.hp, e->n_ctx);
+
+	if (cap >= e->n_ctx)
+		return 0;
+	return (size_t)cap * (eng_kv_bytes_per_pos(e) - eng_kv_mem_bytes_per_pos(e));
+}
+
 void
 eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
 {
@@ -310,6 +308,9 @@ eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
 	    (double)e->model.weight_bytes / (1024.0 * 1024.0));
 	kvc_buf_printf(out, "backend: %s; context %d; KV cache %s, %zu bytes per position\n",
 	    e->be->name, e->n_ctx, gguf_dtype_name(e->kv_type), eng_kv_bytes_per_pos(e));
+	if (eng_kv_window_bytes(e) > 0)
+		kvc_buf_printf(out, "KV memory: %zu bytes per position, plus at most %zu for the "
+		    "windowed layers\n", eng_kv_mem_bytes_per_pos(e), eng_kv_window_bytes(e));
 	kvc_buf_printf(out, "fingerprint: %s\n", e->fingerprint);
 	if (e->be->describe)
 		e->be->describe(e->bctx, out);
@@ -380,8 +381,8 @@ eng_seq_logits(const struct kvc_seq *s)
 }
 
 /* Make the cache exist again after an eviction. */
-static int
-ensure_resident(struct kvc_seq *s, char *err, size_t errlen)
+int
+eng_ensure_resident(struct kvc_seq *s, char *err, size_t errlen)
 {
 	if (s->kv)
 		return KVC_OK;
@@ -389,8 +390,8 @@ ensure_resident(struct kvc_seq *s, char *err, size_t errlen)
 	return s->e->be->kv_create(s->e->bctx, s->e->n_ctx, s->e->kv_type, &s->kv, err, errlen);
 }
 
-static int
-check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t errlen)
+int
+eng_check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t errlen)
 {
 	for (int i = 0; i < n; i++)
 		if (t[i] < 0 || t[i] >= e->model.hp.n_vocab) {
@@ -416,6 +417,36 @@ next_slice(double tps)
 }
 
 /*
+ * The windowed layers of a bounded cache keep only their last positions
+ * (backend.h, kv_lowest): when a rewind (/undo, /retry, a truncation, a
+ * slide) left the next position without the n_swa - 1 before it, the
+ * sequence is recomputed from position 0, never attended to other rows.
+ */
+bool
+eng_seq_keeps(const struct kvc_seq *s, int n_pos)
+{
+	const struct kvc_engine *e = s->e;
+	int need = n_pos - e->model.hp.n_swa + 1;
+
+	if (n_pos == 0)
+		return true;
+	if (s->kv == NULL || n_pos > s->n_cached)
+		return false;
+	return e->be->kv_lowest == NULL || e->be->kv_lowest(e->bctx, s->kv) <= (need > 0 ? need : 0);
+}
+
+static void
+window_check(struct kvc_seq *s, struct eng_stats *st)
+{
+	if (eng_seq_keeps(s, s->n_cached))
+		return;
+	s->n_cached = 0;
+	s->have_logits = false;
+	if (st)
+		st->n_reused = 0;
+}
+
+/*
  * Run s->toks[s->n_cached .. toks.n) through the model, in chunks; on success
  * the cache covers all tokens and the logits of the last one are at hand.
  * On failure n_cached stays where the last successful chunk ended. With a
@@ -430,9 +461,11 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 	double t0 = kvc_now();
 	int rc;
 
+	window_check(s, st);
+	first = s->n_cached;
 	if (s->n_cached >= n_total)
 		return KVC_OK;
-	rc = ensure_resident(s, err, errlen);
+	rc = eng_ensure_resident(s, err, errlen);
 	if (rc)
 		return rc;
 	s->have_logits = false;
@@ -502,7 +535,7 @@ eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
 		    s->toks.n, n, s->e->n_ctx);
 		return KVC_ERANGE;
 	}
-	rc = check_ids(s->e, tokens, n, err, errlen);
+	rc = eng_check_ids(s->e, tokens, n, err, errlen);
 	if (rc)
 		return rc;
 	if (st)
@@ -547,7 +580,7 @@ eng_seq_append_scored(struct kvc_seq *s, const int32_t *tokens, int n, float *al
 		    s->toks.n, n, e->n_ctx);
 		return KVC_ERANGE;
 	}
-	if ((rc = check_ids(e, tokens, n, err, errlen)) || (rc = ensure_resident(s, err, errlen)))
+	if ((rc = eng_check_ids(e, tokens, n, err, errlen)) || (rc = eng_ensure_resident(s, err, errlen)))
 		return rc;
 	if (st)
 		st->n_reused = s->n_cached;
@@ -617,7 +650,7 @@ eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
 		kvc_err(err, errlen, "context full: %d tokens exceed the context of %d", n, s->e->n_ctx);
 		return KVC_ERANGE;
 	}
-	rc = check_ids(s->e, tokens, n, err, errlen);
+	rc = eng_check_ids(s->e, tokens, n, err, errlen);
 	if (rc)
 		return rc;
 	if (s->kv)
@@ -720,177 +753,4 @@ eng_seq_evict(struct kvc_seq *s)
 	s->kv = NULL;
 	s->n_cached = 0;
 	s->have_logits = false;
-}
-
-/* ---- snapshots (the byte layout is snapshot.c's) ---- */
-
-int
-eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
-    char *err, size_t errlen)
-{
-	struct kvc_engine *e = s->e;
-	struct eng_snap h;
-	unsigned char hdr[ENG_SNAP_HEADER];
-	size_t rows, total;
-	int n = pos1 - pos0, rc;
-
-	if (s->kv == NULL) {
-		kvc_err(err, errlen, "snapshot: the sequence is evicted");
-		return KVC_EINVAL;
-	}
-	if (pos0 < 0 || pos1 < pos0 || pos1 > s->n_cached) {
-		kvc_err(err, errlen, "snapshot: range [%d, %d) is not inside the %d cached positions",
-		    pos0, pos1, s->n_cached);
-		return KVC_EINVAL;
-	}
-	h = (struct eng_snap){ (uint32_t)e->kv_type, (uint32_t)e->model.hp.n_layer,
-	    (uint32_t)e->kv_dim, (uint32_t)pos0, (uint32_t)n,
-	    eng_snap_bind(e->fingerprint, s->toks.v, (size_t)pos1) };
-	rows = eng_snap_part_bytes(&h, e->kv_row);
-	total = eng_snap_bytes(&h, e->kv_row);
-	if (kvc_buf_reserve(out, total) != KVC_OK) {
-		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
-		return KVC_ENOMEM;
-	}
-	eng_snap_put_header(hdr, &h);
-	kvc_buf_append(out, hdr, sizeof hdr);
-	for (int l = 0; l < e->model.hp.n_layer; l++) {
-		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
-			if (n > 0) {
-				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, pos0, n,
-				    out->p + out->n, err, errlen);
-				if (rc) {
-					out->n -= eng_snap_part_offset(&h, e->kv_row, l, (enum kvc_kv_part)part);
-					return rc;
-				}
-			}
-			out->n += rows;
-		}
-	}
-	if (out->n < out->cap)
-		out->p[out->n] = '\0';
-	return KVC_OK;
-}
-
-/*
- * Write the rows of blob (header h, rows of src_row bytes in h's cache type)
- * into s's cache of another type, through float: a snapshot taken with
- * --kv-type f16 restores into a q8_0 cache as if its rows had been computed
- * there and rounded (and q8_0 into f16 exactly up to the fp16 rounding).
- */
-static int
-load_converted(struct kvc_seq *s, const struct eng_snap *h, const void *blob, size_t src_row,
-    char *err, size_t errlen)
-{
-	struct kvc_engine *e = s->e;
-	float *f = malloc((size_t)e->kv_dim * sizeof *f);
-	unsigned char *rows = malloc((size_t)h->n * e->kv_row);
-	int rc = KVC_OK;
-
-	if (f == NULL || rows == NULL) {
-		free(f);
-		free(rows);
-		kvc_err(err, errlen, "KV snapshot: out of memory converting %u positions", h->n);
-		return KVC_ENOMEM;
-	}
-	for (uint32_t l = 0; l < h->n_layer && rc == KVC_OK; l++) {
-		for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++) {
-			const unsigned char *src = (const unsigned char *)blob +
-			    eng_snap_part_offset(h, src_row, (int)l, (enum kvc_kv_part)part);
-
-			for (uint32_t i = 0; i < h->n && rc == KVC_OK; i++) {
-				rc = kvc_kv_row_to_f32((enum gguf_dtype)h->kv_type, src + i * src_row, f, e->kv_dim);
-				if (rc == KVC_OK)
-					rc = kvc_kv_row_from_f32(e->kv_type, f, rows + i * e->kv_row, e->kv_dim);
-			}
-			if (rc != KVC_OK)
-				kvc_err(err, errlen, "KV snapshot: cannot convert %s rows to %s",
-				    gguf_dtype_name((enum gguf_dtype)h->kv_type), gguf_dtype_name(e->kv_type));
-			else
-				rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part,
-				    (int)h->pos0, (int)h->n, rows, err, errlen);
-		}
-	}
-	free(f);
-	free(rows);
-	return rc;
-}
-
-int
-eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
-    size_t len, char *err, size_t errlen)
-{
-	struct kvc_engine *e = s->e;
-	struct eng_snap h;
-	size_t total, src_row;
-	int rc;
-
-	if ((rc = eng_snap_get_header(blob, len, &h, err, errlen)) != KVC_OK)
-		return rc;
-	/* a blob of another cache type is converted row by row below */
-	src_row = h.kv_type <= GGML_TYPE_Q8_0 ? kvc_kv_row_bytes((enum gguf_dtype)h.kv_type, e->kv_dim) : 0;
-	if (src_row == 0 || h.n_layer != (uint32_t)e->model.hp.n_layer ||
-	    h.kv_dim != (uint32_t)e->kv_dim) {
-		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
-		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)h.kv_type), h.n_layer,
-		    h.kv_dim, gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
-		return KVC_ECORRUPT;
-	}
-	if (s->kv == NULL)
-		s->n_cached = 0;
-	if (h.pos0 != (uint32_t)s->n_cached) {
-		kvc_err(err, errlen, "KV snapshot: starts at position %u but %d positions are restored",
-		    h.pos0, s->n_cached);
-		return KVC_ECORRUPT;
-	}
-	if (h.n > (uint32_t)e->n_ctx || h.pos0 + h.n > (uint32_t)e->n_ctx) {
-		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) exceed the context of %d",
-		    h.pos0, h.pos0 + h.n, e->n_ctx);
-		return KVC_ECORRUPT;
-	}
-	total = eng_snap_bytes(&h, src_row);
-	if (len != total) {
-		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, h.n, total);
-		return KVC_ECORRUPT;
-	}
-	if (h.n > 0 && tokens == NULL) {
-		kvc_err(err, errlen, "KV snapshot: no tokens given for %u positions", h.n);
-		return KVC_EINVAL;
-	}
-	rc = check_ids(e, tokens, (int)(h.pos0 + h.n), err, errlen);
-	if (rc)
-		return rc;
-	if (h.bind != eng_snap_bind(e->fingerprint, tokens, (size_t)(h.pos0 + h.n))) {
-		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) were computed from other "
-		    "tokens or by another model", h.pos0, h.pos0 + h.n);
-		return KVC_ENOTFOUND;
-	}
-	rc = ensure_resident(s, err, errlen);
-	if (rc)
-		return rc;
-	if (h.kv_type == (uint32_t)e->kv_type) {
-		for (uint32_t l = 0; l < h.n_layer && h.n > 0 && rc == KVC_OK; l++)
-			for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++)
-				rc = e->be->kv_write(e->bctx, s->kv, (int)l, (enum kvc_kv_part)part,
-				    (int)h.pos0, (int)h.n, (const unsigned char *)blob +
-				    eng_snap_part_offset(&h, src_row, (int)l, (enum kvc_kv_part)part),
-				    err, errlen);
-	} else {
-		rc = load_converted(s, &h, blob, src_row, err, errlen);
-	}
-	if (rc)
-		return rc;
-	s->n_cached = (int)(h.pos0 + h.n);
-	s->have_logits = false;
-	/* Keep the sequence's later tokens only if they extend what was restored. */
-	if (s->toks.n < (size_t)s->n_cached || (s->n_cached > 0 &&
-	    memcmp(s->toks.v, tokens, (size_t)s->n_cached * sizeof *tokens) != 0)) {
-		s->toks.n = 0;
-		if (kvc_tokens_append(&s->toks, tokens, (size_t)s->n_cached) != KVC_OK) {
-			s->n_cached = 0;
-			kvc_err(err, errlen, "out of memory");
-			return KVC_ENOMEM;
-		}
-	}
-	return KVC_OK;
 }

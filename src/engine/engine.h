@@ -58,6 +58,15 @@ int eng_kv_type_parse(const char *s, enum gguf_dtype *t);
  */
 size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 /*
+ * Memory of a cache when its windowed layers are bounded (gemma's sliding
+ * window, backend.h kvc_kv_window_cap; else every layer grows with the
+ * context): eng_kv_mem_bytes_per_pos per position for the layers that keep
+ * every position, plus at most eng_kv_window_bytes for the windowed ones (0
+ * when they are not bounded).
+ */
+size_t eng_kv_mem_bytes_per_pos(const struct kvc_engine *e);
+size_t eng_kv_window_bytes(const struct kvc_engine *e);
+/*
  * Hex string identifying the weights and everything that changes the cache's
  * contents (architecture, shapes, types, sampled tensor-data hash). The
  * cache type is not in it: a snapshot records its own (the store keeps it
@@ -120,6 +129,13 @@ int eng_seq_sync(struct kvc_seq *s, const int32_t *tokens, int n,
  */
 void eng_set_prefill_hook(struct kvc_engine *e, int (*fn)(void *arg, int done, int total),
     void *arg);
+/*
+ * Whether the cache still holds what position n_pos (<= the cached ones)
+ * attends to: false when the bounded windowed layers (eng_kv_window_bytes)
+ * let those positions go, and then the next append after a rewind to
+ * n_pos recomputes the sequence from position 0.
+ */
+bool eng_seq_keeps(const struct kvc_seq *s, int n_pos);
 /* Drop positions >= n_pos (n_pos <= current length). */
 int eng_seq_truncate(struct kvc_seq *s, int n_pos);
 /*
@@ -144,8 +160,10 @@ const float *eng_seq_logits(const struct kvc_seq *s);
 /*
  * Snapshots. Stable, versioned byte layout, independent of the in-memory one
  * (see docs/ARCHITECTURE.md, "KV snapshot layout"):
- *   header (40 bytes, little-endian): "KVC1", u32 version = 2, u32 kv_type
- *   (ggml type), u32 n_layer, u32 kv_dim, u32 pos0, u32 n, u32 reserved = 0,
+ *   header (40 bytes, little-endian): "KVC1", u32 version (2, or 3 when
+ *   windowed layers' rows of positions [pos0, win_from) were no longer held
+ *   and are zeros), u32 kv_type (ggml type), u32 n_layer, u32 kv_dim,
+ *   u32 pos0, u32 n, u32 win_from (version 2: reserved = 0),
  *   u64 bind (a hash of this engine's fingerprint and the token ids of
  *   positions [0, pos1)); then for each layer: K rows [n][kv_dim], then V
  *   rows [n][kv_dim].
@@ -156,6 +174,9 @@ const float *eng_seq_logits(const struct kvc_seq *s);
  * another cache type (F32, F16, Q8_0) is converted into this cache's type.
  * One made from other tokens or by another model (its bind word differs),
  * or a version 1 blob (no bind word), is KVC_ENOTFOUND: nothing is restored.
+ * Restoring a version 3 chunk tells the backend which rows it does not hold
+ * (a later rewind past them recomputes); a backend whose layers all keep
+ * every position refuses it with KVC_ENOTFOUND.
  */
 int eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen);

@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 
-#define ENG_SNAP_HEADER 40	/* bytes of the header (version 2) */
+#define ENG_SNAP_HEADER 40	/* bytes of the header (versions 2 and 3) */
 
 /* What the header says. */
 struct eng_snap {
@@ -16,6 +16,7 @@ struct eng_snap {
 	uint32_t n_layer;
 	uint32_t kv_dim;	/* elements per row: n_head_kv * head_dim */
 	uint32_t pos0, n;	/* the blob holds positions [pos0, pos0 + n) */
+	uint32_t win_from;	/* windowed layers' rows are real from here (pos0: all) */
 	uint64_t bind;		/* eng_snap_bind of the fingerprint and tokens [0, pos0 + n) */
 };
 
@@ -38,7 +39,8 @@ size_t eng_snap_part_offset(const struct eng_snap *h, size_t row_bytes, int laye
 void eng_snap_put_header(unsigned char *p, const struct eng_snap *h);
 /*
  * Read the header of blob[0..len) into h, checking what needs no engine:
- * the magic, the version and the reserved word. 0, KVC_ENOTFOUND for a
+ * the magic, the version and the reserved word (version 3: win_from inside
+ * the chunk; version 2: win_from = pos0). 0, KVC_ENOTFOUND for a
  * version 1 blob (well formed, but bound to nothing), or KVC_ECORRUPT, with
  * a message; the caller checks the shape against its own, the length
  * against eng_snap_bytes and the bind word against its tokens.

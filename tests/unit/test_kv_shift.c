@@ -142,7 +142,7 @@ test_backend(const char *path, const char *what)
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
 	struct gguf_file *gf = NULL;
 	struct kvc_model m;
-	struct kvc_backend_params bp = { 2, 0, NULL, NULL };
+	struct kvc_backend_params bp = { .n_threads = 2 };
 	void *ctx = NULL, *a = NULL, *b = NULL;
 	char err[256];
 	int n = 40, keep = 5, d = 13, w, hd, rd, nm = 40 - 13;

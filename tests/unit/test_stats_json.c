@@ -20,7 +20,7 @@ record(const struct conv_stats *s, const char *stop)
 {
 	static char out[4096];
 	struct kvc_buf b = {0};
-	struct repl_kv_facts kv = { "f16", 4096 };
+	struct repl_kv_facts kv = { "f16", 4096, 8192 };
 	int rc = repl_stats_record(&b, 3, 7, "a \"title\"", s, stop, &kv);
 
 	snprintf(out, sizeof out, "%s", rc == 0 && b.p ? b.p : "(failed)");
@@ -43,6 +43,9 @@ main(void)
 	test_cond(strstr(r, "\"ttft_ms\":null") != NULL, "no first token, ttft null: %s", r);
 	test_cond(strstr(r, "\"ttft_ms\":0") == NULL, "never a ttft of 0: %s", r);
 	test_cond(strstr(r, "\"interrupted\":true") != NULL, "interrupted kept: %s", r);
+	/* memory per position (windowed layers bounded) and snapshot rows per position apart */
+	test_cond(strstr(r, "\"kv_bytes_per_pos\":4096,\"snapshot_bytes_per_pos\":8192") != NULL,
+	    "kv bytes, memory and snapshot: %s", r);
 	test_cond(strstr(r, "\"stop\":\"interrupted\"") != NULL, "stop reason: %s", r);
 	test_cond(strstr(r, "\"gen_tokens\":0") != NULL, "no tokens: %s", r);
 

@@ -81,10 +81,16 @@ show_info(struct kvc_repl *r)
 	    sizeof b1), wb);
 	printf("%-12s %d of %d positions used (the model was trained with %d)\n", "context",
 	    n_pos, eng_n_ctx(r->e), hp->n_ctx_train);
-	printf("%-12s %s, %s per position (memory and snapshot); %s resident for %d of %d "
+	printf("%-12s %s, %s per position (%s); %s resident for %d of %d "
 	    "open conversations (budget %s)\n", "kv cache", gguf_dtype_name(eng_kv_type(r->e)),
-	    fmt_bytes(eng_kv_bytes_per_pos(r->e), b1, sizeof b1), fmt_bytes(kv, b2, sizeof b2),
+	    fmt_bytes(eng_kv_bytes_per_pos(r->e), b1, sizeof b1),
+	    eng_kv_window_bytes(r->e) > 0 ? "snapshot" : "memory and snapshot",
+	    fmt_bytes(kv, b2, sizeof b2),
 	    n_res, n_open, r->kv_budget ? fmt_bytes(r->kv_budget, b3, sizeof b3) : "unlimited");
+	if (eng_kv_window_bytes(r->e) > 0)
+		printf("%-12s windowed layers bounded: in memory %s per position plus at most %s\n",
+		    "", fmt_bytes(eng_kv_mem_bytes_per_pos(r->e), b1, sizeof b1),
+		    fmt_bytes(eng_kv_window_bytes(r->e), b2, sizeof b2));
 	print_backend_lines(r);
 	printf("%-12s %s\n", "fingerprint", eng_fingerprint(r->e));
 	printf("%-12s %s\n", "database", r->db_path);

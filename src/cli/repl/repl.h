@@ -81,11 +81,12 @@ void repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s);
  * to b: stop is the stats line's reason ("max tokens", "context full",
  * "interrupted"; NULL: "eos", the model ended its turn); ttft_ms is null when
  * no reply token came; kv: the cache's type and bytes per position (in
- * memory and in a snapshot alike). 0 or KVC_ENOMEM.
+ * memory, and in a snapshot). 0 or KVC_ENOMEM.
  */
 struct repl_kv_facts {
 	const char *type;
-	size_t bytes_per_pos;
+	size_t bytes_per_pos;		/* memory a further position takes (windowed layers bounded) */
+	size_t snap_bytes_per_pos;	/* rows a position adds to a snapshot (0: bytes_per_pos) */
 };
 int repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
     const struct conv_stats *s, const char *stop, const struct repl_kv_facts *kv);

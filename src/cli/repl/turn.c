@@ -114,7 +114,8 @@ repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
 	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
 	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
 	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
-	    kv->type, kv->bytes_per_pos, kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
+	    kv->type, kv->bytes_per_pos,
+	    kv->snap_bytes_per_pos ? kv->snap_bytes_per_pos : kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
 	    s->spec_accepted, s->forward_passes);
 	return rc;
 }
@@ -125,7 +126,7 @@ write_stats_json(struct kvc_repl *r, const struct conv_stats *s)
 {
 	struct kvc_buf b = {0};
 	struct repl_kv_facts kv = { eng_kv_type_name(eng_kv_type(r->e)),
-	    eng_kv_bytes_per_pos(r->e) };
+	    eng_kv_mem_bytes_per_pos(r->e), eng_kv_bytes_per_pos(r->e) };
 	char err[1024];
 	int rc, fd;
 

@@ -1,0 +1,213 @@
+/*
+ * seq_kv.c: a sequence's cache saved and restored as snapshots (the byte
+ * layout is snapshot.c's). Windowed layers of a bounded cache hold only
+ * their last positions: a chunk records from which position their rows are
+ * real (rows before it are zeros), and restoring it tells the backend those
+ * rows are not held, so a later rewind past them recomputes.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_int.h"
+
+int
+eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	struct eng_snap h;
+	unsigned char hdr[ENG_SNAP_HEADER];
+	size_t rows, total;
+	int n = pos1 - pos0, rc, lo;
+
+	if (s->kv == NULL) {
+		kvc_err(err, errlen, "snapshot: the sequence is evicted");
+		return KVC_EINVAL;
+	}
+	if (pos0 < 0 || pos1 < pos0 || pos1 > s->n_cached) {
+		kvc_err(err, errlen, "snapshot: range [%d, %d) is not inside the %d cached positions",
+		    pos0, pos1, s->n_cached);
+		return KVC_EINVAL;
+	}
+	/* what the windowed layers of a bounded cache still hold, inside the chunk */
+	lo = e->be->kv_lowest ? e->be->kv_lowest(e->bctx, s->kv) : 0;
+	lo = lo < pos0 ? pos0 : lo > pos1 ? pos1 : lo;
+	h = (struct eng_snap){ .kv_type = (uint32_t)e->kv_type,
+	    .n_layer = (uint32_t)e->model.hp.n_layer, .kv_dim = (uint32_t)e->kv_dim,
+	    .pos0 = (uint32_t)pos0, .n = (uint32_t)n, .win_from = (uint32_t)lo,
+	    .bind = eng_snap_bind(e->fingerprint, s->toks.v, (size_t)pos1) };
+	rows = eng_snap_part_bytes(&h, e->kv_row);
+	total = eng_snap_bytes(&h, e->kv_row);
+	if (kvc_buf_reserve(out, total) != KVC_OK) {
+		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
+		return KVC_ENOMEM;
+	}
+	eng_snap_put_header(hdr, &h);
+	kvc_buf_append(out, hdr, sizeof hdr);
+	for (int l = 0; l < e->model.hp.n_layer; l++) {
+		/* rows a windowed layer no longer holds are zeros (the header says so) */
+		int p = model_layer_swa(&e->model.hp, l) ? lo : pos0;
+
+		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
+			memset(out->p + out->n, 0, (size_t)(p - pos0) * e->kv_row);
+			if (pos1 > p) {
+				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, p, pos1 - p,
+				    out->p + out->n + (size_t)(p - pos0) * e->kv_row, err, errlen);
+				if (rc) {
+					out->n -= eng_snap_part_offset(&h, e->kv_row, l, (enum kvc_kv_part)part);
+					return rc;
+				}
+			}
+			out->n += rows;
+		}
+	}
+	if (out->n < out->cap)
+		out->p[out->n] = '\0';
+	return KVC_OK;
+}
+
+/*
+ * Layer l's part of a chunk: rows [h->pos0, h->pos0 + h->n), row bytes
+ * each. A windowed layer's rows before h->win_from are zeros standing for
+ * rows that were not held: the backend is told so (src NULL).
+ */
+static int
+write_part(struct kvc_seq *s, const struct eng_snap *h, int l, enum kvc_kv_part part,
+    const unsigned char *rows, size_t row, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	int pos0 = (int)h->pos0, w = (int)h->win_from, end = pos0 + (int)h->n, rc;
+
+	if (h->n == 0)
+		return KVC_OK;
+	if (w == pos0 || !model_layer_swa(&e->model.hp, l))
+		return e->be->kv_write(e->bctx, s->kv, l, part, pos0, (int)h->n, rows, err, errlen);
+	if ((rc = e->be->kv_write(e->bctx, s->kv, l, part, pos0, w - pos0, NULL, err, errlen)))
+		return rc;
+	return w == end ? KVC_OK : e->be->kv_write(e->bctx, s->kv, l, part, w, end - w,
+	    rows + (size_t)(w - pos0) * row, err, errlen);
+}
+
+/*
+ * Write the rows of blob (header h, rows of src_row bytes in h's cache type)
+ * into s's cache of another type, through float: a snapshot taken with
+ * --kv-type f16 restores into a q8_0 cache as if its rows had been computed
+ * there and rounded (and q8_0 into f16 exactly up to the fp16 rounding).
+ */
+static int
+load_converted(struct kvc_seq *s, const struct eng_snap *h, const void *blob, size_t src_row,
+    char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	float *f = malloc((size_t)e->kv_dim * sizeof *f);
+	unsigned char *rows = malloc((size_t)h->n * e->kv_row);
+	int rc = KVC_OK;
+
+	if (f == NULL || rows == NULL) {
+		free(f);
+		free(rows);
+		kvc_err(err, errlen, "KV snapshot: out of memory converting %u positions", h->n);
+		return KVC_ENOMEM;
+	}
+	for (uint32_t l = 0; l < h->n_layer && rc == KVC_OK; l++) {
+		for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++) {
+			const unsigned char *src = (const unsigned char *)blob +
+			    eng_snap_part_offset(h, src_row, (int)l, (enum kvc_kv_part)part);
+
+			for (uint32_t i = 0; i < h->n && rc == KVC_OK; i++) {
+				rc = kvc_kv_row_to_f32((enum gguf_dtype)h->kv_type, src + i * src_row, f, e->kv_dim);
+				if (rc == KVC_OK)
+					rc = kvc_kv_row_from_f32(e->kv_type, f, rows + i * e->kv_row, e->kv_dim);
+			}
+			if (rc != KVC_OK)
+				kvc_err(err, errlen, "KV snapshot: cannot convert %s rows to %s",
+				    gguf_dtype_name((enum gguf_dtype)h->kv_type), gguf_dtype_name(e->kv_type));
+			else
+				rc = write_part(s, h, (int)l, (enum kvc_kv_part)part, rows, e->kv_row,
+				    err, errlen);
+		}
+	}
+	free(f);
+	free(rows);
+	return rc;
+}
+
+int
+eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
+    size_t len, char *err, size_t errlen)
+{
+	struct kvc_engine *e = s->e;
+	struct eng_snap h;
+	size_t total, src_row;
+	int rc;
+
+	if ((rc = eng_snap_get_header(blob, len, &h, err, errlen)) != KVC_OK)
+		return rc;
+	/* a blob of another cache type is converted row by row below */
+	src_row = h.kv_type <= GGML_TYPE_Q8_0 ? kvc_kv_row_bytes((enum gguf_dtype)h.kv_type, e->kv_dim) : 0;
+	if (src_row == 0 || h.n_layer != (uint32_t)e->model.hp.n_layer ||
+	    h.kv_dim != (uint32_t)e->kv_dim) {
+		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
+		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)h.kv_type), h.n_layer,
+		    h.kv_dim, gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);
+		return KVC_ECORRUPT;
+	}
+	if (s->kv == NULL)
+		s->n_cached = 0;
+	if (h.pos0 != (uint32_t)s->n_cached) {
+		kvc_err(err, errlen, "KV snapshot: starts at position %u but %d positions are restored",
+		    h.pos0, s->n_cached);
+		return KVC_ECORRUPT;
+	}
+	if (h.n > (uint32_t)e->n_ctx || h.pos0 + h.n > (uint32_t)e->n_ctx) {
+		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) exceed the context of %d",
+		    h.pos0, h.pos0 + h.n, e->n_ctx);
+		return KVC_ECORRUPT;
+	}
+	total = eng_snap_bytes(&h, src_row);
+	if (len != total) {
+		kvc_err(err, errlen, "KV snapshot: %zu bytes, %u positions need %zu", len, h.n, total);
+		return KVC_ECORRUPT;
+	}
+	if (h.n > 0 && tokens == NULL) {
+		kvc_err(err, errlen, "KV snapshot: no tokens given for %u positions", h.n);
+		return KVC_EINVAL;
+	}
+	rc = eng_check_ids(e, tokens, (int)(h.pos0 + h.n), err, errlen);
+	if (rc)
+		return rc;
+	if (h.bind != eng_snap_bind(e->fingerprint, tokens, (size_t)(h.pos0 + h.n))) {
+		kvc_err(err, errlen, "KV snapshot: positions [%u, %u) were computed from other "
+		    "tokens or by another model", h.pos0, h.pos0 + h.n);
+		return KVC_ENOTFOUND;
+	}
+	rc = eng_ensure_resident(s, err, errlen);
+	if (rc)
+		return rc;
+	if (h.kv_type == (uint32_t)e->kv_type) {
+		for (uint32_t l = 0; l < h.n_layer && h.n > 0 && rc == KVC_OK; l++)
+			for (int part = KVC_KV_K; part <= KVC_KV_V && rc == KVC_OK; part++)
+				rc = write_part(s, &h, (int)l, (enum kvc_kv_part)part,
+				    (const unsigned char *)blob + eng_snap_part_offset(&h, src_row, (int)l,
+				    (enum kvc_kv_part)part), src_row, err, errlen);
+	} else {
+		rc = load_converted(s, &h, blob, src_row, err, errlen);
+	}
+	if (rc)
+		return rc;
+	s->n_cached = (int)(h.pos0 + h.n);
+	s->have_logits = false;
+	/* Keep the sequence's later tokens only if they extend what was restored. */
+	if (s->toks.n < (size_t)s->n_cached || (s->n_cached > 0 &&
+	    memcmp(s->toks.v, tokens, (size_t)s->n_cached * sizeof *tokens) != 0)) {
+		s->toks.n = 0;
+		if (kvc_tokens_append(&s->toks, tokens, (size_t)s->n_cached) != KVC_OK) {
+			s->n_cached = 0;
+			kvc_err(err, errlen, "out of memory");
+			return KVC_ENOMEM;
+		}
+	}
+	return KVC_OK;
+}
