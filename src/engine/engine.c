@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "engine_int.h"
 #include "snapshot.h"
 
 /* Prefill runs at most this many tokens per backend call (bounds scratch memory). */
@@ -24,31 +25,6 @@
 #define ENG_SLICE_S 0.2
 #define ENG_SLICE_FIRST 8
 #define ENG_SLICE_MIN 2
-
-struct kvc_engine {
-	struct gguf_file *gf;		/* owned */
-	struct kvc_tokenizer *tok;	/* owned */
-	struct kvc_model model;		/* weights point into gf's mapping */
-	const struct kvc_backend_i *be;
-	void *bctx;			/* backend context */
-	int n_ctx;			/* positions per sequence */
-	enum gguf_dtype kv_type;		/* F16, F32 or Q8_0 */
-	int kv_dim;			/* n_head_kv * head_dim */
-	size_t kv_row;			/* bytes of one K (or V) row of kv_dim elements */
-	char fingerprint[17];		/* 64-bit hash, hex */
-	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
-	void *hook_arg;
-	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
-};
-
-struct kvc_seq {
-	struct kvc_engine *e;
-	struct kvc_tokens toks;		/* the sequence's tokens (all of them, even when evicted) */
-	void *kv;			/* backend cache, NULL when evicted */
-	int n_cached;			/* positions [0, n_cached) of kv hold toks' K/V; <= toks.n */
-	float *logits;			/* (n_vocab) after toks[toks.n - 1] when have_logits */
-	bool have_logits;
-};
 
 struct kvc_engine_params
 kvc_engine_default_params(void)
@@ -249,6 +225,7 @@ eng_close(struct kvc_engine *e)
 	if (e == NULL)
 		return;
 	e->be->free(e->bctx);
+	free(e->multi_logits);
 	model_free(&e->model);
 	tok_free(e->tok);
 	gguf_close(e->gf);

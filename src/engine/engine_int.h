@@ -1,0 +1,38 @@
+/*
+ * engine_int.h: the engine's and its sequences' state, shared by the
+ * engine's files (engine.c, multi.c). Internal to src/engine.
+ */
+#ifndef KVC_ENGINE_INT_H
+#define KVC_ENGINE_INT_H
+
+#include "engine.h"
+#include "backend/backend.h"
+
+struct kvc_engine {
+	struct gguf_file *gf;		/* owned */
+	struct kvc_tokenizer *tok;	/* owned */
+	struct kvc_model model;		/* weights point into gf's mapping */
+	const struct kvc_backend_i *be;
+	void *bctx;			/* backend context */
+	int n_ctx;			/* positions per sequence */
+	enum gguf_dtype kv_type;		/* F16, F32 or Q8_0 */
+	int kv_dim;			/* n_head_kv * head_dim */
+	size_t kv_row;			/* bytes of one K (or V) row of kv_dim elements */
+	char fingerprint[17];		/* 64-bit hash, hex */
+	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
+	void *hook_arg;
+	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
+	float *multi_logits;		/* (multi_cap, n_vocab): eng_seq_decode_multi's pass */
+	int multi_cap;
+};
+
+struct kvc_seq {
+	struct kvc_engine *e;
+	struct kvc_tokens toks;		/* the sequence's tokens (all of them, even when evicted) */
+	void *kv;			/* backend cache, NULL when evicted */
+	int n_cached;			/* positions [0, n_cached) of kv hold toks' K/V; <= toks.n */
+	float *logits;			/* (n_vocab) after toks[toks.n - 1] when have_logits */
+	bool have_logits;
+};
+
+#endif
