@@ -286,6 +286,7 @@ start(struct batch *b, int k, struct batch_req *r)
 		r->error = m.p;
 		b->n_err++;
 		b->n_done++;
+		progress_set(&b->pb, (uint64_t)b->n_done, 0);
 		return KVC_OK;
 	}
 	r->t_prefilled = kvc_now();
