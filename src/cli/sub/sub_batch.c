@@ -155,7 +155,7 @@ struct batch {
 	int n_steps;
 };
 
-/* Write the output lines every earlier request of which is done. 0, or KVC_EIO. */
+/* Write the output lines every earlier request of which is done. 0, KVC_ENOMEM or KVC_EIO (said). */
 static int
 write_ready(struct batch *b)
 {
@@ -179,10 +179,8 @@ write_ready(struct batch *b)
 			    "\"stop\":\"%s\"", r->prompt.n, r->ids.n, r->stop);
 		}
 		rc |= kvc_buf_append(&b->line, "}\n", 2);
-		if (rc != KVC_OK) {
-			fprintf(stderr, "kvchat: batch: out of memory\n");
-			return KVC_ENOMEM;
-		}
+		if (rc != KVC_OK)
+			return KVC_ENOMEM;	/* said by batch_main */
 		if (kvc_write_all(b->fd, b->line.p, b->line.n) != KVC_OK) {
 			fprintf(stderr, "kvchat: batch: writing %s: %s\n", b->o->out ? b->o->out :
 			    "standard output", strerror(errno));
