@@ -64,9 +64,13 @@ eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
 	e = seqs[0]->e;
 	nv = (size_t)e->model.hp.n_vocab;
 	if (e->be->forward_multi == NULL || n == 1) {
+		/* one after the other; a failure takes back the tokens appended before it */
 		for (i = 0; i < n; i++)
-			if ((rc = eng_seq_append(seqs[i], &tokens[i], 1, NULL, err, errlen)) != KVC_OK)
+			if ((rc = eng_seq_append(seqs[i], &tokens[i], 1, NULL, err, errlen)) != KVC_OK) {
+				while (i-- > 0)
+					(void)eng_seq_truncate(seqs[i], eng_seq_n_pos(seqs[i]) - 1);
 				return rc;
+			}
 		return KVC_OK;
 	}
 	/* positions not yet computed (an evicted or rewound cache) get their own prefill first */
