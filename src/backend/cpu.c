@@ -43,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* y = x / rms(x) * w over n elements (x and y may alias). */
 static void
 rmsnorm(float *y, const float *x, const float *w, int n, float eps)
