@@ -1529,6 +1529,8 @@ kvc_cuda_device_count(void)
 	return n;
 }
 
+/* kv_shift and forward_multi (the members after describe) stay NULL: no slide, and
+ * the engine decodes a batch of sequences one at a time with cuda_forward. */
 extern "C" const struct kvc_backend_i kvc_backend_cuda = {
 	"cuda",
 	cuda_init,

@@ -94,7 +94,7 @@ struct kvc_backend_i {
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
 	 * the computed positions. The CUDA backend's positional
-	 * initialiser leaves it (and kv_lowest) NULL.
+	 * initialiser leaves it, kv_lowest and forward_multi NULL.
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
 	/*
@@ -102,6 +102,22 @@ struct kvc_backend_i {
 	 * the model has none or nothing was let go); optional, NULL = 0.
 	 */
 	int (*kv_lowest)(void *ctx, void *kv);
+
+	/*
+	 * One decode step of n_seq sequences in one pass (optional): token
+	 * tokens[i] at position pos[i] of cache kvs[i], each attending over its
+	 * own cache [0, pos[i]] (no padding: the sequences may be at any
+	 * positions). As forward with n = 1, positions at or past pos[i] in
+	 * kvs[i] are overwritten. logits receives n_seq x n_vocab floats, row i
+	 * for sequence i. The caches must be distinct. A backend gives each
+	 * sequence the logits its one-token forward gives, bit for bit (the
+	 * CPU's products are batch-independent), so batching never changes a
+	 * greedy reply. On failure nothing is known of the caches' new
+	 * positions (callers drop them). The CUDA backend leaves it NULL,
+	 * and the engine then runs the sequences one at a time.
+	 */
+	int (*forward_multi)(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
+	    const int *pos, float *logits, char *err, size_t errlen);
 };
 
 /*

@@ -18,7 +18,7 @@
  *
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
  * (or a longer context) first appears, never per token. Prefill runs in
- * chunks of at most CHUNK tokens to bound that scratch. A KV cache holds,
+ * chunks of at most CPU_CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
  * Q8_0 blocks, grown by doubling up to n_ctx. The attention's row kernels
  * (scalar and AVX2) are in cpu_simd.c, those over Q8_0 rows in kv_q8.c;
@@ -43,9 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 128	/* tokens per prefill step */
 /* a bounded windowed layer makes room for one chunk at a time */
-_Static_assert(CHUNK <= KVC_KV_WINDOW_SLACK, "CHUNK exceeds the windowed caches' slack");
+_Static_assert(CPU_CHUNK <= KVC_KV_WINDOW_SLACK, "CPU_CHUNK exceeds the windowed caches' slack");
 
 /* y = x / rms(x) * w over n elements (x and y may alias). */
 static void
@@ -158,10 +157,10 @@ matmul(struct cpu_ctx *c, struct mm_job *j)
 
 struct att_job {
 	struct cpu_ctx *c;
-	const struct cpu_kv *kv;
+	struct cpu_kv *const *kv;	/* [n_tok]: row t's cache */
+	const int *pos;			/* [n_tok]: row t's position */
 	int layer;
 	int n_tok;
-	int pos0;
 };
 
 /* kvq8_NAME_avx when simd (whole blocks, AVX2) else kvq8_NAME. */
@@ -186,15 +185,16 @@ att_run(void *arg, int ith, int nth)
 	const float scale = hp->attn_scale, cap = hp->attn_softcap;
 	/* a windowed layer sees keys p with (query position - p) < n_swa */
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
-	bool f16 = j->kv->type == GGML_TYPE_F16, q8 = j->kv->type == GGML_TYPE_Q8_0;
-	bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
-	const char *K = j->kv->k[j->layer], *V = j->kv->v[j->layer];
-	size_t rb = j->kv->row_bytes;
-	int kb = cpu_kv_slot(j->kv, j->layer, 0);	/* -(position in slot 0): bounded layers */
 
 	for (it = i0; it < i1; it++) {
-		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos0 + t + 1, p;
+		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos[t] + 1, p;
 		int p0 = win > 0 && n_pos > win ? n_pos - win : 0;
+		const struct cpu_kv *kv = j->kv[t];
+		bool f16 = kv->type == GGML_TYPE_F16, q8 = kv->type == GGML_TYPE_Q8_0;
+		bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
+		const char *K = kv->k[j->layer], *V = kv->v[j->layer];
+		size_t rb = kv->row_bytes;
+		int kb = cpu_kv_slot(kv, j->layer, 0);	/* -(position in slot 0): bounded layers */
 		size_t off = q8 ? 0 : (size_t)(h / group) * hd * (f16 ? 2 : 4);
 		int e0 = (h / group) * hd;	/* the head's first element (Q8_0 rows) */
 		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
@@ -261,9 +261,7 @@ dequant_vec(const struct kvc_weight *w, float **dst, float **mem)
 	*mem += w->n_in;
 }
 
-static void cpu_free(void *ctx);
-
-static int
+int
 cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
     char *err, size_t errlen)
 {
@@ -374,7 +372,7 @@ free_scratch(struct cpu_ctx *c)
 	c->cap_tok = 0;
 }
 
-static void
+void
 cpu_free(void *ctx)
 {
 	struct cpu_ctx *c = ctx;
@@ -393,9 +391,8 @@ cpu_free(void *ctx)
 	free(c);
 }
 
-/* Make scratch hold n_tok tokens attending over n_pos positions. */
-static int
-reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errlen)
+int
+cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->hp;
 	int nth = tp_size(c->pool);
@@ -451,10 +448,11 @@ reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errle
 
 /*
  * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
- * RoPE with the layer's frequencies; K and V stored into the cache at pos0..
+ * RoPE with the layer's frequencies; row t's K and V stored into its cache
+ * kv[t] at its position pos[t].
  */
 static void
-layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
+layer_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n)
 {
 	const struct kvc_hparams *hp = &c->hp;
 	const struct cpu_vecs *v = &c->vecs[il];
@@ -485,8 +483,8 @@ layer_qkv(struct cpu_ctx *c, struct cpu_kv *kv, int il, int n, int pos0)
 				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
 			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
-		cpu_kv_store_row(kv, kv->k[il], cpu_kv_slot(kv, il, pos0 + t), k, c->kv_dim);
-		cpu_kv_store_row(kv, kv->v[il], cpu_kv_slot(kv, il, pos0 + t), vv, c->kv_dim);
+		cpu_kv_store_row(kv[t], kv[t]->k[il], cpu_kv_slot(kv[t], il, pos[t]), k, c->kv_dim);
+		cpu_kv_store_row(kv[t], kv[t]->v[il], cpu_kv_slot(kv[t], il, pos[t]), vv, c->kv_dim);
 	}
 }
 
@@ -520,9 +518,9 @@ residual_add(struct cpu_ctx *c, int n, const float *bias, const float *post)
 		c->x[i] += c->xb[i];
 }
 
-/* Embeddings of tok[0..n) into x, and the RoPE cos/sin of positions pos0.. */
+/* Embeddings of tok[0..n) into x, and the RoPE cos/sin of their positions pos[0..n). */
 static void
-embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
+embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
 {
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &c->hp;
@@ -541,7 +539,7 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
 			float *p = c->xb + (size_t)t * E;
 
 			q_dequant_row(m->pos_embd.type, (const char *)m->pos_embd.data +
-			    (size_t)(pos0 + t) * m->pos_embd.row_bytes, p, E);
+			    (size_t)pos[t] * m->pos_embd.row_bytes, p, E);
 			for (i = 0; i < E; i++)
 				x[i] += p[i];
 		}
@@ -550,7 +548,7 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
 			float *cs = c->rope_cs + ((size_t)sw * c->cap_tok + t) * hp->rope_dim;
 
 			for (i = 0; i < half; i++) {
-				double a = (double)(pos0 + t) * f[i];
+				double a = (double)pos[t] * f[i];
 
 				cs[2 * i] = (float)cos(a);
 				cs[2 * i + 1] = (float)sin(a);
@@ -559,28 +557,27 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, int n, int pos0)
 	}
 }
 
-/* Tokens tok[0..n) at positions pos0.. (n <= cap_tok); logits for rows [lo, n) into out. */
-static void
-forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, int pos0,
-    float *out, int lo)
+void
+cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok, const int *pos,
+    int n, float *out, int lo)
 {
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &c->hp;
 	int E = hp->n_embd, t, il;
 
-	embed_chunk(c, tok, n, pos0);
+	embed_chunk(c, tok, pos, n);
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
 		const struct cpu_vecs *v = &c->vecs[il];
 		struct mm_job j;
-		struct att_job aj = { c, kv, il, n, pos0 };
+		struct att_job aj = { c, kv, pos, il, n };
 
 		for (t = 0; t < n; t++)
 			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
 		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
 		matmul(c, &j);
-		layer_qkv(c, kv, il, n, pos0);
+		layer_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
 
@@ -618,13 +615,13 @@ forward_chunk(struct cpu_ctx *c, struct cpu_kv *kv, const int32_t *tok, int n, i
 	}
 }
 
-static int
+int
 cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float *logits,
     bool all_logits, char *err, size_t errlen)
 {
 	struct cpu_ctx *c = ctx;
-	struct cpu_kv *kv = kvp;
-	int i, rc, done;
+	struct cpu_kv *kv = kvp, *kvs[CPU_CHUNK];
+	int i, rc, done, pos[CPU_CHUNK];
 
 	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
 		return rc;
@@ -640,12 +637,14 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 			return KVC_EINVAL;
 		}
 	if ((rc = cpu_kv_prepare(c, kv, pos0, n, err, errlen)) ||
-	    (rc = reserve_scratch(c, n < CHUNK ? n : CHUNK, pos0 + n, err, errlen)))
+	    (rc = cpu_reserve_scratch(c, n < CPU_CHUNK ? n : CPU_CHUNK, pos0 + n, err, errlen)))
 		return rc;
+	for (i = 0; i < CPU_CHUNK; i++)
+		kvs[i] = kv;
 
 	kv->n_valid = pos0;	/* what lies past pos0 is being replaced */
 	for (done = 0; done < n; ) {
-		int nc = n - done < CHUNK ? n - done : CHUNK;
+		int nc = n - done < CPU_CHUNK ? n - done : CPU_CHUNK;
 		float *out = NULL;
 		int lo = nc;
 
@@ -657,14 +656,16 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 			lo = nc - 1;
 		}
 		cpu_kv_room(c, kv, pos0 + done, nc);
-		forward_chunk(c, kv, tokens + done, nc, pos0 + done, out, lo);
+		for (i = 0; i < nc; i++)
+			pos[i] = pos0 + done + i;
+		cpu_forward_rows(c, kvs, tokens + done, pos, nc, out, lo);
 		done += nc;
 		kv->n_valid = pos0 + done;
 	}
 	return 0;
 }
 
-static void
+void
 cpu_describe(void *ctx, struct kvc_buf *out)
 {
 	struct cpu_ctx *c = ctx;
@@ -681,18 +682,3 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 	cpu_kv_describe(c, out);
 }
-
-const struct kvc_backend_i kvc_backend_cpu = {
-	.name = "cpu",
-	.init = cpu_init,
-	.free = cpu_free,
-	.kv_create = cpu_kv_create,
-	.kv_destroy = cpu_kv_destroy,
-	.kv_bytes = cpu_kv_bytes,
-	.forward = cpu_forward,
-	.kv_read = cpu_kv_read,
-	.kv_write = cpu_kv_write,
-	.kv_shift = cpu_kv_shift,
-	.describe = cpu_describe,
-	.kv_lowest = cpu_kv_lowest,
-};

@@ -75,6 +75,36 @@ struct cpu_ctx {
 	struct cpu_kv *caches;
 };
 
+/* Tokens a forward runs in one pass at most (a prefill's chunk): bounds the scratch. */
+#define CPU_CHUNK 128
+
+/* cpu.c: the vtable's context and forward entries (cpu_backend.c holds the vtable). */
+int cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
+    char *err, size_t errlen);
+void cpu_free(void *ctx);
+int cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float *logits,
+    bool all_logits, char *err, size_t errlen);
+void cpu_describe(void *ctx, struct kvc_buf *out);
+/* Make scratch hold n_tok (<= CPU_CHUNK) rows attending over up to n_pos positions. */
+int cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errlen);
+/*
+ * Every layer over n (<= cap_tok) token rows, row t being token tok[t] at
+ * position pos[t] of cache kv[t]: its K and V are stored there and it
+ * attends causally over that cache's positions [0, pos[t]]. A prefill
+ * chunk is one cache at consecutive positions; a multi-sequence decode
+ * step one row per cache. Every product runs over all n rows at once, and
+ * each row's result is independent of the others (the kernels are bitwise
+ * batch-independent). The caller has checked the rows and reserved caches
+ * and scratch. Logits of rows [lo, n) into out ((n - lo) x n_vocab), none
+ * when out is NULL.
+ */
+void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok,
+    const int *pos, int n, float *out, int lo);
+
+/* cpu_multi.c: the forward_multi entry. */
+int cpu_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
+    const int *pos, float *logits, char *err, size_t errlen);
+
 /* cpu_kv.c: the vtable's cache entries, and what the forward needs of them. */
 int cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *err,
     size_t errlen);

@@ -224,6 +224,7 @@ eng_close(struct kvc_engine *e)
 	if (e == NULL)
 		return;
 	e->be->free(e->bctx);
+	free(e->multi_logits);
 	model_free(&e->model);
 	tok_free(e->tok);
 	gguf_close(e->gf);

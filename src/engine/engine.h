@@ -99,6 +99,21 @@ int eng_seq_append(struct kvc_seq *s, const int32_t *tokens, int n,
  */
 int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *logits,
     char *err, size_t errlen);
+/*
+ * multi.c: one decode step of n sequences of one engine (distinct, each
+ * with room for one more position): tokens[i] is appended to seqs[i], as
+ * eng_seq_append of that one token would, and the logits after it are at
+ * hand (eng_seq_logits). With a backend that runs several sequences in one
+ * pass (the CPU's) all n go through the model together, each at its own
+ * position over its own cache, and each gets the logits it would get alone,
+ * bit for bit; otherwise (CUDA) they run one after the other. Positions a
+ * sequence has pending (evicted, rewound) are first computed by its own
+ * prefill. KVC_ERANGE when a sequence's context is full, KVC_EINVAL for a
+ * bad argument (nothing changes then). On a failed pass every sequence is
+ * left as it was before the call, its logits no longer at hand.
+ */
+int eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
+    char *err, size_t errlen);
 /* Whether two engines share a vocabulary (same ids, same pieces): a draft model's test. */
 bool eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b);
 /*

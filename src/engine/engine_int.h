@@ -1,7 +1,7 @@
 /*
  * engine_int.h: what the engine's files share: the engine and sequence
- * structures, and the checks engine.c offers seq_kv.c (the snapshots).
- * Internal to src/engine.
+ * structures, and the checks engine.c offers seq_kv.c (the snapshots) and
+ * multi.c (several sequences in one pass). Internal to src/engine.
  */
 #ifndef KVC_ENGINE_INT_H
 #define KVC_ENGINE_INT_H
@@ -24,6 +24,8 @@ struct kvc_engine {
 	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
 	void *hook_arg;
 	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
+	float *multi_logits;		/* (multi_cap, n_vocab): eng_seq_decode_multi's pass */
+	int multi_cap;
 };
 
 struct kvc_seq {

@@ -1,0 +1,565 @@
+/*
+ * sub_batch.c: kvchat batch: many prompts from a JSONL file, decoded
+ * together with continuous batching.
+ *
+ * Up to --parallel B requests run at once, each in its own engine sequence
+ * (its own KV cache and positions) with its own sampler. Every step appends
+ * one token to each running sequence in one forward pass
+ * (eng_seq_decode_multi: on the CPU every weight row is read once for all
+ * B tokens, which is the whole gain on a memory-bound machine); a request
+ * that finishes leaves at once, and the next waiting one is prefilled on
+ * its own and joins at the next step. Each sequence's logits are those it
+ * would get alone, bit for bit, so a greedy request's output does not
+ * depend on B or on its neighbours. Output lines go out in input order as
+ * soon as every earlier request is done; a bad input line gets an error
+ * line (its line number in the message), the others run, and the exit
+ * status is then 1.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "conv/conv.h"
+#include "sub_batch.h"
+#include "sub_common.h"
+
+static const char batch_usage[] =
+    "usage: kvchat batch -m FILE -f PROMPTS.jsonl [-o OUT.jsonl] [--parallel B] [-n N]\n"
+    "                    [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+    "                    [--seed S] [--chat-template NAME] [--quiet] [--threads N] [--ctx N]\n"
+    "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n";
+
+#define BATCH_MAX_PARALLEL 256
+
+struct batch_opts {
+	struct kvc_engine_params ep;
+	struct conv_settings set;	/* the sampler defaults */
+	const char *model, *in, *out, *template_name;
+	long parallel, n_predict;
+	bool quiet;			/* no per-request lines */
+};
+
+static int
+usage(const char *why, const char *arg)
+{
+	return sub_usage("batch", batch_usage, why, arg);
+}
+
+/* One option at argv[*i]: -1 to go on, else the exit status. */
+static int
+parse_opt(int argc, char **argv, int *i, struct batch_opts *o)
+{
+	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
+	const struct conv_setting *row;
+	long v;
+	int eo;
+
+	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+		fputs(batch_usage, stdout);
+		return 0;
+	}
+	if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+		o->quiet = true;
+		return -1;
+	}
+	if (val == NULL)
+		return usage("option needs a value or is unknown", a);
+	(*i)++;
+	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
+		return eo < 0 ? usage(why, val) : -1;
+	if (strncmp(a, "--", 2) == 0 && (row = conv_setting_by_opt(a + 2)) != NULL && row->smp) {
+		if (conv_setting_apply(&o->set, row, a, val, NULL, 0) != KVC_OK)
+			return usage("bad value", a);
+		return -1;
+	}
+	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
+		o->model = val;
+	else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
+		o->in = val;
+	else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
+		o->out = val;
+	else if (strcmp(a, "--chat-template") == 0) {
+		if (chat_family_from_name(val) < 0)
+			return usage("unknown chat template", val);
+		o->template_name = val;
+	} else if (strcmp(a, "--parallel") == 0 || strcmp(a, "-B") == 0) {
+		if (kvc_parse_long(val, 1, BATCH_MAX_PARALLEL, &o->parallel) != KVC_OK)
+			return usage("bad --parallel (1 to 256)", val);
+	} else if (strcmp(a, "-n") == 0) {
+		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
+			return usage("bad -n", val);
+	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
+		if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK)
+			return usage("bad --ctx", val);
+		o->ep.n_ctx = (int)v;
+	} else {
+		return usage("unknown argument", a);
+	}
+	return -1;
+}
+
+/* The whole input (a file, or stdin for "-") into b, NUL-terminated. 0, or 1 with a message said. */
+static int
+read_input(const char *path, struct kvc_buf *b)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+	char chunk[65536];
+	size_t n;
+
+	if (f == NULL) {
+		fprintf(stderr, "kvchat: batch: %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+		if (kvc_buf_append(b, chunk, n) != KVC_OK) {
+			fprintf(stderr, "kvchat: batch: out of memory reading %s\n", path);
+			if (f != stdin)
+				fclose(f);
+			return 1;
+		}
+	if (ferror(f) || kvc_buf_append(b, "", 0) != KVC_OK) {
+		fprintf(stderr, "kvchat: batch: cannot read %s\n", path);
+		if (f != stdin)
+			fclose(f);
+		return 1;
+	}
+	if (f != stdin)
+		fclose(f);
+	return 0;
+}
+
+/* A run: the requests, the running slots and the figures. */
+struct batch {
+	struct kvc_engine *e;
+	const struct batch_opts *o;
+	struct batch_req *reqs;
+	int n_req;
+	int next_wait;			/* the next request to start */
+	int next_out;			/* the next request to write */
+	int fd;				/* where output lines go */
+	int n_slot;			/* --parallel */
+	struct kvc_seq **seq;		/* [n_slot] sequences, reused by request after request */
+	struct batch_req **slot;	/* [n_slot] the request running there, or NULL */
+	int n_active;
+	const char *const *stop;	/* the template's stop strings (messages form), or NULL */
+	struct kvc_buf piece, line;	/* scratch */
+	struct kvc_progress pb;
+	int n_done, n_err;
+	/* decode steps: their time, the tokens they appended, their count */
+	double t_decode;
+	long n_decoded;
+	int n_steps;
+};
+
+/* Write the output lines every earlier request of which is done. 0, KVC_ENOMEM or KVC_EIO (said). */
+static int
+write_ready(struct batch *b)
+{
+	for (; b->next_out < b->n_req; b->next_out++) {
+		struct batch_req *r = &b->reqs[b->next_out];
+		int rc = KVC_OK;
+
+		if (r->error == NULL && r->stop == NULL)
+			break;
+		b->line.n = 0;
+		if (r->error != NULL) {
+			rc |= kvc_buf_printf(&b->line, "{\"index\":%d,\"line\":%d,\"error\":", r->index, r->line);
+			rc |= kvc_json_str(&b->line, r->error, strlen(r->error));
+		} else {
+			rc |= kvc_buf_printf(&b->line, "{\"index\":%d,\"text\":", r->index);
+			rc |= kvc_json_str(&b->line, r->text.p, r->text.n);
+			rc |= kvc_buf_append(&b->line, ",\"ids\":[", 8);
+			for (size_t i = 0; i < r->ids.n; i++)
+				rc |= kvc_buf_printf(&b->line, i ? ",%d" : "%d", (int)r->ids.v[i]);
+			rc |= kvc_buf_printf(&b->line, "],\"prompt_tokens\":%zu,\"gen_tokens\":%zu,"
+			    "\"stop\":\"%s\"", r->prompt.n, r->ids.n, r->stop);
+		}
+		rc |= kvc_buf_append(&b->line, "}\n", 2);
+		if (rc != KVC_OK)
+			return KVC_ENOMEM;	/* said by batch_main */
+		if (kvc_write_all(b->fd, b->line.p, b->line.n) != KVC_OK) {
+			fprintf(stderr, "kvchat: batch: writing %s: %s\n", b->o->out ? b->o->out :
+			    "standard output", strerror(errno));
+			return KVC_EIO;
+		}
+		/* the figures stay for the summary, the rest is not needed any more */
+		kvc_buf_free(&r->text);
+		if (r->sampler)
+			smp_free(r->sampler);
+		r->sampler = NULL;
+	}
+	return KVC_OK;
+}
+
+/* r is done (stop: "eos" or "length"); its slot is free again. */
+static void
+finish(struct batch *b, struct batch_req *r, const char *stop, bool cut)
+{
+	b->piece.n = 0;
+	/* after a stop string the text ends where the string began */
+	if (!cut && tok_detok_flush(&r->dt, &b->piece) == 0)
+		(void)kvc_buf_append(&r->text, b->piece.p, b->piece.n);
+	if (r->text.p == NULL)
+		(void)kvc_buf_append(&r->text, "", 0);
+	r->stop = stop;
+	r->t_end = kvc_now();
+	r->seq = NULL;
+	b->n_done++;
+	progress_set(&b->pb, (uint64_t)b->n_done, 0);
+}
+
+/*
+ * With r's logits at hand: sample its next id and see whether it ends the
+ * request, as kvchat generate's loop does (an end-of-generation id ends it
+ * unsaid; the cap, or a full context, after the id). 1 when r runs on
+ * (r->next goes into the next pass), 0 when it finished, KVC_ENOMEM.
+ */
+static int
+take(struct batch *b, struct batch_req *r)
+{
+	const struct kvc_tokenizer *tok = eng_tokenizer(b->e);
+	const char *hit = NULL;
+	int32_t id;
+
+	if ((int)r->ids.n >= r->max_tokens) {
+		finish(b, r, "length", false);
+		return 0;
+	}
+	id = smp_sample(r->sampler, eng_seq_logits(r->seq), eng_seq_tokens(r->seq),
+	    (size_t)eng_seq_n_pos(r->seq));
+	if (tok_is_eog(tok, id)) {
+		finish(b, r, "eos", false);
+		return 0;
+	}
+	b->piece.n = 0;
+	if (kvc_tokens_push(&r->ids, id) != KVC_OK ||
+	    (tok_detok_push(tok, &r->dt, id, &b->piece) == 0 &&
+	    kvc_buf_append(&r->text, b->piece.p, b->piece.n) != KVC_OK))
+		return KVC_ENOMEM;
+	/* the messages form stops at the template's stop strings as the chat does */
+	for (const char *const *s = r->chat ? b->stop : NULL; s && *s && hit == NULL; s++)
+		if (r->text.n > 0)
+			hit = strstr(r->text.p, *s);
+	if (hit != NULL) {
+		r->text.n = (size_t)(hit - r->text.p);
+		r->text.p[r->text.n] = '\0';
+		finish(b, r, "eos", true);
+		return 0;
+	}
+	if ((int)r->ids.n >= r->max_tokens || eng_seq_n_pos(r->seq) >= eng_n_ctx(b->e)) {
+		finish(b, r, "length", false);
+		return 0;
+	}
+	r->next = id;
+	return 1;
+}
+
+/*
+ * Start r in slot k: its own prefill, then its first id. 0 (r runs, or
+ * finished already, or failed with its error line), else a fatal code.
+ */
+static int
+start(struct batch *b, int k, struct batch_req *r)
+{
+	struct kvc_seq *s = b->seq[k];
+	struct eng_stats st;
+	char err[512] = "";
+	int rc;
+
+	r->t_start = kvc_now();
+	if (smp_new(&r->sampler, &r->smp, eng_n_vocab(b->e)) != KVC_OK)
+		return KVC_ENOMEM;
+	tok_detok_init(&r->dt, r->chat ? 0 : TOK_DETOK_KEEP_LEADING_SPACE);
+	(void)eng_seq_truncate(s, 0);
+	rc = eng_seq_append(s, r->prompt.v, (int)r->prompt.n, &st, err, sizeof err);
+	if (rc != KVC_OK) {
+		struct kvc_buf m = {0};
+
+		if (rc == KVC_ENOMEM || kvc_buf_printf(&m, "line %d: prefill: %s", r->line, err))
+			return KVC_ENOMEM;
+		r->error = m.p;
+		b->n_err++;
+		b->n_done++;
+		progress_set(&b->pb, (uint64_t)b->n_done, 0);
+		return KVC_OK;
+	}
+	r->t_prefilled = kvc_now();
+	r->prompt_computed = st.n_computed;
+	r->t_prefill = st.t_prefill;
+	r->seq = s;
+	rc = take(b, r);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		b->slot[k] = r;
+		b->n_active++;
+	}
+	return KVC_OK;
+}
+
+/* One pass: every running request's next id, appended together. 0, or a fatal code. */
+static int
+step(struct batch *b)
+{
+	struct kvc_seq *seqs[BATCH_MAX_PARALLEL];
+	int32_t toks[BATCH_MAX_PARALLEL];
+	char err[512] = "";
+	double t0 = kvc_now();
+	int n = 0, rc;
+
+	for (int k = 0; k < b->n_slot; k++)
+		if (b->slot[k] != NULL) {
+			seqs[n] = b->seq[k];
+			toks[n++] = b->slot[k]->next;
+		}
+	rc = eng_seq_decode_multi(seqs, n, toks, err, sizeof err);
+	if (rc != KVC_OK) {
+		fprintf(stderr, "kvchat: batch: decode: %s\n", err);
+		return rc;
+	}
+	for (int k = 0; k < b->n_slot; k++) {
+		struct batch_req *r = b->slot[k];
+
+		if (r == NULL)
+			continue;
+		rc = take(b, r);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			b->slot[k] = NULL;
+			b->n_active--;
+		}
+	}
+	b->t_decode += kvc_now() - t0;
+	b->n_decoded += n;
+	b->n_steps++;
+	return KVC_OK;
+}
+
+/* Continuous batching until every request is done. 0, or a fatal code (message said). */
+static int
+run(struct batch *b)
+{
+	int rc;
+
+	for (;;) {
+		for (int k = 0; k < b->n_slot && b->next_wait < b->n_req; k++) {
+			struct batch_req *r;
+
+			if (b->slot[k] != NULL)
+				continue;
+			r = &b->reqs[b->next_wait++];
+			if (r->error != NULL) {
+				b->n_err++;
+				b->n_done++;
+				progress_set(&b->pb, (uint64_t)b->n_done, 0);
+				k--;	/* the slot is still free */
+			} else if ((rc = start(b, k, r)) != KVC_OK) {
+				return rc;
+			} else if (b->slot[k] == NULL) {
+				k--;	/* finished at once (or failed): the slot is still free */
+			}
+			if ((rc = write_ready(b)) != KVC_OK)
+				return rc;
+		}
+		if (b->n_active == 0)
+			break;
+		if ((rc = step(b)) != KVC_OK || (rc = write_ready(b)) != KVC_OK)
+			return rc;
+	}
+	return write_ready(b);
+}
+
+/* The requests of the input's non-blank lines. 0, or 1 with a message said. */
+static int
+read_requests(struct batch *b, const struct kvc_buf *in, const struct batch_defaults *d)
+{
+	size_t cap = 0;
+	int line = 0;
+
+	for (const char *p = in->p, *end = in->p + in->n; p < end; ) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		size_t k;
+
+		line++;
+		for (k = 0; k < len && strchr(" \t\r", p[k]) != NULL; k++)
+			;
+		if (k < len) {
+			if ((size_t)b->n_req == cap) {
+				struct batch_req *nr;
+
+				cap = cap ? cap * 2 : 64;
+				if ((nr = realloc(b->reqs, cap * sizeof *nr)) == NULL)
+					goto nomem;
+				b->reqs = nr;
+			}
+			if (batch_req_parse(&b->reqs[b->n_req], p, len, line, b->n_req, b->e, d) != KVC_OK) {
+				batch_req_free(&b->reqs[b->n_req]);
+				goto nomem;
+			}
+			b->n_req++;
+		}
+		p += len + 1;
+	}
+	return 0;
+nomem:
+	fprintf(stderr, "kvchat: batch: out of memory reading the requests\n");
+	return 1;
+}
+
+/* Per-request (unless --quiet) and total figures on stderr. */
+static void
+report(const struct batch *b, double t_wall)
+{
+	long n_prompt = 0, n_gen = 0;
+	double t_prefill = 0;
+
+	for (int i = 0; i < b->n_req; i++) {
+		const struct batch_req *r = &b->reqs[i];
+		double t_gen = r->t_end - r->t_prefilled;
+
+		if (r->error != NULL || r->stop == NULL)
+			continue;
+		n_prompt += r->prompt_computed;
+		t_prefill += r->t_prefill;
+		n_gen += (long)r->ids.n;
+		if (!b->o->quiet)
+			fprintf(stderr, "kvchat: batch: #%d: prompt %zu tokens, prefill %.1f tok/s; "
+			    "%zu generated in %.2f s, %.1f tok/s, stop %s\n", r->index, r->prompt.n,
+			    r->t_prefill > 0 ? r->prompt_computed / r->t_prefill : 0.0, r->ids.n, t_gen,
+			    t_gen > 0 ? r->ids.n / t_gen : 0.0, r->stop);
+	}
+	fprintf(stderr, "kvchat: batch: %d requests (%d failed), parallel %d, %s, %s cache: "
+	    "prompt %ld tokens, prefill %.1f tok/s (%.2f s); %ld generated; decode %.1f tok/s "
+	    "aggregate (%ld tokens in %d passes, %.1f per pass, %.2f s); wall %.2f s, %.1f "
+	    "generated tok/s overall\n", b->n_req, b->n_err, b->n_slot, eng_backend_name(b->e),
+	    gguf_dtype_name(eng_kv_type(b->e)), n_prompt, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
+	    t_prefill, n_gen, b->t_decode > 0 ? b->n_decoded / b->t_decode : 0.0, b->n_decoded,
+	    b->n_steps, b->n_steps ? (double)b->n_decoded / b->n_steps : 0.0, b->t_decode, t_wall,
+	    t_wall > 0 ? n_gen / t_wall : 0.0);
+}
+
+/* The template of the messages form, as the chat picks it. */
+static void
+pick_template(const struct batch_opts *o, struct kvc_engine *e, struct batch_defaults *d)
+{
+	int fam;
+
+	d->jinja = gguf_get_str(eng_gguf(e), "tokenizer.chat_template", NULL);
+	if (o->template_name)
+		fam = chat_family_from_name(o->template_name);
+	else if ((fam = d->jinja ? chat_detect(d->jinja) :
+	    chat_family_for_arch(gguf_get_str(eng_gguf(e), "general.architecture", NULL),
+	    gguf_get_str(eng_gguf(e), "tokenizer.ggml.model", NULL))) < 0)
+		fam = -1;
+	d->family = fam < 0 ? CHAT_CHATML : (enum chat_family)fam;
+	d->fallback = fam < 0;
+}
+
+/* Set up the run and do it. The exit status. */
+static int
+batch_main(struct batch *b, const struct batch_opts *o, const struct kvc_buf *in)
+{
+	struct batch_defaults d;
+	char err[512] = "";
+	double t0;
+	int rc;
+
+	d.smp = o->set.smp;
+	d.max_tokens = (int)o->n_predict;
+	pick_template(o, b->e, &d);
+	if (read_requests(b, in, &d) != 0)
+		return 1;
+	for (int i = 0; i < b->n_req && d.fallback; i++)
+		if (b->reqs[i].chat) {
+			fprintf(stderr, "kvchat: batch: %s; the messages use chatml (--chat-template "
+			    "chooses)\n", d.jinja ? "unrecognised chat template" :
+			    "the model has no chat template");
+			break;
+		}
+	b->stop = chat_stop_strings(d.family);
+	b->n_slot = (int)o->parallel;
+	b->seq = calloc((size_t)b->n_slot, sizeof *b->seq);
+	b->slot = calloc((size_t)b->n_slot, sizeof *b->slot);
+	if (b->seq == NULL || b->slot == NULL) {
+		fprintf(stderr, "kvchat: batch: out of memory\n");
+		return 1;
+	}
+	for (int k = 0; k < b->n_slot; k++)
+		if (eng_seq_new(b->e, &b->seq[k], err, sizeof err) != KVC_OK) {
+			fprintf(stderr, "kvchat: batch: %s\n", err);
+			return 1;
+		}
+	b->fd = STDOUT_FILENO;
+	if (o->out != NULL && (b->fd = kvc_file_open_write(o->out, false, err, sizeof err)) < 0) {
+		fprintf(stderr, "kvchat: batch: %s\n", err);
+		return 1;
+	}
+	t0 = kvc_now();
+	progress_start(&b->pb, "batch", (uint64_t)b->n_req);
+	rc = run(b);
+	progress_end(&b->pb);
+	if (rc == KVC_ENOMEM)
+		fprintf(stderr, "kvchat: batch: out of memory\n");
+	if (o->out != NULL && close(b->fd) != 0 && rc == KVC_OK) {
+		fprintf(stderr, "kvchat: batch: writing %s: %s\n", o->out, strerror(errno));
+		rc = KVC_EIO;
+	}
+	if (rc != KVC_OK)
+		return 1;
+	report(b, kvc_now() - t0);
+	for (int i = 0; i < b->n_req; i++)
+		if (b->reqs[i].error != NULL)
+			fprintf(stderr, "kvchat: batch: %s\n", b->reqs[i].error);
+	return b->n_err > 0 ? 1 : 0;
+}
+
+int
+sub_batch(int argc, char **argv)
+{
+	struct batch_opts o;
+	struct batch b;
+	struct kvc_buf in = {0};
+	char err[512] = "";
+	int rc = -1;
+
+	memset(&o, 0, sizeof o);
+	memset(&b, 0, sizeof b);
+	o.ep = kvc_engine_default_params();
+	o.set = conv_default_settings();
+	o.parallel = 4;
+	o.n_predict = 256;
+	for (int i = 1; i < argc && rc < 0; i++)
+		rc = parse_opt(argc, argv, &i, &o);
+	if (rc < 0 && o.model == NULL)
+		rc = usage("no model given (-m FILE)", NULL);
+	if (rc < 0 && o.in == NULL)
+		rc = usage("no input given (-f PROMPTS.jsonl, - for standard input)", NULL);
+	if (rc < 0 && read_input(o.in, &in) != 0)
+		rc = 1;
+	if (rc < 0 && eng_open(&b.e, o.model, &o.ep, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: batch: %s\n", err);
+		rc = 1;
+	}
+	if (rc < 0) {
+		b.o = &o;
+		rc = batch_main(&b, &o, &in);
+	}
+	for (int i = 0; i < b.n_req; i++)
+		batch_req_free(&b.reqs[i]);
+	free(b.reqs);
+	for (int k = 0; b.seq != NULL && k < b.n_slot; k++)
+		eng_seq_free(b.seq[k]);
+	free(b.seq);
+	free(b.slot);
+	kvc_buf_free(&b.piece);
+	kvc_buf_free(&b.line);
+	kvc_buf_free(&in);
+	eng_close(b.e);
+	return rc;
+}
