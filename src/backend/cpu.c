@@ -103,9 +103,15 @@ mm_run(void *arg, int ith, int nth)
 	}
 	if (j->swiglu) {
 		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
+		bool simd = kvc_cpu_avx2();	/* probed once: c->simd */
 
 		for (tok = 0; tok < j->n_tok; tok++)
-			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
+#ifdef HAVE_X86_SIMD
+			if (simd && !j->gelu)
+				cpu_silu_mul_avx(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1);
+			else
+#endif
+				cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 

@@ -316,18 +316,18 @@ att_wsum(float *o, const float *a, const float *vb, int hd, int r0, int r1)
 }
 
 /*
- * e^x for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-7
- * polynomial in r, times 2^n), within 2 ulp; below -87 it gives e^-87
- * instead of a denormal or 0, which a softmax whose largest term is 1 does
- * not notice.
+ * e^x (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-7 polynomial in
+ * r, times 2^n), within 2 ulp, for x clamped to [-87, 88]: below -87 it
+ * gives e^-87 instead of a denormal or 0, which a softmax whose largest term
+ * is 1, or SiLU's 1 + e^-x, does not notice.
  */
-SIMD_TARGET static __m256
+SIMD_TARGET static inline __attribute__((always_inline)) __m256
 exp_neg(__m256 x)
 {
 	__m256 n, r, p;
 	__m256i e;
 
-	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
 	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
 	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -341,6 +341,33 @@ exp_neg(__m256 x)
 	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
 	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/*
+ * g = SiLU(g) * u over [r0, r1), as cpu_gate_act's g / (1 + e^-g) * u,
+ * eight at a time; the tail uses the same vector e^x, so a value's result
+ * does not depend on where the threads' row ranges start.
+ */
+SIMD_TARGET void
+cpu_silu_mul_avx(float *g, const float *u, int64_t r0, int64_t r1)
+{
+	const __m256 one = _mm256_set1_ps(1.0f);
+	int64_t r = r0;
+
+	for (; r + 8 <= r1; r += 8) {
+		__m256 x = _mm256_loadu_ps(g + r);
+		__m256 e = exp_neg(_mm256_sub_ps(_mm256_setzero_ps(), x));
+
+		_mm256_storeu_ps(g + r, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+		    _mm256_loadu_ps(u + r)));
+	}
+	for (; r < r1; r++) {
+		__m256 x = _mm256_set1_ps(g[r]);
+		__m256 e = exp_neg(_mm256_sub_ps(_mm256_setzero_ps(), x));
+
+		g[r] = _mm256_cvtss_f32(_mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+		    _mm256_set1_ps(u[r])));
+	}
 }
 
 /*
