@@ -20,8 +20,10 @@
  * (or a longer context) first appears, never per token. Prefill runs in
  * chunks of at most CPU_CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
- * Q8_0 blocks, grown by doubling up to n_ctx. The attention's row kernels
- * (scalar and AVX2) are in cpu_simd.c, those over Q8_0 rows in kv_q8.c;
+ * Q8_0 blocks, grown by doubling up to n_ctx. Attention over F16/F32
+ * caches runs in tiles of queries that share a KV head (cpu_simd.c's
+ * cpu_att_tile: each cache row read once per tile, not once per query);
+ * over Q8_0 rows one query at a time (kv_q8.c);
  * what differs between architectures (RoPE, activations, norms, softcaps)
  * in cpu_arch.c. Gemma: embeddings scaled, post-norms, GELU gate, windowed
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
@@ -102,9 +104,15 @@ mm_run(void *arg, int ith, int nth)
 	}
 	if (j->swiglu) {
 		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
+		bool simd = kvc_cpu_avx2();	/* probed once: c->simd */
 
 		for (tok = 0; tok < j->n_tok; tok++)
-			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
+#ifdef HAVE_X86_SIMD
+			if (simd && !j->gelu)
+				cpu_silu_mul_avx(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1);
+			else
+#endif
+				cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 
@@ -170,6 +178,78 @@ struct att_job {
 #define KVQ8(simd, name) kvq8_##name
 #endif
 
+/* Most queries in one attention tile (cpu_att_tile), and its tokens x heads shape. */
+#define ATT_TILE 16
+
+static int
+att_heads_per_tile(const struct kvc_hparams *hp, int n_tok, int nth)
+{
+	int group = hp->n_head / hp->n_head_kv;
+
+	/* whole groups, unless that leaves threads without a tile (decode) */
+	return group <= 64 && n_tok * hp->n_head_kv >= nth ? group : 1;
+}
+
+/* Per-thread floats of att_s: each tile query's scores, and two row blocks. */
+static size_t
+att_scratch(const struct kvc_hparams *hp, int cap)
+{
+	int group = hp->n_head / hp->n_head_kv, nq = group > ATT_TILE ? group : ATT_TILE;
+
+	return (size_t)nq * ((size_t)cap + CPU_ATT_PB) + cpu_att_buf_floats(hp->head_dim);
+}
+
+/*
+ * F16/F32 caches: tiles of up to ATT_TILE queries (tokens x heads of one KV
+ * head) read each cache row once (cpu_att_tile); threads split the tiles.
+ */
+static void
+att_tiles(struct att_job *j, int ith, int nth)
+{
+	struct cpu_ctx *c = j->c;
+	const struct kvc_hparams *hp = &c->hp;
+	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+	int hs = att_heads_per_tile(hp, j->n_tok, nth), tb = hs >= ATT_TILE ? 1 : ATT_TILE / hs;
+	int n_tt = (j->n_tok + tb - 1) / tb, n_ht = hp->n_head / hs, n_items = n_tt * n_ht, it;
+	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
+	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
+	bool f16 = j->kv->type == GGML_TYPE_F16;
+	size_t esz = f16 ? 2 : 4;
+	float *scr = c->att_s + (size_t)ith * c->att_stride;
+	const float *q[64];
+	float *o[64];
+	int lo[64], hi[64];
+
+	for (it = i0; it < i1; it++) {
+		int tt = it / n_ht, h0 = it % n_ht * hs, t, h, nq = 0;
+		int g = h0 / group;
+		struct cpu_att_tile at = {
+			(const char *)j->kv->k[j->layer] + (size_t)g * hd * esz,
+			(const char *)j->kv->v[j->layer] + (size_t)g * hd * esz,
+			j->kv->row_bytes, f16, hd, 0, q, o, lo, hi, hp->attn_scale,
+			hp->attn_softcap, scr, (size_t)c->cap_att + CPU_ATT_PB,
+			scr + (att_scratch(hp, c->cap_att) - cpu_att_buf_floats(hd)),
+		};
+
+		for (t = tt * tb; t < j->n_tok && t < (tt + 1) * tb; t++)
+			for (h = h0; h < h0 + hs; h++, nq++) {
+				int n_pos = j->pos0 + t + 1;
+
+				q[nq] = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+				o[nq] = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
+				lo[nq] = win > 0 && n_pos > win ? n_pos - win : 0;
+				hi[nq] = n_pos;
+			}
+		at.nq = nq;
+#ifdef HAVE_X86_SIMD
+		if (c->simd)
+			cpu_att_tile_avx(&at);
+		else
+#endif
+			cpu_att_tile(&at);
+	}
+}
+
 /* Causal grouped-query attention for (token, head) pairs, reading the cache in place. */
 static void
 att_run(void *arg, int ith, int nth)
@@ -180,12 +260,16 @@ att_run(void *arg, int ith, int nth)
 	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
 	int n_items = j->n_tok * hp->n_head, it;
 	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
-	float *s = c->att_s + (size_t)ith * c->cap_att;
+	float *s = c->att_s + (size_t)ith * c->att_stride;
 	float *o = c->att_o + (size_t)ith * hd;
 	const float scale = hp->attn_scale, cap = hp->attn_softcap;
 	/* a windowed layer sees keys p with (query position - p) < n_swa */
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 
+	if (!q8) {
+		att_tiles(j, ith, nth);
+		return;
+	}
 	for (it = i0; it < i1; it++) {
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos[t] + 1, p;
 		int p0 = win > 0 && n_pos > win ? n_pos - win : 0;
@@ -433,13 +517,14 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 
 		while (cap < n_pos)
 			cap = cap > INT32_MAX / 2 ? n_pos : cap * 2;
-		s = realloc(c->att_s, (size_t)nth * cap * sizeof(float));
+		s = realloc(c->att_s, (size_t)nth * att_scratch(hp, cap) * sizeof(float));
 		if (s == NULL) {
 			kvc_err(err, errlen, "out of memory for attention over %d positions", n_pos);
 			return KVC_ENOMEM;
 		}
 		c->att_s = s;
 		c->cap_att = cap;
+		c->att_stride = att_scratch(hp, cap);
 	}
 	return 0;
 }

@@ -68,7 +68,8 @@ struct cpu_ctx {
 	void *xq;			/* (cap_tok) x q_act_bytes(act_in): int8 activations */
 	int64_t act_in;			/* widest product input, rounded up to 32 elements */
 	int cap_att;			/* positions the per-thread attention rows hold */
-	float *att_s;			/* (n_threads, cap_att) scores */
+	size_t att_stride;		/* floats of att_s per thread (cpu.c's att_scratch) */
+	float *att_s;			/* (n_threads, att_stride): scores and row blocks */
 	float *att_o;			/* (n_threads, head_dim) accumulators */
 
 	size_t kv_used;			/* bytes committed by all caches */
