@@ -104,15 +104,9 @@ mm_run(void *arg, int ith, int nth)
 	}
 	if (j->swiglu) {
 		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
-		bool simd = kvc_cpu_avx2();	/* probed once: c->simd */
 
 		for (tok = 0; tok < j->n_tok; tok++)
-#ifdef HAVE_X86_SIMD
-			if (simd && !j->gelu)
-				cpu_silu_mul_avx(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1);
-			else
-#endif
-				cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
+			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 
@@ -208,37 +202,48 @@ att_tiles(struct att_job *j, int ith, int nth)
 {
 	struct cpu_ctx *c = j->c;
 	const struct kvc_hparams *hp = &c->hp;
-	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, t, it;
 	int hs = att_heads_per_tile(hp, j->n_tok, nth), tb = hs >= ATT_TILE ? 1 : ATT_TILE / hs;
-	int n_tt = (j->n_tok + tb - 1) / tb, n_ht = hp->n_head / hs, n_items = n_tt * n_ht, it;
-	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
+	int n_tt, n_ht = hp->n_head / hs, n_items, i0, i1;
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
-	bool f16 = j->kv->type == GGML_TYPE_F16;
-	size_t esz = f16 ? 2 : 4;
 	float *scr = c->att_s + (size_t)ith * c->att_stride;
 	const float *q[64];
 	float *o[64];
 	int lo[64], hi[64];
 
+	/* a tile reads one cache: rows of several sequences (forward_multi) get a tile each */
+	for (t = 1; t < j->n_tok; t++)
+		if (j->kv[t] != j->kv[0])
+			tb = 1;
+	n_tt = (j->n_tok + tb - 1) / tb;
+	n_items = n_tt * n_ht;
+	i0 = (int)((int64_t)n_items * ith / nth);
+	i1 = (int)((int64_t)n_items * (ith + 1) / nth);
 	for (it = i0; it < i1; it++) {
-		int tt = it / n_ht, h0 = it % n_ht * hs, t, h, nq = 0;
-		int g = h0 / group;
+		int tt = it / n_ht, h0 = it % n_ht * hs, h, nq = 0, g = h0 / group;
+		const struct cpu_kv *kv = j->kv[tt * tb];
+		bool f16 = kv->type == GGML_TYPE_F16;
+		size_t esz = f16 ? 2 : 4;
+		/* rows are read at slots: position p of a bounded layer sits at p + kb */
+		int kb = cpu_kv_slot(kv, j->layer, 0);
 		struct cpu_att_tile at = {
-			(const char *)j->kv->k[j->layer] + (size_t)g * hd * esz,
-			(const char *)j->kv->v[j->layer] + (size_t)g * hd * esz,
-			j->kv->row_bytes, f16, hd, 0, q, o, lo, hi, hp->attn_scale,
+			(const char *)kv->k[j->layer] + (size_t)g * hd * esz,
+			(const char *)kv->v[j->layer] + (size_t)g * hd * esz,
+			kv->row_bytes, f16, hd, 0, q, o, lo, hi, hp->attn_scale,
 			hp->attn_softcap, scr, (size_t)c->cap_att + CPU_ATT_PB,
 			scr + (att_scratch(hp, c->cap_att) - cpu_att_buf_floats(hd)),
 		};
 
 		for (t = tt * tb; t < j->n_tok && t < (tt + 1) * tb; t++)
 			for (h = h0; h < h0 + hs; h++, nq++) {
-				int n_pos = j->pos0 + t + 1;
+				int n_pos = j->pos[t] + 1;
 
 				q[nq] = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
 				o[nq] = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
-				lo[nq] = win > 0 && n_pos > win ? n_pos - win : 0;
-				hi[nq] = n_pos;
+				/* in slots; a query's sums run in position order from lo
+				 * whatever the offset, so bounded and whole caches agree bitwise */
+				lo[nq] = (win > 0 && n_pos > win ? n_pos - win : 0) + kb;
+				hi[nq] = n_pos + kb;
 			}
 		at.nq = nq;
 #ifdef HAVE_X86_SIMD
@@ -266,7 +271,8 @@ att_run(void *arg, int ith, int nth)
 	/* a windowed layer sees keys p with (query position - p) < n_swa */
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 
-	if (!q8) {
+	/* F16/F32 caches attend in tiles; Q8_0 caches one query at a time, below */
+	if (j->kv[0]->type != GGML_TYPE_Q8_0) {
 		att_tiles(j, ith, nth);
 		return;
 	}

@@ -344,33 +344,6 @@ exp_neg(__m256 x)
 }
 
 /*
- * g = SiLU(g) * u over [r0, r1), as cpu_gate_act's g / (1 + e^-g) * u,
- * eight at a time; the tail uses the same vector e^x, so a value's result
- * does not depend on where the threads' row ranges start.
- */
-SIMD_TARGET void
-cpu_silu_mul_avx(float *g, const float *u, int64_t r0, int64_t r1)
-{
-	const __m256 one = _mm256_set1_ps(1.0f);
-	int64_t r = r0;
-
-	for (; r + 8 <= r1; r += 8) {
-		__m256 x = _mm256_loadu_ps(g + r);
-		__m256 e = exp_neg(_mm256_sub_ps(_mm256_setzero_ps(), x));
-
-		_mm256_storeu_ps(g + r, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
-		    _mm256_loadu_ps(u + r)));
-	}
-	for (; r < r1; r++) {
-		__m256 x = _mm256_set1_ps(g[r]);
-		__m256 e = exp_neg(_mm256_sub_ps(_mm256_setzero_ps(), x));
-
-		g[r] = _mm256_cvtss_f32(_mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
-		    _mm256_set1_ps(u[r])));
-	}
-}
-
-/*
  * att_softmax with eight positions at a time (from lo, then one by one):
  * the same arithmetic for a query whatever its tile.
  */

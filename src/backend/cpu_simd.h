@@ -55,8 +55,6 @@ float cpu_dot_f16_avx(const uint16_t *a, const float *b, int n);
 void cpu_axpy_f32_avx(float *y, float a, const float *x, int n);
 void cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n);
 void cpu_att_tile_avx(const struct cpu_att_tile *t);
-/* g[r] = SiLU(g[r]) * u[r] for r in [r0, r1) (cpu_arch.c's cpu_gate_act, vectorised) */
-void cpu_silu_mul_avx(float *g, const float *u, int64_t r0, int64_t r1);
 #endif
 
 #endif
