@@ -6,7 +6,9 @@
  * sequence that leaves and one that joins change nothing for the others;
  * a full context, a repeated sequence or a bad id is refused without
  * changing anything; an evicted sequence is brought back by its own
- * prefill first.
+ * prefill first. One gemma3 case has a window of 8 and prompts past its
+ * bounded layers' capacity (2 * 8 - 1 + 128 = 143 slots), so the pass reads
+ * trimmed caches at their slot offsets.
  */
 #include "test.h"
 
@@ -20,8 +22,12 @@
 #define N_SEQ 6
 #define N_STEP 5
 
-/* Prompt lengths: all different, so every row of a pass sits at its own position. */
+/*
+ * Prompt lengths: all different, so every row of a pass sits at its own
+ * position; plus prompt_base (the bounded-window case starts them past 140).
+ */
 static const int prompt_len[N_SEQ] = { 1, 9, 3, 17, 5, 30 };
+static int prompt_base;
 
 static int32_t
 prompt_tok(int seq, int i, int n_vocab)
@@ -33,13 +39,14 @@ static struct kvc_seq *
 new_seq(struct kvc_engine *e, int seq)
 {
 	struct kvc_seq *s = NULL;
-	int32_t t[64];
+	int32_t t[256];
+	int n = prompt_base + prompt_len[seq];
 	char err[256];
 
-	for (int i = 0; i < prompt_len[seq]; i++)
+	for (int i = 0; i < n; i++)
 		t[i] = prompt_tok(seq, i, eng_n_vocab(e));
 	if (eng_seq_new(e, &s, err, sizeof err) != 0 ||
-	    eng_seq_append(s, t, prompt_len[seq], NULL, err, sizeof err) != 0) {
+	    eng_seq_append(s, t, n, NULL, err, sizeof err) != 0) {
 		fprintf(stderr, "sequence %d: %s\n", seq, err);
 		eng_seq_free(s);
 		return NULL;
@@ -173,10 +180,11 @@ main(void)
 {
 	static const struct {
 		const char *arch, *type, *kv;
+		int swa;	/* gemma's window (0: the fixture's), prompts from 140 on */
 	} cases[] = {
-		{ "llama", "q8_0", "f16" }, { "qwen2", "q4_k", "f16" }, { "qwen3", "f16", "f32" },
-		{ "llama", "q6_k", "q8_0" }, { "qwen2", "q4_0", "q8_0" }, { "gemma3", "q5_k", "f16" },
-		{ "gpt2", "f32", "f16" }, { "phi3", "bf16", "f16" },
+		{ "llama", "q8_0", "f16", 0 }, { "qwen2", "q4_k", "f16", 0 }, { "qwen3", "f16", "f32", 0 },
+		{ "llama", "q6_k", "q8_0", 0 }, { "qwen2", "q4_0", "q8_0", 0 }, { "gemma3", "q5_k", "f16", 0 },
+		{ "gpt2", "f32", "f16", 0 }, { "phi3", "bf16", "f16", 0 }, { "gemma3", "q8_0", "f32", 8 },
 	};
 	char dir[] = "/tmp/kvc-test-fmulti-XXXXXX";
 	const char *bd = getenv("top_builddir");
@@ -199,15 +207,17 @@ main(void)
 		int rc;
 
 		snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, cases[i].arch, cases[i].type);
-		snprintf(cmd, sizeof cmd, "'%s' --preset tiny --arch %s --type %s --quiet -o '%s'",
-		    mk, cases[i].arch, cases[i].type, path);
+		snprintf(cmd, sizeof cmd, "'%s' --preset tiny --arch %s --type %s --swa %d --quiet "
+		    "-o '%s'", mk, cases[i].arch, cases[i].type, cases[i].swa ? cases[i].swa : 16, path);
 		if (system(cmd) != 0) {
 			test_cond(0, "%s failed", cmd);
 			continue;
 		}
-		snprintf(what, sizeof what, "%s %s, %s cache", cases[i].arch, cases[i].type, cases[i].kv);
+		snprintf(what, sizeof what, "%s %s, %s cache%s", cases[i].arch, cases[i].type, cases[i].kv,
+		    cases[i].swa ? ", bounded window 8" : "");
 		p.device = "cpu";
-		p.n_ctx = 64;
+		p.n_ctx = cases[i].swa ? 256 : 64;
+		prompt_base = cases[i].swa ? 140 : 0;
 		p.n_threads = 2;
 		(void)eng_kv_type_parse(cases[i].kv, &p.kv_type);
 		rc = eng_open(&e, path, &p, err, sizeof err);
