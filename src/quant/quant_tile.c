@@ -9,9 +9,9 @@
  * whatever the tile's shape; the one-token path (decode, q_dot, q_dot_act)
  * runs these same kernels with a tile of one token. So a position's logits
  * are bitwise the same computed alone, in a tile or in a long prefill
- * (tests/unit/test_forward.c checks it). The integer sums are exact, so the
- * AVX512-VNNI form of the multiply-add (chosen at run time) gives the same
- * integers as AVX2's maddubs/madd, and the same floats after them.
+ * (tests/unit/test_forward.c checks it). On AVX512-VNNI CPUs (chosen at
+ * run time) the int8 tiles are quant_tile_i8_512.h's 4 rows x 4 tokens,
+ * 64 values per step; the description below is the AVX2 kernels'.
  *
  * The float work per (row, token, 32 values) is fixed as: lane scales
  * (weight scale of each 4-value lane) times the token's block scale, times
@@ -321,13 +321,7 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 #undef TILE_TGT
 #undef TILE_MAD
 #undef TILE_NAME
-#define TILE_TGT VNNI
-#define TILE_MAD mad_vnni
-#define TILE_NAME(f) f##_vnni
-#include "quant_tile_i8.h"
-#undef TILE_TGT
-#undef TILE_MAD
-#undef TILE_NAME
+#include "quant_tile_i8_512.h"
 
 bool
 q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
@@ -336,7 +330,7 @@ q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, con
 	if (n_in % 32 != 0 || n_in % (32 * t_group_count(t)) != 0)
 		return false;
 	if (avx512 && have_vnni())
-		return rows_act_vnni(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+		return rows_act_512(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	return rows_act_avx2(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 }
 
