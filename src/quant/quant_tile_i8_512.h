@@ -7,14 +7,15 @@
  * (row, token) pays one multiply-add, one conversion, one scale product and
  * one FMA per 64 values, where the 256-bit kernel pays them per 32.
  *
- * Signs: dpbusd multiplies unsigned bytes by signed bytes. Types whose
- * levels are unsigned (Q4_1, Q5_1, Q4_K, Q5_K) put the levels on the
- * unsigned side and x on the signed side. For the signed levels (Q8_0,
- * Q4_0, Q5_0, Q3_K, Q6_K) the token's x is made unsigned as x + 128 (xor
- * 0x80, once per token and pair), and the row's -128 * (sum of its 4
- * levels) per lane, formed once per row and pair, is the accumulator that
- * dpbusd starts from: sum (x + 128) w - 128 sum w = sum x w, exactly, for
- * any int8 x and w. Either way the lane sums are the exact integers.
+ * Signs: dpbusd multiplies unsigned bytes by signed bytes. The levels go
+ * on the unsigned side and x on the signed side. Where the stored level is
+ * an unsigned u minus a fixed offset o (Q4_0 8, Q5_0 16, Q3_K 4, Q6_K 32),
+ * the multiply-add starts from the token's -o * (sum of its 4 x) per lane,
+ * formed once per token and pair: sum u x - o sum x = sum (u - o) x. Q8_0's
+ * levels are signed: there the token's x is made unsigned as x + 128 (xor
+ * 0x80, once per token and pair) and the row's -128 * (sum of its 4
+ * levels), once per row and pair, is the start: sum (x + 128) w - 128 sum
+ * w = sum x w. All exact for any int8 x: the lane sums are the integers.
  *
  * Batch independence: every (row, token) has its own 16-lane accumulator;
  * lanes 0-7 take the pair's first group, 8-15 its second, and the float
@@ -85,18 +86,14 @@ pair_levels32(enum gguf_dtype t, const uint8_t *p0, const uint8_t *p1)
 	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p1 + qo))));
 	__m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
 	    _mm512_set1_epi8(0xF));
-	if (t == GGML_TYPE_Q4_0)
-		return _mm512_sub_epi8(u, _mm512_set1_epi8(8));
-	if (t == GGML_TYPE_Q4_1)
+	if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1)
 		return u;
 	uint32_t h0, h1;
 	memcpy(&h0, p0 + (has_m ? 4 : 2), 4);
 	memcpy(&h1, p1 + (has_m ? 4 : 2), 4);
 	__mmask64 hb = _cvtu64_mask64((uint64_t)h0 | (uint64_t)h1 << 32);
-	if (t == GGML_TYPE_Q5_1)	/* + 16 where the 5th bit is set */
-		return _mm512_mask_add_epi8(u, hb, u, _mm512_set1_epi8(16));
-	/* Q5_0: - 16 where it is clear */
-	return _mm512_mask_sub_epi8(u, _knot_mask64(hb), u, _mm512_set1_epi8(16));
+	/* + 16 where the 5th bit is set */
+	return _mm512_mask_add_epi8(u, hb, u, _mm512_set1_epi8(16));
 }
 
 /* Levels of groups 2j, 2j + 1 of a K-quant block at p. */
@@ -128,7 +125,7 @@ pair_levels_k(enum gguf_dtype t, const uint8_t *p, int j)
 		__m512i sel = cat256(_mm256_set1_epi8((char)(1 << (2 * j))),
 		    _mm256_set1_epi8((char)(1 << (2 * j + 1))));
 		__mmask64 hb = _mm512_test_epi8_mask(twice256(p), sel);
-		return _mm512_mask_sub_epi8(lo, _knot_mask64(hb), lo, _mm512_set1_epi8(4));
+		return _mm512_mask_add_epi8(lo, hb, lo, _mm512_set1_epi8(4));
 	}
 	default: {	/* Q6_K: group 4h + k, ql[64h + 32 (k & 1)], nibble k >= 2, qh[32h] >> 2k */
 		int h = j / 2, k = 2 * (j % 2);
@@ -140,13 +137,28 @@ pair_levels_k(enum gguf_dtype t, const uint8_t *p, int j)
 		/* (l & 0x0F) | ((hh << 4) & 0x30) */
 		l = _mm512_ternarylogic_epi64(l, _mm512_slli_epi16(hh, 4), _mm512_set1_epi8(0x0F),
 		    0xE4);
-		l = _mm512_and_si512(l, _mm512_set1_epi8(0x3F));
-		return _mm512_sub_epi8(l, _mm512_set1_epi8(32));
+		return _mm512_and_si512(l, _mm512_set1_epi8(0x3F));
 	}
 	}
 }
 
-/* The correction for signed levels (see the top of this file). */
+/*
+ * The levels pair_levels32/pair_levels_k return are unsigned, except
+ * Q8_0's: the stored level is theirs minus this (0: none).
+ */
+INLINE int
+t_level_off(enum gguf_dtype t)
+{
+	switch (t) {
+	case GGML_TYPE_Q4_0: return 8;
+	case GGML_TYPE_Q5_0: return 16;
+	case GGML_TYPE_Q3_K: return 4;
+	case GGML_TYPE_Q6_K: return 32;
+	default: return 0;
+	}
+}
+
+/* The correction for Q8_0's signed levels (see the top of this file). */
 VNNI INLINE __m512i
 pair_corr(__m512i w)
 {
@@ -205,7 +217,8 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 	const int ng = t_group_count(t);
 	const int64_t nb = n_in / 32;
 	const size_t bb = t_block_bytes(t);
-	const bool sgn = t_signed(t), off1 = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+	const bool sgn = t == GGML_TYPE_Q8_0, off1 = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+	const int lofs = t_level_off(t);
 	const float *dx[4], *xs[4];
 	const int8_t *qx[4];
 	__m512 acc[4][4];
@@ -226,12 +239,16 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 		for (int k = 0; k < NT; k++) {					\
 			__m512i xv = _mm512_loadu_si512(qx[k] + 32 * (ag));	\
 			__m512 dv = pair_f(dx[k] + (ag));			\
+			__m512i cx = _mm512_setzero_si512();			\
 			if (sgn)						\
 				xv = _mm512_xor_si512(xv, _mm512_set1_epi8((char)0x80)); \
+			if (lofs)						\
+				cx = _mm512_sub_epi32(cx, _mm512_dpbusd_epi32(cx, \
+				    _mm512_set1_epi8((char)lofs), xv));		\
 			UNROLL							\
 			for (int r = 0; r < 4; r++) {				\
 				__m512i s = sgn ? _mm512_dpbusd_epi32(pr[r].corr, xv, pr[r].w) \
-				    : _mm512_dpbusd_epi32(_mm512_setzero_si512(), pr[r].w, xv); \
+				    : _mm512_dpbusd_epi32(cx, pr[r].w, xv);	\
 				acc[r][k] = _mm512_fmadd_ps(_mm512_mul_ps(pr[r].ws, dv), \
 				    _mm512_cvtepi32_ps(s), acc[r][k]);		\
 			}							\
