@@ -64,6 +64,18 @@ two_h(const uint8_t *a, const uint8_t *b)
 	return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)x | (uint32_t)y << 16)));
 }
 
+/* The fp16 at a in lanes 0-7, at b in lanes 8-15, as floats. */
+VNNI INLINE __m512
+pair_h(const uint8_t *a, const uint8_t *b)
+{
+	uint16_t x, y;
+
+	memcpy(&x, a, 2);
+	memcpy(&y, b, 2);
+	return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)x)),
+	    _mm_set1_epi16((short)y), 1));
+}
+
 /* One row's part of a pair of groups: levels, lane scales, and what follows. */
 struct pr {
 	__m512i w;		/* 64 levels */
@@ -264,7 +276,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 				pr[r].w = pair_levels32(t, p0, p1);
 				if (sgn)
 					pr[r].corr = pair_corr(pr[r].w);
-				pr[r].ws = _mm512_permutexvar_ps(PAIR_IDX, _mm512_castps128_ps512(two_h(p0, p1)));
+				pr[r].ws = pair_h(p0, p1);
 				if (off1)
 					pr[r].off = _mm512_maskz_permutexvar_ps(0x0101, PAIR_IDX,
 					    _mm512_castps128_ps512(two_h(p0 + 2, p1 + 2)));
