@@ -122,7 +122,7 @@ bits_mask(const uint8_t *p)
 /* What a block's groups need beyond its bytes: the scales of 16-value halves. */
 struct blk {
 	const uint8_t *p;
-	float fs[16];		/* weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
+	float fs[16];		/* K-quants: weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
 	__m256 off;		/* Q4_1/Q5_1: (m, 0, ..., 0); Q4_K/Q5_K: -dmin * min_j, j < 8 */
 };
 
@@ -216,13 +216,11 @@ blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
 	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: {
 		uint16_t m;
 		memcpy(&m, p + 2, 2);
-		b->fs[0] = h2f(p);
 		/* the half in lane 0, zeros above it, widened: (m, 0, 0, 0) */
 		b->off = _mm256_set_m128(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtsi32_si128(m)));
 		break;
 	}
-	default:
-		b->fs[0] = b->fs[1] = h2f(p);
+	default:	/* the 32-value types: blk_scale reads d itself */
 		break;
 	}
 }
@@ -251,8 +249,8 @@ blk_xoff(enum gguf_dtype t, const float *xs, int64_t b)
 AVX2 INLINE __m256
 blk_scale(enum gguf_dtype t, const struct blk *b, int g)
 {
-	if (t_group_count(t) == 1)
-		return _mm256_broadcast_ss(b->fs);
+	if (t_group_count(t) == 1)	/* d, straight to a register (no store and reload) */
+		return _mm256_set1_ps(h2f(b->p));
 	if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
 		return _mm256_broadcast_ss(b->fs + g);
 	return _mm256_set_m128(_mm_broadcast_ss(b->fs + 2 * g + 1), _mm_broadcast_ss(b->fs + 2 * g));
