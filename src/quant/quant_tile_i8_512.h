@@ -48,7 +48,10 @@ twice256(const void *p)
 VNNI INLINE __m512
 pair_f(const float *p)
 {
-	__m128 v = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)p));
+	uint64_t u;
+
+	memcpy(&u, p, 8);	/* p need not be 8-byte aligned */
+	__m128 v = _mm_castsi128_ps(_mm_cvtsi64_si128((long long)u));
 
 	return _mm512_permutexvar_ps(PAIR_IDX, _mm512_castps128_ps512(v));
 }
