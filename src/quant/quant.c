@@ -437,6 +437,10 @@ q_act_prepare(const float *x, int64_t n_in, void *act)
 	float *d = act, *xs = d + nb;
 	int8_t *q = (int8_t *)(xs + nb);
 
+	if (q_avx2_cpu()) {
+		q_avx2_act_prepare(x, n_in, act);
+		return;
+	}
 	for (int64_t b = 0; b < nb; b++) {
 		const float *xb = x + 32 * b;
 		float amax = 0, sum = 0;

@@ -94,13 +94,14 @@ const char *q_simd_name(void);
  * Explicit choice of kernel, for tests and benchmarks: Q_SIMD_AUTO is what
  * q_dot/q_matmul_rows use: Q_SIMD_AVX512 when the CPU has AVX512F, VL,
  * BW and VNNI, else Q_SIMD_AVX2 when it has AVX2+FMA+F16C, else scalar.
- * A path the CPU lacks runs the next one down. Scalar, AVX2 and AVX-512's
- * float kernels sum in different orders; the int8 kernels of AVX-512
- * (VNNI's multiply-add) and AVX2 form the same integers and then the same
- * floats, so their results are bitwise equal.
+ * A path the CPU lacks runs the next one down. Scalar, AVX2 and AVX-512
+ * sum in different orders (the int8 kernels form the same integer sums of
+ * 4 products, then scale and add them 8 lanes per 32 values on AVX2, 16
+ * lanes per 64 on AVX-512), so their results may differ in the last bits.
  *
  * On the AVX2/AVX-512 paths the products run as tiles of 2 rows x 4
- * tokens (int8), 2 x 3 (AVX2 float) or 4 x 4 (AVX-512 float),
+ * tokens (AVX2 int8), 4 x 4 (AVX-512 int8), 2 x 3 (AVX2 float) or 4 x 4
+ * (AVX-512 float),
  * quant_tile.c: each (row, token) result is bitwise the same whatever
  * n_tok is and whichever rows share the call, and q_dot / q_dot_act
  * return exactly what the matrix products compute.

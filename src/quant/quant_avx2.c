@@ -355,6 +355,46 @@ q_avx2_xsums(const float *x, int64_t n, float *xs)
 	xsums(x, n, xs);
 }
 
+/*
+ * q_act_prepare's work with vectors: the same d, the same levels (the
+ * conversion rounds to nearest even, as lrintf does in the default mode),
+ * the sum of x in a vector order (so it may differ from the scalar sum in
+ * the last bits; every token on this CPU takes this path).
+ */
+AVX2 void
+q_avx2_act_prepare(const float *x, int64_t n_in, void *act)
+{
+	int64_t nb = n_in / 32;
+	float *d = act, *xs = d + nb;
+	int8_t *q = (int8_t *)(xs + nb);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+
+	for (int64_t b = 0; b < nb; b++) {
+		const float *xb = x + 32 * b;
+		__m256 v[4], m;
+		for (int i = 0; i < 4; i++)
+			v[i] = _mm256_loadu_ps(xb + 8 * i);
+		m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+		    _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float amax = _mm_cvtss_f32(h);
+		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
+		__m256 iv = _mm256_set1_ps(id);
+		d[b] = db;
+		xs[b] = hsum(sum32(xb));
+		__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], iv));
+		__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], iv));
+		__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], iv));
+		__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], iv));
+		/* packs interleave 128-bit lanes: put the 8 dwords groups back in order */
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)(q + 32 * b), p);
+	}
+}
+
 #else	/* not x86: the portable kernels only */
 
 bool
@@ -371,6 +411,11 @@ q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, 
 
 void
 q_avx2_xsums(const float *x, int64_t n, float *xs)
+{
+}
+
+void
+q_avx2_act_prepare(const float *x, int64_t n_in, void *act)
 {
 }
 

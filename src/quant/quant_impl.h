@@ -18,6 +18,8 @@ bool q_avx2_cpu(void);
  */
 bool q_avx2_dot(enum gguf_dtype t, const void *row, const float *x, const float *xs, int64_t n, float *out);
 void q_avx2_xsums(const float *x, int64_t n, float *xs);	/* xs[n / 32] */
+/* q_act_prepare on an AVX2 CPU (same d and levels; the sums of x in a vector order) */
+void q_avx2_act_prepare(const float *x, int64_t n_in, void *act);
 
 /*
  * quant_tile.c, AVX2 CPUs only (q_avx2_cpu()): q_matmul_rows_act's and

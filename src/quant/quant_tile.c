@@ -9,9 +9,9 @@
  * whatever the tile's shape; the one-token path (decode, q_dot, q_dot_act)
  * runs these same kernels with a tile of one token. So a position's logits
  * are bitwise the same computed alone, in a tile or in a long prefill
- * (tests/unit/test_forward.c checks it). The integer sums are exact, so the
- * AVX512-VNNI form of the multiply-add (chosen at run time) gives the same
- * integers as AVX2's maddubs/madd, and the same floats after them.
+ * (tests/unit/test_forward.c checks it). On AVX512-VNNI CPUs (chosen at
+ * run time) the int8 tiles are quant_tile_i8_512.h's 4 rows x 4 tokens,
+ * 64 values per step; the description below is the AVX2 kernels'.
  *
  * The float work per (row, token, 32 values) is fixed as: lane scales
  * (weight scale of each 4-value lane) times the token's block scale, times
@@ -122,7 +122,7 @@ bits_mask(const uint8_t *p)
 /* What a block's groups need beyond its bytes: the scales of 16-value halves. */
 struct blk {
 	const uint8_t *p;
-	float fs[16];		/* weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
+	float fs[16];		/* K-quants: weight scale of values [16k, 16k + 16); Q4_K/Q5_K: [32k, 32k + 32) */
 	__m256 off;		/* Q4_1/Q5_1: (m, 0, ..., 0); Q4_K/Q5_K: -dmin * min_j, j < 8 */
 };
 
@@ -216,13 +216,11 @@ blk_prep(enum gguf_dtype t, const uint8_t *p, struct blk *b)
 	case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: {
 		uint16_t m;
 		memcpy(&m, p + 2, 2);
-		b->fs[0] = h2f(p);
 		/* the half in lane 0, zeros above it, widened: (m, 0, 0, 0) */
 		b->off = _mm256_set_m128(_mm_setzero_ps(), _mm_cvtph_ps(_mm_cvtsi32_si128(m)));
 		break;
 	}
-	default:
-		b->fs[0] = b->fs[1] = h2f(p);
+	default:	/* the 32-value types: blk_scale reads d itself */
 		break;
 	}
 }
@@ -251,8 +249,8 @@ blk_xoff(enum gguf_dtype t, const float *xs, int64_t b)
 AVX2 INLINE __m256
 blk_scale(enum gguf_dtype t, const struct blk *b, int g)
 {
-	if (t_group_count(t) == 1)
-		return _mm256_broadcast_ss(b->fs);
+	if (t_group_count(t) == 1)	/* d, straight to a register (no store and reload) */
+		return _mm256_set1_ps(h2f(b->p));
 	if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)
 		return _mm256_broadcast_ss(b->fs + g);
 	return _mm256_set_m128(_mm_broadcast_ss(b->fs + 2 * g + 1), _mm_broadcast_ss(b->fs + 2 * g));
@@ -321,13 +319,7 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 #undef TILE_TGT
 #undef TILE_MAD
 #undef TILE_NAME
-#define TILE_TGT VNNI
-#define TILE_MAD mad_vnni
-#define TILE_NAME(f) f##_vnni
-#include "quant_tile_i8.h"
-#undef TILE_TGT
-#undef TILE_MAD
-#undef TILE_NAME
+#include "quant_tile_i8_512.h"
 
 bool
 q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
@@ -336,7 +328,7 @@ q_tile_rows_act(bool avx512, enum gguf_dtype t, const uint8_t *W, size_t rb, con
 	if (n_in % 32 != 0 || n_in % (32 * t_group_count(t)) != 0)
 		return false;
 	if (avx512 && have_vnni())
-		return rows_act_vnni(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+		return rows_act_512(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	return rows_act_avx2(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 }
 

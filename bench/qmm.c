@@ -1,0 +1,104 @@
+/*
+ * qmm: the thread CPU time of one q_matmul_rows_act call (int8 kernels),
+ * the minimum over repeats, for one weight type and shape. CPU time of the
+ * calling thread counts only the time it ran, so on a machine shared with
+ * other work the minimum moves far less than wall-clock rates do (it is
+ * still raised by a busy sibling hyperthread or a cold cache).
+ *
+ *   bench/qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512]]
+ *
+ * e.g. bench/qmm q4_0 64 1024 1024 11 (prefill-shaped), bench/qmm q8_0 1
+ * 1024 4864 21 (decode-shaped). Prints ms and GFLOP/s (2 flops per weight
+ * and token).
+ */
+#include "config.h"
+
+#include "quant/quant.h"
+#include "quant/quant_ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static double
+cpu_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static const struct { const char *name; enum gguf_dtype t; } types[] = {
+	{ "q8_0", GGML_TYPE_Q8_0 }, { "q4_0", GGML_TYPE_Q4_0 }, { "q4_1", GGML_TYPE_Q4_1 },
+	{ "q5_0", GGML_TYPE_Q5_0 }, { "q5_1", GGML_TYPE_Q5_1 }, { "q3_k", GGML_TYPE_Q3_K },
+	{ "q4_k", GGML_TYPE_Q4_K }, { "q5_k", GGML_TYPE_Q5_K }, { "q6_k", GGML_TYPE_Q6_K },
+};
+
+int
+main(int argc, char **argv)
+{
+	enum q_simd simd = Q_SIMD_AUTO;
+	int ti = -1, n_tok, reps = 11;
+	int64_t n_in, n_out;
+
+	if (argc < 5) {
+		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512]]\n");
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		if (strcasecmp(argv[1], types[i].name) == 0)
+			ti = (int)i;
+	n_tok = atoi(argv[2]);
+	n_in = atoll(argv[3]);
+	n_out = atoll(argv[4]);
+	if (argc > 5)
+		reps = atoi(argv[5]);
+	if (argc > 6)
+		simd = strcmp(argv[6], "scalar") == 0 ? Q_SIMD_SCALAR :
+		    strcmp(argv[6], "avx2") == 0 ? Q_SIMD_AVX2 : Q_SIMD_AVX512;
+	if (ti < 0 || n_tok < 1 || n_out < 1 || reps < 1 || q_row_bytes(types[ti].t, n_in) == 0) {
+		fprintf(stderr, "qmm: need an integer-kernel type (q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k "
+		    "q5_k q6_k), N_IN a multiple of its block, N_TOK, N_OUT, REPEATS >= 1\n");
+		return 2;
+	}
+	enum gguf_dtype t = types[ti].t;
+	size_t rb = q_row_bytes(t, n_in), ab = q_act_bytes(n_in);
+	uint8_t *W = malloc(rb * (size_t)n_out), *act = malloc(ab * (size_t)n_tok);
+	float *w = malloc((size_t)n_in * sizeof *w), *x = malloc((size_t)n_in * sizeof *x);
+	float *y = malloc((size_t)n_tok * (size_t)n_out * sizeof *y);
+	if (!W || !act || !w || !x || !y) {
+		fprintf(stderr, "qmm: out of memory\n");
+		return 1;
+	}
+	srand(1);
+	for (int64_t r = 0; r < n_out; r++) {
+		for (int64_t i = 0; i < n_in; i++)
+			w[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+		q_quantize_row(t, w, W + (size_t)r * rb, n_in);
+	}
+	for (int k = 0; k < n_tok; k++) {
+		for (int64_t i = 0; i < n_in; i++)
+			x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+		q_act_prepare(x, n_in, act + (size_t)k * ab);
+	}
+	double best = 1e30;
+	for (int i = 0; i < reps; i++) {
+		double t0 = cpu_now();
+		q_matmul_rows_act(simd, t, W, rb, act, n_tok, n_in, y, n_out, 0, n_out);
+		double d = cpu_now() - t0;
+		if (d < best)
+			best = d;
+	}
+	printf("%s (%s) %d tok x %lld x %lld: %.3f ms, %.1f GFLOP/s\n", types[ti].name,
+	    simd == Q_SIMD_AUTO ? q_simd_name() : argv[6], n_tok, (long long)n_in, (long long)n_out,
+	    best * 1e3, 2.0 * (double)n_in * (double)n_out * n_tok / best * 1e-9);
+	free(W);
+	free(act);
+	free(w);
+	free(x);
+	free(y);
+	return 0;
+}
