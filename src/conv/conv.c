@@ -175,7 +175,9 @@ open_window(struct conv *c, int64_t window, char *err, size_t errlen)
 		conv_notice(m, "conversation %" PRId64 ": the stored context window does not fit its "
 		    "messages; recomputing", c->id);
 	rc = conv_build_cached(c, c->n_msgs, &s, err, errlen);
-	if (rc || (int)s.n < n_ctx)
+	/* a cache exactly full (a reply stopped by the context) still fits: the
+	 * next turn drops, slides or stops as --ctx-overflow says */
+	if (rc || (int)s.n <= n_ctx)
 		goto out;
 	k = c->win;
 	conv_slide_reset(c);

@@ -65,6 +65,22 @@ check "replies byte-identical to the uninterrupted run" [ "$(replies "$TMPD/r.db
 check "same stats figures as the uninterrupted run" \
     [ "$(cat "$TMPD/r1.json" "$TMPD/r2.json" "$TMPD/r3.json" | sed 's/.*"prompt_tokens":\([0-9]*\),"reused_tokens":\([0-9]*\).*"slid_tokens":\([0-9]*\).*/\1 \2 \3/')" = \
       "$(sed 's/.*"prompt_tokens":\([0-9]*\),"reused_tokens":\([0-9]*\).*"slid_tokens":\([0-9]*\).*/\1 \2 \3/' "$TMPD/u.json")" ]
+# A process whose last reply stopped at a full context (every position used)
+# resumes from its snapshot, and its next turn slides. Before, such a
+# conversation was refused at open ("does not fit a context of 256
+# positions"), or rebuilt when its stream was already slid.
+echo "Turn 1: tell me one more thing about tea, please." >"$TMPD/f1.txt"
+echo "Turn 2: and more." >"$TMPD/f2.txt"
+for f in 1 2; do
+	n=1000; [ $f = 2 ] && n=8
+	"$KVCHAT" -m "$M" --db "$TMPD/f.db" --session f --temp 0 -n $n --ctx 256 \
+	    --ctx-overflow slide --stats-json "$TMPD/f$f.json" <"$TMPD/f$f.txt" \
+	    >/dev/null 2>"$TMPD/f$f.err" || { fail "full context, process $f: exit $?"; cat "$TMPD/f$f.err" >&2; }
+done
+check "the first reply filled the context" [ "$(jget "$TMPD/f1.json" 1 context_used)" = 256 ]
+check "a full context resumes from its snapshot" [ "$(jget "$TMPD/f2.json" 1 resumed_from_snapshot)" = true ]
+check "a full context is not rebuilt" [ "$(jget "$TMPD/f2.json" 1 rebuilt)" = false ]
+check "and the next turn slides" [ "$(jget "$TMPD/f2.json" 1 slid_tokens)" -gt 0 ]
 # Once more on gemma3, whose windowed layers rotate with their own RoPE
 # base: each layer's keys are re-rotated with its own frequencies.
 if [ -z "${SLIDE_MODEL:-}" ]; then
