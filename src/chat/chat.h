@@ -123,6 +123,15 @@ int chat_detect(const char *jinja);
  * (callers then warn and use CHAT_CHATML). tok_model may be NULL.
  */
 int chat_family_for_arch(const char *arch, const char *tok_model);
+/*
+ * The family a loaded file implies, as the chat and kvchat batch pick it
+ * when no --chat-template is given: its tokenizer.chat_template
+ * (chat_detect), or without one its architecture and vocabulary
+ * (chat_family_for_arch); -1 when neither says. *jinja (jinja may be NULL)
+ * receives the template text, or NULL when the file has none.
+ */
+struct gguf_file;
+int chat_family_for_file(const struct gguf_file *f, const char **jinja);
 
 /* Default system prompt the family inserts when none is given (ChatML/Qwen2.5), or NULL. */
 const char *chat_default_system(enum chat_family f, const char *jinja);

@@ -5,6 +5,7 @@
  */
 #include <string.h>
 #include "chat.h"
+#include "gguf/gguf.h"
 
 #define QWEN_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
@@ -90,6 +91,19 @@ chat_family_for_arch(const char *arch, const char *tok_model)
 	if (strcmp(arch, "chatglm") == 0 || strcmp(arch, "glm4") == 0)
 		return CHAT_GLM;
 	return -1;
+}
+
+int
+chat_family_for_file(const struct gguf_file *f, const char **jinja)
+{
+	const char *t = gguf_get_str(f, "tokenizer.chat_template", NULL);
+
+	if (jinja != NULL)
+		*jinja = t;
+	if (t != NULL)
+		return chat_detect(t);
+	return chat_family_for_arch(gguf_get_str(f, "general.architecture", NULL),
+	    gguf_get_str(f, "tokenizer.ggml.model", NULL));
 }
 
 const char *

@@ -388,12 +388,10 @@ repl_main(int argc, char **argv)
 			goto out;
 		}
 	}
-	jinja = gguf_get_str(eng_gguf(r.e), "tokenizer.chat_template", NULL);
+	fam = chat_family_for_file(eng_gguf(r.e), &jinja);
 	if (o.template_name)
 		fam = chat_family_from_name(o.template_name);
-	else if ((fam = jinja ? chat_detect(jinja) :
-	    chat_family_for_arch(gguf_get_str(eng_gguf(r.e), "general.architecture", NULL),
-	    gguf_get_str(eng_gguf(r.e), "tokenizer.ggml.model", NULL))) < 0) {
+	else if (fam < 0) {
 		fprintf(stderr, "kvchat: %s; using chatml (--chat-template chooses)\n",
 		    jinja ? "unrecognised chat template" : "the model has no chat template");
 		fam = CHAT_CHATML;

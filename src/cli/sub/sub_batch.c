@@ -450,13 +450,9 @@ pick_template(const struct batch_opts *o, struct kvc_engine *e, struct batch_def
 {
 	int fam;
 
-	d->jinja = gguf_get_str(eng_gguf(e), "tokenizer.chat_template", NULL);
+	fam = chat_family_for_file(eng_gguf(e), &d->jinja);
 	if (o->template_name)
 		fam = chat_family_from_name(o->template_name);
-	else if ((fam = d->jinja ? chat_detect(d->jinja) :
-	    chat_family_for_arch(gguf_get_str(eng_gguf(e), "general.architecture", NULL),
-	    gguf_get_str(eng_gguf(e), "tokenizer.ggml.model", NULL))) < 0)
-		fam = -1;
 	d->family = fam < 0 ? CHAT_CHATML : (enum chat_family)fam;
 	d->fallback = fam < 0;
 }
