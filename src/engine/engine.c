@@ -225,6 +225,8 @@ eng_close(struct kvc_engine *e)
 		return;
 	e->be->free(e->bctx);
 	free(e->multi_logits);
+	free(e->multi_kvs);
+	free(e->multi_pos);
 	model_free(&e->model);
 	tok_free(e->tok);
 	gguf_close(e->gf);

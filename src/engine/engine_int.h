@@ -24,7 +24,11 @@ struct kvc_engine {
 	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
 	void *hook_arg;
 	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */
-	float *multi_logits;		/* (multi_cap, n_vocab): eng_seq_decode_multi's pass */
+	/* eng_seq_decode_multi's pass, kept for the next step: (multi_cap,
+	 * n_vocab) logits and each sequence's cache and position */
+	float *multi_logits;
+	void **multi_kvs;
+	int *multi_pos;
 	int multi_cap;
 };
 

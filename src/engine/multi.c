@@ -80,22 +80,23 @@ eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
 			return rc;
 	if (n > e->multi_cap) {
 		float *l = realloc(e->multi_logits, (size_t)n * nv * sizeof *l);
+		void **k = l ? realloc(e->multi_kvs, (size_t)n * sizeof *k) : NULL;
+		int *p = k ? realloc(e->multi_pos, (size_t)n * sizeof *p) : NULL;
 
-		if (l == NULL) {
+		/* each block that moved is kept: the capacity grows only when all three did */
+		if (l != NULL)
+			e->multi_logits = l;
+		if (k != NULL)
+			e->multi_kvs = k;
+		if (p == NULL) {
 			kvc_err(err, errlen, "out of memory for the logits of %d sequences", n);
 			return KVC_ENOMEM;
 		}
-		e->multi_logits = l;
+		e->multi_pos = p;
 		e->multi_cap = n;
 	}
-	kvs = malloc((size_t)n * sizeof *kvs);
-	pos = malloc((size_t)n * sizeof *pos);
-	if (kvs == NULL || pos == NULL) {
-		free(kvs);
-		free(pos);
-		kvc_err(err, errlen, "out of memory");
-		return KVC_ENOMEM;
-	}
+	kvs = e->multi_kvs;
+	pos = e->multi_pos;
 	for (i = 0; i < n; i++) {
 		kvs[i] = seqs[i]->kv;
 		pos[i] = seqs[i]->n_cached;
@@ -124,7 +125,5 @@ eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
 			s->have_logits = false;
 		}
 	}
-	free(kvs);
-	free(pos);
 	return rc;
 }

@@ -23,16 +23,6 @@ q_avx2_cpu(void)
 	return kvc_cpu_avx2();
 }
 
-AVX2 static inline float
-hsum(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
 static inline uint16_t
 rd16(const void *p)
 {
@@ -109,7 +99,7 @@ dot_f32(const float *w, const float *x, int64_t n)
 		memcpy(&v, w + i, 4);
 		t += v * x[i];
 	}
-	return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
 }
 
 AVX2 static inline __m256
@@ -147,7 +137,7 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 		uint16_t h = rd16(w + 2 * i);
 		t += (bf ? q_bf16_to_f32(h) : q_fp16_to_f32(h)) * x[i];
 	}
-	return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
 }
 
 /* Blocks are addressed as bytes: rows need not be aligned. */
@@ -173,7 +163,7 @@ dot_q8_0(const uint8_t *b, const float *x, int64_t nb)
 		    _mm_loadu_si128((const __m128i *)(p + 18)), x + 32 * i);
 		acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(p)), s0, acc0);
 	}
-	return hsum(_mm256_add_ps(acc0, acc1));
+	return q_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 AVX2 static float
@@ -194,7 +184,7 @@ dot_q4_0(const uint8_t *b, const float *x, int64_t nb)
 		else
 			acc0 = _mm256_fmadd_ps(d, s, acc0);
 	}
-	return hsum(_mm256_add_ps(acc0, acc1));
+	return q_hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 /*
@@ -222,7 +212,7 @@ AVX2 static void
 xsums(const float *x, int64_t n, float *xs)
 {
 	for (int64_t j = 0; j < n / 32; j++)
-		xs[j] = hsum(sum32(x + 32 * j));
+		xs[j] = q_hsum8(sum32(x + 32 * j));
 }
 
 /*
@@ -276,7 +266,7 @@ dot_q45_k(const uint8_t *blk, size_t bsz, bool q5, const float *x, const float *
 			acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dsc[2 * c + 1]), dot32_u8(b0, b1, xc + 32), acc1);
 		}
 	}
-	return hsum(_mm256_add_ps(acc0, acc1)) - hsum(macc);
+	return q_hsum8(_mm256_add_ps(acc0, acc1)) - q_hsum8(macc);
 }
 
 /* fs[g] = d * scales[g] for the 16 int8 scales of a Q6_K block */
@@ -330,7 +320,7 @@ dot_q6_k(const uint8_t *b, const float *x, int64_t nb)
 			}
 		}
 	}
-	return hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+	return q_hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 bool
@@ -383,7 +373,7 @@ q_avx2_act_prepare(const float *x, int64_t n_in, void *act)
 		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
 		__m256 iv = _mm256_set1_ps(id);
 		d[b] = db;
-		xs[b] = hsum(sum32(xb));
+		xs[b] = q_hsum8(sum32(xb));
 		__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], iv));
 		__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], iv));
 		__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], iv));

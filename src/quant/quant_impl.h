@@ -8,6 +8,23 @@
 #include "quant.h"
 
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+/*
+ * The sum of v's eight floats, halves first, then pairs: the one order every
+ * AVX2 kernel of the module reduces in (results depend on it bit for bit).
+ */
+__attribute__((target("avx2"), always_inline)) static inline float
+q_hsum8(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+#endif
 
 /* The AVX2+FMA+F16C kernels: only call when q_avx2_cpu() is true. */
 bool q_avx2_cpu(void);

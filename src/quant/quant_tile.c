@@ -61,16 +61,6 @@ q_tile_avx512_cpu(void)
 }
 
 AVX2 INLINE float
-hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-AVX2 INLINE float
 h2f(const uint8_t *p)
 {
 	uint16_t v;
@@ -376,7 +366,7 @@ tile_f(enum gguf_dtype t, int NT, const uint8_t *const w[2], const float *x, int
 	for (int r = 0; r < 2; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
-			out[r * 3 + k] = hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
+			out[r * 3 + k] = q_hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
 }
 
 AVX2 INLINE void
@@ -443,7 +433,7 @@ tile_f16w(enum gguf_dtype t, int NT, const uint8_t *const w[4], const float *x, 
 	for (int r = 0; r < 4; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
-			out[r * 4 + k] = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
+			out[r * 4 + k] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
 }
 
@@ -567,7 +557,7 @@ rows_f16p(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_
 							__m512 v = am[q][g][i * 6 + k];
 							y[(size_t)(tb + 6 * g + k) * (size_t)n_out +
 							    (size_t)(rband + 4 * q + i)] =
-							    hsum8(_mm256_add_ps(_mm512_castps512_ps256(v),
+							    q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v),
 							    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 						}
 		}

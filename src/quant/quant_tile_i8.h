@@ -71,7 +71,7 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 	for (int r = 0; r < 2; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
-			out[r * 4 + k] = hsum8(acc[r][k]);
+			out[r * 4 + k] = q_hsum8(acc[r][k]);
 }
 
 /*

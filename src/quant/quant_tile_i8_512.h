@@ -337,7 +337,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 	for (int r = 0; r < 4; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
-			out[r * 4 + k] = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
+			out[r * 4 + k] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
 }
 
