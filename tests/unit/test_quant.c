@@ -609,10 +609,10 @@ test_act(void)
 	};
 	enum { N = 1024, N_OUT = 5, N_TOK = 6 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], yv[N_TOK * N_OUT];
-	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
+	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 12 * N / 32)];
 	size_t ab = q_act_bytes(N);
 
-	test_cond(ab == N + 8 * (N / 32), "act bytes %zu", ab);
+	test_cond(ab == N + 12 * (N / 32), "act bytes %zu", ab);
 	for (int i = 0; i < N_TOK * N; i++)
 		x[i] = frand() * (1 + (float)((i / 32) % 5));
 	for (int i = 0; i < N_OUT * N; i++)
@@ -631,6 +631,11 @@ test_act(void)
 			for (int i = 0; i < 32; i++)
 				sum += x[32 * b + i];
 			bad += !(fabs(sum - xs[b]) <= 1e-5 * (1 + fabs(sum)));
+			int32_t qs = 0, qc;
+			for (int i = 0; i < 32; i++)
+				qs += q[32 * b + i];
+			memcpy(&qc, (const uint8_t *)(q + N) + 4 * b, 4);
+			bad += qc != -128 * qs;
 		}
 		test_cond(bad == 0, "q_act_prepare: %d bad", bad);
 	}
@@ -704,7 +709,7 @@ test_act_odd(void)
 	};
 	enum { N = 96, N_OUT = 6, N_TOK = 5 };
 	static float x[N_TOK * N], w[N_OUT * N], y[N_TOK * N_OUT];
-	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
+	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 12 * N / 32)];
 	size_t ab = q_act_bytes(N);
 
 	for (int i = 0; i < N_TOK * N; i++)
@@ -729,6 +734,94 @@ test_act_odd(void)
 		}
 		test_cond(bad == 0, "%s odd block count: %d bad", tname(t), bad);
 	}
+}
+
+/*
+ * Packed Q8_0 (quant_pack.c, AVX512-VNNI only): every (row, token) within
+ * q_dot_act's bound of the exact product and close to the scalar kernel
+ * (the same integers, summed in another float order), and bitwise the same
+ * for any number of tokens in the call and any cut of the groups. The
+ * shapes have a partial last group (37 rows) and an odd block count (96),
+ * and a row with the extreme level -128 that a foreign quantiser may write.
+ */
+static void
+test_pack(void)
+{
+	enum { N = 96, N_OUT = 37, N_TOK = 7 };
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * 102], act[N_TOK * (N + 12 * N / 32)];
+	size_t ab = q_act_bytes(N), rb = q_row_bytes(GGML_TYPE_Q8_0, N), pb;
+	uint8_t *P;
+	int bad = 0, same = 0;
+
+	if (!q_pack_supported(GGML_TYPE_Q8_0, N)) {
+		test_cond(!q_pack_supported(GGML_TYPE_Q8_0, 32) && q_pack_bytes(GGML_TYPE_Q4_0, N, N_OUT) == 0,
+		    "no packed kernel on this CPU (no AVX512-VNNI): none offered");
+		return;
+	}
+	test_cond(!q_pack_supported(GGML_TYPE_Q4_K, 256) && !q_pack_supported(GGML_TYPE_Q8_0, 48),
+	    "packed types");
+	pb = q_pack_bytes(GGML_TYPE_Q8_0, N, N_OUT);
+	test_cond(pb == 3 * 3 * 544, "packed bytes %zu", pb);
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	x[5] = 40;	/* a block whose max maps to 127 */
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	for (int r = 0; r < N_OUT; r++)
+		q_quantize_row(GGML_TYPE_Q8_0, w + r * N, W + r * rb, N);
+	W[3 * rb + 2 + 7] = 0x80;	/* row 3, level 7 = -128 */
+	P = aligned_alloc(64, pb);
+	memset(P, 0xA5, pb);		/* padding rows must be written, not inherited */
+	q_pack(GGML_TYPE_Q8_0, W, rb, N, N_OUT, P, 0, 1);
+	q_pack(GGML_TYPE_Q8_0, W, rb, N, N_OUT, P, 1, 3);
+	q_matmul_packed_act(GGML_TYPE_Q8_0, P, act, N_TOK, N, y, N_OUT, 0, 3);
+	for (int r = 0; r < N_OUT; r++) {
+		q_dequant_row(GGML_TYPE_Q8_0, W + r * rb, wd, N);
+		for (int tok = 0; tok < N_TOK; tok++) {
+			const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
+			double exact = 0, bound = 0, mag = 0;
+			for (int i = 0; i < N; i++) {
+				exact += (double)wd[i] * xt[i];
+				bound += d[i / 32] / 2 * fabs(wd[i]);
+				mag += fabs((double)wd[i] * xt[i]);
+			}
+			bound += 1e-5 * mag;
+			/* quant_pack.c's documented order, on the stored integers */
+			const int8_t *qx = (const int8_t *)(d + 2 * (N / 32));
+			float order = 0;
+			for (int b = 0; b < N / 32; b++) {
+				const uint8_t *blk = W + r * rb + 34 * b;
+				uint16_t hs;
+				int32_t isum = 0;
+				memcpy(&hs, blk, 2);
+				for (int i = 0; i < 32; i++)
+					isum += (int8_t)blk[2 + i] * qx[32 * b + i];
+				order = fmaf(h2f(hs) * d[b], (float)isum, order);
+			}
+			float v = y[tok * N_OUT + r];
+			float sc = q_dot_act(Q_SIMD_SCALAR, GGML_TYPE_Q8_0, W + r * rb, act + tok * ab, N);
+			if (!(fabs(v - exact) <= bound) || !(fabs(v - sc) <= 1e-5 * mag) || v != order) {
+				if (bad++ < 3)
+					fprintf(stderr, "packed row %d tok %d: %g scalar %g in order %g exact %g "
+					    "bound %g\n", r, tok, v, sc, order, exact, bound);
+			}
+		}
+	}
+	test_cond(bad == 0, "packed Q8_0 within bound: %d bad", bad);
+	/* one token at a time, each group alone: bitwise the batch's */
+	for (int tok = 0; tok < N_TOK; tok++) {
+		for (int g = 0; g < 3; g++)
+			q_matmul_packed_act(GGML_TYPE_Q8_0, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
+		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
+	}
+	/* tokens 2..6 as a batch of 5 (a tile of 4 and one) */
+	q_matmul_packed_act(GGML_TYPE_Q8_0, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, 3);
+	same += memcmp(y2, y + 2 * N_OUT, (N_TOK - 2) * N_OUT * sizeof *y) == 0;
+	test_cond(same == N_TOK + 1, "packed Q8_0 batch independence: %d of %d", same, N_TOK + 1);
+	free(P);
 }
 
 static void
@@ -761,6 +854,7 @@ main(void)
 	test_matmul();
 	test_act();
 	test_act_odd();
+	test_pack();
 	test_misc();
 	return test_done();
 }
