@@ -2,9 +2,9 @@
  * cpu_pack.c: the CPU backend's packed copies of weight matrices.
  *
  * Where quant.h has a packed kernel for a matrix's type on this CPU
- * (q_pack_supported: Q8_0 on AVX512-VNNI), the matrix is rearranged once,
+ * (q_pack_supported: Q8_0, Q4_0, Q5_0 on AVX512-VNNI), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
- * integer kernel then does about five times fewer instructions per
+ * integer kernel then does several times fewer instructions per
  * multiply-add (quant_pack.c). The copy costs the matrix's size in memory
  * (the file's pages are left to the page cache: the program no longer
  * reads them, except token embeddings, which stay in the file's layout).
