@@ -15,6 +15,9 @@
  * same input) and the threads run the integer kernels (q_matmul_rows_act):
  * 1.5-2.5x faster per core, for a small activation-rounding error bounded
  * in quant.h (tests/unit/test_forward.c derives what it does to the logits).
+ * Where quant can pack a matrix on this CPU (Q8_0, Q4_0, Q5_0 with
+ * AVX512-VNNI), cpu_pack.c made a packed copy at init and the threads run
+ * the packed kernel on it, each taking whole groups of 16 rows.
  *
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
  * (or a longer context) first appears, never per token. Prefill runs in
