@@ -100,9 +100,13 @@ pack_block(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t nb, int64_
 	memcpy(sc, blk, 2);
 	switch (t) {
 	case GGML_TYPE_Q8_0:
-		for (int j = 0; j < 8; j++)
-			for (int i = 0; i < 4; i++)
-				l[64 * j + i] = blk[2 + 4 * j + i] ^ 0x80;
+		for (int j = 0; j < 8; j++) {
+			uint32_t v;
+
+			memcpy(&v, blk + 2 + 4 * j, 4);
+			v ^= 0x80808080u;
+			memcpy(l + 64 * j, &v, 4);
+		}
 		break;
 	case GGML_TYPE_Q4_0:
 		for (int j = 0; j < 4; j++)
