@@ -427,25 +427,7 @@ q_act_supported(enum gguf_dtype t)
 size_t
 q_act_bytes(int64_t n_in)
 {
-	return (size_t)(n_in / 32) * (2 * sizeof(float) + sizeof(int32_t)) + (size_t)n_in;
-}
-
-/* After the levels: -128 x each block's sum of levels (quant_pack.c's correction). */
-static void
-act_level_sums(int64_t n_in, void *act)
-{
-	int64_t nb = n_in / 32;
-	const int8_t *q = (const int8_t *)((float *)act + 2 * nb);
-	int32_t c;
-
-	for (int64_t b = 0; b < nb; b++) {
-		int32_t s = 0;
-
-		for (int i = 0; i < 32; i++)
-			s += q[32 * b + i];
-		c = -128 * s;
-		memcpy((char *)act + 8 * nb + n_in + 4 * b, &c, 4);
-	}
+	return (size_t)(n_in / 32) * 2 * sizeof(float) + (size_t)n_in;
 }
 
 void
@@ -457,7 +439,6 @@ q_act_prepare(const float *x, int64_t n_in, void *act)
 
 	if (q_avx2_cpu()) {
 		q_avx2_act_prepare(x, n_in, act);
-		act_level_sums(n_in, act);
 		return;
 	}
 	for (int64_t b = 0; b < nb; b++) {
@@ -473,7 +454,6 @@ q_act_prepare(const float *x, int64_t n_in, void *act)
 		for (int i = 0; i < 32; i++)
 			q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
 	}
-	act_level_sums(n_in, act);
 }
 
 /*

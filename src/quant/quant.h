@@ -133,8 +133,7 @@ int64_t q_block_elems(enum gguf_dtype t);
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],
- * int8 q[n_in], int32 qc[nb] (-128 x the sum of block b's q, which the
- * packed kernels below need). Tokens are q_act_bytes(n_in) apart.
+ * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart.
  */
 bool q_act_supported(enum gguf_dtype t);
 size_t q_act_bytes(int64_t n_in);

@@ -24,8 +24,8 @@
  * of vector j holds bytes 4j .. 4j + 3 of row r's 16 (low nibbles: values
  * 4j .., high: 16 + 4j ..), and Q5_0 a vector of the rows' 32-bit fifth
  * bits; their levels u are w + o (o = 8, 16). Each token's block sum of
- * u x is corrected by -o x (sum of its int8 levels), from the -128 x that
- * sum q_act_prepare leaves after the levels (exact: o divides 128).
+ * u x is corrected by -o x (sum of its int8 levels), formed once per call
+ * and token.
  *
  * Float order, the same for any number of tokens and any split of the
  * groups between threads (batch independence): per (row, token), for b =
@@ -37,6 +37,8 @@
 #include <string.h>
 
 #define PACK_S 32	/* scale bytes of one block of a group: 16 x fp16 */
+#define PACK_NT 8	/* tokens per tile */
+#define PACK_CX 8192	/* int32 corrections of a chunk of tokens (32 KiB of stack) */
 
 static bool
 packable(enum gguf_dtype t)
@@ -67,7 +69,8 @@ pk_group(enum gguf_dtype t, int64_t nb)
 bool
 q_pack_supported(enum gguf_dtype t, int64_t n_in)
 {
-	return packable(t) && n_in > 0 && n_in % 32 == 0 && q_tile_avx512_cpu();
+	return packable(t) && n_in > 0 && n_in % 32 == 0 && n_in / 32 * PACK_NT <= PACK_CX &&
+	    q_tile_avx512_cpu();
 }
 
 size_t
@@ -197,28 +200,42 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 	}
 }
 
+/* -o x the sum of each block's 32 int8 x, nb blocks of one token (o: the levels' offset). */
+VNNI INLINE void
+corrections(enum gguf_dtype t, const int8_t *q, int64_t nb, int32_t *cx)
+{
+	const int32_t o = t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : 16;
+
+	for (int64_t b = 0; b < nb; b++) {
+		/* x + 128 is unsigned: its sum of absolute differences from 0 is its sum */
+		__m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 32 * b)),
+		    _mm256_set1_epi8((char)0x80));
+		__m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+		__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+		int64_t sum = _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1) - 32 * 128;
+
+		cx[b] = -o * (int32_t)sum;
+	}
+}
+
 /*
  * One group (16 rows) times NT tokens of prepared activations, ab bytes
- * apart: acc[k] lane r = row r, token k. Two chains of four multiply-adds
- * per token and block keep the pipes fed while a chain waits on its last
- * result.
+ * apart, cx their corrections (nb apart): acc[k] lane r = row r, token k.
+ * Two chains of four multiply-adds per token and block keep the pipes fed
+ * while a chain waits on its last result.
  */
 VNNI INLINE void
 group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_t *act, size_t ab,
-    __m512 *acc)
+    const int32_t *cx, __m512 *acc)
 {
 	const uint8_t *S = G + (size_t)nb * (pk_levels(t) + pk_high(t));
-	/* -o x sum q from -128 x sum q: o = 128 (Q8_0), 8 (Q4_0), 16 (Q5_0) */
-	const int sh = t == GGML_TYPE_Q8_0 ? 0 : t == GGML_TYPE_Q4_0 ? 4 : 3;
-	const float *dx[8];
-	const int8_t *qx[8];
-	const int32_t *qc[8];
+	const float *dx[PACK_NT];
+	const int8_t *qx[PACK_NT];
 
 	UNROLL
 	for (int k = 0; k < NT; k++) {
 		dx[k] = (const float *)(act + (size_t)k * ab);
 		qx[k] = (const int8_t *)(dx[k] + 2 * nb);
-		qc[k] = (const int32_t *)(qx[k] + 32 * nb);
 		acc[k] = _mm512_setzero_ps();
 	}
 	for (int64_t b = 0; b < nb; b++) {
@@ -229,7 +246,8 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
 		UNROLL
 		for (int k = 0; k < NT; k++) {
 			const int8_t *x = qx[k] + 32 * b;
-			__m512i s0 = _mm512_set1_epi32(qc[k][b] >> sh), s1 = _mm512_setzero_si512();
+			__m512i s0 = _mm512_set1_epi32(cx[(size_t)k * (size_t)nb + (size_t)b]);
+			__m512i s1 = _mm512_setzero_si512();
 
 			/* vector j takes x[4j ..] for Q8_0; Q4_0/Q5_0's 4 + j take x[16 + 4j ..] */
 			UNROLL
@@ -245,31 +263,53 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
 	}
 }
 
+/*
+ * Tokens in chunks whose corrections fit the stack (at most 64, so a
+ * chunk's activations stay in L2 while every group passes over them), each
+ * chunk through groups [g0, g1), eight tokens at a time.
+ */
 VNNI INLINE void
 packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, int64_t n_in, float *y,
     int64_t n_out, int64_t g0, int64_t g1)
 {
 	int64_t nb = n_in / 32;
 	size_t gb = pk_group(t, nb), ab = q_act_bytes(n_in);
+	int32_t cx[PACK_CX];
+	int tc = (int)(PACK_CX / nb) / PACK_NT * PACK_NT;
 
-	for (int64_t g = g0; g < g1; g++) {
-		const uint8_t *G = P + (size_t)g * gb;
-		int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
-		__mmask16 m = (__mmask16)((1u << nr) - 1);
+	if (tc > 64)
+		tc = 64;
+	for (int t0 = 0; t0 < n_tok; t0 += tc) {
+		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 
-		for (int tok = 0; tok < n_tok; tok += 4) {
-			const uint8_t *a = act + (size_t)tok * ab;
-			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
-			__m512 acc[4];
+		for (int k = 0; k < nc; k++)
+			corrections(t, (const int8_t *)(act + (size_t)(t0 + k) * ab) + 8 * nb, nb,
+			    cx + (size_t)k * (size_t)nb);
+		for (int64_t g = g0; g < g1; g++) {
+			const uint8_t *G = P + (size_t)g * gb;
+			int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
+			__mmask16 m = (__mmask16)((1u << nr) - 1);
 
-			switch (nt) {
-			case 4: group_tile(t, 4, G, nb, a, ab, acc); break;
-			case 3: group_tile(t, 3, G, nb, a, ab, acc); break;
-			case 2: group_tile(t, 2, G, nb, a, ab, acc); break;
-			default: group_tile(t, 1, G, nb, a, ab, acc); break;
+			for (int k0 = 0; k0 < nc; k0 += PACK_NT) {
+				const uint8_t *a = act + (size_t)(t0 + k0) * ab;
+				const int32_t *c = cx + (size_t)k0 * (size_t)nb;
+				int nt = nc - k0 < PACK_NT ? nc - k0 : PACK_NT;
+				__m512 acc[PACK_NT];
+
+				switch (nt) {
+				case 8: group_tile(t, 8, G, nb, a, ab, c, acc); break;
+				case 7: group_tile(t, 7, G, nb, a, ab, c, acc); break;
+				case 6: group_tile(t, 6, G, nb, a, ab, c, acc); break;
+				case 5: group_tile(t, 5, G, nb, a, ab, c, acc); break;
+				case 4: group_tile(t, 4, G, nb, a, ab, c, acc); break;
+				case 3: group_tile(t, 3, G, nb, a, ab, c, acc); break;
+				case 2: group_tile(t, 2, G, nb, a, ab, c, acc); break;
+				default: group_tile(t, 1, G, nb, a, ab, c, acc); break;
+				}
+				for (int k = 0; k < nt; k++)
+					_mm512_mask_storeu_ps(y + (size_t)(t0 + k0 + k) * (size_t)n_out + (size_t)r,
+					    m, acc[k]);
 			}
-			for (int k = 0; k < nt; k++)
-				_mm512_mask_storeu_ps(y + (size_t)(tok + k) * (size_t)n_out + (size_t)r, m, acc[k]);
 		}
 	}
 }
