@@ -781,7 +781,7 @@ test_pack_type(enum gguf_dtype t)
 		q_quantize_row(t, w + r * N, W + r * rb, N);
 	if (t == GGML_TYPE_Q8_0)
 		W[3 * rb + 2 + 7] = 0x80;	/* row 3, level 7 = -128 */
-	P = aligned_alloc(64, pb);
+	P = aligned_alloc(64, (pb + 63) / 64 * 64);
 	memset(P, 0xA5, pb);		/* padding rows must be written, not inherited */
 	q_pack(t, W, rb, N, N_OUT, P, 0, 1);
 	q_pack(t, W, rb, N, N_OUT, P, 1, 3);
