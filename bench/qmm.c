@@ -5,11 +5,12 @@
  * other work the minimum moves far less than wall-clock rates do (it is
  * still raised by a busy sibling hyperthread or a cold cache).
  *
- *   bench/qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512]]
+ *   bench/qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512|packed]]
  *
  * e.g. bench/qmm q4_0 64 1024 1024 11 (prefill-shaped), bench/qmm q8_0 1
  * 1024 4864 21 (decode-shaped). Prints ms and GFLOP/s (2 flops per weight
- * and token).
+ * and token). packed: the packed kernel of quant_pack.c (Q8_0, Q4_0, Q5_0
+ * on AVX512-VNNI CPUs), the matrix packed first, untimed.
  */
 #include "config.h"
 
@@ -41,11 +42,12 @@ int
 main(int argc, char **argv)
 {
 	enum q_simd simd = Q_SIMD_AUTO;
+	bool packed = false;
 	int ti = -1, n_tok, reps = 11;
 	int64_t n_in, n_out;
 
 	if (argc < 5) {
-		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512]]\n");
+		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [REPEATS [scalar|avx2|avx512|packed]]\n");
 		return 2;
 	}
 	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
@@ -56,7 +58,9 @@ main(int argc, char **argv)
 	n_out = atoll(argv[4]);
 	if (argc > 5)
 		reps = atoi(argv[5]);
-	if (argc > 6)
+	if (argc > 6 && strcmp(argv[6], "packed") == 0)
+		packed = true;
+	else if (argc > 6)
 		simd = strcmp(argv[6], "scalar") == 0 ? Q_SIMD_SCALAR :
 		    strcmp(argv[6], "avx2") == 0 ? Q_SIMD_AVX2 : Q_SIMD_AVX512;
 	if (ti < 0 || n_tok < 1 || n_out < 1 || reps < 1 || q_row_bytes(types[ti].t, n_in) == 0) {
@@ -65,6 +69,10 @@ main(int argc, char **argv)
 		return 2;
 	}
 	enum gguf_dtype t = types[ti].t;
+	if (packed && !q_pack_supported(t, n_in)) {
+		fprintf(stderr, "qmm: no packed kernel for %s on this CPU\n", types[ti].name);
+		return 2;
+	}
 	size_t rb = q_row_bytes(t, n_in), ab = q_act_bytes(n_in);
 	uint8_t *W = malloc(rb * (size_t)n_out), *act = malloc(ab * (size_t)n_tok);
 	float *w = malloc((size_t)n_in * sizeof *w), *x = malloc((size_t)n_in * sizeof *x);
@@ -84,17 +92,29 @@ main(int argc, char **argv)
 			x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
 		q_act_prepare(x, n_in, act + (size_t)k * ab);
 	}
+	void *P = NULL;
+	int64_t groups = (n_out + Q_PACK_ROWS - 1) / Q_PACK_ROWS;
+	if (packed && (P = malloc(q_pack_bytes(t, n_in, n_out))) == NULL) {
+		fprintf(stderr, "qmm: out of memory\n");
+		return 1;
+	}
+	if (packed)
+		q_pack(t, W, rb, n_in, n_out, P, 0, groups);
 	double best = 1e30;
 	for (int i = 0; i < reps; i++) {
 		double t0 = cpu_now();
-		q_matmul_rows_act(simd, t, W, rb, act, n_tok, n_in, y, n_out, 0, n_out);
+		if (packed)
+			q_matmul_packed_act(t, P, act, n_tok, n_in, y, n_out, 0, groups);
+		else
+			q_matmul_rows_act(simd, t, W, rb, act, n_tok, n_in, y, n_out, 0, n_out);
 		double d = cpu_now() - t0;
 		if (d < best)
 			best = d;
 	}
 	printf("%s (%s) %d tok x %lld x %lld: %.3f ms, %.1f GFLOP/s\n", types[ti].name,
-	    simd == Q_SIMD_AUTO ? q_simd_name() : argv[6], n_tok, (long long)n_in, (long long)n_out,
+	    simd == Q_SIMD_AUTO && !packed ? q_simd_name() : argv[6], n_tok, (long long)n_in, (long long)n_out,
 	    best * 1e3, 2.0 * (double)n_in * (double)n_out * n_tok / best * 1e-9);
+	free(P);
 	free(W);
 	free(act);
 	free(w);

@@ -11,7 +11,12 @@
  * survive a SIGKILL of the process (the frames are in the WAL file before
  * COMMIT returns); FULL adds one fsync per commit so it also survives an OS
  * crash or power loss. A turn takes seconds to generate, an fsync
- * milliseconds, so the user's words are worth it. Every commit is then
+ * milliseconds, so the user's words are worth it; but the user's message,
+ * written before its prompt is computed, would put those milliseconds
+ * (four syncs with the checkpoint) into the time to first token, so it is
+ * committed with synchronous=NORMAL (sess_user_commit): it survives a
+ * SIGKILL at once, and an OS crash once the reply's commit, seconds later,
+ * syncs the WAL it shares. Every commit is then
  * checkpointed (PASSIVE) into the database file, and the WAL truncated at
  * close: sessions.db copied alone, or a lost -wal, still holds every
  * acknowledged turn. A write waiting for another process's transaction
@@ -164,9 +169,11 @@ sess_tx_commit(struct sess_store *st, const char *what, char *err, size_t errlen
 	/*
 	 * Copy the commit into the database file now, not at some later
 	 * checkpoint: a user who copies or backs up sessions.db alone, or loses
-	 * its -wal, still has every acknowledged turn.
+	 * its -wal, still has every acknowledged turn. Not for a commit whose
+	 * sync waits for the next one (sess_user_commit): that one does it.
 	 */
-	sess_checkpoint(st, SQLITE_CHECKPOINT_PASSIVE);
+	if (!st->sync_later)
+		sess_checkpoint(st, SQLITE_CHECKPOINT_PASSIVE);
 	return KVC_OK;
 }
 

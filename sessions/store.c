@@ -660,6 +660,27 @@ sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 }
 
 int
+sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg, char *err,
+    size_t errlen)
+{
+	int rc;
+
+	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) ==
+	    SQLITE_OK)
+		st->sync_later = true;
+	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, "cannot save your message", err, errlen);
+	if (st->sync_later) {
+		st->sync_later = false;
+		/* failing, the next commit would not sync: say so rather than risk it */
+		if (sqlite3_exec(st->db, "PRAGMA synchronous = FULL", NULL, NULL, NULL) != SQLITE_OK &&
+		    rc == KVC_OK)
+			rc = sess_db_fail(st, sqlite3_errcode(st->db), "cannot restore synchronous=FULL",
+			    err, errlen);
+	}
+	return rc;
+}
+
+int
 sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
     const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen)
 {

@@ -199,6 +199,16 @@ int sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg 
     const struct sess_chunk *chunk, char *err, size_t errlen);
 
 /*
+ * sess_turn_commit of one message whose durability can wait for the next
+ * commit (the user's message, stored before its prompt is computed): the
+ * WAL is not synced and not checkpointed, so no fsync delays the prefill.
+ * It survives a killed process when this returns; an OS crash or power
+ * loss once the next sess_turn_commit (the reply) syncs the WAL.
+ */
+int sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg, char *err,
+    size_t errlen);
+
+/*
  * Rewind: keep the first keep_msgs messages; drop chunks with pos1 > n_pos
  * (the stream's new length). One transaction.
  */

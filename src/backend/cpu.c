@@ -15,6 +15,9 @@
  * same input) and the threads run the integer kernels (q_matmul_rows_act):
  * 1.5-2.5x faster per core, for a small activation-rounding error bounded
  * in quant.h (tests/unit/test_forward.c derives what it does to the logits).
+ * Where quant can pack a matrix on this CPU (Q8_0, Q4_0, Q5_0 with
+ * AVX512-VNNI), cpu_pack.c made a packed copy at init and the threads run
+ * the packed kernel on it, each taking whole groups of 16 rows.
  *
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
  * (or a longer context) first appears, never per token. Prefill runs in
@@ -81,7 +84,24 @@ struct mm_job {
 	/* filled by matmul() */
 	int64_t n_in;
 	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
+	const void *pk[3];	/* t[i]'s packed copy (cpu_pack.c), or NULL */
 };
+
+/*
+ * Thread ith's rows of n: cut at multiples of Q_PACK_ROWS, so that a
+ * packed matrix's groups are never split, and the SwiGLU step, which reads
+ * the gate and up rows its own thread computed, cuts them the same way.
+ */
+static int64_t
+row_cut(int64_t n, int ith, int nth)
+{
+	int64_t r;
+
+	if (ith >= nth)
+		return n;
+	r = (n * ith / nth + Q_PACK_ROWS / 2) / Q_PACK_ROWS * Q_PACK_ROWS;
+	return r < n ? r : n;
+}
 
 static void
 mm_run(void *arg, int ith, int nth)
@@ -91,11 +111,14 @@ mm_run(void *arg, int ith, int nth)
 
 	for (i = 0; i < j->n_task; i++) {
 		const struct kvc_weight *w = j->t[i].w;
-		int64_t r0 = w->n_out * ith / nth, r1 = w->n_out * (ith + 1) / nth;
+		int64_t r0 = row_cut(w->n_out, ith, nth), r1 = row_cut(w->n_out, ith + 1, nth);
 
 		if (r1 <= r0)
 			continue;
-		if (j->xq != NULL && q_act_supported(w->type))
+		if (j->pk[i] != NULL)
+			q_matmul_packed_act(w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
+			    w->n_out, r0 / Q_PACK_ROWS, (r1 + Q_PACK_ROWS - 1) / Q_PACK_ROWS);
+		else if (j->xq != NULL && q_act_supported(w->type))
 			q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
 			    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
 		else
@@ -103,7 +126,7 @@ mm_run(void *arg, int ith, int nth)
 			    j->n_in, j->t[i].y, w->n_out, r0, r1);
 	}
 	if (j->swiglu) {
-		int64_t n = j->t[0].w->n_out, r0 = n * ith / nth, r1 = n * (ith + 1) / nth;
+		int64_t n = j->t[0].w->n_out, r0 = row_cut(n, ith, nth), r1 = row_cut(n, ith + 1, nth);
 
 		for (tok = 0; tok < j->n_tok; tok++)
 			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
@@ -142,9 +165,11 @@ matmul(struct cpu_ctx *c, struct mm_job *j)
 
 	j->n_in = j->t[0].w->n_in;
 	j->xq = NULL;
-	for (i = 0; i < j->n_task; i++)
+	for (i = 0; i < j->n_task; i++) {
+		j->pk[i] = cpu_pack_find(c, j->t[i].w);
 		if (q_act_supported(j->t[i].w->type))
 			j->xq = c->xq;
+	}
 	if (j->xq != NULL) {
 		struct prep_job p = { j->x, c->xq, j->n_tok, j->n_in };
 
@@ -384,6 +409,10 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		free(c);
 		return rc;
 	}
+	if ((rc = cpu_pack_init(c, err, errlen))) {
+		cpu_free(c);
+		return rc;
+	}
 
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
@@ -470,6 +499,7 @@ cpu_free(void *ctx)
 	if (c == NULL)
 		return;
 	tp_free(c->pool);
+	cpu_pack_free(c);
 	free_scratch(c);
 	free(c->att_s);
 	free(c->att_o);
@@ -666,13 +696,13 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		for (t = 0; t < n; t++)
 			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
-		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
+		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
 		layer_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
 
-		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL };
+		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
 		residual_add(c, n, v->bo, v->attn_post_norm);
 
@@ -680,16 +710,16 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, v->ffn_norm_b);
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
-			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL };
+			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL, { NULL } };
 			matmul(c, &j);
 			for (t = 0; t < n; t++)
 				cpu_gelu_bias(c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
 		} else {
 			j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
-			    2, n, true, hp->ffn_gelu, 0, NULL };
+			    2, n, true, hp->ffn_gelu, 0, NULL, { NULL } };
 			matmul(c, &j);
 		}
-		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL };
+		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
 		residual_add(c, n, v->b_down, v->ffn_post_norm);
 	}
@@ -699,7 +729,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 
 		for (t = lo; t < n; t++)
 			norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, c->out_norm_b);
-		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL };
+		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
 		if (hp->final_softcap > 0)
 			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
@@ -770,6 +800,9 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	    tp_size(c->pool), q_simd_name(), c->simd ? "avx2+f16c" : "scalar");
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
+	if (c->n_packs > 0)
+		kvc_buf_printf(out, "packed: %d Q8_0/Q4_0/Q5_0 matrices, %.1f MiB (rows side by side for the "
+		    "16-row VNNI kernel)\n", c->n_packs, c->pack_bytes / 1048576.0);
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 	cpu_kv_describe(c, out);
 }

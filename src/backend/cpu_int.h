@@ -74,7 +74,16 @@ struct cpu_ctx {
 
 	size_t kv_used;			/* bytes committed by all caches */
 	struct cpu_kv *caches;
+
+	struct cpu_pack *packs;		/* cpu_pack.c: packed matrices, by weight address */
+	int n_packs;
+	size_t pack_bytes;		/* their bytes */
 };
+
+/* cpu_pack.c: packed copies of the matrices that have a packed kernel here. */
+int cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen);
+const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
+void cpu_pack_free(struct cpu_ctx *c);
 
 /* Tokens a forward runs in one pass at most (a prefill's chunk): bounds the scratch. */
 #define CPU_CHUNK 128

@@ -279,7 +279,8 @@ prompt_compute(struct conv *c, const struct kvc_tokens *delta, const struct kvc_
 /*
  * The user's message goes to the store before anything is computed, so a
  * kill during the prefill or the reply keeps what was typed; a fresh
- * conversation is stored with it.
+ * conversation is stored with it. Its fsync waits for the reply's commit
+ * (sess_user_commit): time to first token holds no disk sync.
  */
 static int
 store_user(struct conv *c, const char *text, const struct kvc_tokens *delta, char *err,
@@ -295,7 +296,7 @@ store_user(struct conv *c, const char *text, const struct kvc_tokens *delta, cha
 	rec.text = (char *)text;
 	rec.ids = delta->v;
 	rec.n_ids = (int)delta->n;
-	rc = sess_turn_commit(c->m->st, c->id, &rec, 1, NULL, err, errlen);
+	rc = sess_user_commit(c->m->st, c->id, &rec, err, errlen);
 	if (rc == 0 && conv_msgs_push(c, &rec) != 0) {
 		kvc_err(err, errlen, "out of memory");
 		rc = KVC_ENOMEM;

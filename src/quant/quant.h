@@ -143,4 +143,24 @@ void q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t r
     const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
     int64_t r0, int64_t r1);
 
+/*
+ * Packed weights (quant_pack.c): on AVX512-VNNI CPUs, Q8_0 matrices are
+ * rearranged once, at load, into groups of Q_PACK_ROWS rows whose levels
+ * sit side by side, so that one multiply-add instruction serves 16 rows.
+ * q_pack_supported says whether this CPU and type have a packed kernel;
+ * q_pack writes groups [g0, g1) of the packed copy (q_pack_bytes bytes,
+ * rows past n_out as zeros); q_matmul_packed_act computes rows of groups
+ * [g0, g1) for n_tok prepared tokens, y as q_matmul_rows_act's. Each
+ * (row, token) is bitwise the same for any n_tok and any split of the
+ * groups (batch independence), and within q_dot_act's bound of the exact
+ * product; it may differ from q_matmul_rows_act in the last bits.
+ */
+#define Q_PACK_ROWS 16
+bool q_pack_supported(enum gguf_dtype t, int64_t n_in);
+size_t q_pack_bytes(enum gguf_dtype t, int64_t n_in, int64_t n_out);
+void q_pack(enum gguf_dtype t, const void *W, size_t row_bytes, int64_t n_in, int64_t n_out,
+    void *P, int64_t g0, int64_t g1);
+void q_matmul_packed_act(enum gguf_dtype t, const void *P, const void *act, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t g0, int64_t g1);
+
 #endif

@@ -731,6 +731,122 @@ test_act_odd(void)
 	}
 }
 
+/* The integer levels w of a 32-value block (value = d * w): Q8_0, Q4_0, Q5_0. */
+static void
+block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
+{
+	uint32_t qh;
+
+	memcpy(&qh, blk + 2, 4);
+	for (int i = 0; i < 32; i++) {
+		if (t == GGML_TYPE_Q8_0) {
+			w[i] = (int8_t)blk[2 + i];
+			continue;
+		}
+		const uint8_t *qs = blk + (t == GGML_TYPE_Q4_0 ? 2 : 6);
+		int u = i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
+		w[i] = t == GGML_TYPE_Q4_0 ? u - 8 : (u | (int)((qh >> i) & 1) << 4) - 16;
+	}
+}
+
+/*
+ * Packed matrices (quant_pack.c, AVX512-VNNI only): every (row, token)
+ * bitwise equal to the documented float order on the stored integers, and
+ * within q_dot_act's bound of the exact product; and the same for any
+ * number of tokens in the call and any cut of the groups. The shape has a
+ * partial last group (37 rows) and an odd block count (96); a Q8_0 row
+ * holds the extreme level -128 that a foreign quantiser may write.
+ */
+static void
+test_pack_type(enum gguf_dtype t)
+{
+	enum { N = 96, N_OUT = 37, N_TOK = 7 };
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * 102], act[N_TOK * (N + 8 * N / 32)];
+	size_t ab = q_act_bytes(N), rb = q_row_bytes(t, N), bb = rb / (N / 32), pb;
+	uint8_t *P;
+	int bad = 0, same = 0, lv[32];
+
+	pb = q_pack_bytes(t, N, N_OUT);
+	test_cond(pb == 3 * 3 * (t == GGML_TYPE_Q8_0 ? 544 : t == GGML_TYPE_Q4_0 ? 288 : 352),
+	    "%s packed bytes %zu", tname(t), pb);
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	x[5] = 40;	/* a block whose max maps to 127 */
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	for (int r = 0; r < N_OUT; r++)
+		q_quantize_row(t, w + r * N, W + r * rb, N);
+	if (t == GGML_TYPE_Q8_0)
+		W[3 * rb + 2 + 7] = 0x80;	/* row 3, level 7 = -128 */
+	P = aligned_alloc(64, (pb + 63) / 64 * 64);
+	memset(P, 0xA5, pb);		/* padding rows must be written, not inherited */
+	q_pack(t, W, rb, N, N_OUT, P, 0, 1);
+	q_pack(t, W, rb, N, N_OUT, P, 1, 3);
+	q_matmul_packed_act(t, P, act, N_TOK, N, y, N_OUT, 0, 3);
+	for (int r = 0; r < N_OUT; r++) {
+		q_dequant_row(t, W + r * rb, wd, N);
+		for (int tok = 0; tok < N_TOK; tok++) {
+			const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
+			const int8_t *qx = (const int8_t *)(d + 2 * (N / 32));
+			double exact = 0, bound = 0, mag = 0;
+			float order = 0;
+			for (int i = 0; i < N; i++) {
+				exact += (double)wd[i] * xt[i];
+				bound += d[i / 32] / 2 * fabs(wd[i]);
+				mag += fabs((double)wd[i] * xt[i]);
+			}
+			bound += 1e-5 * mag;
+			/* quant_pack.c's documented order, on the stored integers */
+			for (int b = 0; b < N / 32; b++) {
+				const uint8_t *blk = W + r * rb + bb * b;
+				uint16_t hs;
+				int32_t isum = 0;
+				memcpy(&hs, blk, 2);
+				block_levels(t, blk, lv);
+				for (int i = 0; i < 32; i++)
+					isum += lv[i] * qx[32 * b + i];
+				order = fmaf(h2f(hs) * d[b], (float)isum, order);
+			}
+			float v = y[tok * N_OUT + r];
+			if (!(fabs(v - exact) <= bound) || v != order) {
+				if (bad++ < 3)
+					fprintf(stderr, "packed %s row %d tok %d: %g in order %g exact %g "
+					    "bound %g\n", tname(t), r, tok, v, order, exact, bound);
+			}
+		}
+	}
+	test_cond(bad == 0, "packed %s: %d bad", tname(t), bad);
+	/* one token at a time, each group alone: bitwise the batch's */
+	for (int tok = 0; tok < N_TOK; tok++) {
+		for (int g = 0; g < 3; g++)
+			q_matmul_packed_act(t, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
+		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
+	}
+	/* tokens 2..6 as a batch of 5 (a tile of 4 and one) */
+	q_matmul_packed_act(t, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, 3);
+	same += memcmp(y2, y + 2 * N_OUT, (N_TOK - 2) * N_OUT * sizeof *y) == 0;
+	test_cond(same == N_TOK + 1, "packed %s batch independence: %d of %d", tname(t), same, N_TOK + 1);
+	free(P);
+}
+
+static void
+test_pack(void)
+{
+	if (!q_pack_supported(GGML_TYPE_Q8_0, 96)) {
+		test_cond(!q_pack_supported(GGML_TYPE_Q4_0, 32), "no packed kernel on this CPU "
+		    "(no AVX512-VNNI): none offered");
+		return;
+	}
+	test_cond(!q_pack_supported(GGML_TYPE_Q4_K, 256) && !q_pack_supported(GGML_TYPE_Q8_0, 48) &&
+	    q_pack_bytes(GGML_TYPE_Q6_K, 256, 16) == 0, "packed types");
+	test_pack_type(GGML_TYPE_Q8_0);
+	test_pack_type(GGML_TYPE_Q4_0);
+	test_pack_type(GGML_TYPE_Q5_0);
+}
+
 static void
 test_misc(void)
 {
@@ -761,6 +877,7 @@ main(void)
 	test_matmul();
 	test_act();
 	test_act_odd();
+	test_pack();
 	test_misc();
 	return test_done();
 }

@@ -1236,6 +1236,52 @@ test_crash(unsigned seed)
 	test_cond(kills_mid >= 15, "too few kills landed during commits (%d)", kills_mid);
 }
 
+/*
+ * sess_user_commit: the message is in the file when it returns (a child
+ * killed right after it, with no close, leaves it readable to the next
+ * process), its commit is not checkpointed, and synchronous is FULL again
+ * for the commits that follow.
+ */
+static void
+test_user_commit(void)
+{
+	const char *db = path_in("user/sessions.db");
+	struct sess_store *st;
+	struct sess_msg m, *got = NULL;
+	int32_t ids[] = {7, 8, 9};
+	int64_t conv = 0;
+	int n = 0, status = 0;
+	pid_t pid;
+
+	if (sess_open(&st, db, ERR) != 0 ||
+	    sess_conv_create(st, "u", "fp1", "chatml", NULL, NULL, &conv, ERR) != 0) {
+		test_cond(0, "set-up: %s", errbuf);
+		return;
+	}
+	sess_close(st);
+	pid = fork();
+	if (pid == 0) {
+		memset(&m, 0, sizeof m);
+		m.role = SESS_USER;
+		m.text = "typed before the kill";
+		m.ids = ids;
+		m.n_ids = 3;
+		if (sess_open(&st, db, ERR) != 0 || sess_user_commit(st, conv, &m, ERR) != 0 ||
+		    st_int(st, "PRAGMA synchronous") != 2)
+			_exit(1);
+		kill(getpid(), SIGKILL);
+		_exit(2);
+	}
+	test_cond(pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) &&
+	    WTERMSIG(status) == SIGKILL, "child killed after sess_user_commit (status %d)", status);
+	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
+	test_cond(sess_msgs_load(st, conv, &got, &n, ERR) == 0 && n == 1 && got[0].n_ids == 3 &&
+	    strcmp(got[0].text, "typed before the kill") == 0 && got[0].ids[2] == 9,
+	    "the killed process's message is there: %d messages", n);
+	sess_msgs_free(got, n);
+	sess_close(st);
+}
+
 int
 main(void)
 {
@@ -1260,6 +1306,7 @@ main(void)
 	test_migrate_v1();
 	test_failures();
 	test_locks();
+	test_user_commit();
 	printf("single-process tests: %.2f s\n", kvc_now() - t0);
 	test_two_writers();
 	t0 = kvc_now();
