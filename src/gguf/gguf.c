@@ -616,6 +616,7 @@ gguf_close(struct gguf_file *f)
 const char *gguf_path(const struct gguf_file *f) { return f->path; }
 uint32_t gguf_version(const struct gguf_file *f) { return f->version; }
 uint64_t gguf_file_size(const struct gguf_file *f) { return f->size; }
+bool gguf_mapped(const struct gguf_file *f) { return f->mapped; }
 uint32_t gguf_alignment(const struct gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const struct gguf_file *f) { return f->data_offset; }
 int64_t gguf_n_kv(const struct gguf_file *f) { return f->n_kv; }

@@ -111,6 +111,8 @@ uint32_t gguf_version(const struct gguf_file *f);
 uint64_t gguf_file_size(const struct gguf_file *f);
 uint32_t gguf_alignment(const struct gguf_file *f);
 uint64_t gguf_data_offset(const struct gguf_file *f);
+/* Whether the tensor data is the file mapped (gguf_open), not a caller's buffer (gguf_open_mem). */
+bool gguf_mapped(const struct gguf_file *f);
 
 /* Metadata key/value pairs, in file order. */
 int64_t gguf_n_kv(const struct gguf_file *f);
