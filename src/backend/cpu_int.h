@@ -78,6 +78,7 @@ struct cpu_ctx {
 	struct cpu_pack *packs;		/* cpu_pack.c: packed matrices, by weight address */
 	int n_packs;
 	size_t pack_bytes;		/* their bytes */
+	bool pack_released;		/* the file's pages of them handed back */
 };
 
 /* cpu_pack.c: packed copies of the matrices that have a packed kernel here. */

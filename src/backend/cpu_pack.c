@@ -141,6 +141,7 @@ cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen)
 				release(w, j.g0 * Q_PACK_ROWS, j.g1 * Q_PACK_ROWS < w->n_out ?
 				    j.g1 * Q_PACK_ROWS : w->n_out);
 		}
+		c->pack_released |= mapped;
 		c->packs[c->n_packs++] = (struct cpu_pack){ w, p };
 		c->pack_bytes += sz;
 	}
