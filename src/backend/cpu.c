@@ -247,7 +247,9 @@ att_tiles(struct att_job *j, int ith, int nth)
 			}
 		at.nq = nq;
 #ifdef HAVE_X86_SIMD
-		if (c->simd)
+		if (c->simd && cpu_att_avx512_cpu() && cpu_att_tile_avx512_fits(&at))
+			cpu_att_tile_avx512(&at);
+		else if (c->simd)
 			cpu_att_tile_avx(&at);
 		else
 #endif

@@ -347,8 +347,8 @@ exp_neg(__m256 x)
  * att_softmax with eight positions at a time (from lo, then one by one):
  * the same arithmetic for a query whatever its tile.
  */
-SIMD_TARGET static float
-att_softmax_avx(const struct cpu_att_tile *t, int j)
+SIMD_TARGET float
+cpu_att_softmax_avx(const struct cpu_att_tile *t, int j)
 {
 	float *s = t->s + (size_t)j * t->s_stride, mx = -INFINITY, sum, tail = 0;
 	float scale = t->scale, cap = t->cap, m8[8];
@@ -428,7 +428,7 @@ cpu_att_tile_avx(const struct cpu_att_tile *t)
 		}
 	}
 	for (j = 0; j < t->nq; j++)
-		(void)att_softmax_avx(t, j);	/* s: the weights, divided by their sum */
+		(void)cpu_att_softmax_avx(t, j);	/* s: the weights, divided by their sum */
 	for (blk = P0; blk < P1; blk += CPU_ATT_PB) {
 		int n = P1 - blk < CPU_ATT_PB ? P1 - blk : CPU_ATT_PB;
 
