@@ -173,7 +173,7 @@ struct att_job {
 #endif
 
 /* Most queries in one attention tile (cpu_att_tile), and its tokens x heads shape. */
-#define ATT_TILE 16
+#define ATT_TILE 32
 
 static int
 att_heads_per_tile(const struct kvc_hparams *hp, int n_tok, int nth)
@@ -193,6 +193,43 @@ att_scratch(const struct kvc_hparams *hp, int cap)
 	return (size_t)nq * ((size_t)cap + CPU_ATT_PB) + cpu_att_buf_floats(hp->head_dim);
 }
 
+/* Work of token t's query: the positions it reads, and a fixed part. */
+static int64_t
+att_cost(const struct att_job *j, int t, int win)
+{
+	int n_pos = j->pos[t] + 1;
+
+	return (win > 0 && n_pos > win ? win : n_pos) + 32;
+}
+
+/*
+ * The thread that runs tile it (of n_ht per tb tokens): the tiles cut into
+ * nth runs of about equal work, in order. Causal tiles grow with their
+ * position, so equal counts of tiles left the first thread of two waiting
+ * for the second; which thread runs a tile changes no result.
+ */
+static int
+att_owner(const struct att_job *j, int it, int n_ht, int tb, int win, int nth)
+{
+	int64_t before = 0, total = 0, mine = 0;
+	int t;
+
+	if (nth == 1)
+		return 0;
+	for (t = 0; t < j->n_tok; t++) {
+		int64_t w = att_cost(j, t, win);
+
+		total += w;
+		if (t < it / n_ht * tb)
+			before += w;
+		else if (t < (it / n_ht + 1) * tb)
+			mine += w;
+	}
+	total *= n_ht;
+	before = before * n_ht + mine * (it % n_ht);
+	return (int)((before + mine / 2) * nth / total);
+}
+
 /*
  * F16/F32 caches: tiles of up to ATT_TILE queries (tokens x heads of one KV
  * head) read each cache row once (cpu_att_tile); threads split the tiles.
@@ -204,7 +241,7 @@ att_tiles(struct att_job *j, int ith, int nth)
 	const struct kvc_hparams *hp = &c->hp;
 	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, t, it;
 	int hs = att_heads_per_tile(hp, j->n_tok, nth), tb = hs >= ATT_TILE ? 1 : ATT_TILE / hs;
-	int n_tt, n_ht = hp->n_head / hs, n_items, i0, i1;
+	int n_tt, n_ht = hp->n_head / hs, n_items;
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 	float *scr = c->att_s + (size_t)ith * c->att_stride;
 	const float *q[64];
@@ -217,12 +254,15 @@ att_tiles(struct att_job *j, int ith, int nth)
 			tb = 1;
 	n_tt = (j->n_tok + tb - 1) / tb;
 	n_items = n_tt * n_ht;
-	i0 = (int)((int64_t)n_items * ith / nth);
-	i1 = (int)((int64_t)n_items * (ith + 1) / nth);
-	for (it = i0; it < i1; it++) {
+	for (it = 0; it < n_items; it++) {
 		int tt = it / n_ht, h0 = it % n_ht * hs, h, nq = 0, g = h0 / group;
-		const struct cpu_kv *kv = j->kv[tt * tb];
-		bool f16 = kv->type == GGML_TYPE_F16;
+		const struct cpu_kv *kv;
+		bool f16;
+
+		if (att_owner(j, it, n_ht, tb, win, nth) != ith)
+			continue;
+		kv = j->kv[tt * tb];
+		f16 = kv->type == GGML_TYPE_F16;
 		size_t esz = f16 ? 2 : 4;
 		/* rows are read at slots: position p of a bounded layer sits at p + kb */
 		int kb = cpu_kv_slot(kv, j->layer, 0);
