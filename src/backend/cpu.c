@@ -48,21 +48,6 @@
 /* a bounded windowed layer makes room for one chunk at a time */
 _Static_assert(CPU_CHUNK <= KVC_KV_WINDOW_SLACK, "CPU_CHUNK exceeds the windowed caches' slack");
 
-/* y = x / rms(x) * w over n elements (x and y may alias). */
-static void
-rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-	double ss = 0;
-	float sc;
-	int i;
-
-	for (i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	sc = (float)(1.0 / sqrt(ss / n + eps));
-	for (i = 0; i < n; i++)
-		y[i] = x[i] * sc * w[i];
-}
-
 /* ---- threaded jobs ---- */
 
 struct mm_task {
@@ -579,78 +564,6 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 
 /* ---- forward ---- */
 
-/*
- * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
- * RoPE with the layer's frequencies; row t's K and V stored into its cache
- * kv[t] at its position pos[t].
- */
-static void
-layer_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n)
-{
-	const struct kvc_hparams *hp = &c->hp;
-	const struct cpu_vecs *v = &c->vecs[il];
-	const float *cs_all = c->rope_cs + (model_layer_swa(hp, il) ?
-	    (size_t)c->cap_tok * hp->rope_dim : 0);
-	int hd = hp->head_dim, t, h, i;
-
-	for (t = 0; t < n; t++) {
-		float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
-		float *vv = c->v + (size_t)t * c->kv_dim;
-		const float *cs = cs_all + (size_t)t * hp->rope_dim;
-
-		if (v->bq) {
-			for (i = 0; i < c->q_dim; i++)
-				q[i] += v->bq[i];
-			for (i = 0; i < c->kv_dim; i++) {
-				k[i] += v->bk[i];
-				vv[i] += v->bv[i];
-			}
-		}
-		for (h = 0; h < hp->n_head; h++) {
-			if (v->q_norm)
-				rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
-			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
-		}
-		for (h = 0; h < hp->n_head_kv; h++) {
-			if (v->k_norm)
-				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
-			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
-		}
-		cpu_kv_store_row(kv[t], kv[t]->k[il], cpu_kv_slot(kv[t], il, pos[t]), k, c->kv_dim);
-		cpu_kv_store_row(kv[t], kv[t]->v[il], cpu_kv_slot(kv[t], il, pos[t]), vv, c->kv_dim);
-	}
-}
-
-/* A block's input norm: RMSNorm, or gpt2's LayerNorm with bias b. */
-static void
-norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
-{
-	if (c->hp.layer_norm)
-		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
-	else
-		rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
-}
-
-/*
- * x += xb over n tokens, xb first given its bias (gpt2) and RMSNormed by
- * post (gemma's post-norms) when they are not NULL.
- */
-static void
-residual_add(struct cpu_ctx *c, int n, const float *bias, const float *post)
-{
-	int E = c->hp.n_embd, t;
-	size_t i;
-
-	if (bias != NULL)
-		for (i = 0; i < (size_t)n * E; i++)
-			c->xb[i] += bias[i % (size_t)E];
-	if (post != NULL)
-		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, post, E, c->hp.rms_eps);
-	for (i = 0; i < (size_t)n * E; i++)
-		c->x[i] += c->xb[i];
-}
-
 /* Embeddings of tok[0..n) into x, and the RoPE cos/sin of their positions pos[0..n). */
 static void
 embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
@@ -699,27 +612,25 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 	int E = hp->n_embd, t, il;
 
 	embed_chunk(c, tok, pos, n);
+	cpu_rows_residual(c, n, false, NULL, NULL, c->vecs[0].attn_norm, c->vecs[0].attn_norm_b);
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
-		const struct cpu_vecs *v = &c->vecs[il];
+		const struct cpu_vecs *v = &c->vecs[il], *vn = il + 1 < hp->n_layer ? v + 1 : NULL;
 		struct mm_job j;
 		struct att_job aj = { c, kv, pos, il, n };
 
-		for (t = 0; t < n; t++)
-			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
+		/* xb: the normed input */
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
 		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL };
 		matmul(c, &j);
-		layer_qkv(c, kv, pos, il, n);
+		cpu_rows_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		residual_add(c, n, v->bo, v->attn_post_norm);
+		cpu_rows_residual(c, n, true, v->bo, v->attn_post_norm, v->ffn_norm, v->ffn_norm_b);
 
-		for (t = 0; t < n; t++)
-			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, v->ffn_norm_b);
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
 			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL };
@@ -733,14 +644,17 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		}
 		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL };
 		matmul(c, &j);
-		residual_add(c, n, v->b_down, v->ffn_post_norm);
+		/* and the next layer's input norm, by the same thread */
+		cpu_rows_residual(c, n, true, v->b_down, v->ffn_post_norm,
+		    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);
 	}
 
 	if (out != NULL && lo < n) {
 		struct mm_job j;
 
 		for (t = lo; t < n; t++)
-			norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, c->out_norm_b);
+			cpu_norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm,
+			    c->out_norm_b);
 		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL };
 		matmul(c, &j);
 		if (hp->final_softcap > 0)

@@ -190,6 +190,43 @@ cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * q_fp16_to_f32(x[i]);
 }
 
+SIMD_TARGET double
+cpu_sumsq_avx(const float *x, int n)
+{
+	__m256d a0 = _mm256_setzero_pd(), a1 = a0;
+	__m128d h;
+	double s;
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+
+		/* a float's square is exact in double: the FMA rounds only the sum */
+		a0 = _mm256_fmadd_pd(lo, lo, a0);
+		a1 = _mm256_fmadd_pd(hi, hi, a1);
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+SIMD_TARGET void
+cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n)
+{
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+		    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	for (; i < n; i++)
+		d[i] = q_f32_to_fp16(x[i]);
+}
+
 /* Row r of a cache block as floats, from F16 or F32 elements. */
 SIMD_TARGET static void
 att_row(const struct cpu_att_tile *t, const char *base, int p, float *dst)
