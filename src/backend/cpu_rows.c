@@ -27,12 +27,14 @@ cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 	int i;
 
 #ifdef HAVE_X86_SIMD
-	if (kvc_cpu_avx2())
-		ss = cpu_sumsq_avx(x, n);
-	else
+	if (kvc_cpu_avx2()) {
+		sc = (float)(1.0 / sqrt(cpu_sumsq_avx(x, n) / n + eps));
+		cpu_scale_mul_avx(y, x, sc, w, n);
+		return;
+	}
 #endif
-		for (ss = 0, i = 0; i < n; i++)
-			ss += (double)x[i] * x[i];
+	for (ss = 0, i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
 	sc = (float)(1.0 / sqrt(ss / n + eps));
 	for (i = 0; i < n; i++)
 		y[i] = x[i] * sc * w[i];

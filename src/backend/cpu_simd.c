@@ -216,6 +216,19 @@ cpu_sumsq_avx(const float *x, int n)
 }
 
 SIMD_TARGET void
+cpu_scale_mul_avx(float *y, const float *x, float sc, const float *w, int n)
+{
+	__m256 vs = _mm256_set1_ps(sc);
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+		    _mm256_loadu_ps(w + i)));
+	for (; i < n; i++)
+		y[i] = x[i] * sc * w[i];
+}
+
+SIMD_TARGET void
 cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n)
 {
 	int i;

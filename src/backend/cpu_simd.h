@@ -57,6 +57,8 @@ void cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n);
 void cpu_att_tile_avx(const struct cpu_att_tile *t);
 /* sum of x[i]^2 in double (eight running sums), for RMSNorm */
 double cpu_sumsq_avx(const float *x, int n);
+/* y[i] = x[i] * sc * w[i] (y may alias x): RMSNorm's scaling, the scalar loop's bits */
+void cpu_scale_mul_avx(float *y, const float *x, float sc, const float *w, int n);
 /* d[i] = x[i] as IEEE half, rounded to nearest even (q_f32_to_fp16's bits) */
 void cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n);
 /* Query j's raw dot products in s[lo, hi) become its weights (divided by their sum). */

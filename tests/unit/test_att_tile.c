@@ -5,6 +5,7 @@
  * (prefill's many-query tiles) against the AVX2 tile, and each query alone
  * (decode) against the same query inside a tile of up to 64, over F16 and
  * F32 rows, head sizes 64/80/256, causal and windowed ranges, softcaps.
+ * And the F16 cache rows' vector stores, bitwise q_f32_to_fp16.
  */
 #include "backend/cpu_simd.h"
 #include "quant/quant.h"
@@ -98,6 +99,34 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 	    "(%d differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_alone);
 	run_free(&a), run_free(&b), run_free(&c);
 }
+
+/* The F16 cache stores: F16C's rounding against q_f32_to_fp16 over a sweep of float bit patterns. */
+static void
+f16_store(void)
+{
+	enum { N = 4096 };
+	static float x[N];
+	static uint16_t d[N];
+	uint64_t u;
+	int i, bad = 0;
+
+	for (u = 0; u < 0x100000000ull; u += N * 257ull) {
+		for (i = 0; i < N; i++) {
+			uint32_t b = (uint32_t)(u + (uint64_t)i * 257u);
+
+			memcpy(&x[i], &b, 4);
+			if (isnan(x[i]))
+				x[i] = 0.0f;	/* NaN payloads are not compared */
+		}
+		x[0] = 65520.0f, x[1] = 65519.996f, x[2] = 2.9802322e-8f, x[3] = 2.9802326e-8f;
+		cpu_f32_to_f16_avx(d, x, N - 3);
+		for (i = 0; i < N; i++)
+			if (i < N - 3 && d[i] != q_f32_to_fp16(x[i]) && bad++ < 3)
+				fprintf(stderr, "  %a: %04x, q_f32_to_fp16 %04x\n", (double)x[i], d[i],
+				    q_f32_to_fp16(x[i]));
+	}
+	test_cond(bad == 0, "F16C stores the bits q_f32_to_fp16 gives (%d differ)", bad);
+}
 #endif
 
 int
@@ -115,6 +144,7 @@ main(void)
 				tile_case((h + n + kind) % 2 == 0, hds[h], nqs[n], kind, 0.0f);
 	tile_case(true, 256, 32, 0, 50.0f);
 	tile_case(false, 64, 20, 1, 30.0f);
+	f16_store();
 	return test_done();
 #else
 	test_skip("not an x86-64 build");
