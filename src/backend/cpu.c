@@ -22,8 +22,12 @@
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
  * Q8_0 blocks, grown by doubling up to n_ctx. Attention over F16/F32
  * caches runs in tiles of queries that share a KV head (cpu_simd.c's
- * cpu_att_tile: each cache row read once per tile, not once per query);
- * over Q8_0 rows one query at a time (kv_q8.c);
+ * cpu_att_tile: each cache row read once per tile, not once per query;
+ * with AVX-512 prefill's tiles of up to 32 queries run cpu_att512.c's,
+ * bitwise the same), the threads taking runs of tiles of equal work;
+ * over Q8_0 rows one query at a time (kv_q8.c). The per-token steps
+ * between the products (norms, RoPE, K/V stores, residuals) are in
+ * cpu_rows.c, threads splitting the tokens;
  * what differs between architectures (RoPE, activations, norms, softcaps)
  * in cpu_arch.c. Gemma: embeddings scaled, post-norms, GELU gate, windowed
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
