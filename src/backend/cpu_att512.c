@@ -149,24 +149,28 @@ tile_scores(const struct cpu_att_tile *t, int j0, int nq)
 /*
  * o[j][e0 .. e0 + 16 NE) = sum over r of a_j[r] v[r][..] for the nj (<= 4)
  * queries from j0, r in order through the segments [b[k], b[k + 1]) in
- * which the set of queries whose [lo, hi) holds r does not change.
+ * which the set of queries whose [lo, hi) holds r does not change (F16:
+ * the rows are F16, else F32; both constant where this is inlined).
  */
 A512 INLINE void
-wsum_part(const struct cpu_att_tile *t, int j0, int nj, int e0, int NE, const int *b, int nb)
+wsum_part(const struct cpu_att_tile *t, int j0, int nj, int e0, int NE, bool F16, const int *b,
+    int nb)
 {
-	__m512 o[4][4], v[4];
-	const float *a[4];
-	__mmask16 m[4];
-	int j, c, k, r;
+	__m512 o[4][4];
+	const float *a0, *a1, *a2, *a3;
+	int j, c, k;
 
-	for (j = 0; j < 4; j++) {
-		a[j] = t->s + (size_t)(j0 + (j < nj ? j : 0)) * t->s_stride;
+#define AROW(j) (t->s + (size_t)(j0 + ((j) < nj ? (j) : 0)) * t->s_stride)
+	a0 = AROW(0), a1 = AROW(1), a2 = AROW(2), a3 = AROW(3);
+#undef AROW
+	for (j = 0; j < 4; j++)
 #pragma GCC unroll 4
 		for (c = 0; c < NE; c++)
 			o[j][c] = _mm512_setzero_ps();
-	}
 	for (k = 0; k + 1 < nb; k++) {
-		int any = 0;
+		__mmask16 m[4];
+		int any = 0, r;
+		const char *row = t->v + (size_t)b[k] * t->rb + (size_t)e0 * (F16 ? 2 : 4);
 
 		for (j = 0; j < 4; j++) {
 			m[j] = j < nj && t->lo[j0 + j] <= b[k] && b[k] < t->hi[j0 + j] ? 0xffff : 0;
@@ -174,21 +178,39 @@ wsum_part(const struct cpu_att_tile *t, int j0, int nj, int e0, int NE, const in
 		}
 		if (!any)
 			continue;
-		for (r = b[k]; r < b[k + 1]; r++) {
-			const char *row = t->v + (size_t)r * t->rb;
+		if ((m[0] & m[1] & m[2] & m[3]) == 0xffff) {
+			/* all four (heads of one token, mostly): no masks */
+			for (r = b[k]; r < b[k + 1]; r++, row += t->rb) {
+				__m512 w0 = _mm512_set1_ps(a0[r]), w1 = _mm512_set1_ps(a1[r]);
+				__m512 w2 = _mm512_set1_ps(a2[r]), w3 = _mm512_set1_ps(a3[r]);
 
 #pragma GCC unroll 4
-			for (c = 0; c < NE; c++)
-				v[c] = t->f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
-				    ((const uint16_t *)row + e0 + 16 * c))) :
-				    _mm512_loadu_ps((const float *)row + e0 + 16 * c);
-#pragma GCC unroll 4
-			for (j = 0; j < 4; j++) {
-				__m512 w = _mm512_set1_ps(a[j][r]);
+				for (c = 0; c < NE; c++) {
+					__m512 v = F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
+					    ((const uint16_t *)row + 16 * c))) :
+					    _mm512_loadu_ps((const float *)row + 16 * c);
+
+					o[0][c] = _mm512_fmadd_ps(w0, v, o[0][c]);
+					o[1][c] = _mm512_fmadd_ps(w1, v, o[1][c]);
+					o[2][c] = _mm512_fmadd_ps(w2, v, o[2][c]);
+					o[3][c] = _mm512_fmadd_ps(w3, v, o[3][c]);
+				}
+			}
+			continue;
+		}
+		for (r = b[k]; r < b[k + 1]; r++, row += t->rb) {
+			__m512 v[4], w0 = _mm512_set1_ps(a0[r]), w1 = _mm512_set1_ps(a1[r]);
+			__m512 w2 = _mm512_set1_ps(a2[r]), w3 = _mm512_set1_ps(a3[r]);
 
 #pragma GCC unroll 4
-				for (c = 0; c < NE; c++)
-					o[j][c] = _mm512_mask3_fmadd_ps(w, v[c], o[j][c], m[j]);
+			for (c = 0; c < NE; c++) {
+				v[c] = F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)
+				    ((const uint16_t *)row + 16 * c))) :
+				    _mm512_loadu_ps((const float *)row + 16 * c);
+				o[0][c] = _mm512_mask3_fmadd_ps(w0, v[c], o[0][c], m[0]);
+				o[1][c] = _mm512_mask3_fmadd_ps(w1, v[c], o[1][c], m[1]);
+				o[2][c] = _mm512_mask3_fmadd_ps(w2, v[c], o[2][c], m[2]);
+				o[3][c] = _mm512_mask3_fmadd_ps(w3, v[c], o[3][c], m[3]);
 			}
 		}
 	}
@@ -231,9 +253,12 @@ cpu_att_tile_avx512(const struct cpu_att_tile *t)
 
 		nb = bounds(t, j0, nj, b);
 		for (e0 = 0; e0 + 64 <= hd; e0 += 64)
-			wsum_part(t, j0, nj, e0, 4, b, nb);
+			if (t->f16)
+				wsum_part(t, j0, nj, e0, 4, true, b, nb);
+			else
+				wsum_part(t, j0, nj, e0, 4, false, b, nb);
 		for (; e0 < hd; e0 += 16)
-			wsum_part(t, j0, nj, e0, 1, b, nb);
+			wsum_part(t, j0, nj, e0, 1, t->f16, b, nb);
 	}
 }
 #endif
