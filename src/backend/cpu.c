@@ -25,8 +25,12 @@
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
  * Q8_0 blocks, grown by doubling up to n_ctx. Attention over F16/F32
  * caches runs in tiles of queries that share a KV head (cpu_simd.c's
- * cpu_att_tile: each cache row read once per tile, not once per query);
- * over Q8_0 rows one query at a time (kv_q8.c);
+ * cpu_att_tile: each cache row read once per tile, not once per query;
+ * with AVX-512 prefill's tiles of up to 32 queries run cpu_att512.c's,
+ * bitwise the same), the threads taking runs of tiles of equal work;
+ * over Q8_0 rows one query at a time (kv_q8.c). The per-token steps
+ * between the products (norms, RoPE, K/V stores, residuals) are in
+ * cpu_rows.c, threads splitting the tokens;
  * what differs between architectures (RoPE, activations, norms, softcaps)
  * in cpu_arch.c. Gemma: embeddings scaled, post-norms, GELU gate, windowed
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
@@ -50,21 +54,6 @@
 
 /* a bounded windowed layer makes room for one chunk at a time */
 _Static_assert(CPU_CHUNK <= KVC_KV_WINDOW_SLACK, "CPU_CHUNK exceeds the windowed caches' slack");
-
-/* y = x / rms(x) * w over n elements (x and y may alias). */
-static void
-rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-	double ss = 0;
-	float sc;
-	int i;
-
-	for (i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	sc = (float)(1.0 / sqrt(ss / n + eps));
-	for (i = 0; i < n; i++)
-		y[i] = x[i] * sc * w[i];
-}
 
 /* ---- threaded jobs ---- */
 
@@ -198,7 +187,7 @@ struct att_job {
 #endif
 
 /* Most queries in one attention tile (cpu_att_tile), and its tokens x heads shape. */
-#define ATT_TILE 16
+#define ATT_TILE 32
 
 static int
 att_heads_per_tile(const struct kvc_hparams *hp, int n_tok, int nth)
@@ -218,6 +207,43 @@ att_scratch(const struct kvc_hparams *hp, int cap)
 	return (size_t)nq * ((size_t)cap + CPU_ATT_PB) + cpu_att_buf_floats(hp->head_dim);
 }
 
+/* Work of token t's query: the positions it reads, and a fixed part. */
+static int64_t
+att_cost(const struct att_job *j, int t, int win)
+{
+	int n_pos = j->pos[t] + 1;
+
+	return (win > 0 && n_pos > win ? win : n_pos) + 32;
+}
+
+/*
+ * The thread that runs tile it (of n_ht per tb tokens): the tiles cut into
+ * nth runs of about equal work, in order. Causal tiles grow with their
+ * position, so equal counts of tiles left the first thread of two waiting
+ * for the second; which thread runs a tile changes no result.
+ */
+static int
+att_owner(const struct att_job *j, int it, int n_ht, int tb, int win, int nth)
+{
+	int64_t before = 0, total = 0, mine = 0;
+	int t;
+
+	if (nth == 1)
+		return 0;
+	for (t = 0; t < j->n_tok; t++) {
+		int64_t w = att_cost(j, t, win);
+
+		total += w;
+		if (t < it / n_ht * tb)
+			before += w;
+		else if (t < (it / n_ht + 1) * tb)
+			mine += w;
+	}
+	total *= n_ht;
+	before = before * n_ht + mine * (it % n_ht);
+	return (int)((before + mine / 2) * nth / total);
+}
+
 /*
  * F16/F32 caches: tiles of up to ATT_TILE queries (tokens x heads of one KV
  * head) read each cache row once (cpu_att_tile); threads split the tiles.
@@ -229,7 +255,7 @@ att_tiles(struct att_job *j, int ith, int nth)
 	const struct kvc_hparams *hp = &c->hp;
 	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, t, it;
 	int hs = att_heads_per_tile(hp, j->n_tok, nth), tb = hs >= ATT_TILE ? 1 : ATT_TILE / hs;
-	int n_tt, n_ht = hp->n_head / hs, n_items, i0, i1;
+	int n_tt, n_ht = hp->n_head / hs, n_items;
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 	float *scr = c->att_s + (size_t)ith * c->att_stride;
 	const float *q[64];
@@ -242,12 +268,15 @@ att_tiles(struct att_job *j, int ith, int nth)
 			tb = 1;
 	n_tt = (j->n_tok + tb - 1) / tb;
 	n_items = n_tt * n_ht;
-	i0 = (int)((int64_t)n_items * ith / nth);
-	i1 = (int)((int64_t)n_items * (ith + 1) / nth);
-	for (it = i0; it < i1; it++) {
+	for (it = 0; it < n_items; it++) {
 		int tt = it / n_ht, h0 = it % n_ht * hs, h, nq = 0, g = h0 / group;
-		const struct cpu_kv *kv = j->kv[tt * tb];
-		bool f16 = kv->type == GGML_TYPE_F16;
+		const struct cpu_kv *kv;
+		bool f16;
+
+		if (att_owner(j, it, n_ht, tb, win, nth) != ith)
+			continue;
+		kv = j->kv[tt * tb];
+		f16 = kv->type == GGML_TYPE_F16;
 		size_t esz = f16 ? 2 : 4;
 		/* rows are read at slots: position p of a bounded layer sits at p + kb */
 		int kb = cpu_kv_slot(kv, j->layer, 0);
@@ -272,7 +301,9 @@ att_tiles(struct att_job *j, int ith, int nth)
 			}
 		at.nq = nq;
 #ifdef HAVE_X86_SIMD
-		if (c->simd)
+		if (c->simd && cpu_att_avx512_cpu() && cpu_att_tile_avx512_fits(&at))
+			cpu_att_tile_avx512(&at);
+		else if (c->simd)
 			cpu_att_tile_avx(&at);
 		else
 #endif
@@ -567,78 +598,6 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 
 /* ---- forward ---- */
 
-/*
- * Layer il's Q/K/V rows of n tokens, in place: biases, per-head Q/K norms,
- * RoPE with the layer's frequencies; row t's K and V stored into its cache
- * kv[t] at its position pos[t].
- */
-static void
-layer_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n)
-{
-	const struct kvc_hparams *hp = &c->hp;
-	const struct cpu_vecs *v = &c->vecs[il];
-	const float *cs_all = c->rope_cs + (model_layer_swa(hp, il) ?
-	    (size_t)c->cap_tok * hp->rope_dim : 0);
-	int hd = hp->head_dim, t, h, i;
-
-	for (t = 0; t < n; t++) {
-		float *q = c->q + (size_t)t * c->q_dim, *k = c->k + (size_t)t * c->kv_dim;
-		float *vv = c->v + (size_t)t * c->kv_dim;
-		const float *cs = cs_all + (size_t)t * hp->rope_dim;
-
-		if (v->bq) {
-			for (i = 0; i < c->q_dim; i++)
-				q[i] += v->bq[i];
-			for (i = 0; i < c->kv_dim; i++) {
-				k[i] += v->bk[i];
-				vv[i] += v->bv[i];
-			}
-		}
-		for (h = 0; h < hp->n_head; h++) {
-			if (v->q_norm)
-				rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
-			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
-		}
-		for (h = 0; h < hp->n_head_kv; h++) {
-			if (v->k_norm)
-				rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
-			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
-		}
-		cpu_kv_store_row(kv[t], kv[t]->k[il], cpu_kv_slot(kv[t], il, pos[t]), k, c->kv_dim);
-		cpu_kv_store_row(kv[t], kv[t]->v[il], cpu_kv_slot(kv[t], il, pos[t]), vv, c->kv_dim);
-	}
-}
-
-/* A block's input norm: RMSNorm, or gpt2's LayerNorm with bias b. */
-static void
-norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
-{
-	if (c->hp.layer_norm)
-		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
-	else
-		rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
-}
-
-/*
- * x += xb over n tokens, xb first given its bias (gpt2) and RMSNormed by
- * post (gemma's post-norms) when they are not NULL.
- */
-static void
-residual_add(struct cpu_ctx *c, int n, const float *bias, const float *post)
-{
-	int E = c->hp.n_embd, t;
-	size_t i;
-
-	if (bias != NULL)
-		for (i = 0; i < (size_t)n * E; i++)
-			c->xb[i] += bias[i % (size_t)E];
-	if (post != NULL)
-		for (t = 0; t < n; t++)
-			rmsnorm(c->xb + (size_t)t * E, c->xb + (size_t)t * E, post, E, c->hp.rms_eps);
-	for (i = 0; i < (size_t)n * E; i++)
-		c->x[i] += c->xb[i];
-}
-
 /* Embeddings of tok[0..n) into x, and the RoPE cos/sin of their positions pos[0..n). */
 static void
 embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
@@ -687,27 +646,25 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 	int E = hp->n_embd, t, il;
 
 	embed_chunk(c, tok, pos, n);
+	cpu_rows_residual(c, n, false, NULL, NULL, c->vecs[0].attn_norm, c->vecs[0].attn_norm_b);
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct kvc_layer_weights *w = &m->layers[il];
-		const struct cpu_vecs *v = &c->vecs[il];
+		const struct cpu_vecs *v = &c->vecs[il], *vn = il + 1 < hp->n_layer ? v + 1 : NULL;
 		struct mm_job j;
 		struct att_job aj = { c, kv, pos, il, n };
 
-		for (t = 0; t < n; t++)
-			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->attn_norm, v->attn_norm_b);
+		/* xb: the normed input */
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
 		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
-		layer_qkv(c, kv, pos, il, n);
+		cpu_rows_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
-		residual_add(c, n, v->bo, v->attn_post_norm);
+		cpu_rows_residual(c, n, true, v->bo, v->attn_post_norm, v->ffn_norm, v->ffn_norm_b);
 
-		for (t = 0; t < n; t++)
-			norm(c, c->xb + (size_t)t * E, c->x + (size_t)t * E, v->ffn_norm, v->ffn_norm_b);
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
 			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL, { NULL } };
@@ -721,14 +678,17 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		}
 		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
-		residual_add(c, n, v->b_down, v->ffn_post_norm);
+		/* and the next layer's input norm, by the same thread */
+		cpu_rows_residual(c, n, true, v->b_down, v->ffn_post_norm,
+		    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);
 	}
 
 	if (out != NULL && lo < n) {
 		struct mm_job j;
 
 		for (t = lo; t < n; t++)
-			norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm, c->out_norm_b);
+			cpu_norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm,
+			    c->out_norm_b);
 		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL, { NULL } };
 		matmul(c, &j);
 		if (hp->final_softcap > 0)

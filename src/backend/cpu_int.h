@@ -112,6 +112,21 @@ int cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size
 void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok,
     const int *pos, int n, float *out, int lo);
 
+/*
+ * cpu_rows.c: the per-token steps between the products, threads splitting
+ * the n tokens. cpu_rows_qkv: layer il's Q/K/V rows in place (biases, Q/K
+ * norms, RoPE), row t's K and V stored into kv[t] at pos[t].
+ * cpu_rows_residual: when add, x += xb (xb first given bias and the
+ * post-norm post, either may be NULL); then xb = the block input norm of x
+ * with weights nw, nb when nw is not NULL.
+ */
+void cpu_rows_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
+void cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const float *post,
+    const float *nw, const float *nb);
+/* y = x / rms(x) * w over n elements (x and y may alias); a block's input norm (gpt2: LayerNorm). */
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);
+
 /* cpu_multi.c: the forward_multi entry. */
 int cpu_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
     const int *pos, float *logits, char *err, size_t errlen);

@@ -7,6 +7,7 @@
  */
 #include "backend.h"
 #include "cpu_int.h"
+#include "cpu_simd.h"
 #include "kv_q8.h"
 #include "kv_shift.h"
 #include "quant/quant.h"
@@ -374,6 +375,12 @@ cpu_kv_store_row(const struct cpu_kv *kv, void *base, int slot, const float *src
 	} else {
 		uint16_t *d = (uint16_t *)((char *)base + (size_t)slot * kv->row_bytes);
 
+#ifdef HAVE_X86_SIMD
+		if (kvc_cpu_avx2()) {	/* F16C rounds as q_f32_to_fp16 does: the same bits */
+			cpu_f32_to_f16_avx(d, src, n);
+			return;
+		}
+#endif
 		for (i = 0; i < n; i++)
 			d[i] = q_f32_to_fp16(src[i]);
 	}

@@ -190,6 +190,56 @@ cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * q_fp16_to_f32(x[i]);
 }
 
+SIMD_TARGET double
+cpu_sumsq_avx(const float *x, int n)
+{
+	__m256d a0 = _mm256_setzero_pd(), a1 = a0;
+	__m128d h;
+	double s;
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+
+		/* a float's square is exact in double: the FMA rounds only the sum */
+		a0 = _mm256_fmadd_pd(lo, lo, a0);
+		a1 = _mm256_fmadd_pd(hi, hi, a1);
+	}
+	a0 = _mm256_add_pd(a0, a1);
+	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+	for (; i < n; i++)
+		s += (double)x[i] * x[i];
+	return s;
+}
+
+SIMD_TARGET void
+cpu_scale_mul_avx(float *y, const float *x, float sc, const float *w, int n)
+{
+	__m256 vs = _mm256_set1_ps(sc);
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+		    _mm256_loadu_ps(w + i)));
+	for (; i < n; i++)
+		y[i] = x[i] * sc * w[i];
+}
+
+SIMD_TARGET void
+cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n)
+{
+	int i;
+
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+		    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	for (; i < n; i++)
+		d[i] = q_f32_to_fp16(x[i]);
+}
+
 /* Row r of a cache block as floats, from F16 or F32 elements. */
 SIMD_TARGET static void
 att_row(const struct cpu_att_tile *t, const char *base, int p, float *dst)
@@ -347,8 +397,8 @@ exp_neg(__m256 x)
  * att_softmax with eight positions at a time (from lo, then one by one):
  * the same arithmetic for a query whatever its tile.
  */
-SIMD_TARGET static float
-att_softmax_avx(const struct cpu_att_tile *t, int j)
+SIMD_TARGET float
+cpu_att_softmax_avx(const struct cpu_att_tile *t, int j)
 {
 	float *s = t->s + (size_t)j * t->s_stride, mx = -INFINITY, sum, tail = 0;
 	float scale = t->scale, cap = t->cap, m8[8];
@@ -428,7 +478,7 @@ cpu_att_tile_avx(const struct cpu_att_tile *t)
 		}
 	}
 	for (j = 0; j < t->nq; j++)
-		(void)att_softmax_avx(t, j);	/* s: the weights, divided by their sum */
+		(void)cpu_att_softmax_avx(t, j);	/* s: the weights, divided by their sum */
 	for (blk = P0; blk < P1; blk += CPU_ATT_PB) {
 		int n = P1 - blk < CPU_ATT_PB ? P1 - blk : CPU_ATT_PB;
 

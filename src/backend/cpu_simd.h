@@ -55,6 +55,24 @@ float cpu_dot_f16_avx(const uint16_t *a, const float *b, int n);
 void cpu_axpy_f32_avx(float *y, float a, const float *x, int n);
 void cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n);
 void cpu_att_tile_avx(const struct cpu_att_tile *t);
+/* sum of x[i]^2 in double (eight running sums), for RMSNorm */
+double cpu_sumsq_avx(const float *x, int n);
+/* y[i] = x[i] * sc * w[i] (y may alias x): RMSNorm's scaling, the scalar loop's bits */
+void cpu_scale_mul_avx(float *y, const float *x, float sc, const float *w, int n);
+/* d[i] = x[i] as IEEE half, rounded to nearest even (q_f32_to_fp16's bits) */
+void cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n);
+/* Query j's raw dot products in s[lo, hi) become its weights (divided by their sum). */
+float cpu_att_softmax_avx(const struct cpu_att_tile *t, int j);
+
+/*
+ * cpu_att512.c: the same tile with AVX-512 and sixteen queries in a
+ * vector's lanes, bitwise the same outputs as cpu_att_tile_avx; worth it
+ * for tiles of more than eight queries (prefill). Call only when
+ * cpu_att_avx512_cpu() and cpu_att_tile_avx512_fits(t) are true.
+ */
+bool cpu_att_avx512_cpu(void);
+bool cpu_att_tile_avx512_fits(const struct cpu_att_tile *t);
+void cpu_att_tile_avx512(const struct cpu_att_tile *t);
 #endif
 
 #endif
