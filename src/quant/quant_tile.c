@@ -304,6 +304,19 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 	}
 }
 
+/*
+ * The cache lines of [p, p + n), n <= 256, into L1 ahead of their use:
+ * decode reads each weight once, and the hardware prefetcher alone leaves
+ * the kernels waiting on memory (docs/BENCHMARKS.md).
+ */
+INLINE void
+prefetch_span(const uint8_t *p, size_t n)
+{
+	for (size_t o = 0; o < n; o += 64)
+		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
+	_mm_prefetch((const char *)p + n - 1, _MM_HINT_T0);
+}
+
 #define TILE_TGT AVX2
 #define TILE_MAD mad_avx2
 #define TILE_NAME(f) f##_avx2

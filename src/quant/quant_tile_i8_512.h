@@ -173,15 +173,6 @@ t_level_off(enum gguf_dtype t)
 	}
 }
 
-/* The cache lines of [p, p + n), n <= 256: into L1 ahead of their use. */
-INLINE void
-prefetch_span(const uint8_t *p, size_t n)
-{
-	for (size_t o = 0; o < n; o += 64)
-		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
-	_mm_prefetch((const char *)p + n - 1, _MM_HINT_T0);
-}
-
 /* The correction for Q8_0's signed levels (see the top of this file). */
 VNNI INLINE __m512i
 pair_corr(__m512i w)
