@@ -6,7 +6,7 @@
  * cache in place (threads split (token, head) pairs) -> output product ->
  * residual -> RMSNorm -> gate/up products with SwiGLU applied by the thread
  * that computed each row -> down product -> residual. Matrix products run
- * on the stored (possibly quantised) weights, each thread taking a slice of
+ * on the stored (possibly quantised) weights, the threads taking chunks of
  * the output rows; a batch of tokens shares every weight row read (prefill
  * is matrix x matrix). F32/F16/BF16 weights go through q_matmul_rows with
  * float activations. For the types q_act_supported accepts (Q8_0, Q4_0,
