@@ -6,7 +6,7 @@
  * cache in place (threads split (token, head) pairs) -> output product ->
  * residual -> RMSNorm -> gate/up products with SwiGLU applied by the thread
  * that computed each row -> down product -> residual. Matrix products run
- * on the stored (possibly quantised) weights, each thread taking a slice of
+ * on the stored (possibly quantised) weights, the threads taking chunks of
  * the output rows; a batch of tokens shares every weight row read (prefill
  * is matrix x matrix). F32/F16/BF16 weights go through q_matmul_rows with
  * float activations. For the types q_act_supported accepts (Q8_0, Q4_0,
@@ -76,50 +76,89 @@ struct mm_job {
 	const void *pk[3];	/* t[i]'s packed copy (cpu_pack.c), or NULL */
 };
 
-/*
- * Thread ith's rows of n: cut at multiples of Q_PACK_ROWS, so that a
- * packed matrix's groups are never split, and the SwiGLU step, which reads
- * the gate and up rows its own thread computed, cuts them the same way.
- */
-static int64_t
-row_cut(int64_t n, int ith, int nth)
-{
-	int64_t r;
+/* A job's rows in chunks, handed out by mm_run. */
+struct mm_split {
+	const struct mm_job *j;
+	int64_t chunk;		/* rows per chunk */
+	int n_chunk[3];		/* chunks of each task (swiglu: of the gate/up pair, in [0]) */
+	int next;		/* the next chunk not yet taken, over all tasks */
+};
 
-	if (ith >= nth)
-		return n;
-	r = (n * ith / nth + Q_PACK_ROWS / 2) / Q_PACK_ROWS * Q_PACK_ROWS;
-	return r < n ? r : n;
+/* Rows [r0, r1) of task i: every token's product for them. */
+static void
+mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
+{
+	const struct kvc_weight *w = j->t[i].w;
+
+	if (j->pk[i] != NULL)	/* r0 is a multiple of Q_PACK_ROWS (mm_chunks) */
+		q_matmul_packed_act(w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
+		    w->n_out, r0 / Q_PACK_ROWS, (r1 + Q_PACK_ROWS - 1) / Q_PACK_ROWS);
+	else if (j->xq != NULL && q_act_supported(w->type))
+		q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
+		    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
+	else
+		q_matmul_rows(w->type, w->data, w->row_bytes, j->x, j->n_tok,
+		    j->n_in, j->t[i].y, w->n_out, r0, r1);
 }
 
+/*
+ * The threads take chunks of rows from a shared counter (one atomic add per
+ * chunk) rather than fixed slices: a thread that starts late (the workers
+ * wake after the caller has begun) or is slowed by other work on the machine
+ * leaves its rows to the others, so the threads finish a product together
+ * instead of the first ones waiting for the last. A row's result does not
+ * depend on which thread computed it or on the chunk it was in.
+ */
 static void
 mm_run(void *arg, int ith, int nth)
 {
-	struct mm_job *j = arg;
-	int i, tok;
+	struct mm_split *sp = arg;
+	const struct mm_job *j = sp->j;
+	int c, i, tok, nt = j->swiglu ? 1 : j->n_task;
 
-	for (i = 0; i < j->n_task; i++) {
-		const struct kvc_weight *w = j->t[i].w;
-		int64_t r0 = row_cut(w->n_out, ith, nth), r1 = row_cut(w->n_out, ith + 1, nth);
-
-		if (r1 <= r0)
+	(void)ith;
+	(void)nth;
+	for (;;) {
+		c = __atomic_fetch_add(&sp->next, 1, __ATOMIC_RELAXED);
+		for (i = 0; i < nt && c >= sp->n_chunk[i]; i++)
+			c -= sp->n_chunk[i];
+		if (i == nt)
+			return;
+		int64_t n = j->t[i].w->n_out, r0 = c * sp->chunk;
+		int64_t r1 = r0 + sp->chunk < n ? r0 + sp->chunk : n;
+		if (!j->swiglu) {
+			mm_rows(j, i, r0, r1);
 			continue;
-		if (j->pk[i] != NULL)
-			q_matmul_packed_act(w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
-			    w->n_out, r0 / Q_PACK_ROWS, (r1 + Q_PACK_ROWS - 1) / Q_PACK_ROWS);
-		else if (j->xq != NULL && q_act_supported(w->type))
-			q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
-			    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
-		else
-			q_matmul_rows(w->type, w->data, w->row_bytes, j->x, j->n_tok,
-			    j->n_in, j->t[i].y, w->n_out, r0, r1);
-	}
-	if (j->swiglu) {
-		int64_t n = j->t[0].w->n_out, r0 = row_cut(n, ith, nth), r1 = row_cut(n, ith + 1, nth);
-
+		}
+		mm_rows(j, 0, r0, r1);
+		mm_rows(j, 1, r0, r1);
 		for (tok = 0; tok < j->n_tok; tok++)
 			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
+}
+
+/*
+ * Rows per chunk: about MM_CHUNKS chunks per thread over all of a job's
+ * rows, a multiple of Q_PACK_ROWS (16: a packed matrix's groups, and a
+ * multiple of the kernels' row tiles) and at least 16.
+ */
+#define MM_CHUNKS 8
+
+static void
+mm_chunks(struct mm_split *sp, const struct mm_job *j, int nth)
+{
+	int64_t rows = 0, cs;
+	int i, nt = j->swiglu ? 1 : j->n_task;
+
+	for (i = 0; i < nt; i++)
+		rows += j->t[i].w->n_out;
+	cs = nth == 1 ? rows : (rows + (int64_t)nth * MM_CHUNKS - 1) / ((int64_t)nth * MM_CHUNKS);
+	cs = (cs + Q_PACK_ROWS - 1) / Q_PACK_ROWS * Q_PACK_ROWS;
+	sp->j = j;
+	sp->chunk = cs < 16 ? 16 : cs;
+	for (i = 0; i < 3; i++)
+		sp->n_chunk[i] = i < nt ? (int)((j->t[i].w->n_out + sp->chunk - 1) / sp->chunk) : 0;
+	sp->next = 0;
 }
 
 struct prep_job {
@@ -150,6 +189,7 @@ prep_run(void *arg, int ith, int nth)
 static void
 matmul(struct cpu_ctx *c, struct mm_job *j)
 {
+	struct mm_split sp;
 	int i;
 
 	j->n_in = j->t[0].w->n_in;
@@ -168,7 +208,8 @@ matmul(struct cpu_ctx *c, struct mm_job *j)
 		else
 			tp_run(c->pool, prep_run, &p);
 	}
-	tp_run(c->pool, mm_run, j);
+	mm_chunks(&sp, j, tp_size(c->pool));
+	tp_run(c->pool, mm_run, &sp);
 }
 
 struct att_job {

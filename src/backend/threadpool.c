@@ -8,7 +8,10 @@
  * from holding a core that a machine shared with other work needs. With
  * more threads than cores (--threads above the count, which the program
  * warns about) nobody polls: a polling thread would hold the core that the
- * thread it waits for needs to finish.
+ * thread it waits for needs to finish. A job seen while polling is started
+ * without the mutex, and the caller is signalled only if it went to sleep:
+ * a worker that blocked on the mutex the caller holds while posting slept
+ * in the kernel until the caller let go, once per job.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -34,6 +37,7 @@ struct tp_pool {
 	void *arg;
 	unsigned gen;		/* job counter: workers run each generation once */
 	int pending;		/* workers still running this generation */
+	bool waiting;		/* the caller sleeps on cv_done */
 	bool quit;
 };
 
@@ -78,28 +82,35 @@ worker(void *a)
 
 	free(st);
 	for (;;) {
-		tp_fn fn;
-		void *arg;
-
 		spin_until_changed(&p->gen, seen, p->spin);
-		pthread_mutex_lock(&p->mu);
-		while (p->gen == seen && !p->quit)
-			pthread_cond_wait(&p->cv_work, &p->mu);
-		if (p->quit) {
+		/*
+		 * A generation seen while polling is taken without the mutex:
+		 * the caller holds it while it posts, and a worker blocking
+		 * on it then would sleep in the kernel until the caller let go.
+		 */
+		if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == seen) {
+			pthread_mutex_lock(&p->mu);
+			while (p->gen == seen && !p->quit)
+				pthread_cond_wait(&p->cv_work, &p->mu);
 			pthread_mutex_unlock(&p->mu);
-			return NULL;
 		}
-		seen = p->gen;
-		fn = p->fn;
-		arg = p->arg;
-		pthread_mutex_unlock(&p->mu);
-
-		fn(arg, ith, p->n);
-
-		pthread_mutex_lock(&p->mu);
-		if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_RELEASE) == 0)
+		if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE))
+			return NULL;
+		/* fn and arg were stored before gen (release), read after it (acquire) */
+		seen = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE);
+		p->fn(p->arg, ith, p->n);
+		/*
+		 * The last one out wakes the caller only if it went to sleep
+		 * (seq_cst on both sides: either the caller sees pending at 0
+		 * or this sees waiting set, and then signals under the mutex
+		 * the caller holds until it waits).
+		 */
+		if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
+		    __atomic_load_n(&p->waiting, __ATOMIC_SEQ_CST)) {
+			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->cv_done);
-		pthread_mutex_unlock(&p->mu);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
 }
 
@@ -153,7 +164,7 @@ tp_free(struct tp_pool *p)
 	if (p == NULL)
 		return;
 	pthread_mutex_lock(&p->mu);
-	p->quit = true;
+	__atomic_store_n(&p->quit, true, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&p->cv_work);
 	pthread_mutex_unlock(&p->mu);
 	for (i = 0; i < p->n - 1; i++)
@@ -189,9 +200,12 @@ tp_run(struct tp_pool *p, tp_fn fn, void *arg)
 	fn(arg, 0, p->n);
 
 	spin_until_zero(&p->pending, p->spin);
+	if (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) == 0)
+		return;
 	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0)
+	__atomic_store_n(&p->waiting, true, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&p->pending, __ATOMIC_SEQ_CST) > 0)
 		pthread_cond_wait(&p->cv_done, &p->mu);
+	__atomic_store_n(&p->waiting, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&p->mu);
 }
-

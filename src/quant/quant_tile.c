@@ -7,7 +7,9 @@
  * Batch independence: every (row, token) pair has its own accumulator(s),
  * which see the same instructions, on the same values, in the same order,
  * whatever the tile's shape; the one-token path (decode, q_dot, q_dot_act)
- * runs these same kernels with a tile of one token. So a position's logits
+ * runs these same kernels with a tile of one token (on AVX-512, a decode
+ * kernel of its own that keeps the tile's float operations, see
+ * quant_tile_i8_512.h's dec32). So a position's logits
  * are bitwise the same computed alone, in a tile or in a long prefill
  * (tests/unit/test_forward.c checks it). On AVX512-VNNI CPUs (chosen at
  * run time) the int8 tiles are quant_tile_i8_512.h's 4 rows x 4 tokens,
@@ -300,6 +302,19 @@ blk_group(enum gguf_dtype t, const struct blk *b, int g)
 		return _mm256_sub_epi8(l, _mm256_set1_epi8(32));
 	}
 	}
+}
+
+/*
+ * The cache lines of [p, p + n), n <= 256, into L1 ahead of their use:
+ * decode reads each weight once, and the hardware prefetcher alone leaves
+ * the kernels waiting on memory (docs/BENCHMARKS.md).
+ */
+INLINE void
+prefetch_span(const uint8_t *p, size_t n)
+{
+	for (size_t o = 0; o < n; o += 64)
+		_mm_prefetch((const char *)p + o, _MM_HINT_T0);
+	_mm_prefetch((const char *)p + n - 1, _MM_HINT_T0);
 }
 
 #define TILE_TGT AVX2

@@ -11,7 +11,7 @@
  */
 TILE_TGT INLINE void
 TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const uint8_t *act,
-    size_t ab, int64_t n_in, float *out)
+    size_t ab, int64_t n_in, size_t pf, float *out)
 {
 	const int ng = t_group_count(t);
 	const int64_t nb = n_in / 32, nbk = nb / ng;
@@ -31,8 +31,11 @@ TILE_NAME(tile_i8)(enum gguf_dtype t, int NT, const uint8_t *const w[2], const u
 	for (int64_t b = 0; b < nbk; b++) {
 		struct blk bk[2];
 		UNROLL
-		for (int r = 0; r < 2; r++)
+		for (int r = 0; r < 2; r++) {
 			blk_prep(t, w[r] + (size_t)b * bb, &bk[r]);
+			if (pf)	/* decode: the rows a few pairs on, as this block is read */
+				prefetch_span(w[r] + (size_t)b * bb + pf, bb);
+		}
 		UNROLL
 		for (int g = 0; g < ng; g++) {
 			int64_t ag = b * ng + g;
@@ -90,10 +93,10 @@ TILE_NAME(rows_i8)(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t
 			float out[8];
 			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
 			switch (nt) {
-			case 4: TILE_NAME(tile_i8)(t, 4, w, a, ab, n_in, out); break;
-			case 3: TILE_NAME(tile_i8)(t, 3, w, a, ab, n_in, out); break;
-			case 2: TILE_NAME(tile_i8)(t, 2, w, a, ab, n_in, out); break;
-			default: TILE_NAME(tile_i8)(t, 1, w, a, ab, n_in, out); break;
+			case 4: TILE_NAME(tile_i8)(t, 4, w, a, ab, n_in, 0, out); break;
+			case 3: TILE_NAME(tile_i8)(t, 3, w, a, ab, n_in, 0, out); break;
+			case 2: TILE_NAME(tile_i8)(t, 2, w, a, ab, n_in, 0, out); break;
+			default: TILE_NAME(tile_i8)(t, 1, w, a, ab, n_in, n_tok == 1 ? 8 * rb : 0, out); break;
 			}
 			for (int i = 0; i < nr; i++)
 				for (int k = 0; k < nt; k++)

@@ -187,15 +187,15 @@ pair_corr(__m512i w)
  * lanes 0-7 of the accumulators only.
  */
 VNNI INLINE void
-tail512(enum gguf_dtype t, int NT, const uint8_t *const w[4], int64_t b, const float *const dx[4],
-    const float *const xs[4], const int8_t *const qx[4], __m512 acc[4][4])
+tail512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[], int64_t b, const float *const dx[4],
+    const float *const xs[4], const int8_t *const qx[4], __m512 acc[][4])
 {
 	const bool sgn = t_signed(t), off1 = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
-	__m256i wv[4], wu[4];
-	__m256 ws[4], mo[4];
+	__m256i wv[8], wu[8];
+	__m256 ws[8], mo[8];
 
 	UNROLL
-	for (int r = 0; r < 4; r++) {
+	for (int r = 0; r < NR; r++) {
 		struct blk bk;
 		blk_prep(t, w[r] + (size_t)b * t_block_bytes(t), &bk);
 		wv[r] = blk_group(t, &bk, 0);
@@ -208,7 +208,7 @@ tail512(enum gguf_dtype t, int NT, const uint8_t *const w[4], int64_t b, const f
 		__m256i xv = ld256(qx[k] + 32 * b);
 		__m256 dv = _mm256_broadcast_ss(dx[k] + b);
 		UNROLL
-		for (int r = 0; r < 4; r++) {
+		for (int r = 0; r < NR; r++) {
 			__m256i s = sgn ? _mm256_sign_epi8(xv, wv[r]) : xv;
 			s = mad_vnni(wu[r], s);
 			__m256 a = _mm512_castps512_ps256(acc[r][k]);
@@ -222,12 +222,14 @@ tail512(enum gguf_dtype t, int NT, const uint8_t *const w[4], int64_t b, const f
 }
 
 /*
- * One tile: rows w[0..3] times NT tokens of prepared activations (ab bytes
- * apart), n_in values; out[r * 4 + tok].
+ * One tile: rows w[0..NR) times NT tokens of prepared activations (ab bytes
+ * apart), n_in values; out[r * 4 + tok]. pf > 0: prefetch each row's bytes
+ * pf ahead as its blocks are read (decode, where nothing else hides the
+ * memory latency).
  */
 VNNI INLINE void
-tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act, size_t ab,
-    int64_t n_in, float *out)
+tile512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[4], const uint8_t *act, size_t ab,
+    int64_t n_in, size_t pf, float *out)
 {
 	const int ng = t_group_count(t);
 	const int64_t nb = n_in / 32;
@@ -244,7 +246,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 		xs[k] = dx[k] + nb;
 		qx[k] = (const int8_t *)(xs[k] + nb);
 		UNROLL
-		for (int r = 0; r < 4; r++)
+		for (int r = 0; r < NR; r++)
 			acc[r][k] = _mm512_setzero_ps();
 	}
 	/* the 64-value pair at group ag (even), given the rows' parts */
@@ -261,7 +263,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 				cx = _mm512_sub_epi32(cx, _mm512_dpbusd_epi32(cx, \
 				    _mm512_set1_epi8((char)lofs), xv));		\
 			UNROLL							\
-			for (int r = 0; r < 4; r++) {				\
+			for (int r = 0; r < NR; r++) {				\
 				__m512i s = sgn ? _mm512_dpbusd_epi32(pr[r].corr, xv, pr[r].w) \
 				    : _mm512_dpbusd_epi32(cx, pr[r].w, xv);	\
 				acc[r][k] = _mm512_fmadd_ps(_mm512_mul_ps(pr[r].ws, dv), \
@@ -274,7 +276,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 		for (; b + 2 <= nb; b += 2) {
 			struct pr pr[4];
 			UNROLL
-			for (int r = 0; r < 4; r++) {
+			for (int r = 0; r < NR; r++) {
 				const uint8_t *p0 = w[r] + (size_t)b * bb, *p1 = p0 + bb;
 				pr[r].w = pair_levels32(t, p0, p1);
 				if (sgn)
@@ -290,25 +292,28 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 				for (int k = 0; k < NT; k++) {
 					__m512 xo = pair_f(xs[k] + b);
 					UNROLL
-					for (int r = 0; r < 4; r++)
+					for (int r = 0; r < NR; r++)
 						acc[r][k] = _mm512_mask3_fmadd_ps(pr[r].off, xo, acc[r][k], 0x0101);
 				}
 			}
 		}
 		if (b < nb)
-			tail512(t, NT, w, b, dx, xs, qx, acc);
+			tail512(t, NR, NT, w, b, dx, xs, qx, acc);
 	} else {
 		const bool offk = t_has_off(t);
 		for (int64_t b = 0; b < nb / 8; b++) {
 			struct blk bk[4];
 			UNROLL
-			for (int r = 0; r < 4; r++)
+			for (int r = 0; r < NR; r++) {
 				blk_prep(t, w[r] + (size_t)b * bb, &bk[r]);
+				if (pf)
+					prefetch_span(w[r] + (size_t)b * bb + pf, bb);
+			}
 			UNROLL
 			for (int j = 0; j < 4; j++) {
 				struct pr pr[4];
 				UNROLL
-				for (int r = 0; r < 4; r++) {
+				for (int r = 0; r < NR; r++) {
 					pr[r].w = pair_levels_k(t, bk[r].p, j);
 					if (sgn)
 						pr[r].corr = pair_corr(pr[r].w);
@@ -325,7 +330,7 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 				for (int k = 0; k < NT; k++) {
 					__m512 xo = _mm512_castps256_ps512(_mm256_loadu_ps(xs[k] + 8 * b));
 					UNROLL
-					for (int r = 0; r < 4; r++)
+					for (int r = 0; r < NR; r++)
 						acc[r][k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(bk[r].off),
 						    xo, acc[r][k], 0x00FF);
 				}
@@ -334,11 +339,139 @@ tile512(enum gguf_dtype t, int NT, const uint8_t *const w[4], const uint8_t *act
 	}
 #undef PAIR_STEP
 	UNROLL
-	for (int r = 0; r < 4; r++)
+	for (int r = 0; r < NR; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			out[r * 4 + k] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
+}
+
+/*
+ * Decode (one token) of the 32-value types: NR rows (at most 8) at a time,
+ * with the work the tile does per (row, pair) cut down, and the rows
+ * prefetched pf bytes ahead. For each (row, token) the float work is the
+ * tile's, bit for bit: the same lane sums (integers, whichever way they are
+ * formed), the same products weight scale x token scale in each lane, the
+ * same FMAs into a 16-lane accumulator in the same order, the same tail
+ * and the same final sum. What changes is how the operands are formed:
+ *  - the token's correction is formed once per pair for all the rows
+ *    (Q8_0: the levels are made unsigned as w + 128, and the start is
+ *    -128 * the token's 4-value sums, instead of a per-row correction);
+ *  - the 2 NR fp16 scales of a pair are converted with one instruction and
+ *    multiplied by the token's two scales with one more; each row then takes
+ *    its 16 lane products with one permute.
+ */
+VNNI INLINE void
+dec32(enum gguf_dtype t, int NR, const uint8_t *const w[8], const uint8_t *act, int64_t n_in,
+    size_t pf, float *out)
+{
+	const int64_t nb = n_in / 32;
+	const size_t bb = t_block_bytes(t);
+	const bool q8 = t == GGML_TYPE_Q8_0, off1 = t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1;
+	const int lofs = q8 ? 128 : t_level_off(t);
+	const float *dx[4] = { (const float *)act }, *xs[4] = { dx[0] + nb };
+	const int8_t *qx[4] = { (const int8_t *)(xs[0] + nb) };
+	__m512 acc[8][4];
+	__m512i idx[8];
+
+	UNROLL
+	for (int r = 0; r < NR; r++) {
+		acc[r][0] = _mm512_setzero_ps();
+		/* lanes 0-7 take product 2r (block b), 8-15 product 2r + 1 (block b + 1) */
+		idx[r] = _mm512_add_epi32(PAIR_IDX, _mm512_set1_epi32(2 * r));
+	}
+	int64_t b = 0;
+	for (; b + 2 <= nb; b += 2) {
+		const size_t o = (size_t)b * bb;
+		__m512i xv = _mm512_loadu_si512(qx[0] + 32 * b);
+		__m512i cx = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(
+		    _mm512_setzero_si512(), _mm512_set1_epi8((char)lofs), xv));
+		/* dx[b], dx[b + 1] in every pair of lanes */
+		__m512 dv = _mm512_castpd_ps(_mm512_broadcastsd_pd(_mm_castsi128_pd(
+		    _mm_loadl_epi64((const __m128i *)(dx[0] + b)))));
+		uint64_t h[4] = { 0, 0, 0, 0 };
+		UNROLL
+		for (int r = 0; r < NR; r++) {
+			uint16_t d0, d1;
+			memcpy(&d0, w[r] + o, 2);
+			memcpy(&d1, w[r] + o + bb, 2);
+			h[r / 2] |= ((uint64_t)d0 | (uint64_t)d1 << 16) << (32 * (r % 2));
+		}
+		__m512 sp = NR > 4 ? _mm512_mul_ps(_mm512_cvtph_ps(_mm256_set_epi64x((long long)h[3],
+		    (long long)h[2], (long long)h[1], (long long)h[0])), dv) :
+		    _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(_mm_set_epi64x((long long)h[1],
+		    (long long)h[0])), _mm512_castps512_ps256(dv)));
+		UNROLL
+		for (int r = 0; r < NR; r++) {
+			const uint8_t *p0 = w[r] + o;
+			if (pf)
+				prefetch_span(p0 + pf, 2 * bb);
+			__m512i lv = pair_levels32(t, p0, p0 + bb);
+			if (q8)
+				lv = _mm512_xor_si512(lv, _mm512_set1_epi8((char)0x80));
+			__m512i s = _mm512_dpbusd_epi32(cx, lv, xv);
+			acc[r][0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx[r], sp), _mm512_cvtepi32_ps(s),
+			    acc[r][0]);
+		}
+		if (off1) {
+			__m512 xo = pair_f(xs[0] + b);
+			UNROLL
+			for (int r = 0; r < NR; r++) {
+				__m512 m = _mm512_maskz_permutexvar_ps(0x0101, PAIR_IDX,
+				    _mm512_castps128_ps512(two_h(w[r] + o + 2, w[r] + o + bb + 2)));
+				acc[r][0] = _mm512_mask3_fmadd_ps(m, xo, acc[r][0], 0x0101);
+			}
+		}
+	}
+	if (b < nb)
+		tail512(t, NR, 1, w, b, dx, xs, qx, acc);
+	UNROLL
+	for (int r = 0; r < NR; r++)
+		out[r] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][0]),
+		    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][0]), 1))));
+}
+
+/* Rows per decode step: 32-value types, K-quants (the tile's four at most). */
+#define DEC_NR32 8
+#define DEC_NRK 4
+
+/*
+ * Decode: rows [r0, r1) of one token, DEC_NR at a time and the rest one by
+ * one, each row's bytes prefetched one step of rows ahead.
+ */
+VNNI INLINE void
+dec512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, int64_t n_in,
+    float *y, int64_t r0, int64_t r1)
+{
+	const bool k = t_group_count(t) > 1;
+	const int nr = k ? DEC_NRK : DEC_NR32;
+	const size_t pf = (size_t)nr * rb;
+	int64_t r = r0;
+
+	for (; r + nr <= r1; r += nr) {
+		const uint8_t *w[8];
+		float out[32];
+		for (int i = 0; i < nr; i++)
+			w[i] = W + (size_t)(r + i) * rb;
+		if (k) {
+			tile512(t, DEC_NRK, 1, w, act, 0, n_in, pf, out);
+			for (int i = 0; i < DEC_NRK; i++)
+				y[r + i] = out[4 * i];
+		} else {
+			dec32(t, DEC_NR32, w, act, n_in, pf, out);
+			for (int i = 0; i < DEC_NR32; i++)
+				y[r + i] = out[i];
+		}
+	}
+	for (; r < r1; r++) {
+		const uint8_t *w[8] = { W + (size_t)r * rb };
+		float out[16];
+		if (k)
+			tile512(t, 1, 1, w, act, 0, n_in, 0, out);
+		else
+			dec32(t, 1, w, act, n_in, 0, out);
+		y[r] = out[0];
+	}
 }
 
 /* Rows in fours (the last ones repeated to fill a tile, their copies dropped), tokens in fours. */
@@ -346,6 +479,10 @@ VNNI INLINE void
 rows512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
+	if (n_tok == 1) {
+		dec512(t, W, rb, act, n_in, y, r0, r1);
+		return;
+	}
 	for (int64_t r = r0; r < r1; r += 4) {
 		const uint8_t *w[4];
 		int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
@@ -356,10 +493,10 @@ rows512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size
 			float out[16];
 			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
 			switch (nt) {
-			case 4: tile512(t, 4, w, a, ab, n_in, out); break;
-			case 3: tile512(t, 3, w, a, ab, n_in, out); break;
-			case 2: tile512(t, 2, w, a, ab, n_in, out); break;
-			default: tile512(t, 1, w, a, ab, n_in, out); break;
+			case 4: tile512(t, 4, 4, w, a, ab, n_in, 0, out); break;
+			case 3: tile512(t, 4, 3, w, a, ab, n_in, 0, out); break;
+			case 2: tile512(t, 4, 2, w, a, ab, n_in, 0, out); break;
+			default: tile512(t, 4, 1, w, a, ab, n_in, 0, out); break;
 			}
 			for (int i = 0; i < nr; i++)
 				for (int k = 0; k < nt; k++)

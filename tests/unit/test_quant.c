@@ -845,6 +845,79 @@ test_pack(void)
 	test_pack_type(GGML_TYPE_Q8_0);
 	test_pack_type(GGML_TYPE_Q4_0);
 	test_pack_type(GGML_TYPE_Q5_0);
+
+/*
+ * Rows of W one token at a time (ranges that start anywhere and leave every
+ * kind of remainder) against the same rows of a batch of n_tok, bitwise;
+ * rows outside a range must be left alone. Returns the mismatches.
+ */
+static int
+decode_vs_batch(enum q_simd simd, enum gguf_dtype t, const uint8_t *W, size_t rb,
+    const uint8_t *act, int n_tok, int n, int n_out, float *yb, float *y1)
+{
+	static const int ranges[][2] = { { 0, 21 }, { 3, 21 }, { 1, 9 }, { 5, 6 }, { 2, 19 } };
+	size_t ab = q_act_bytes(n);
+	int bad = 0;
+
+	q_matmul_rows_act(simd, t, W, rb, act, n_tok, n, yb, n_out, 0, n_out);
+	for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+		int r0 = ranges[ri][0], r1 = ranges[ri][1] < n_out ? ranges[ri][1] : n_out;
+		for (int tok = 0; tok < n_tok; tok++) {
+			for (int r = 0; r < n_out; r++)
+				y1[r] = -1e30f;
+			q_matmul_rows_act(simd, t, W, rb, act + tok * ab, 1, n, y1, n_out, r0, r1);
+			for (int r = 0; r < n_out; r++) {
+				bool in = r >= r0 && r < r1;
+				if ((in ? y1[r] != yb[tok * n_out + r] : y1[r] != -1e30f) && bad++ < 3)
+					fprintf(stderr, "%s %s n %d rows [%d, %d) row %d tok %d: alone %.9g, "
+					    "in the batch %.9g\n", tname(t), simd == Q_SIMD_AVX2 ? "avx2" : "auto",
+					    n, r0, r1, r, tok, y1[r], yb[tok * n_out + r]);
+			}
+		}
+	}
+	return bad;
+}
+
+/*
+ * Decode: one token's rows come from a kernel of their own (AVX-512: eight
+ * rows of a 32-value type or four of a K-quant at a time, the rest one by
+ * one; AVX2: the tile's pairs with the rows prefetched). Each row's result
+ * must be bitwise the one the tiles give the same token in a batch, with
+ * even and odd block counts, on the AVX-512 kernels where present and on
+ * the AVX2 ones.
+ */
+static void
+test_act_decode(void)
+{
+	static const enum gguf_dtype types[] = {
+		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+	};
+	enum { NMAX = 512, N_OUT = 21, N_TOK = 5 };
+	static float x[N_TOK * NMAX], w[N_OUT * NMAX], yb[N_TOK * N_OUT], y1[N_OUT];
+	static uint8_t W[N_OUT * NMAX * 2], act[N_TOK * (NMAX + 8 * NMAX / 32)];
+
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum gguf_dtype t = types[ti];
+		bool k = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+		    t == GGML_TYPE_Q6_K;
+		/* K-quants: two blocks; the others 15 blocks (odd) or 16 */
+		for (int n = k ? 512 : 480; n <= 512; n += 32) {
+			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n);
+			int bad;
+			for (int i = 0; i < N_TOK * n; i++)
+				x[i] = frand() * (1 + (float)((i / 32) % 3));
+			for (int i = 0; i < N_OUT * n; i++)
+				w[i] = frand() * (1 + (float)(i % 11) / 3);
+			for (int tok = 0; tok < N_TOK; tok++)
+				q_act_prepare(x + tok * n, n, act + tok * ab);
+			for (int r = 0; r < N_OUT; r++)
+				q_quantize_row(t, w + r * n, W + r * rb, n);
+			bad = decode_vs_batch(Q_SIMD_AUTO, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
+			bad += decode_vs_batch(Q_SIMD_AVX2, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
+			test_cond(bad == 0, "%s n %d decode rows bitwise the batch's: %d bad", tname(t), n, bad);
+		}
+	}
 }
 
 static void
@@ -878,6 +951,7 @@ main(void)
 	test_act();
 	test_act_odd();
 	test_pack();
+	test_act_decode();
 	test_misc();
 	return test_done();
 }
