@@ -595,6 +595,55 @@ test_matmul(void)
 }
 
 /*
+ * The float tiles' shapes (8 rows at one token with prefetches that run into
+ * the next tile's rows, 4 rows x 1-4 tokens, the prefill's 4 x 6 tiles from
+ * 8 tokens): every (row, token) of every batch size and row range is
+ * bitwise the row's q_dot, and rows outside the range are not written.
+ * Rows of 80 values (shorter than the prefetch distance) and of 1040.
+ */
+static void
+test_matmul_float_tiles(void)
+{
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 13 };
+	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, MAX_TOK };
+	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
+	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
+	static uint8_t W[N_OUT * MAX_IN * 4];
+
+	for (int i = 0; i < N_OUT * MAX_IN; i++)
+		w[i] = frand();
+	for (int i = 0; i < MAX_TOK * MAX_IN; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+		for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+			enum gguf_dtype t = types[ti];
+			int n_in = ins[ii];
+			size_t rb = q_row_bytes(t, n_in);
+			for (int r = 0; r < N_OUT; r++)
+				q_quantize_row(t, w + r * n_in, W + r * rb, n_in);
+			for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+				for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+					int n_tok = toks[ki], bad = 0;
+					int64_t r0 = ranges[gi][0], r1 = ranges[gi][1];
+					for (int i = 0; i < n_tok * N_OUT; i++)
+						y[i] = -12345.0f;
+					q_matmul_rows(t, W, rb, x, n_tok, n_in, y, N_OUT, r0, r1);
+					for (int tok = 0; tok < n_tok; tok++)
+						for (int r = 0; r < N_OUT; r++) {
+							float got = y[tok * N_OUT + r];
+							if (r < r0 || r >= r1)
+								bad += got != -12345.0f;
+							else
+								bad += got != q_dot(t, W + r * rb, x + tok * n_in, n_in);
+						}
+					test_cond(bad == 0, "%s n_in %d, %d tokens, rows [%lld, %lld): %d bad",
+					    tname(t), n_in, n_tok, (long long)r0, (long long)r1, bad);
+				}
+		}
+}
+
+/*
  * The integer kernels: activations rounded to int8 per 32. Bound against the
  * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
  * float rounding. Scalar and AVX2 compute the same integer sums: they agree to
@@ -759,6 +808,7 @@ main(void)
 	test_roundtrip();
 	test_dot();
 	test_matmul();
+	test_matmul_float_tiles();
 	test_act();
 	test_act_odd();
 	test_misc();
