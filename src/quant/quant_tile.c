@@ -1,9 +1,9 @@
 /*
  * quant_tile.c: tiled matrix kernels. A tile is two weight rows times up to
- * four tokens (int8 activations) or three tokens (float activations; at one
- * token 4 rows, and with AVX-512 4-8 rows, see below): each weight block is
- * decoded once per tile and multiplied into every token of it, instead of
- * once per (row, token) as a one-row dot product does.
+ * four tokens (int8 activations) or three tokens (float activations; one
+ * token: 4 rows, or 8 with AVX-512, whose tiles are below): each weight
+ * block is decoded once per tile and multiplied into every token of it,
+ * instead of once per (row, token) as a one-row dot product does.
  *
  * Batch independence: every (row, token) pair has its own accumulator(s),
  * which see the same instructions, on the same values, in the same order,
