@@ -1,8 +1,9 @@
 /*
  * quant_tile.c: tiled matrix kernels. A tile is two weight rows times up to
- * four tokens (int8 activations) or three tokens (float activations): each
- * weight block is decoded once per tile and multiplied into every token of
- * it, instead of once per (row, token) as a one-row dot product does.
+ * four tokens (int8 activations) or three tokens (float activations; one
+ * token: 4 rows, or 8 with AVX-512, whose tiles are below): each weight
+ * block is decoded once per tile and multiplied into every token of it,
+ * instead of once per (row, token) as a one-row dot product does.
  *
  * Batch independence: every (row, token) pair has its own accumulator(s),
  * which see the same instructions, on the same values, in the same order,
@@ -351,54 +352,126 @@ ldw(enum gguf_dtype t, const uint8_t *row, int64_t i)
 }
 
 /*
- * Two rows times NT tokens; each (row, token) keeps two accumulators, the
- * 8-value chunks alternating between them, added at the end.
+ * Software prefetch for the small-batch (memory-bound) tiles. The hardware
+ * prefetchers alone left a thread at ~75 % of the read bandwidth bench/membw
+ * measures: a model file is mapped in 4 KiB pages, the L2 streamer stops at
+ * each page's end, and a tile reads its rows (1.8-9.7 KB each here) side by
+ * side. So each row's stream is requested PF_AHEAD bytes ahead of its loads
+ * (one prefetch per 16 values: for 2-byte types every line twice), and once
+ * that point passes the row's end it goes on in the same row of the next
+ * tile, so the first lines of every next row are on their way when the tile
+ * starts on them. Prefetches change no arithmetic.
+ */
+#define PF_AHEAD 1024
+
+struct pf_rows {
+	const char *p[8];	/* each row's next line to request */
+	const char *nx[8];	/* the same row of the next tile (or the row itself past the range) */
+	int64_t i_sw;		/* the value index at which the cursors move to nx ... */
+	int64_t off;		/* ... and the offset in nx they move to */
+	int64_t step;		/* bytes per 16 values */
+};
+
+AVX2 INLINE void
+pf_init(struct pf_rows *f, int R, const uint8_t *const *w, const uint8_t *const *nx, int64_t es,
+    int64_t n)
+{
+	int64_t len = es * n, ahead = PF_AHEAD < len ? PF_AHEAD : len;
+
+	for (int r = 0; r < R; r++) {
+		f->p[r] = (const char *)w[r] + ahead;
+		f->nx[r] = (const char *)nx[r];
+	}
+	/* the first multiple of 16 values whose point is at or past the row's end */
+	f->step = 16 * es;
+	f->i_sw = (len - ahead + f->step - 1) / f->step * 16;
+	f->off = es * f->i_sw + ahead - len;
+}
+
+AVX2 INLINE void
+pf_step(struct pf_rows *f, int R, int64_t i)
+{
+	if (i == f->i_sw)
+		UNROLL
+		for (int r = 0; r < R; r++)
+			f->p[r] = f->nx[r] + f->off;
+	UNROLL
+	for (int r = 0; r < R; r++) {
+		_mm_prefetch(f->p[r], _MM_HINT_T0);
+		f->p[r] += f->step;
+	}
+}
+
+/*
+ * R rows (2, or 4 for one token) times NT tokens; each (row, token) keeps
+ * two accumulators, the 8-value chunks alternating between them, added at
+ * the end, whatever R and NT are. Prefetched as the 512-bit tiles below.
  */
 AVX2 INLINE void
-tile_f(enum gguf_dtype t, int NT, const uint8_t *const w[2], const float *x, int64_t n,
-    float *out)
+tile_f(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
 {
-	__m256 acc[2][3][2];
+	int64_t es = t == GGML_TYPE_F32 ? 4 : 2;
+	__m256 acc[4][3][2];
+	struct pf_rows f;
 
+	pf_init(&f, R, w, nx, es, n);
 	UNROLL
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < R; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < n; i += 16) {
+		pf_step(&f, R, i);
 		UNROLL
 		for (int h = 0; h < 2; h++) {
-			__m256 wv[2] = { ldw(t, w[0], i + 8 * h), ldw(t, w[1], i + 8 * h) };
+			__m256 wv[4];
+			UNROLL
+			for (int r = 0; r < R; r++)
+				wv[r] = ldw(t, w[r], i + 8 * h);
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
-				acc[0][k][h] = _mm256_fmadd_ps(wv[0], xv, acc[0][k][h]);
-				acc[1][k][h] = _mm256_fmadd_ps(wv[1], xv, acc[1][k][h]);
+				UNROLL
+				for (int r = 0; r < R; r++)
+					acc[r][k][h] = _mm256_fmadd_ps(wv[r], xv, acc[r][k][h]);
 			}
 		}
 	}
 	UNROLL
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < R; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			out[r * 3 + k] = q_hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
 }
 
+/* Rows in fours for one token, else in twos (the last repeated), tokens in threes. */
 AVX2 INLINE void
 rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
     float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	for (int64_t r = r0; r < r1; r += 2) {
-		const uint8_t *w[2] = { W + (size_t)r * rb, W + (size_t)(r + 1 < r1 ? r + 1 : r) * rb };
-		int nr = r + 1 < r1 ? 2 : 1;
+	int R = n_tok == 1 ? 4 : 2;
+
+	for (int64_t r = r0; r < r1; r += R) {
+		const uint8_t *w[4], *nx[4];
+		int nr = r1 - r < R ? (int)(r1 - r) : R;
+		for (int i = 0; i < R; i++) {
+			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+			nx[i] = r + R + i < r1 ? W + (size_t)(r + R + i) * rb : w[i];
+		}
 		for (int tok = 0; tok < n_tok; tok += 3) {
 			const float *xt = x + (size_t)tok * (size_t)n_in;
-			float out[6];
+			float out[12];
 			int nt = n_tok - tok < 3 ? n_tok - tok : 3;
 			switch (nt) {
-			case 3: tile_f(t, 3, w, xt, n_in, out); break;
-			case 2: tile_f(t, 2, w, xt, n_in, out); break;
-			default: tile_f(t, 1, w, xt, n_in, out); break;
+			case 3: tile_f(t, 2, 3, w, nx, xt, n_in, out); break;
+			case 2: tile_f(t, 2, 2, w, nx, xt, n_in, out); break;
+			default:
+				if (R == 4)
+					tile_f(t, 4, 1, w, nx, xt, n_in, out);
+				else
+					tile_f(t, 2, 1, w, nx, xt, n_in, out);
+				break;
 			}
 			for (int i = 0; i < nr; i++)
 				for (int k = 0; k < nt; k++)
@@ -407,7 +480,7 @@ rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok
 	}
 }
 
-/* ---- the same with 512-bit vectors, 4 rows x 4 tokens, one accumulator each ---- */
+/* ---- the same with 512-bit vectors, one accumulator per (row, token) ---- */
 
 AVX512 INLINE __m512
 ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
@@ -420,57 +493,81 @@ ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/*
+ * R rows (4, or 8 for one token) times NT tokens, one 16-lane accumulator
+ * per (row, token): one FMA per 16 values in order from 0, then the
+ * 512 -> 256 add and q_hsum8, whatever R and NT are (so the same as
+ * rows_f16p's prefill tiles). 8 rows at one token: more independent
+ * streams in flight (bench/qmm bf16 1 896 4864, weights from memory:
+ * 4 rows 9.8 GB/s, 4 rows + prefetch 11.0, 8 rows + prefetch 12.1).
+ */
 AVX512 INLINE void
-tile_f16w(enum gguf_dtype t, int NT, const uint8_t *const w[4], const float *x, int64_t n,
-    float *out)
+tile_f16w(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
 {
-	__m512 acc[4][4];
+	int64_t es = t == GGML_TYPE_F32 ? 4 : 2;
+	__m512 acc[8][4];
+	struct pf_rows f;
 
+	pf_init(&f, R, w, nx, es, n);
 	UNROLL
-	for (int r = 0; r < 4; r++)
+	for (int r = 0; r < R; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			acc[r][k] = _mm512_setzero_ps();
 	for (int64_t i = 0; i < n; i += 16) {
-		__m512 wv[4];
+		__m512 wv[8];
+		pf_step(&f, R, i);
 		UNROLL
-		for (int r = 0; r < 4; r++)
+		for (int r = 0; r < R; r++)
 			wv[r] = ldw16(t, w[r], i);
 		UNROLL
 		for (int k = 0; k < NT; k++) {
 			__m512 xv = _mm512_loadu_ps(x + (size_t)k * (size_t)n + i);
 			UNROLL
-			for (int r = 0; r < 4; r++)
+			for (int r = 0; r < R; r++)
 				acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
 		}
 	}
 	UNROLL
-	for (int r = 0; r < 4; r++)
+	for (int r = 0; r < R; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			out[r * 4 + k] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
 }
 
-/* Rows in fours (the last ones repeated to fill a tile, their copies dropped), tokens in fours. */
+/*
+ * Rows in eights for one token, else in fours (the last ones repeated to
+ * fill a tile, their copies dropped), tokens in fours.
+ */
 AVX512 INLINE void
 rows_f16w(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
     float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	for (int64_t r = r0; r < r1; r += 4) {
-		const uint8_t *w[4];
-		int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
-		for (int i = 0; i < 4; i++)
+	int R = n_tok == 1 ? 8 : 4;
+
+	for (int64_t r = r0; r < r1; r += R) {
+		const uint8_t *w[8], *nx[8];
+		int nr = r1 - r < R ? (int)(r1 - r) : R;
+		for (int i = 0; i < R; i++) {
 			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+			nx[i] = r + R + i < r1 ? W + (size_t)(r + R + i) * rb : w[i];
+		}
 		for (int tok = 0; tok < n_tok; tok += 4) {
 			const float *xt = x + (size_t)tok * (size_t)n_in;
-			float out[16];
+			float out[32];
 			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
 			switch (nt) {
-			case 4: tile_f16w(t, 4, w, xt, n_in, out); break;
-			case 3: tile_f16w(t, 3, w, xt, n_in, out); break;
-			case 2: tile_f16w(t, 2, w, xt, n_in, out); break;
-			default: tile_f16w(t, 1, w, xt, n_in, out); break;
+			case 4: tile_f16w(t, 4, 4, w, nx, xt, n_in, out); break;
+			case 3: tile_f16w(t, 4, 3, w, nx, xt, n_in, out); break;
+			case 2: tile_f16w(t, 4, 2, w, nx, xt, n_in, out); break;
+			default:
+				if (R == 8)
+					tile_f16w(t, 8, 1, w, nx, xt, n_in, out);
+				else
+					tile_f16w(t, 4, 1, w, nx, xt, n_in, out);
+				break;
 			}
 			for (int i = 0; i < nr; i++)
 				for (int k = 0; k < nt; k++)

@@ -595,6 +595,68 @@ test_matmul(void)
 }
 
 /*
+ * The float tiles' shapes (8 rows at one token with prefetches that run into
+ * the next tile's rows, 4 rows x 1-4 tokens, the prefill's 4 x 6 tiles from
+ * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3): every (row, token) of
+ * every batch size and row range is bitwise the row's q_dot on that path,
+ * and rows outside the range are not written. Rows of 80 values (shorter
+ * than the prefetch distance) and of 1040.
+ */
+/* One q_matmul_rows_simd call against each row's q_dot_simd: the number of wrong outputs. */
+static int
+float_tiles_bad(enum q_simd p, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
+    int n_in, int n_tok, float *y, int n_out, int64_t r0, int64_t r1)
+{
+	int bad = 0;
+
+	for (int i = 0; i < n_tok * n_out; i++)
+		y[i] = -12345.0f;
+	q_matmul_rows_simd(p, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	for (int tok = 0; tok < n_tok; tok++)
+		for (int r = 0; r < n_out; r++) {
+			float got = y[tok * n_out + r];
+			if (r < r0 || r >= r1)
+				bad += got != -12345.0f;
+			else
+				bad += got != q_dot_simd(p, t, W + r * rb, x + tok * n_in, n_in);
+		}
+	return bad;
+}
+
+static void
+test_matmul_float_tiles(void)
+{
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 13 };
+	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, MAX_TOK };
+	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
+	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
+	static uint8_t W[N_OUT * MAX_IN * 4];
+
+	for (int i = 0; i < N_OUT * MAX_IN; i++)
+		w[i] = frand();
+	for (int i = 0; i < MAX_TOK * MAX_IN; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+		for (size_t ii = 0; ii < sizeof ins / sizeof ins[0]; ii++) {
+			enum gguf_dtype t = types[ti];
+			int n_in = ins[ii];
+			size_t rb = q_row_bytes(t, n_in);
+			for (int r = 0; r < N_OUT; r++)
+				q_quantize_row(t, w + r * n_in, W + r * rb, n_in);
+			for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+				for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++)
+					for (int p = Q_SIMD_AVX2; p <= Q_SIMD_AVX512; p++) {
+						int64_t r0 = ranges[gi][0], r1 = ranges[gi][1];
+						int bad = float_tiles_bad((enum q_simd)p, t, W, rb, x, n_in, toks[ki], y,
+						    N_OUT, r0, r1);
+						test_cond(bad == 0, "%s path %d n_in %d, %d tokens, rows [%lld, %lld): %d bad",
+						    tname(t), p, n_in, toks[ki], (long long)r0, (long long)r1, bad);
+					}
+		}
+}
+
+/*
  * The integer kernels: activations rounded to int8 per 32. Bound against the
  * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
  * float rounding. Scalar and AVX2 compute the same integer sums: they agree to
@@ -948,6 +1010,7 @@ main(void)
 	test_roundtrip();
 	test_dot();
 	test_matmul();
+	test_matmul_float_tiles();
 	test_act();
 	test_act_odd();
 	test_pack();
