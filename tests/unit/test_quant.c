@@ -907,6 +907,7 @@ test_pack(void)
 	test_pack_type(GGML_TYPE_Q8_0);
 	test_pack_type(GGML_TYPE_Q4_0);
 	test_pack_type(GGML_TYPE_Q5_0);
+}
 
 /*
  * Rows of W one token at a time (ranges that start anywhere and leave every
