@@ -56,6 +56,9 @@ struct form {
 #define I512(k) _mm512_set1_epi32(k)
 #define APPLY12(OP) OP(a0); OP(a1); OP(a2); OP(a3); OP(a4); OP(a5); \
 	OP(a6); OP(a7); OP(a8); OP(a9); OP(a10); OP(a11)
+/* a0 = the sum of the twelve accumulators, with ADD (keeps them all live) */
+#define SUM12(ADD) a0 = ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))); \
+	a0 = ADD(a0, ADD(ADD(a8, a9), ADD(a10, a11)))
 
 __attribute__((target("avx2,fma"))) static float
 k_fma256(long iters)
@@ -69,9 +72,7 @@ k_fma256(long iters)
 		KEEP12("+v");
 	}
 #undef F
-	a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-	    _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-	a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+	SUM12(_mm256_add_ps);
 	return _mm256_cvtss_f32(a0);
 }
 
@@ -87,9 +88,7 @@ k_fma512(long iters)
 		KEEP12("+v");
 	}
 #undef F
-	a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-	    _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-	a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+	SUM12(_mm512_add_ps);
 	return _mm512_reduce_add_ps(a0);
 }
 
@@ -110,10 +109,7 @@ k_i8avx2(long iters)
 		KEEP12("+x");
 	}
 #undef F
-	a0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-	    _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-	a0 = _mm256_add_epi32(a0, _mm256_add_epi32(_mm256_add_epi32(a8, a9),
-	    _mm256_add_epi32(a10, a11)));
+	SUM12(_mm256_add_epi32);
 	return (float)_mm256_extract_epi32(a0, 0);
 }
 
@@ -129,10 +125,7 @@ k_vnni256(long iters)
 		KEEP12("+v");
 	}
 #undef F
-	a0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-	    _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-	a0 = _mm256_add_epi32(a0, _mm256_add_epi32(_mm256_add_epi32(a8, a9),
-	    _mm256_add_epi32(a10, a11)));
+	SUM12(_mm256_add_epi32);
 	return (float)_mm256_extract_epi32(a0, 0);
 }
 
@@ -148,10 +141,7 @@ k_vnni512(long iters)
 		KEEP12("+v");
 	}
 #undef F
-	a0 = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-	    _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
-	a0 = _mm512_add_epi32(a0, _mm512_add_epi32(_mm512_add_epi32(a8, a9),
-	    _mm512_add_epi32(a10, a11)));
+	SUM12(_mm512_add_epi32);
 	return (float)_mm512_reduce_add_epi32(a0);
 }
 

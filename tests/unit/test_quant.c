@@ -656,6 +656,12 @@ test_matmul_float_tiles(void)
 		}
 }
 
+/* Every type with an int8-activation kernel (q_act_supported). */
+static const enum gguf_dtype int8_types[] = {
+	GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+	GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
+};
+
 /*
  * The integer kernels: activations rounded to int8 per 32. Bound against the
  * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
@@ -665,10 +671,6 @@ test_matmul_float_tiles(void)
 static void
 test_act(void)
 {
-	static const enum gguf_dtype types[] = {
-		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-	};
 	enum { N = 1024, N_OUT = 5, N_TOK = 6 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], yv[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
@@ -697,8 +699,8 @@ test_act(void)
 		test_cond(bad == 0, "q_act_prepare: %d bad", bad);
 	}
 	test_cond(!q_act_supported(GGML_TYPE_F16) && q_act_supported(GGML_TYPE_Q6_K), "act types");
-	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-		enum gguf_dtype t = types[ti];
+	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
+		enum gguf_dtype t = int8_types[ti];
 		size_t rb = q_row_bytes(t, N);
 		int bad = 0;
 		for (int r = 0; r < N_OUT; r++)
@@ -952,16 +954,12 @@ decode_vs_batch(enum q_simd simd, enum gguf_dtype t, const uint8_t *W, size_t rb
 static void
 test_act_decode(void)
 {
-	static const enum gguf_dtype types[] = {
-		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
-	};
 	enum { NMAX = 512, N_OUT = 21, N_TOK = 5 };
 	static float x[N_TOK * NMAX], w[N_OUT * NMAX], yb[N_TOK * N_OUT], y1[N_OUT];
 	static uint8_t W[N_OUT * NMAX * 2], act[N_TOK * (NMAX + 8 * NMAX / 32)];
 
-	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-		enum gguf_dtype t = types[ti];
+	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
+		enum gguf_dtype t = int8_types[ti];
 		bool k = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
 		    t == GGML_TYPE_Q6_K;
 		/* K-quants: two blocks; the others 15 blocks (odd) or 16 */

@@ -55,7 +55,6 @@ parse_opt(int argc, char **argv, int *i, struct batch_opts *o)
 {
 	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
 	const struct conv_setting *row;
-	long v;
 	int eo;
 
 	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -69,7 +68,8 @@ parse_opt(int argc, char **argv, int *i, struct batch_opts *o)
 	if (val == NULL)
 		return usage("option needs a value or is unknown", a);
 	(*i)++;
-	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
+	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0 ||
+	    (eo = sub_ctx_option(a, val, &o->ep, &why)) != 0)
 		return eo < 0 ? usage(why, val) : -1;
 	if (strncmp(a, "--", 2) == 0 && (row = conv_setting_by_opt(a + 2)) != NULL && row->smp) {
 		if (conv_setting_apply(&o->set, row, a, val, NULL, 0) != KVC_OK)
@@ -92,10 +92,6 @@ parse_opt(int argc, char **argv, int *i, struct batch_opts *o)
 	} else if (strcmp(a, "-n") == 0) {
 		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
 			return usage("bad -n", val);
-	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-		if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK)
-			return usage("bad --ctx", val);
-		o->ep.n_ctx = (int)v;
 	} else {
 		return usage("unknown argument", a);
 	}

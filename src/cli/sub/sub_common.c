@@ -77,6 +77,22 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 	return 1;
 }
 
+int
+sub_ctx_option(const char *opt, const char *val, struct kvc_engine_params *ep,
+    const char **why)
+{
+	long v;
+
+	if (strcmp(opt, "--ctx") != 0 && strcmp(opt, "-c") != 0)
+		return 0;
+	if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK) {
+		*why = "bad --ctx";
+		return -1;
+	}
+	ep->n_ctx = (int)v;
+	return 1;
+}
+
 double
 sub_log_sum_exp(const float *x, int n)
 {

@@ -25,6 +25,14 @@ int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params
     const char **why);
 
 /*
+ * --ctx/-c N for the subcommands whose context is the engine's (generate,
+ * batch; perplexity's -c is its chunk length): 1 with ep->n_ctx set, 0 when
+ * opt is neither, -1 when val is bad, with *why set.
+ */
+int sub_ctx_option(const char *opt, const char *val, struct kvc_engine_params *ep,
+    const char **why);
+
+/*
  * Open the draft model path for speculative decoding beside main (same
  * engine options) and a sequence on it: 0, or 1 with the message said
  * (a draft whose vocabulary differs from main's is refused).

@@ -99,7 +99,6 @@ static int
 parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 {
 	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
-	long v;
 	int eo;
 
 	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -117,7 +116,8 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 	if (val == NULL && a[0] == '-')
 		return usage("option needs a value or is unknown", a);
 	(*i)++;
-	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
+	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0 ||
+	    (eo = sub_ctx_option(a, val, &o->ep, &why)) != 0)
 		return eo < 0 ? usage(why, val) : -1;
 	if ((eo = sampling_opt(a, val, o)) >= 0)
 		return eo > 0 ? eo : -1;
@@ -148,10 +148,6 @@ parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
 	} else if (strcmp(a, "--spec-k") == 0) {
 		if (kvc_parse_long(val, 1, CONV_SPEC_MAX, &o->spec_k) != KVC_OK)
 			return usage("bad --spec-k (1..16)", val);
-	} else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0) {
-		if (kvc_parse_long(val, 0, 1L << 24, &v) != KVC_OK)
-			return usage("bad --ctx", val);
-		o->ep.n_ctx = (int)v;
 	} else {
 		return usage("unknown argument", a);
 	}
