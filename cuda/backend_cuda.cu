@@ -5,13 +5,21 @@
  * dequantisation). Decode (one token) runs one matrix-vector kernel per
  * weight type that dequantises in registers; prefill (several tokens)
  * dequantises one matrix at a time into an F16 scratch buffer and calls
- * cublasGemmEx on the tensor cores. Attention is one fused kernel with an
+ * cublasGemmEx on the tensor cores, the activations rounded to F16 after a
+ * per-token power-of-two scale that keeps them inside F16's range (FFN
+ * activations can pass 65504). Attention is one fused kernel with an
  * online softmax over the cache (no score matrix in device memory).
  *
  * Decode uses 16-byte-load matvec kernels for F16 and Q8_0 (others: a
  * generic one-block-per-lane kernel) and split-K attention over ~256-position
  * slices. Prefill runs in chunks of CHUNK tokens; F32/F16/BF16 weights go
- * to cuBLAS as stored, the quantised types through an F16 scratch matrix.
+ * to cuBLAS as stored, the quantised types through an F16 scratch matrix
+ * sized by the largest quantised layer matrix (a larger output matrix goes
+ * through it in slices of rows).
+ *
+ * KVCHAT_CUDA_SYNC=1 synchronises after every kernel launch and names the
+ * kernel that failed (launches are otherwise asynchronous: an error shows
+ * up at the next synchronisation, far from its cause).
  *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
  * Still to do: CUDA-graph decode (positions are already read from device
@@ -82,7 +90,8 @@ struct cuda_ctx {
 	size_t weight_bytes;
 	size_t kv_used;				/* bytes committed by all caches */
 	int64_t max_n_in;			/* widest matrix input (matvec shared memory) */
-	size_t max_w_elems;			/* largest matrix, elements */
+	size_t ws_elems;			/* wscratch capacity: largest quantised layer matrix, elements */
+	bool sync_check;			/* KVCHAT_CUDA_SYNC=1: synchronise and check after every launch */
 	/* scratch, grown to the largest batch seen (at most CHUNK tokens) */
 	int cap_tok;
 	float *x;				/* (cap_tok, n_embd) residual stream */
@@ -91,8 +100,9 @@ struct cuda_ctx {
 	float *k, *v;				/* (cap_tok, kv_dim) */
 	float *hb, *hb2;			/* (cap_tok, n_ff) */
 	int32_t *tokens;			/* (cap_tok) */
-	__half *wscratch;			/* (max_w_elems) dequantised matrix for GEMM; NULL until n > 1 */
+	__half *wscratch;			/* (ws_elems) dequantised matrix for GEMM; NULL until n > 1 */
 	__half *xh;				/* (cap_tok, max_n_in) activations as f16 for GEMM */
+	float *xscale;				/* (cap_tok) power-of-two scale of each row of xh */
 	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
@@ -779,6 +789,28 @@ nblk(int64_t total, int threads)
 
 /* ---- host side ---- */
 
+/*
+ * After a kernel launch: the launch's error and, with KVCHAT_CUDA_SYNC=1,
+ * the kernel's own (the stream is synchronised), naming the kernel.
+ */
+static int
+launched(struct cuda_ctx *c, const char *kernel, char *err, size_t errlen)
+{
+	cudaError_t e = cudaGetLastError();
+
+	if (e == cudaSuccess && c->sync_check)
+		e = cudaStreamSynchronize(c->stream);
+	if (e == cudaSuccess)
+		return KVC_OK;
+	kvc_err(err, errlen, "cuda: kernel %s failed: %s%s", kernel, cudaGetErrorString(e),
+	    c->sync_check ? "" : " (KVCHAT_CUDA_SYNC=1 names the kernel that failed)");
+	return e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
+}
+#define LAUNCHED(kernel) do {							\
+	if ((rc = launched(c, (kernel), err, errlen)) != KVC_OK)		\
+		return rc;							\
+} while (0)
+
 /* KVC_OK, or the error of a failed runtime call with its name and reason. */
 static int
 cuda_call(cudaError_t e, const char *what, char *err, size_t errlen)
@@ -800,13 +832,28 @@ upload(struct cuda_ctx *c, const void *src, size_t bytes, void **dst, char *err,
 		    bytes / 1048576.0, c->weight_bytes / 1048576.0, cudaGetErrorString(e));
 		return e == cudaErrorMemoryAllocation ? KVC_ENOMEM : KVC_EIO;
 	}
-	CUDA_CHECK(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice), err, errlen);
+	/*
+	 * On the compute stream, and waited for: src may be a temporary the
+	 * caller frees, and a kernel on the non-blocking stream is not ordered
+	 * after a copy on the legacy stream.
+	 */
 	c->weight_bytes += bytes;
+	CUDA_CHECK(cudaMemcpyAsync(*dst, src, bytes, cudaMemcpyHostToDevice, c->stream), err, errlen);
+	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
 	return KVC_OK;
 }
 
+/* The types cuBLAS multiplies as stored (the others are dequantised to F16 first). */
+static bool
+matmul_native(int type)
+{
+	return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16;
+}
+
+/* w to the device; layer: one of the layers' matrices (not the embedding or output). */
 static int
-upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d, char *err, size_t errlen)
+upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d, bool layer,
+    char *err, size_t errlen)
 {
 	void *p = NULL;
 	int rc;
@@ -822,6 +869,9 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	}
 	if ((rc = upload(c, w->data, w->row_bytes * (size_t)w->n_out, &p, err, errlen)) != KVC_OK)
 		return rc;
+	/* only the quantised types pass through wscratch (see matmul) */
+	if (layer && !matmul_native(w->type) && (size_t)(w->n_in * w->n_out) > c->ws_elems)
+		c->ws_elems = (size_t)(w->n_in * w->n_out);
 	d->d = p;
 	d->type = w->type;
 	d->n_in = w->n_in;
@@ -829,8 +879,6 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	d->row_bytes = w->row_bytes;
 	if (w->n_in > c->max_n_in)
 		c->max_n_in = w->n_in;
-	if ((size_t)(w->n_in * w->n_out) > c->max_w_elems)
-		c->max_w_elems = (size_t)(w->n_in * w->n_out);
 	return KVC_OK;
 }
 
@@ -921,8 +969,13 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 
 	*out = NULL;
 	if ((ce = cudaGetDeviceCount(&n_dev)) != cudaSuccess || n_dev == 0) {
-		kvc_err(err, errlen, "cuda: no CUDA device found (%s)",
-		    ce != cudaSuccess ? cudaGetErrorString(ce) : "none present");
+		/* an old driver is cudaErrorInsufficientDriver, not "no device": say which */
+		kvc_err(err, errlen, "cuda: cannot use CUDA: %s",
+		    ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA device present");
+		return KVC_EUNSUPPORTED;
+	}
+	if (p && p->kv_type == GGML_TYPE_Q8_0) {
+		kvc_err(err, errlen, "cuda: no q8_0 KV cache on the GPU (use --kv-type f16)");
 		return KVC_EUNSUPPORTED;
 	}
 	if (gpu < 0 || gpu >= n_dev) {
@@ -947,6 +1000,7 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	}
 	c->m = m;
 	c->dev = gpu;
+	c->sync_check = getenv("KVCHAT_CUDA_SYNC") != NULL && strcmp(getenv("KVCHAT_CUDA_SYNC"), "1") == 0;
 	*out = c;
 #define TRY(x) do { if ((rc = (x)) != KVC_OK) { cuda_free(c); *out = NULL; return rc; } } while (0)
 	TRY(cuda_call(cudaSetDevice(c->dev), "cudaSetDevice", err, errlen));
@@ -965,11 +1019,11 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		return KVC_EIO;
 	}
 	TRY(cuda_call(cudaMalloc(&c->d_pos, sizeof(int)), "cudaMalloc", err, errlen));
-	TRY(upload_weight(c, &m->tok_embd, &c->tok_embd, err, errlen));
+	TRY(upload_weight(c, &m->tok_embd, &c->tok_embd, false, err, errlen));
 	if (m->output.data == m->tok_embd.data)
 		c->output = c->tok_embd;	/* tied: one copy on the device */
 	else
-		TRY(upload_weight(c, &m->output, &c->output, err, errlen));
+		TRY(upload_weight(c, &m->output, &c->output, false, err, errlen));
 	TRY(upload_vec(c, &m->output_norm, &c->output_norm, err, errlen));
 	TRY(upload_inv_freq(c, err, errlen));
 	if (p && p->progress)
@@ -989,17 +1043,21 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		TRY(upload_vec(c, &lw->bv, &dl->bv, err, errlen));
 		TRY(upload_vec(c, &lw->q_norm, &dl->q_norm, err, errlen));
 		TRY(upload_vec(c, &lw->k_norm, &dl->k_norm, err, errlen));
-		TRY(upload_weight(c, &lw->wq, &dl->wq, err, errlen));
-		TRY(upload_weight(c, &lw->wk, &dl->wk, err, errlen));
-		TRY(upload_weight(c, &lw->wv, &dl->wv, err, errlen));
-		TRY(upload_weight(c, &lw->wo, &dl->wo, err, errlen));
-		TRY(upload_weight(c, &lw->w_gate, &dl->w_gate, err, errlen));
-		TRY(upload_weight(c, &lw->w_up, &dl->w_up, err, errlen));
-		TRY(upload_weight(c, &lw->w_down, &dl->w_down, err, errlen));
+		TRY(upload_weight(c, &lw->wq, &dl->wq, true, err, errlen));
+		TRY(upload_weight(c, &lw->wk, &dl->wk, true, err, errlen));
+		TRY(upload_weight(c, &lw->wv, &dl->wv, true, err, errlen));
+		TRY(upload_weight(c, &lw->wo, &dl->wo, true, err, errlen));
+		TRY(upload_weight(c, &lw->w_gate, &dl->w_gate, true, err, errlen));
+		TRY(upload_weight(c, &lw->w_up, &dl->w_up, true, err, errlen));
+		TRY(upload_weight(c, &lw->w_down, &dl->w_down, true, err, errlen));
 		if (p && p->progress)
 			p->progress(p->progress_arg, ++done, total);
 	}
+	/* a quantised output matrix of a file whose layers are not goes through 256 rows at a time */
+	if (!matmul_native(c->output.type) && c->ws_elems < (size_t)c->output.n_in * 256)
+		c->ws_elems = (size_t)c->output.n_in * 256;
 	TRY(set_matvec_smem(c, err, errlen));
+	TRY(cuda_call(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize", err, errlen));
 	if (p && p->progress)
 		p->progress(p->progress_arg, total, total);
 #undef TRY
@@ -1012,7 +1070,8 @@ free_scratch(struct cuda_ctx *c)
 	cudaFree(c->x); cudaFree(c->xb); cudaFree(c->q); cudaFree(c->k); cudaFree(c->v);
 	cudaFree(c->att); cudaFree(c->hb); cudaFree(c->hb2);
 	cudaFree(c->tokens); cudaFree(c->wscratch); cudaFree(c->xh); cudaFree(c->att_part);
-	c->x = c->xb = c->q = c->k = c->v = c->att = c->hb = c->hb2 = c->att_part = NULL;
+	cudaFree(c->xscale);
+	c->x = c->xb = c->q = c->k = c->v = c->att = c->hb = c->hb2 = c->att_part = c->xscale = NULL;
 	c->tokens = NULL;
 	c->wscratch = c->xh = NULL;
 	c->cap_tok = 0;
@@ -1080,7 +1139,7 @@ ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 	size_t wide = q_dim > (size_t)hp->n_embd ? q_dim : (size_t)hp->n_embd;
 	int rc;
 
-	if (n <= c->cap_tok && (n == 1 || c->wscratch != NULL))
+	if (n <= c->cap_tok && (n == 1 || c->xh != NULL))
 		return KVC_OK;
 	if (n < c->cap_tok)
 		n = c->cap_tok;	/* only the GEMM buffers are missing: keep the capacity */
@@ -1099,7 +1158,9 @@ ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 	    (size_t)ATT_MAX_SPLIT * hp->n_head * (hp->head_dim + 2) * 4, n, err, errlen)))
 		goto fail;
 	if (n > 1 && ((rc = scratch_alloc((void **)&c->xh, t * (size_t)c->max_n_in * 2, n, err, errlen)) ||
-	    (rc = scratch_alloc((void **)&c->wscratch, c->max_w_elems * 2, n, err, errlen))))
+	    (rc = scratch_alloc((void **)&c->xscale, t * 4, n, err, errlen)) ||
+	    (c->ws_elems > 0 &&
+	    (rc = scratch_alloc((void **)&c->wscratch, c->ws_elems * 2, n, err, errlen)))))
 		goto fail;
 	c->cap_tok = n;
 	return KVC_OK;
@@ -1126,14 +1187,58 @@ ensure_logits(struct cuda_ctx *c, int rows, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/*
+ * Rows of X (n_in floats each) to F16 for the GEMM, each divided by a power
+ * of two s_t when its largest |x| reaches 2^14 (F16 ends at 65504, and
+ * some models' FFN activations pass it), s_t kept in scale[t] for
+ * kernel_unscale_rows; a power of two changes no significant bit. One block
+ * of 256 threads per row, static shared memory 32 floats. Bytes: n * n_in
+ * * 6 + n * 4.
+ */
 __global__ static void
-kernel_f32_to_f16(const float *x, __half *y, int64_t total)
+kernel_f32_to_f16_scaled(const float *x, __half *y, float *scale, int64_t n_in)
 {
-	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < total)
-		y[i] = __float2half(x[i]);
+	__shared__ float red[32];
+	const float *xr = x + (int64_t)blockIdx.x * n_in;
+	__half *yr = y + (int64_t)blockIdx.x * n_in;
+	float mx = 0.f, s = 1.f;
+
+	for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+		mx = fmaxf(mx, fabsf(xr[i]));
+	for (int off = 16; off > 0; off /= 2)
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = mx;
+	__syncthreads();
+	for (int w = 0; w < (int)blockDim.x / 32; w++)
+		mx = fmaxf(mx, red[w]);
+	if (mx >= 16384.f && mx <= 3.0e38f) {	/* inf or NaN stays as it is */
+		int e;
+		frexpf(mx, &e);			/* mx < 2^e */
+		s = ldexpf(1.f, e - 14);	/* mx / s < 2^14 */
+	}
+	for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x)
+		yr[i] = __float2half(xr[i] / s);
+	if (threadIdx.x == 0)
+		scale[blockIdx.x] = s;
 }
 
+/*
+ * Y row t (n_out floats, starting every ld) times scale[t]: undoes
+ * kernel_f32_to_f16_scaled after the GEMM. grid (ceil(n_out / 256), n),
+ * block 256. Bytes: 2 * n * n_out * 4.
+ */
+__global__ static void
+kernel_unscale_rows(float *y, const float *scale, int64_t n_out, int64_t ld)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	float s = scale[blockIdx.y];
+
+	if (i < n_out && s != 1.f)
+		y[(int64_t)blockIdx.y * ld + i] *= s;
+}
+
+/* x to BF16 (same exponent range as f32: no scaling needed). Bytes: total * 6. */
 __global__ static void
 kernel_f32_to_bf16(const float *x, __nv_bfloat16 *y, int64_t total)
 {
@@ -1146,8 +1251,10 @@ kernel_f32_to_bf16(const float *x, __nv_bfloat16 *y, int64_t total)
  * Y (n, n_out) = X (n, n_in) . W^T. One token: a matrix-vector kernel that
  * streams W once (16-byte loads for F16 and Q8_0 where the shape allows).
  * Several tokens: cublasGemmEx with f32 accumulation; F32 weights as they
- * are (X in f32), F16 and BF16 weights as they are (X converted to the
- * same type), the quantised types dequantised into the F16 scratch first.
+ * are (X in f32), BF16 weights as they are (X in BF16), F16 weights as they
+ * are with X scaled into F16 (kernel_f32_to_f16_scaled), the quantised
+ * types dequantised into the F16 scratch first, as many rows at a time as
+ * it holds (all of a layer matrix; the output matrix may take several).
  */
 static int
 matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, int n,
@@ -1156,49 +1263,74 @@ matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, in
 	const uint8_t *W = (const uint8_t *)w->d;
 	unsigned grid = nblk(w->n_out, 8);
 	size_t shmem = (size_t)w->n_in * sizeof(float);
+	int rc;
 
 	if (n == 1) {
-		if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0)
+		if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0) {
 			kernel_matvec_f16<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out);
-		else if (w->type == GGML_TYPE_Q8_0 && w->n_in % 512 == 0)
+			LAUNCHED("kernel_matvec_f16");
+		} else if (w->type == GGML_TYPE_Q8_0 && w->n_in % 512 == 0) {
 			kernel_matvec_q8_0<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out);
-		else
+			LAUNCHED("kernel_matvec_q8_0");
+		} else {
 			kernel_matvec<<<grid, 256, shmem, c->stream>>>(w->type, W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out, dev_block(w->type));
-		CUDA_CHECK(cudaGetLastError(), err, errlen);
+			LAUNCHED("kernel_matvec");
+		}
 		return KVC_OK;
 	}
 	const float one = 1.f, zero = 0.f;
-	const void *A = W, *B = c->xh;
+	const void *B = c->xh;
 	cudaDataType_t at = CUDA_R_16F;
-	int64_t nx = (int64_t)n * w->n_in;
+	int64_t nx = (int64_t)n * w->n_in, rows = w->n_out;
+	bool scaled = false;
 
 	switch (w->type) {
 	case GGML_TYPE_F32:
 		at = CUDA_R_32F;
 		B = X;
 		break;
-	case GGML_TYPE_F16:
-		kernel_f32_to_f16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, c->xh, nx);
-		break;
 	case GGML_TYPE_BF16:
 		at = CUDA_R_16BF;
 		kernel_f32_to_bf16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, (__nv_bfloat16 *)c->xh, nx);
+		LAUNCHED("kernel_f32_to_bf16");
 		break;
 	default:
-		A = c->wscratch;
-		kernel_dequant_f16<<<1024, 128, 0, c->stream>>>(w->type, W, w->row_bytes,
-		    c->wscratch, w->n_in, w->n_out, dev_block(w->type));
-		kernel_f32_to_f16<<<nblk(nx, 256), 256, 0, c->stream>>>(X, c->xh, nx);
+		kernel_f32_to_f16_scaled<<<n, 256, 0, c->stream>>>(X, c->xh, c->xscale, w->n_in);
+		LAUNCHED("kernel_f32_to_f16_scaled");
+		scaled = true;
+		if (w->type != GGML_TYPE_F16)
+			rows = (int64_t)(c->ws_elems / (size_t)w->n_in);
 		break;
 	}
-	CUDA_CHECK(cudaGetLastError(), err, errlen);
-	/* column-major view: Y^T (n_out x n) = W (n_in x n_out)^T . X^T (n_in x n) */
-	CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->n_out, n, (int)w->n_in,
-	    &one, A, at, (int)w->n_in, B, at, (int)w->n_in,
-	    &zero, Y, CUDA_R_32F, (int)w->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), err, errlen);
+	if (rows < 1) {
+		kvc_err(err, errlen, "cuda: no scratch for a %s matrix", gguf_dtype_name((enum gguf_dtype)w->type));
+		return KVC_EUNSUPPORTED;
+	}
+	for (int64_t r0 = 0; r0 < w->n_out; r0 += rows) {
+		int64_t nr = w->n_out - r0 < rows ? w->n_out - r0 : rows;
+		const void *A = W + r0 * w->row_bytes;
+
+		if (!matmul_native(w->type)) {
+			A = c->wscratch;
+			kernel_dequant_f16<<<1024, 128, 0, c->stream>>>(w->type, W + r0 * w->row_bytes,
+			    w->row_bytes, c->wscratch, w->n_in, nr, dev_block(w->type));
+			LAUNCHED("kernel_dequant_f16");
+		}
+		/* column-major view: Y^T (n_out x n) = W (n_in x n_out)^T . X^T (n_in x n); rows r0.. of it */
+		CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->n_in,
+		    &one, A, at, (int)w->n_in, B, at, (int)w->n_in,
+		    &zero, Y + r0, CUDA_R_32F, (int)w->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+		    err, errlen);
+		LAUNCHED("cublasGemmEx");
+	}
+	if (scaled) {
+		kernel_unscale_rows<<<dim3(nblk(w->n_out, 256), n), 256, 0, c->stream>>>(Y, c->xscale,
+		    w->n_out, w->n_out);
+		LAUNCHED("kernel_unscale_rows");
+	}
 	return KVC_OK;
 }
 
@@ -1353,53 +1485,72 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 	CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, c->stream), err, errlen);
 	kernel_embed<<<n, 64, 0, c->stream>>>(c->tok_embd.type, (const uint8_t *)c->tok_embd.d,
 	    c->tok_embd.row_bytes, c->tokens, c->x, E, dev_block(c->tok_embd.type));
+	LAUNCHED("kernel_embed");
 	for (int l = 0; l < hp->n_layer; l++) {
 		struct dlayer *d = &c->layers[l];
 		launch_rmsnorm(c->stream, c->x, d->attn_norm, c->xb, n, (int)E, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm");
 		if ((rc = matmul(c, &d->wq, c->xb, c->q, n, err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &d->wk, c->xb, c->k, n, err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &d->wv, c->xb, c->v, n, err, errlen)) != KVC_OK)
 			return rc;
 		if (d->bq) {
 			kernel_add_bias<<<nblk(n * q_dim, 256), 256, 0, c->stream>>>(c->q, d->bq, n * q_dim, (int)q_dim);
+			LAUNCHED("kernel_add_bias");
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->k, d->bk, n * kv_dim, (int)kv_dim);
+			LAUNCHED("kernel_add_bias");
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->v, d->bv, n * kv_dim, (int)kv_dim);
+			LAUNCHED("kernel_add_bias");
 		}
-		if (d->q_norm)
+		if (d->q_norm) {
 			launch_rmsnorm(c->stream, c->q, d->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps);
-		if (d->k_norm)
+			LAUNCHED("kernel_rmsnorm (q norm)");
+		}
+		if (d->k_norm) {
 			launch_rmsnorm(c->stream, c->k, d->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+			LAUNCHED("kernel_rmsnorm (k norm)");
+		}
 		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
 		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
+		LAUNCHED("kernel_rope");
 		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
 		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
+		LAUNCHED("kernel_rope");
 		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
+		LAUNCHED("kernel_kv_store");
 		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, c->d_pos, n * kv_dim, (int)kv_dim);
+		LAUNCHED("kernel_kv_store");
 		kernel_attention<<<dim3(n, hp->n_head, nz), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
 		    f16, c->att, c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, c->d_pos,
 		    1.f / sqrtf((float)hp->head_dim));
-		if (nz > 1)
+		LAUNCHED("kernel_attention");
+		if (nz > 1) {
 			kernel_attention_merge<<<dim3(n, hp->n_head), hp->head_dim, 0, c->stream>>>(c->att_part,
 			    c->att, hp->n_head, hp->head_dim, nz);
-		CUDA_CHECK(cudaGetLastError(), err, errlen);
+			LAUNCHED("kernel_attention_merge");
+		}
 		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
 		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
+		LAUNCHED("kernel_add");
 		launch_rmsnorm(c->stream, c->x, d->ffn_norm, c->xb, n, (int)E, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm");
 		if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, err, errlen)) != KVC_OK)
 			return rc;
 		kernel_swiglu<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, c->hb2, (int64_t)n * hp->n_ff);
+		LAUNCHED("kernel_swiglu");
 		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
 		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
-		CUDA_CHECK(cudaGetLastError(), err, errlen);
+		LAUNCHED("kernel_add");
 	}
 	if (logits != NULL && lo < n) {
 		int nl = n - lo;
 		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
 			return rc;
 		launch_rmsnorm(c->stream, c->x + (int64_t)lo * E, c->output_norm, c->xb, nl, (int)E, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm");
 		if ((rc = matmul(c, &c->output, c->xb, c->logits, nl, err, errlen)) != KVC_OK)
 			return rc;
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
@@ -1519,19 +1670,46 @@ cuda_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory\n", c->kv_used / 1048576.0);
 }
 
-extern "C" int
-kvc_cuda_device_count(void)
+/* CUDA devices usable now; 0 with cudaGetErrorString's words (an old driver, no device). */
+static int
+cuda_device_count(char *why, size_t whylen)
 {
 	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess)
+	if (e != cudaSuccess) {
+		kvc_err(why, whylen, "%s", cudaGetErrorString(e));
 		return 0;
+	}
+	if (n == 0)
+		kvc_err(why, whylen, "no CUDA device present");
 	return n;
 }
 
-/* kv_shift and forward_multi (the members after describe) stay NULL: no slide, and
- * the engine decodes a batch of sequences one at a time with cuda_forward. */
-extern "C" const struct kvc_backend_i kvc_backend_cuda = {
+static void
+cuda_describe_devices(struct kvc_buf *out)
+{
+	int n = 0, drv = 0, rt = 0;
+
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	kvc_buf_printf(out, "cuda: driver %d.%d, runtime %d.%d\n", drv / 1000, drv % 1000 / 10,
+	    rt / 1000, rt % 1000 / 10);
+	if (cudaGetDeviceCount(&n) != cudaSuccess)
+		return;
+	for (int i = 0; i < n; i++) {
+		struct cudaDeviceProp prop;
+
+		if (cudaGetDeviceProperties(&prop, i) != cudaSuccess)
+			continue;
+		kvc_buf_printf(out, "cuda: device %d: %s, compute %d.%d, %.1f GiB\n", i, prop.name,
+		    prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0);
+	}
+}
+
+/* kv_shift, kv_lowest and forward_multi (the members after describe) stay NULL: slide
+ * recomputes, and the engine decodes a batch of sequences one at a time with cuda_forward. */
+static const struct kvc_backend_i cuda_backend = {
 	"cuda",
 	cuda_init,
 	cuda_free,
@@ -1543,3 +1721,18 @@ extern "C" const struct kvc_backend_i kvc_backend_cuda = {
 	cuda_kv_write,
 	cuda_describe,
 };
+
+static const struct kvc_cuda_module cuda_module = {
+	KVC_CUDA_ABI,
+	PACKAGE_VERSION,
+	KVC_CUDA_ARCHS,
+	&cuda_backend,
+	cuda_device_count,
+	cuda_describe_devices,
+};
+
+extern "C" const struct kvc_cuda_module *
+kvc_cuda_module_get(void)
+{
+	return &cuda_module;
+}

@@ -24,6 +24,12 @@ struct kvc_backend_params {
 	 * bounded), for tests to compare the bounded caches against.
 	 */
 	bool kv_whole;
+	/*
+	 * The cache type the caller will create (0 = F32: any the backend
+	 * takes). A backend that cannot hold it refuses at init, so that
+	 * --device auto can run on another one instead.
+	 */
+	enum gguf_dtype kv_type;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };
@@ -140,9 +146,21 @@ int kvc_kv_window_cap(const struct kvc_hparams *hp, int n_ctx);
  * backend.c: the backend for device "auto" (CUDA when a device is usable,
  * else the CPU), "cpu" or "cuda" (NULL or "" = "auto"). KVC_EUNSUPPORTED
  * when CUDA is asked for but not built or no device is usable,
- * KVC_EINVAL for another name; the message says which.
+ * KVC_EINVAL for another name; the message says which. A CUDA backend
+ * picked for "auto" may still fail its init (a model too large, an
+ * architecture it lacks): the caller then runs on kvc_backend_cpu and
+ * says so (eng_open).
  */
 int kvc_backend_pick(const struct kvc_backend_i **out, const char *device, char *err, size_t errlen);
+/* true for the device names that let the caller fall back to the CPU (NULL, "", "auto") */
+bool kvc_backend_is_auto(const char *device);
+
+/*
+ * backend.c: the backends this build has and what this machine offers
+ * them, for kvchat --version: "backends: cpu, cuda" then, for CUDA, the
+ * code built (architectures) and the devices found or why none.
+ */
+void kvc_backend_version(struct kvc_buf *out);
 
 /*
  * The arguments every kv_create accepts, checked once for all backends:
@@ -170,10 +188,25 @@ int kvc_kv_row_to_f32(enum gguf_dtype type, const void *src, float *dst, int n);
 int kvc_kv_row_from_f32(enum gguf_dtype type, const float *src, void *dst, int n);
 
 extern const struct kvc_backend_i kvc_backend_cpu;
+
+/*
+ * The CUDA backend (cuda/) as one table: what backend.c needs of it, and
+ * the version the backend was built with, checked before anything else
+ * of it is used.
+ */
+#define KVC_CUDA_ABI 1
+struct kvc_cuda_module {
+	int abi;				/* KVC_CUDA_ABI */
+	const char *version;			/* PACKAGE_VERSION */
+	const char *archs;			/* GPU code built: "sm_80 sm_86 + PTX compute_86" */
+	const struct kvc_backend_i *backend;
+	/* CUDA devices usable now; 0 with the runtime's reason in why when none */
+	int (*device_count)(char *why, size_t whylen);
+	/* one line per device: ordinal, name, compute capability, memory */
+	void (*describe_devices)(struct kvc_buf *out);
+};
 #ifdef HAVE_CUDA
-extern const struct kvc_backend_i kvc_backend_cuda;
-/* Number of CUDA devices usable now (0 when none or no driver). */
-int kvc_cuda_device_count(void);
+const struct kvc_cuda_module *kvc_cuda_module_get(void);
 #endif
 
 #endif

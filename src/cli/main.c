@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli.h"
 
 int
@@ -14,7 +15,12 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-		printf("kvchat %s\n", PACKAGE_VERSION);
+		struct kvc_buf b = { 0 };
+
+		/* what was installed: the backends built, and what CUDA finds here */
+		kvc_backend_version(&b);
+		printf("kvchat %s\n%s", PACKAGE_VERSION, b.p ? b.p : "");
+		kvc_buf_free(&b);
 		return 0;
 	}
 	if (argc >= 2 && argv[1][0] != '-') {

@@ -160,6 +160,18 @@ progress_update(void *arg, uint64_t done, uint64_t total)
 }
 
 void
+progress_notice(void *arg, const char *msg)
+{
+	struct kvc_progress *p = arg;
+
+	if (p != NULL && p->shown) {
+		write_all(p->fd, "\r\033[K", 4);
+		p->shown = false;
+	}
+	fprintf(stderr, "kvchat: %s\n", msg);
+}
+
+void
 progress_end(struct kvc_progress *p)
 {
 	if (p == NULL)

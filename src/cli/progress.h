@@ -38,6 +38,12 @@ void progress_set(struct kvc_progress *p, uint64_t done, uint64_t total);
  * kvc_progress that progress_start has set up.
  */
 void progress_update(void *arg, uint64_t done, uint64_t total);
+/*
+ * The callback shape of kvc_engine_params.notice: "kvchat: MSG" on stderr,
+ * the bar's line (arg: a struct kvc_progress, or NULL) cleared first; the
+ * bar is drawn again at its next update.
+ */
+void progress_notice(void *arg, const char *msg);
 /* Clear the bar's line if one was drawn. */
 void progress_end(struct kvc_progress *p);
 

@@ -143,6 +143,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	struct kvc_backend_params bp;
 	struct kvc_engine *e;
 	const struct kvc_hparams *hp;
+	char why[512] = "";
 	int rc;
 
 	*out = NULL;
@@ -200,9 +201,23 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	bp.gpu = p.gpu;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
-	rc = e->be->init(&e->bctx, &e->model, &bp, err, errlen);
-	if (rc)
+	bp.kv_type = p.kv_type;
+	rc = e->be->init(&e->bctx, &e->model, &bp, why, sizeof why);
+	if (rc && e->be != &kvc_backend_cpu && kvc_backend_is_auto(p.device)) {
+		/* "auto" never refuses what the CPU can run: say why, then run there */
+		if (p.notice != NULL) {
+			char msg[sizeof why + 32];
+
+			snprintf(msg, sizeof msg, "%s; running on the CPU", why);
+			p.notice(p.notice_arg, msg);
+		}
+		e->be = &kvc_backend_cpu;
+		rc = e->be->init(&e->bctx, &e->model, &bp, why, sizeof why);
+	}
+	if (rc) {
+		kvc_err(err, errlen, "%s", why);
 		goto fail;
+	}
 	make_fingerprint(e);
 	*out = e;
 	return KVC_OK;

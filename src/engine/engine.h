@@ -22,6 +22,12 @@ struct kvc_engine_params {
 	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
+	/*
+	 * One line to show the user (optional): with device "auto", why the
+	 * CUDA backend could not run this model and the CPU runs it instead.
+	 */
+	void (*notice)(void *arg, const char *msg);
+	void *notice_arg;
 };
 struct kvc_engine_params kvc_engine_default_params(void);
 

@@ -361,6 +361,8 @@ repl_main(int argc, char **argv)
 	progress_start(&prog, "loading weights", 0);
 	o.ep.progress = progress_update;
 	o.ep.progress_arg = &prog;
+	o.ep.notice = progress_notice;
+	o.ep.notice_arg = &prog;
 	rc = eng_open(&r.e, model, &o.ep, err, sizeof err);
 	progress_end(&prog);
 	if (rc) {

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
+#include "cli/progress.h"
 #include "sampler/sampler.h"
 #include "engine/engine.h"
 
@@ -147,6 +148,7 @@ sub_bench(int argc, char **argv)
 	rc = 1;
 	/* Exactly the positions the benchmark uses, whatever the model's own context. */
 	o.ep.n_ctx = (int)(o.n_p + o.n_n + 1);
+	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
 	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: bench: %s\n", err);
 		return 1;

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "sub_common.h"
+#include "cli/progress.h"
 #include "conv/conv.h"
 #include "engine/engine.h"
 #include "sampler/sampler.h"
@@ -297,6 +298,7 @@ sub_generate(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
+	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
 	o.set = conv_default_settings();
 	o.n_predict = -1;
 	rc = -1;
