@@ -21,6 +21,10 @@
  * kernel that failed (launches are otherwise asynchronous: an error shows
  * up at the next synchronisation, far from its cause).
  *
+ * Built as the module kvchat-cuda.so (cuda/cuda.am), loaded at run time by
+ * src/backend/backend.c through kvc_cuda_module_get; it calls back into the
+ * program only for the functions cuda/host.syms lists.
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
  * Still to do: CUDA-graph decode (positions are already read from device
  * memory for it), GPU sampling, paged KV blocks, a tiled prefill attention,
@@ -1731,7 +1735,8 @@ static const struct kvc_cuda_module cuda_module = {
 	cuda_describe_devices,
 };
 
-extern "C" const struct kvc_cuda_module *
+/* The module's entry point (KVC_CUDA_ENTRY), the one symbol src/backend/backend.c looks up. */
+extern "C" __attribute__((visibility("default"))) const struct kvc_cuda_module *
 kvc_cuda_module_get(void)
 {
 	return &cuda_module;

@@ -205,8 +205,14 @@ struct kvc_cuda_module {
 	/* one line per device: ordinal, name, compute capability, memory */
 	void (*describe_devices)(struct kvc_buf *out);
 };
-#ifdef HAVE_CUDA
-const struct kvc_cuda_module *kvc_cuda_module_get(void);
-#endif
+/*
+ * The module's one exported function (its name is KVC_CUDA_ENTRY), which
+ * backend.c looks up with dlsym in, in order: $KVCHAT_CUDA_MODULE when
+ * set (nothing else then), kvchat-cuda.so beside the running program, and
+ * KVC_PKGLIBDIR/kvchat-cuda.so where make install puts it.
+ */
+#define KVC_CUDA_ENTRY "kvc_cuda_module_get"
+#define KVC_CUDA_MODULE_NAME "kvchat-cuda.so"
+typedef const struct kvc_cuda_module *(*kvc_cuda_entry_fn)(void);
 
 #endif

@@ -433,6 +433,10 @@ main(void)
 	self_check();
 	if (bd == NULL || mkdtemp(dir) == NULL)
 		test_skip("top_builddir not set");
+	/* the module this build made (the loader looks beside the program, which is not there) */
+	snprintf(path, sizeof path, "%s/kvchat-cuda.so", bd);
+	if (getenv("KVCHAT_CUDA_MODULE") == NULL && access(path, F_OK) == 0)
+		setenv("KVCHAT_CUDA_MODULE", path, 1);
 	gpu = kvc_backend_pick(&be, "cuda", err, sizeof err) == KVC_OK;
 	if (!gpu) {
 		/* the harness end to end, the CPU in the GPU's place under its own bounds */
