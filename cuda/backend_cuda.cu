@@ -78,6 +78,10 @@ struct dlayer {
 	float *attn_norm, *ffn_norm;		/* (n_embd) f32 */
 	float *bq, *bk, *bv;			/* biases or NULL */
 	float *q_norm, *k_norm;			/* (head_dim) or NULL */
+	float *attn_post_norm, *ffn_post_norm;	/* gemma, glm4: (n_embd) or NULL */
+	float *attn_norm_b, *ffn_norm_b;	/* gpt2 LayerNorm biases (n_embd) or NULL */
+	float *bo, *b_up, *b_down;		/* gpt2 product biases (n_embd), (n_ff), (n_embd) or NULL */
+	bool swa;				/* model_layer_swa: attends to the last n_swa positions */
 	struct dweight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
@@ -88,6 +92,9 @@ struct cuda_ctx {
 	cudaStream_t stream;
 	struct dweight tok_embd, output;
 	float *output_norm;
+	float *output_norm_b;			/* gpt2: (n_embd) or NULL */
+	struct dweight pos_embd;		/* gpt2: learned positions (n_ctx_train rows), or absent */
+	double *inv_freq_swa;			/* (rope_dim/2): the windowed layers' (gemma's local base) */
 	int *d_pos;				/* (1) first position of the running forward */
 	double *inv_freq;			/* (rope_dim/2): freq_scale * theta^(-2i/d) / factor[i] */
 	struct dlayer *layers;
@@ -555,20 +562,76 @@ kernel_dequant_f16(int type, const uint8_t *W, size_t row_bytes, __half *out,
 	}
 }
 
-/* Embedding rows for n tokens: out[t] = dequant(E[tokens[t]]). */
+/*
+ * Embedding rows for n tokens: out[t] = dequant(E[tokens[t]]) * scale
+ * (gemma: sqrt(n_embd)), plus row *pos0 + t of the learned positions P
+ * when P != NULL (gpt2). grid n, block 64. Bytes: n rows of E (and P) read,
+ * n * n_embd * 4 written.
+ */
 __global__ static void
 kernel_embed(int type, const uint8_t *E, size_t row_bytes, const int32_t *tokens,
-    float *out, int64_t n_embd, int blk)
+    float *out, int64_t n_embd, int blk, float scale, int ptype, const uint8_t *P,
+    size_t prow_bytes, int pblk, const int *pos0)
 {
-	float buf[256];
+	float buf[256], pb[256];
 	int t = blockIdx.x;
 	const uint8_t *row = E + (size_t)tokens[t] * row_bytes;
 
 	for (int64_t b = threadIdx.x; b < n_embd / blk; b += blockDim.x) {
 		block_dot(type, row, b, buf, buf);
 		for (int j = 0; j < blk; j++)
-			out[(int64_t)t * n_embd + b * blk + j] = buf[j];
+			out[(int64_t)t * n_embd + b * blk + j] = buf[j] * scale;
 	}
+	if (P == NULL)
+		return;
+	__syncthreads();	/* the same elements, other threads when pblk != blk */
+	row = P + (size_t)(*pos0 + t) * prow_bytes;
+	for (int64_t b = threadIdx.x; b < n_embd / pblk; b += blockDim.x) {
+		block_dot(ptype, row, b, pb, pb);
+		for (int j = 0; j < pblk; j++)
+			out[(int64_t)t * n_embd + b * pblk + j] += pb[j];
+	}
+}
+
+/*
+ * gpt2's LayerNorm of each of n rows of width d: (x - mean) / sqrt(var +
+ * eps) * w + b (b may be NULL; out may be x), the mean and variance in two
+ * passes as on the CPU. One block of 256 threads per row. Bytes: 3 * n * d * 4.
+ */
+__global__ static void
+kernel_layernorm(const float *x, const float *w, const float *b, float *out, int d, float eps)
+{
+	__shared__ float red[32];
+	const float *xr = x + (int64_t)blockIdx.x * d;
+	float *o = out + (int64_t)blockIdx.x * d;
+	float acc = 0.f, mean, var;
+
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		acc += xr[i];
+	for (int off = 16; off > 0; off /= 2)
+		acc += __shfl_xor_sync(0xffffffffu, acc, off);
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = acc;
+	__syncthreads();
+	mean = 0.f;
+	for (int w2 = 0; w2 < (int)blockDim.x / 32; w2++)
+		mean += red[w2];
+	mean /= d;
+	__syncthreads();	/* red is reused below */
+	acc = 0.f;
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		acc += (xr[i] - mean) * (xr[i] - mean);
+	for (int off = 16; off > 0; off /= 2)
+		acc += __shfl_xor_sync(0xffffffffu, acc, off);
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = acc;
+	__syncthreads();
+	var = 0.f;
+	for (int w2 = 0; w2 < (int)blockDim.x / 32; w2++)
+		var += red[w2];
+	float sc = rsqrtf(var / d + eps);
+	for (int i = threadIdx.x; i < d; i += blockDim.x)
+		o[i] = (xr[i] - mean) * sc * w[i] + (b ? b[i] : 0.f);
 }
 
 /*
@@ -620,15 +683,40 @@ kernel_add(float *x, const float *y, int64_t total)
 		x[i] += y[i];
 }
 
-/* hb = silu(hb) * hb2 */
+/* GELU, tanh form (as ggml and the CPU backend): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+__device__ static inline float
+gelu_tanh(float x)
+{
+	return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* hb = act(hb) * hb2: act SiLU, or GELU (gemma) when gelu. Bytes: total * 12. */
 __global__ static void
-kernel_swiglu(float *hb, const float *hb2, int64_t total)
+kernel_swiglu(float *hb, const float *hb2, int64_t total, bool gelu)
 {
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < total) {
 		float g = hb[i];
-		hb[i] = g / (1.f + expf(-g)) * hb2[i];
+		hb[i] = (gelu ? gelu_tanh(g) : g / (1.f + expf(-g))) * hb2[i];
 	}
+}
+
+/* gpt2's MLP: x = GELU(x + b[i % d]) (b may be NULL). Bytes: total * 8. */
+__global__ static void
+kernel_gelu_bias(float *x, const float *b, int64_t total, int d)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < total)
+		x[i] = gelu_tanh(x[i] + (b ? b[i % d] : 0.f));
+}
+
+/* x = cap * tanh(x / cap) (gemma2's final softcap). Bytes: total * 8. */
+__global__ static void
+kernel_softcap(float *x, int64_t total, float cap)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < total)
+		x[i] = cap * tanhf(x[i] / cap);
 }
 
 /*
@@ -683,7 +771,10 @@ kv_at(const void *c, bool f16, int64_t i)
  * Causal grouped-query attention with an online softmax, split over the
  * sequence (flash-decoding) when gridDim.z > 1. Block (t, h, z) handles
  * query token t, head h (KV head h / (n_head / n_head_kv), as on the CPU)
- * and the z-th of gridDim.z equal slices of positions [0, *pos0 + t].
+ * and the z-th of gridDim.z equal slices of positions [first, *pos0 + t]:
+ * first = *pos0 + t + 1 - win for a windowed layer (win > 0, gemma), else
+ * 0. Scores are q.k * scale, then cap * tanh(score / cap) when cap > 0
+ * (gemma2).
  * Each of its ATT_WARPS warps walks a strided subset of the slice keeping
  * its own max, sum and output accumulator (in shared memory); the warps
  * are then merged. With one slice the block writes the normalised output;
@@ -697,7 +788,8 @@ kv_at(const void *c, bool f16, int64_t i)
 #define ATT_WARPS 4
 __global__ static void
 kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
-    float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale)
+    float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale,
+    float cap, int win)
 {
 	__shared__ float acc[ATT_WARPS][256];
 	__shared__ float wm[ATT_WARPS], ws[ATT_WARPS];
@@ -705,8 +797,8 @@ kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * head_dim;
 	const float *qv = q + ((int64_t)t * n_head + h) * head_dim;
-	int n_pos = *pos0 + t + 1;
-	int per = (n_pos + nz - 1) / nz, p0 = z * per, p1 = min(n_pos, p0 + per);
+	int n_pos = *pos0 + t + 1, first = win > 0 ? max(0, n_pos - win) : 0;
+	int per = (n_pos - first + nz - 1) / nz, p0 = first + z * per, p1 = min(n_pos, p0 + per);
 	float m = -INFINITY, s = 0.f;
 
 	for (int i = lane; i < head_dim; i += 32)
@@ -717,6 +809,8 @@ kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
 		for (int i = lane; i < head_dim; i += 32)
 			dot += qv[i] * kv_at(kc, f16, base + i);
 		dot = warp_sum(dot) * scale;
+		if (cap > 0.f)
+			dot = cap * tanhf(dot / cap);
 		float m2 = fmaxf(m, dot), corr = expf(m - m2), e = expf(dot - m2);
 		s = s * corr + e;
 		for (int i = lane; i < head_dim; i += 32)
@@ -933,9 +1027,13 @@ set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen)
 	return KVC_OK;
 }
 
-/* inv_freq[i] as the CPU backend computes it, in double. */
+/*
+ * inv_freq[i] as the CPU backend computes it, in double: base theta,
+ * linear scale, and llama 3.1's factors when factors (the global layers').
+ */
 static int
-upload_inv_freq(struct cuda_ctx *c, char *err, size_t errlen)
+upload_inv_freq(struct cuda_ctx *c, double theta, double scale, bool factors, double **out,
+    char *err, size_t errlen)
 {
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &m->hp;
@@ -947,8 +1045,8 @@ upload_inv_freq(struct cuda_ctx *c, char *err, size_t errlen)
 		return KVC_ENOMEM;
 	}
 	for (int i = 0; i < half; i++) {
-		f[i] = hp->rope_freq_scale * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
-		if (m->rope_freqs.data != NULL) {
+		f[i] = scale * pow(theta, -2.0 * i / hp->rope_dim);
+		if (factors && m->rope_freqs.data != NULL) {
 			float ff;
 
 			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
@@ -956,7 +1054,7 @@ upload_inv_freq(struct cuda_ctx *c, char *err, size_t errlen)
 			f[i] /= ff;
 		}
 	}
-	rc = upload(c, f, (size_t)(half > 0 ? half : 1) * sizeof *f, (void **)&c->inv_freq, err, errlen);
+	rc = upload(c, f, (size_t)(half > 0 ? half : 1) * sizeof *f, (void **)out, err, errlen);
 	free(f);
 	return rc;
 }
@@ -986,16 +1084,15 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
 	}
-	if (hp->post_norms || hp->ffn_gelu || hp->n_swa > 0 || hp->embd_scale != 1.0f ||
-	    hp->attn_softcap > 0 || hp->final_softcap > 0 || hp->layer_norm || hp->ffn_plain) {
-		/* gemma's pieces (post-norms, GELU, windows, softcaps) and gpt2's are CPU-only for now */
-		kvc_err(err, errlen, "cuda: architecture %s is not implemented on the GPU (use --device cpu)",
-		    model_arch_name(hp->arch));
-		return KVC_EUNSUPPORTED;
-	}
+	/*
+	 * Every architecture model_load accepts runs here (gemma's windowed
+	 * layers keep every position: kv_lowest stays 0); what the kernels
+	 * cannot shape is refused by name, and --device auto runs it on the CPU.
+	 */
 	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
-		kvc_err(err, errlen, "cuda: unsupported head shape: %d heads, %d KV heads, head size %d (at most 256)",
-		    hp->n_head, hp->n_head_kv, hp->head_dim);
+		kvc_err(err, errlen, "cuda: %s's head shape (%d heads, %d KV heads, head size %d, "
+		    "%d rotated) is not one the GPU kernels take (head size at most 256)",
+		    model_arch_name(hp->arch), hp->n_head, hp->n_head_kv, hp->head_dim, hp->rope_dim);
 		return KVC_EUNSUPPORTED;
 	}
 	if ((c = (struct cuda_ctx *)calloc(1, sizeof *c)) == NULL) {
@@ -1029,7 +1126,12 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	else
 		TRY(upload_weight(c, &m->output, &c->output, false, err, errlen));
 	TRY(upload_vec(c, &m->output_norm, &c->output_norm, err, errlen));
-	TRY(upload_inv_freq(c, err, errlen));
+	TRY(upload_inv_freq(c, hp->rope_theta, hp->rope_freq_scale, true, &c->inv_freq, err, errlen));
+	if (hp->n_swa > 0)
+		TRY(upload_inv_freq(c, hp->rope_theta_swa, hp->rope_freq_scale_swa, false, &c->inv_freq_swa,
+		    err, errlen));
+	TRY(upload_vec(c, &m->output_norm_b, &c->output_norm_b, err, errlen));
+	TRY(upload_weight(c, &m->pos_embd, &c->pos_embd, false, err, errlen));
 	if (p && p->progress)
 		p->progress(p->progress_arg, ++done, total);
 	c->layers = (struct dlayer *)calloc((size_t)hp->n_layer, sizeof *c->layers);
@@ -1047,6 +1149,14 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		TRY(upload_vec(c, &lw->bv, &dl->bv, err, errlen));
 		TRY(upload_vec(c, &lw->q_norm, &dl->q_norm, err, errlen));
 		TRY(upload_vec(c, &lw->k_norm, &dl->k_norm, err, errlen));
+		TRY(upload_vec(c, &lw->attn_post_norm, &dl->attn_post_norm, err, errlen));
+		TRY(upload_vec(c, &lw->ffn_post_norm, &dl->ffn_post_norm, err, errlen));
+		TRY(upload_vec(c, &lw->attn_norm_b, &dl->attn_norm_b, err, errlen));
+		TRY(upload_vec(c, &lw->ffn_norm_b, &dl->ffn_norm_b, err, errlen));
+		TRY(upload_vec(c, &lw->bo, &dl->bo, err, errlen));
+		TRY(upload_vec(c, &lw->b_up, &dl->b_up, err, errlen));
+		TRY(upload_vec(c, &lw->b_down, &dl->b_down, err, errlen));
+		dl->swa = model_layer_swa(hp, l);
 		TRY(upload_weight(c, &lw->wq, &dl->wq, true, err, errlen));
 		TRY(upload_weight(c, &lw->wk, &dl->wk, true, err, errlen));
 		TRY(upload_weight(c, &lw->wv, &dl->wv, true, err, errlen));
@@ -1097,6 +1207,9 @@ cuda_free(void *ctx)
 			cudaFree(d->attn_norm); cudaFree(d->ffn_norm);
 			cudaFree(d->bq); cudaFree(d->bk); cudaFree(d->bv);
 			cudaFree(d->q_norm); cudaFree(d->k_norm);
+			cudaFree(d->attn_post_norm); cudaFree(d->ffn_post_norm);
+			cudaFree(d->attn_norm_b); cudaFree(d->ffn_norm_b);
+			cudaFree(d->bo); cudaFree(d->b_up); cudaFree(d->b_down);
 			cudaFree((void *)d->wq.d); cudaFree((void *)d->wk.d); cudaFree((void *)d->wv.d);
 			cudaFree((void *)d->wo.d); cudaFree((void *)d->w_gate.d);
 			cudaFree((void *)d->w_up.d); cudaFree((void *)d->w_down.d);
@@ -1108,6 +1221,9 @@ cuda_free(void *ctx)
 	cudaFree((void *)c->tok_embd.d);
 	cudaFree(c->output_norm);
 	cudaFree(c->inv_freq);
+	cudaFree(c->inv_freq_swa);
+	cudaFree(c->output_norm_b);
+	cudaFree((void *)c->pos_embd.d);
 	cudaFree(c->d_pos);
 	free_scratch(c);
 	cudaFree(c->logits);
@@ -1474,6 +1590,49 @@ att_splits(int n_pos)
 	return z < 1 ? 1 : z > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : z;
 }
 
+/* The block norm of rows rows of x into out: RMSNorm, or gpt2's LayerNorm with bias b. */
+static int
+block_norm(struct cuda_ctx *c, const float *x, const float *w, const float *b, float *out, int rows,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int rc;
+
+	if (hp->layer_norm) {
+		kernel_layernorm<<<rows, 256, 0, c->stream>>>(x, w, b, out, hp->n_embd, hp->rms_eps);
+		LAUNCHED("kernel_layernorm");
+	} else {
+		launch_rmsnorm(c->stream, x, w, out, rows, hp->n_embd, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm");
+	}
+	return KVC_OK;
+}
+
+/*
+ * A block's output y (n rows of n_embd) into the residual stream x: its
+ * bias added (gpt2), its post-norm applied (gemma, glm4), then x += y.
+ */
+static int
+residual(struct cuda_ctx *c, float *x, float *y, const float *bias, const float *post, int n,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int64_t E = hp->n_embd;
+	int rc;
+
+	if (bias) {
+		kernel_add_bias<<<nblk(n * E, 256), 256, 0, c->stream>>>(y, bias, n * E, (int)E);
+		LAUNCHED("kernel_add_bias (output bias)");
+	}
+	if (post) {
+		launch_rmsnorm(c->stream, y, post, y, n, (int)E, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm (post-norm)");
+	}
+	kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(x, y, n * E);
+	LAUNCHED("kernel_add");
+	return KVC_OK;
+}
+
 /* Tokens tok[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into out. */
 static int
 forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
@@ -1483,28 +1642,34 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 	int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
 	int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
 	bool f16 = kv->type == GGML_TYPE_F16;
-	int rc, nz = n == 1 ? att_splits(pos0 + 1) : 1;
+	int rc;
 
 	CUDA_CHECK(cudaMemcpyAsync(c->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, c->stream), err, errlen);
 	CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, c->stream), err, errlen);
 	kernel_embed<<<n, 64, 0, c->stream>>>(c->tok_embd.type, (const uint8_t *)c->tok_embd.d,
-	    c->tok_embd.row_bytes, c->tokens, c->x, E, dev_block(c->tok_embd.type));
+	    c->tok_embd.row_bytes, c->tokens, c->x, E, dev_block(c->tok_embd.type), hp->embd_scale,
+	    c->pos_embd.type, (const uint8_t *)c->pos_embd.d, c->pos_embd.row_bytes,
+	    c->pos_embd.d ? dev_block(c->pos_embd.type) : 32, c->d_pos);
 	LAUNCHED("kernel_embed");
 	for (int l = 0; l < hp->n_layer; l++) {
 		struct dlayer *d = &c->layers[l];
-		launch_rmsnorm(c->stream, c->x, d->attn_norm, c->xb, n, (int)E, hp->rms_eps);
-		LAUNCHED("kernel_rmsnorm");
+		int win = d->swa ? hp->n_swa : 0;
+		int nz = n == 1 ? att_splits(win > 0 && win < pos0 + 1 ? win : pos0 + 1) : 1;
+		const double *freq = d->swa ? c->inv_freq_swa : c->inv_freq;
+
+		if ((rc = block_norm(c, c->x, d->attn_norm, d->attn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
+			return rc;
 		if ((rc = matmul(c, &d->wq, c->xb, c->q, n, err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &d->wk, c->xb, c->k, n, err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &d->wv, c->xb, c->v, n, err, errlen)) != KVC_OK)
 			return rc;
 		if (d->bq) {
 			kernel_add_bias<<<nblk(n * q_dim, 256), 256, 0, c->stream>>>(c->q, d->bq, n * q_dim, (int)q_dim);
-			LAUNCHED("kernel_add_bias");
+			LAUNCHED("kernel_add_bias (q)");
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->k, d->bk, n * kv_dim, (int)kv_dim);
-			LAUNCHED("kernel_add_bias");
+			LAUNCHED("kernel_add_bias (k)");
 			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->v, d->bv, n * kv_dim, (int)kv_dim);
-			LAUNCHED("kernel_add_bias");
+			LAUNCHED("kernel_add_bias (v)");
 		}
 		if (d->q_norm) {
 			launch_rmsnorm(c->stream, c->q, d->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps);
@@ -1514,49 +1679,62 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 			launch_rmsnorm(c->stream, c->k, d->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
 			LAUNCHED("kernel_rmsnorm (k norm)");
 		}
-		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
-		LAUNCHED("kernel_rope");
-		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, c->inv_freq);
-		LAUNCHED("kernel_rope");
+		if (hp->rope_dim > 0) {
+			kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
+			    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+			LAUNCHED("kernel_rope (q)");
+			kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
+			    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+			LAUNCHED("kernel_rope (k)");
+		}
 		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
-		LAUNCHED("kernel_kv_store");
+		LAUNCHED("kernel_kv_store (k)");
 		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, c->d_pos, n * kv_dim, (int)kv_dim);
-		LAUNCHED("kernel_kv_store");
+		LAUNCHED("kernel_kv_store (v)");
 		kernel_attention<<<dim3(n, hp->n_head, nz), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
 		    f16, c->att, c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, c->d_pos,
-		    1.f / sqrtf((float)hp->head_dim));
+		    hp->attn_scale, hp->attn_softcap, win);
 		LAUNCHED("kernel_attention");
 		if (nz > 1) {
 			kernel_attention_merge<<<dim3(n, hp->n_head), hp->head_dim, 0, c->stream>>>(c->att_part,
 			    c->att, hp->n_head, hp->head_dim, nz);
 			LAUNCHED("kernel_attention_merge");
 		}
-		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, err, errlen)) != KVC_OK)
+		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, err, errlen)) != KVC_OK ||
+		    (rc = residual(c, c->x, c->xb, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
+		    (rc = block_norm(c, c->x, d->ffn_norm, d->ffn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
-		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
-		LAUNCHED("kernel_add");
-		launch_rmsnorm(c->stream, c->x, d->ffn_norm, c->xb, n, (int)E, hp->rms_eps);
-		LAUNCHED("kernel_rmsnorm");
-		if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, err, errlen)) != KVC_OK)
+		if (hp->ffn_plain) {
+			/* gpt2: GELU(up x + b_up), no gate */
+			if ((rc = matmul(c, &d->w_up, c->xb, c->hb, n, err, errlen)) != KVC_OK)
+				return rc;
+			kernel_gelu_bias<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, d->b_up,
+			    (int64_t)n * hp->n_ff, hp->n_ff);
+			LAUNCHED("kernel_gelu_bias");
+		} else {
+			if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, err, errlen)) != KVC_OK ||
+			    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, err, errlen)) != KVC_OK)
+				return rc;
+			kernel_swiglu<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, c->hb2,
+			    (int64_t)n * hp->n_ff, hp->ffn_gelu);
+			LAUNCHED("kernel_swiglu");
+		}
+		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, err, errlen)) != KVC_OK ||
+		    (rc = residual(c, c->x, c->xb, d->b_down, d->ffn_post_norm, n, err, errlen)) != KVC_OK)
 			return rc;
-		kernel_swiglu<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, c->hb2, (int64_t)n * hp->n_ff);
-		LAUNCHED("kernel_swiglu");
-		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, err, errlen)) != KVC_OK)
-			return rc;
-		kernel_add<<<nblk(n * E, 256), 256, 0, c->stream>>>(c->x, c->xb, n * E);
-		LAUNCHED("kernel_add");
 	}
 	if (logits != NULL && lo < n) {
 		int nl = n - lo;
-		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
+		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK ||
+		    (rc = block_norm(c, c->x + (int64_t)lo * E, c->output_norm, c->output_norm_b, c->xb, nl,
+		    err, errlen)) != KVC_OK ||
+		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, err, errlen)) != KVC_OK)
 			return rc;
-		launch_rmsnorm(c->stream, c->x + (int64_t)lo * E, c->output_norm, c->xb, nl, (int)E, hp->rms_eps);
-		LAUNCHED("kernel_rmsnorm");
-		if ((rc = matmul(c, &c->output, c->xb, c->logits, nl, err, errlen)) != KVC_OK)
-			return rc;
+		if (hp->final_softcap > 0) {
+			kernel_softcap<<<nblk((int64_t)nl * hp->n_vocab, 256), 256, 0, c->stream>>>(c->logits,
+			    (int64_t)nl * hp->n_vocab, hp->final_softcap);
+			LAUNCHED("kernel_softcap");
+		}
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
 		    cudaMemcpyDeviceToHost, c->stream), err, errlen);
 	}
@@ -1581,6 +1759,11 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 			kvc_err(err, errlen, "token id %d out of range (vocabulary %d)", tokens[i], hp->n_vocab);
 			return KVC_EINVAL;
 		}
+	if (c->pos_embd.d != NULL && pos0 + n > c->pos_embd.n_out) {
+		kvc_err(err, errlen, "position %d is past the model's %lld learned positions",
+		    pos0 + n - 1, (long long)c->pos_embd.n_out);
+		return KVC_ERANGE;
+	}
 	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
 	if ((rc = kv_grow(c, kv, pos0 + n, err, errlen)) != KVC_OK ||
 	    (rc = ensure_scratch(c, n < CHUNK ? n : CHUNK, err, errlen)) != KVC_OK)
@@ -1621,6 +1804,12 @@ kv_copy(struct cuda_ctx *c, struct cuda_kv *kv, int layer, enum kvc_kv_part part
 		kvc_err(err, errlen, "KV positions %d..%d are not computed (have %d)",
 		    pos0, pos0 + n, kv->n_valid);
 		return KVC_EINVAL;
+	}
+	if (!to_host && host == NULL) {
+		/* "not held": this cache keeps every position, so the caller recomputes (backend.h) */
+		kvc_err(err, errlen, "the CUDA backend keeps every position: positions %d..%d cannot be "
+		    "marked as not held", pos0, pos0 + n);
+		return KVC_ENOTFOUND;
 	}
 	if (!to_host && pos0 > kv->n_valid) {
 		kvc_err(err, errlen, "KV write at position %d would leave a gap (have %d)",

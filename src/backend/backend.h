@@ -45,8 +45,8 @@ struct kvc_backend_i {
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type
 	 * (GGML_TYPE_F16 or GGML_TYPE_F32; the CPU backend also takes
-	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32, and
-	 * CUDA refuses it). Memory may be committed lazily as
+	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32; CUDA
+	 * refuses it, at init when kvc_backend_params.kv_type says so). Memory may be committed lazily as
 	 * positions are used. (How many caches stay resident is the
 	 * conversation layer's choice, not the backend's.)
 	 */
@@ -99,8 +99,8 @@ struct kvc_backend_i {
 	 * so they hold what the same tokens would give at their new positions
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
-	 * the computed positions. The CUDA backend's positional
-	 * initialiser leaves it, kv_lowest and forward_multi NULL.
+	 * the computed positions. The CUDA backend leaves it,
+	 * kv_lowest (it keeps every position) and forward_multi NULL.
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
 	/*

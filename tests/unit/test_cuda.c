@@ -1,7 +1,7 @@
 /*
  * test_cuda.c: the CUDA backend against the float64 reference forward
  * (tests/fixtures/ref_forward.c) under teacher forcing, on fixture models
- * of every architecture the GPU runs and every weight type, with F32 and
+ * of every architecture and every weight type, with F32 and
  * F16 caches: a prefill (every position's logits) then one-token decodes
  * of a fixed token sequence. Per position, the logits must lie within a
  * bound derived below for the weight type and the path (GEMM or
@@ -20,8 +20,9 @@
  *
  * Bounds. Metric: max|a - ref| / max|ref| over the vocabulary, as in
  * test_forward.c, whose derivation this follows. The fixtures (mkmodel
- * --preset tiny) have L = 2 layers, so P = 7 L + 1 = 15 matrix products
- * with O(1) gain each reach the logits.
+ * --preset tiny) have L = 2 layers (gemma3: 6), so P = 7 L + 1 matrix
+ * products with O(1) gain each reach the logits (gpt2 has one fewer per
+ * layer: its bound is a little loose).
  *  - Decode (the matrix-vector kernels): weights dequantised exactly in
  *    f32, f32 activations and sums, as the reference does in double up to
  *    f32 rounding: TOL_F32 = 1e-4 for every type.
@@ -181,6 +182,17 @@ ref_of(const struct kvc_model *m)
 	rc.rms_eps = hp->rms_eps;
 	rc.rope_theta = hp->rope_theta;
 	rc.rope_freq_scale = hp->rope_freq_scale;
+	rc.post_norms = hp->post_norms;
+	if (strncmp(rc.arch, "gemma", 5) != 0)
+		return rc;
+	rc.embd_scale = hp->embd_scale;
+	rc.attn_scale = hp->attn_scale;
+	rc.attn_softcap = hp->attn_softcap;
+	rc.final_softcap = hp->final_softcap;
+	rc.gelu = hp->ffn_gelu;
+	rc.n_swa = hp->n_swa;
+	rc.swa_period = hp->swa_period;
+	rc.rope_theta_swa = hp->rope_theta_swa;
 	return rc;
 }
 
@@ -422,7 +434,8 @@ make_fixture(char *path, size_t len, const char *bd, const char *dir, const char
 int
 main(void)
 {
-	static const char *archs[] = { "llama", "qwen2", "qwen3" };
+	static const char *archs[] = { "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "chatglm",
+		"glm4", "gpt2" };
 	static const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
 		"q3_k", "q4_k", "q5_k", "q6_k" };
 	const struct kvc_backend_i *be = NULL;
@@ -441,13 +454,15 @@ main(void)
 	if (!gpu) {
 		/* the harness end to end, the CPU in the GPU's place under its own bounds */
 		printf("no CUDA: %s; checking the harness with the CPU backend\n", err);
-		for (int i = 0; i < 2; i++) {
-			const char *ty = i == 0 ? "f16" : "q8_0";
+		/* quantised once; gemma3 and gpt2 for what ref_of maps of them */
+		static const char *const cases[][2] = { { "qwen2", "f16" }, { "qwen2", "q8_0" },
+			{ "gemma3", "f16" }, { "gpt2", "f16" } };
 
-			if (make_fixture(path, sizeof path, bd, dir, "qwen2", ty, 7) == 0)
-				check_model(path, "qwen2", ty, &kvc_backend_cpu, false);
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			if (make_fixture(path, sizeof path, bd, dir, cases[i][0], cases[i][1], 7) == 0)
+				check_model(path, cases[i][0], cases[i][1], &kvc_backend_cpu, false);
 			else
-				test_cond(0, "mkmodel failed");
+				test_cond(0, "mkmodel %s failed", cases[i][0]);
 			unlink(path);
 		}
 		rmdir(dir);
