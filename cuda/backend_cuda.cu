@@ -10,8 +10,9 @@
  * activations can pass 65504). Attention is one fused kernel with an
  * online softmax over the cache (no score matrix in device memory).
  *
- * Decode uses 16-byte-load matvec kernels for F16 and Q8_0 (others: a
- * generic one-block-per-lane kernel) and split-K attention over ~256-position
+ * Decode uses int8 dot products (dp4a) for Q8_0 and Q4_K, x quantised to
+ * int8 blocks of 32 (kernel_matvec_i8), a 16-byte-load kernel for F16
+ * (others: a generic one-block-per-lane kernel) and split-K attention over ~256-position
  * slices. Prefill runs in chunks of CHUNK tokens; F32/F16/BF16 weights go
  * to cuBLAS as stored, the quantised types through an F16 scratch matrix
  * sized by the largest quantised layer matrix (a larger output matrix goes
@@ -114,6 +115,7 @@ struct cuda_ctx {
 	__half *wscratch;			/* (ws_elems) dequantised matrix for GEMM; NULL until n > 1 */
 	__half *xh;				/* (cap_tok, max_n_in) activations as f16 for GEMM */
 	float *xscale;				/* (cap_tok) power-of-two scale of each row of xh */
+	struct xq8 *xq;				/* (max_n_in / 32) one token's x in int8 blocks (decode) */
 	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
@@ -134,6 +136,17 @@ __device__ static inline float
 h2f(uint16_t h)
 {
 	return __half2float(__ushort_as_half(h));
+}
+
+/* h2f where the host runs the same code (the int8 parts, checked on the CPU by test_cuda_i8) */
+__host__ __device__ static inline float
+h2f_any(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+	return __half2float(__ushort_as_half(h));
+#else
+	return q_fp16_to_f32(h);
+#endif
 }
 
 __device__ static inline uint16_t
@@ -476,68 +489,140 @@ kernel_matvec_f16(const uint8_t *W, size_t row_bytes, const float *x, float *y,
 		y[r] = s;
 }
 
+/* ---- int8 decode: x quantised once per token, dp4a against the weights' integers ---- */
+
 /*
- * Q8_0 matrix-vector with 16-byte loads. A group of 16 blocks is 544 bytes
- * = 34 chunks of 16 bytes; blocks are 34 bytes, so no lane can decode a
- * block from its own 16-byte loads. Instead each warp copies MV_UNROLL
- * groups (lane l loads chunks l and, for l < 2, 32 + l of each group:
- * 512 contiguous bytes per load instruction) into its slice of shared
- * memory, then lane l decodes half a block: block l / 2 of the group,
- * elements 16 * (l % 2) .. + 16. Needs n_in % 512 == 0 (whole groups, and
- * rows starting 16-byte aligned). grid ceil(n_out / 8), block 256,
- * dynamic shared memory n_in * 4 (x) plus static 8 * MV_UNROLL * 544 bytes.
- * Bytes: n_out * n_in / 32 * 34 + n_in * 4.
+ * One token's x in blocks of 32, as the int8 kernels read it: scale d =
+ * max|x| / 127, sum s = the block's exact sum (for the weights' offsets),
+ * q = x / d rounded. 40 bytes, so q is 4-byte aligned for dp4a.
  */
-#define Q8_GROUP_CHUNKS 34
+struct xq8 {
+	float d, s;
+	int8_t q[32];
+};
+
+/* a . b over 4 int8 lanes, plus c (the dp4a instruction on the device, sm_61 and up) */
+__host__ __device__ static inline int
+dot4(int a, int b, int c)
+{
+#ifdef __CUDA_ARCH__
+	return __dp4a(a, b, c);
+#else
+	for (int i = 0; i < 4; i++)
+		c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+	return c;
+#endif
+}
+
+/* 4 bytes at p, 2-byte aligned (Q8_0's quants: 34-byte blocks) */
+__host__ __device__ static inline int
+ld4_u16(const uint8_t *p)
+{
+	const uint16_t *h = (const uint16_t *)p;
+
+	return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
+}
+
+/*
+ * Q8_0: the part of block b . x that lane quarter k (0..3) owns, its 8
+ * quants against x's 8: d_w * d_x * sum q_w q_x. Two dp4a.
+ */
+__host__ __device__ static inline float
+part_q8_0(const uint8_t *row, int64_t b, int k, const struct xq8 *x)
+{
+	const uint8_t *blk = row + b * 34;
+	const int *xq = (const int *)(x[b].q + 8 * k);
+	int acc = dot4(ld4_u16(blk + 2 + 8 * k), xq[0], 0);
+	uint16_t dh;
+
+	acc = dot4(ld4_u16(blk + 6 + 8 * k), xq[1], acc);
+	memcpy(&dh, blk, 2);
+	return h2f_any(dh) * x[b].d * (float)acc;
+}
+
+/*
+ * Q4_K: the part of super-block b . x that sub-block j (0..7, 32 values)
+ * owns: d sc_j d_x sum q x_q - dmin m_j s_x, its quants the low (j even)
+ * or high (j odd) nibbles of qs[32 (j / 2) ..][0..32). Eight dp4a; x's
+ * blocks of 32 line up with the sub-blocks.
+ */
+__host__ __device__ static inline float
+part_q4_k(const uint8_t *row, int64_t b, int j, const struct xq8 *x)
+{
+	const uint8_t *blk = row + b * 144, *sc = blk + 4;
+	const int *qs = (const int *)(blk + 16 + 32 * (j / 2));
+	const struct xq8 *xb = x + 8 * b + j;
+	const int *xq = (const int *)xb->q;
+	int sh = 4 * (j % 2), acc = 0, s6, m6;
+	uint16_t dh, mh;
+
+	for (int i = 0; i < 8; i++)
+		acc = dot4((qs[i] >> sh) & 0x0F0F0F0F, xq[i], acc);
+	if (j < 4) {
+		s6 = sc[j] & 63;
+		m6 = sc[j + 4] & 63;
+	} else {
+		s6 = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+		m6 = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+	}
+	memcpy(&dh, blk, 2);
+	memcpy(&mh, blk + 2, 2);
+	return h2f_any(dh) * (float)s6 * xb->d * (float)acc - h2f_any(mh) * (float)m6 * xb->s;
+}
+
+/*
+ * x (n_in floats, n_in % 32 == 0) to n_in / 32 xq8 blocks: one warp per
+ * block, a lane per element. grid ceil(n_in / 256), block 256, no shared
+ * memory. Bytes: n_in * 4 read, n_in / 32 * 40 written.
+ */
 __global__ static void
-kernel_matvec_q8_0(const uint8_t *W, size_t row_bytes, const float *x, float *y,
+kernel_quantize_x(const float *x, struct xq8 *xq, int64_t n_in)
+{
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	int lane = threadIdx.x % 32;
+	float v = i < n_in ? x[i] : 0.f, amax = fabsf(v), sum = v;
+
+	for (int o = 16; o > 0; o /= 2) {
+		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+		sum += __shfl_xor_sync(0xffffffffu, sum, o);
+	}
+	if (i >= n_in)
+		return;
+	float d = amax / 127.f;
+	xq[i / 32].q[lane] = (int8_t)(d > 0.f ? __float2int_rn(v / d) : 0);
+	if (lane == 0) {
+		xq[i / 32].d = d;
+		xq[i / 32].s = sum;
+	}
+}
+
+/*
+ * Q8_0 / Q4_K matrix-vector on int8 dot products against kernel_quantize_x's
+ * blocks. A warp per row; each step the warp covers 32 consecutive parts
+ * (Q8_0: 8 blocks of 34 bytes = 272 contiguous bytes, a lane per quarter
+ * block; Q4_K: 4 super-blocks of 144 bytes = 576 contiguous bytes, a lane
+ * per sub-block, the 16-byte-aligned quants read as ints), x's blocks from
+ * L1/L2 (n_in / 32 * 40 bytes, the same for every row). grid ceil(n_out /
+ * 8), block 256 (8 warps), no shared memory. Bytes: n_out * row_bytes +
+ * n_in / 32 * 40 (from cache after the first rows).
+ */
+__global__ static void
+kernel_matvec_i8(int type, const uint8_t *W, size_t row_bytes, const struct xq8 *x, float *y,
     int64_t n_in, int64_t n_out)
 {
-	extern __shared__ __align__(16) float xs[];
-	__shared__ uint4 stage[8][MV_UNROLL * Q8_GROUP_CHUNKS];
 	int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	int64_t n_group = n_in / 512;
+	int lane = threadIdx.x % 32;
 	float s = 0.f;
 
-	stage_x(xs, x, n_in);
 	if (r >= n_out)
 		return;
-	const uint4 *row = (const uint4 *)(W + r * row_bytes);
-	const uint8_t *st = (const uint8_t *)stage[warp];
-	for (int64_t g0 = 0; g0 < n_group; g0 += MV_UNROLL) {
-		uint4 a[MV_UNROLL], b[MV_UNROLL];
-#pragma unroll
-		for (int u = 0; u < MV_UNROLL; u++)
-			if (g0 + u < n_group) {
-				const uint4 *gp = row + (g0 + u) * Q8_GROUP_CHUNKS;
-				a[u] = __ldg(gp + lane);
-				if (lane < 2)
-					b[u] = __ldg(gp + 32 + lane);
-			}
-		__syncwarp();	/* the previous round's reads of stage are done */
-#pragma unroll
-		for (int u = 0; u < MV_UNROLL; u++)
-			if (g0 + u < n_group) {
-				stage[warp][u * Q8_GROUP_CHUNKS + lane] = a[u];
-				if (lane < 2)
-					stage[warp][u * Q8_GROUP_CHUNKS + 32 + lane] = b[u];
-			}
-		__syncwarp();
-#pragma unroll
-		for (int u = 0; u < MV_UNROLL; u++) {
-			if (g0 + u >= n_group)
-				break;
-			const uint8_t *blk = st + u * 544 + (lane / 2) * 34;
-			const int8_t *q = (const int8_t *)(blk + 2 + 16 * (lane % 2));
-			float d = __half2float(__ushort_as_half((uint16_t)(blk[0] | (blk[1] << 8))));
-			const float *xx = xs + (g0 + u) * 512 + (lane / 2) * 32 + 16 * (lane % 2);
-			float t = 0.f;
-#pragma unroll
-			for (int i = 0; i < 16; i++)
-				t += (float)q[i] * xx[i];
-			s += d * t;
-		}
+	const uint8_t *row = W + r * row_bytes;
+	if (type == GGML_TYPE_Q8_0) {
+		for (int64_t p = lane; p < n_in / 8; p += 32)
+			s += part_q8_0(row, p / 4, (int)(p % 4), x);
+	} else {
+		for (int64_t p = lane; p < n_in / 32; p += 32)
+			s += part_q4_k(row, p / 8, (int)(p % 8), x);
 	}
 	s = warp_sum(s);
 	if (lane == 0)
@@ -1010,19 +1095,16 @@ set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen)
 {
 	struct cudaDeviceProp prop;
 	size_t need = (size_t)c->max_n_in * sizeof(float);
-	size_t stat_q8 = 8 * MV_UNROLL * Q8_GROUP_CHUNKS * 16;
 
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, c->dev), err, errlen);
-	if (need + stat_q8 > prop.sharedMemPerBlockOptin) {
+	if (need > prop.sharedMemPerBlockOptin) {
 		kvc_err(err, errlen, "cuda: matrices %lld wide need %zu bytes of shared memory, the device has %zu",
-		    (long long)c->max_n_in, need + stat_q8, (size_t)prop.sharedMemPerBlockOptin);
+		    (long long)c->max_n_in, need, (size_t)prop.sharedMemPerBlockOptin);
 		return KVC_EUNSUPPORTED;
 	}
 	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize,
 	    (int)need), err, errlen);
 	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_f16, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	    (int)need), err, errlen);
-	CUDA_CHECK(cudaFuncSetAttribute(kernel_matvec_q8_0, cudaFuncAttributeMaxDynamicSharedMemorySize,
 	    (int)need), err, errlen);
 	return KVC_OK;
 }
@@ -1184,7 +1266,8 @@ free_scratch(struct cuda_ctx *c)
 	cudaFree(c->x); cudaFree(c->xb); cudaFree(c->q); cudaFree(c->k); cudaFree(c->v);
 	cudaFree(c->att); cudaFree(c->hb); cudaFree(c->hb2);
 	cudaFree(c->tokens); cudaFree(c->wscratch); cudaFree(c->xh); cudaFree(c->att_part);
-	cudaFree(c->xscale);
+	cudaFree(c->xscale); cudaFree(c->xq);
+	c->xq = NULL;
 	c->x = c->xb = c->q = c->k = c->v = c->att = c->hb = c->hb2 = c->att_part = c->xscale = NULL;
 	c->tokens = NULL;
 	c->wscratch = c->xh = NULL;
@@ -1274,6 +1357,8 @@ ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 	    (rc = scratch_alloc((void **)&c->hb, t * hp->n_ff * 4, n, err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->hb2, t * hp->n_ff * 4, n, err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->tokens, t * 4, n, err, errlen)) ||
+	    (rc = scratch_alloc((void **)&c->xq, (size_t)(c->max_n_in / 32 + 1) * sizeof(struct xq8), n,
+	    err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->att_part,
 	    (size_t)ATT_MAX_SPLIT * hp->n_head * (hp->head_dim + 2) * 4, n, err, errlen)))
 		goto fail;
@@ -1386,14 +1471,17 @@ matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, in
 	int rc;
 
 	if (n == 1) {
-		if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0) {
+		if (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_K) {
+			/* int8: x quantised per product (Q, K and V each redo it: n_in * 4 bytes) */
+			kernel_quantize_x<<<nblk(w->n_in, 256), 256, 0, c->stream>>>(X, c->xq, w->n_in);
+			LAUNCHED("kernel_quantize_x");
+			kernel_matvec_i8<<<grid, 256, 0, c->stream>>>(w->type, W, w->row_bytes, c->xq, Y,
+			    w->n_in, w->n_out);
+			LAUNCHED("kernel_matvec_i8");
+		} else if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0) {
 			kernel_matvec_f16<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out);
 			LAUNCHED("kernel_matvec_f16");
-		} else if (w->type == GGML_TYPE_Q8_0 && w->n_in % 512 == 0) {
-			kernel_matvec_q8_0<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
-			    w->n_in, w->n_out);
-			LAUNCHED("kernel_matvec_q8_0");
 		} else {
 			kernel_matvec<<<grid, 256, shmem, c->stream>>>(w->type, W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out, dev_block(w->type));
