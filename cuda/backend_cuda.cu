@@ -116,6 +116,8 @@ struct cuda_ctx {
 	__half *xh;				/* (cap_tok, max_n_in) activations as f16 for GEMM */
 	float *xscale;				/* (cap_tok) power-of-two scale of each row of xh */
 	struct xq8 *xq;				/* (max_n_in / 32) one token's x in int8 blocks (decode) */
+	bool xq_fresh;				/* xq holds the last matmul's x (its n_in: xq_n) */
+	int64_t xq_n;
 	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
@@ -1460,9 +1462,11 @@ kernel_f32_to_bf16(const float *x, __nv_bfloat16 *y, int64_t total)
  * are with X scaled into F16 (kernel_f32_to_f16_scaled), the quantised
  * types dequantised into the F16 scratch first, as many rows at a time as
  * it holds (all of a layer matrix; the output matrix may take several).
+ * same_x: X is the previous call's X, unchanged since (K and V after Q,
+ * up after gate): its int8 copy, if that call made one, is reused.
  */
 static int
-matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, int n,
+matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, int n, bool same_x,
     char *err, size_t errlen)
 {
 	const uint8_t *W = (const uint8_t *)w->d;
@@ -1472,9 +1476,13 @@ matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, in
 
 	if (n == 1) {
 		if (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_K) {
-			/* int8: x quantised per product (Q, K and V each redo it: n_in * 4 bytes) */
-			kernel_quantize_x<<<nblk(w->n_in, 256), 256, 0, c->stream>>>(X, c->xq, w->n_in);
-			LAUNCHED("kernel_quantize_x");
+			/* int8: x quantised once for the products that share it (Q, K, V; gate, up) */
+			if (!(same_x && c->xq_fresh && c->xq_n == w->n_in)) {
+				kernel_quantize_x<<<nblk(w->n_in, 256), 256, 0, c->stream>>>(X, c->xq, w->n_in);
+				LAUNCHED("kernel_quantize_x");
+			}
+			c->xq_fresh = true;
+			c->xq_n = w->n_in;
 			kernel_matvec_i8<<<grid, 256, 0, c->stream>>>(w->type, W, w->row_bytes, c->xq, Y,
 			    w->n_in, w->n_out);
 			LAUNCHED("kernel_matvec_i8");
@@ -1482,15 +1490,19 @@ matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, in
 			kernel_matvec_f16<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out);
 			LAUNCHED("kernel_matvec_f16");
+			c->xq_fresh = false;
 		} else {
 			kernel_matvec<<<grid, 256, shmem, c->stream>>>(w->type, W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out, dev_block(w->type));
 			LAUNCHED("kernel_matvec");
+			c->xq_fresh = false;
 		}
 		return KVC_OK;
 	}
 	const float one = 1.f, zero = 0.f;
 	const void *B = c->xh;
+
+	c->xq_fresh = false;
 	cudaDataType_t at = CUDA_R_16F;
 	int64_t nx = (int64_t)n * w->n_in, rows = w->n_out;
 	bool scaled = false;
@@ -1747,9 +1759,9 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 
 		if ((rc = block_norm(c, c->x, d->attn_norm, d->attn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
-		if ((rc = matmul(c, &d->wq, c->xb, c->q, n, err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &d->wk, c->xb, c->k, n, err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &d->wv, c->xb, c->v, n, err, errlen)) != KVC_OK)
+		if ((rc = matmul(c, &d->wq, c->xb, c->q, n, false, err, errlen)) != KVC_OK ||
+		    (rc = matmul(c, &d->wk, c->xb, c->k, n, true, err, errlen)) != KVC_OK ||
+		    (rc = matmul(c, &d->wv, c->xb, c->v, n, true, err, errlen)) != KVC_OK)
 			return rc;
 		if (d->bq) {
 			kernel_add_bias<<<nblk(n * q_dim, 256), 256, 0, c->stream>>>(c->q, d->bq, n * q_dim, (int)q_dim);
@@ -1788,26 +1800,26 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 			    c->att, hp->n_head, hp->head_dim, nz);
 			LAUNCHED("kernel_attention_merge");
 		}
-		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, err, errlen)) != KVC_OK ||
+		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, false, err, errlen)) != KVC_OK ||
 		    (rc = residual(c, c->x, c->xb, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
 		    (rc = block_norm(c, c->x, d->ffn_norm, d->ffn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
 			return rc;
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
-			if ((rc = matmul(c, &d->w_up, c->xb, c->hb, n, err, errlen)) != KVC_OK)
+			if ((rc = matmul(c, &d->w_up, c->xb, c->hb, n, false, err, errlen)) != KVC_OK)
 				return rc;
 			kernel_gelu_bias<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, d->b_up,
 			    (int64_t)n * hp->n_ff, hp->n_ff);
 			LAUNCHED("kernel_gelu_bias");
 		} else {
-			if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, err, errlen)) != KVC_OK ||
-			    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, err, errlen)) != KVC_OK)
+			if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, false, err, errlen)) != KVC_OK ||
+			    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, true, err, errlen)) != KVC_OK)
 				return rc;
 			kernel_swiglu<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, c->hb2,
 			    (int64_t)n * hp->n_ff, hp->ffn_gelu);
 			LAUNCHED("kernel_swiglu");
 		}
-		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, err, errlen)) != KVC_OK ||
+		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, false, err, errlen)) != KVC_OK ||
 		    (rc = residual(c, c->x, c->xb, d->b_down, d->ffn_post_norm, n, err, errlen)) != KVC_OK)
 			return rc;
 	}
@@ -1816,7 +1828,7 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK ||
 		    (rc = block_norm(c, c->x + (int64_t)lo * E, c->output_norm, c->output_norm_b, c->xb, nl,
 		    err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, err, errlen)) != KVC_OK)
+		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, false, err, errlen)) != KVC_OK)
 			return rc;
 		if (hp->final_softcap > 0) {
 			kernel_softcap<<<nblk((int64_t)nl * hp->n_vocab, 256), 256, 0, c->stream>>>(c->logits,
