@@ -6,7 +6,9 @@
 # In order of value, each step bounded by a timeout, each summary line
 # printed the moment it is known (a timeout loses nothing before it):
 #   1. kvchat --version (the module found, its code, the device);
-#   2. tests/unit/test_cuda: every architecture x weight type against the
+#   2. tests/unit/test_cuda_i8: the matrix-vector kernels of every weight
+#      type on random data against the float64 dot (896 and 14336 wide);
+#      tests/unit/test_cuda: every architecture x weight type against the
 #      float64 reference, F32 and F16 caches, snapshots CPU <-> GPU;
 #   3. a short generation with KVCHAT_CUDA_SYNC=1 per architecture (a
 #      faulting kernel is named);
@@ -32,14 +34,17 @@ T() { timeout "$@"; }
 t0=$(date +%s)
 elapsed() { echo "$(($(date +%s) - t0)) s"; }
 
-make -j"$NPROC" kvchat kvchat-cuda.so tests/unit/test_cuda tests/fixtures/mkmodel bench/gpu/ceilings \
+make -j"$NPROC" kvchat kvchat-cuda.so tests/unit/test_cuda tests/unit/test_cuda_i8 tests/fixtures/mkmodel bench/gpu/ceilings \
     >"$OUT/make.log" 2>&1 || add "make: FAILED (see make.log)"
 
 # 1. what was built and found
 ./kvchat --version >"$OUT/version.txt" 2>&1
 add "version: $(tr '\n' ';' <"$OUT/version.txt")"
 
-# 2. correctness against the float64 reference
+# 2. the kernels, then the whole forward, against the float64 reference
+T 60 ./tests/unit/test_cuda_i8 >"$OUT/test_cuda_i8.log" 2>&1
+add "test_cuda_i8: rc=$?, $(tail -1 "$OUT/test_cuda_i8.log") [$(elapsed)]"
+grep -m5 '^FAIL' "$OUT/test_cuda_i8.log"
 T 150 ./tests/unit/test_cuda >"$OUT/test_cuda.log" 2>&1
 rc=$?
 add "test_cuda: rc=$rc, $(tail -1 "$OUT/test_cuda.log"); worst lines: $(grep -c '^FAIL' "$OUT/test_cuda.log") FAIL [$(elapsed)]"
