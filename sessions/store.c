@@ -15,7 +15,7 @@
 	"c.id, c.title, c.model_fp, c.template, c.system, c.settings, c.created, c.updated, " \
 	"(SELECT count(*) FROM messages m WHERE m.conv_id = c.id), " \
 	"(SELECT coalesce(sum(length(m.tokens)), 0) / 4 FROM messages m WHERE m.conv_id = c.id), " \
-	"c.window"
+	"c.window, c.model_path, c.vocab_fp"
 
 /* Bumps the recency order: the most recently used conversation comes first. */
 #define TOUCH_SQL \
@@ -46,6 +46,8 @@ sess_conv_clear(struct sess_conv *c)
 	free(c->template_name);
 	free(c->system);
 	free(c->settings);
+	free(c->model_path);
+	free(c->vocab_fp);
 	memset(c, 0, sizeof *c);
 }
 
@@ -66,6 +68,8 @@ fill_conv(sqlite3_stmt *s, struct sess_conv *c)
 	c->n_msgs = sqlite3_column_int(s, 8);
 	c->n_tokens = sqlite3_column_int(s, 9);
 	c->window = sqlite3_column_int64(s, 10);
+	c->model_path = dup_col(s, 11, &oom);
+	c->vocab_fp = dup_col(s, 12, &oom);
 	if (oom) {
 		sess_conv_clear(c);
 		return KVC_ENOMEM;
@@ -399,7 +403,6 @@ sess_conv_set_window(struct sess_store *st, int64_t id, int64_t window, char *er
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
-static unsigned char *encode_ids(const int32_t *ids, int n);
 static int touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t errlen);
 
 int
@@ -411,7 +414,7 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 	sqlite3_stmt *s = NULL;
 	int ret;
 
-	if ((blob = encode_ids(ids, n)) == NULL) {
+	if ((blob = sess_encode_ids(ids, n)) == NULL) {
 		kvc_err(err, errlen, "%s: out of memory", what);
 		return KVC_ENOMEM;
 	}
@@ -488,9 +491,8 @@ touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t e
 	return sess_exec_ids(st, TOUCH_SQL, conv, sess_time(), what, err, errlen);
 }
 
-/* Token ids as little-endian int32, whatever the host order. */
-static unsigned char *
-encode_ids(const int32_t *ids, int n)
+unsigned char *
+sess_encode_ids(const int32_t *ids, int n)
 {
 	unsigned char *b = malloc((size_t)n * 4 + 1), *p = b;
 	int i;
@@ -547,7 +549,7 @@ insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, in
 		    what, err, errlen);
 	for (i = 0; ret == KVC_OK && i < n; i++) {
 		const struct sess_msg *m = &msgs[i];
-		unsigned char *blob = encode_ids(m->ids, m->n_ids);
+		unsigned char *blob = sess_encode_ids(m->ids, m->n_ids);
 
 		if (blob == NULL) {
 			ret = oom(st, what, err, errlen);

@@ -109,6 +109,8 @@ struct sess_conv {
 	int n_msgs;
 	int n_tokens;		/* tokens in the stored stream */
 	int64_t window;		/* first message the cache holds; 0 = all */
+	char *model_path;	/* the model file it was made with, or NULL (older rows) */
+	char *vocab_fp;		/* that model's vocabulary fingerprint, or NULL */
 };
 void sess_conv_clear(struct sess_conv *c);	/* frees the strings */
 
@@ -254,10 +256,33 @@ int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t err
 int sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 void sess_conv_unlock(struct sess_store *st, int64_t conv);
 
+/* --- rebind.c: which model a conversation belongs to --- */
+
+/* Record the model file and vocabulary fingerprint of a conversation. */
+int sess_conv_set_model(struct sess_store *st, int64_t id, const char *model_path,
+    const char *vocab_fp, char *err, size_t errlen);
+
+/* A conversation moved to another model: what it is recorded as from now on. */
+struct sess_model {
+	const char *model_fp;	/* engine fingerprint */
+	const char *vocab_fp;	/* vocabulary fingerprint */
+	const char *path;	/* the model file */
+	const char *template_name;	/* chat family name */
+};
+/*
+ * In one transaction: the conversation's model becomes to, each of its
+ * messages (msgs[i] is the message of seq i, n of them, all it has) gets
+ * msgs[i].ids as its tokens, and its snapshot chunks (another model's
+ * cache) are deleted. Text, roles and figures are left as they are.
+ * KVC_EINVAL when n is not the number of stored messages.
+ */
+int sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model *to,
+    const struct sess_msg *msgs, int n, char *err, size_t errlen);
+
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 3
+#define SESS_SCHEMA_VERSION 4
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

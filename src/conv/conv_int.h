@@ -38,6 +38,7 @@ struct conv_mgr {
 	struct sess_store *st;		/* not owned */
 	struct conv_params p;
 	char *jinja;			/* copy of p.jinja */
+	char *model_path;		/* copy of p.model_path */
 	struct conv *open;		/* open conversations, a list */
 	uint64_t tick;			/* LRU clock */
 	struct conv_work work;		/* the work the prefill hook reports */
@@ -126,6 +127,13 @@ int conv_chat_list(const struct conv *c, int from, int to, const char *user,
 /* The system prompt plus msgs[k] (or user) with the generation prompt. */
 int conv_render_head(const struct conv *c, int k, const char *user, struct kvc_tokens *out,
     char *err, size_t errlen);
+/*
+ * Every message's ids rendered afresh from its text with this model's
+ * tokenizer and template, for a conversation made with a model of another
+ * vocabulary (its stored ids mean other text here); replies become their
+ * text's tokens.
+ */
+int conv_retokenize(struct conv *c, char *err, size_t errlen);
 /* The stream of window k over msgs[0..to). */
 int conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *out,
     char *err, size_t errlen);

@@ -121,7 +121,7 @@ conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
 	struct kvc_buf sb = {0};
 	char t[64];
 	char *title = NULL;
-	int64_t id;
+	int64_t id = 0;
 	int rc;
 
 	if (c->id != 0)
@@ -137,7 +137,10 @@ conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
 	rc = sess_conv_create(m->st, title ? title : c->title, eng_fingerprint(m->e),
 	    chat_family_name(m->p.family), c->system, sb.p, &id, err, errlen);
 	kvc_buf_free(&sb);
-	if (rc == 0 && (rc = sess_conv_lock(m->st, id, err, errlen)) != 0)
+	if (rc == 0 && (rc = sess_conv_lock(m->st, id, err, errlen)) == 0)
+		rc = sess_conv_set_model(m->st, id, m->model_path, eng_vocab_fingerprint(m->e),
+		    err, errlen);
+	if (rc != 0 && id != 0)
 		(void)sess_conv_delete(m->st, id, NULL, 0);
 	if (rc) {
 		free(title);
