@@ -627,8 +627,8 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
  */
 static int
 write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
-    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, const char *what,
-    char *err, size_t errlen)
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, int64_t window,
+    const char *what, char *err, size_t errlen)
 {
 	char *title = NULL;
 	int ret;
@@ -644,6 +644,13 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
+	/* A new window: the old chunks hold another stream's cache. */
+	if (ret == KVC_OK && window >= 0)
+		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", conv, 0,
+		    what, err, errlen);
+	if (ret == KVC_OK && window >= 0)
+		ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", conv,
+		    window, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
 	if (ret == KVC_OK && chunk)
@@ -658,7 +665,33 @@ int
 sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
     const struct sess_chunk *chunk, char *err, size_t errlen)
 {
-	return write_turn(st, conv, -1, 0, msgs, n, chunk, "cannot save turn", err, errlen);
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, -1, "cannot save turn", err, errlen);
+}
+
+int
+sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_msg *msgs,
+    int n, const struct sess_chunk *chunk, int64_t window, char *err, size_t errlen)
+{
+	if (window < 0) {
+		kvc_err(err, errlen, "%s: cannot save turn: negative window %lld", st->path,
+		    (long long)window);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, window, "cannot save turn", err,
+	    errlen);
+}
+
+int
+sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot rewind";
+
+	if (keep_msgs < 0 || window < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length or window", st->path, what);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, window, what, err, errlen);
 }
 
 int
@@ -670,7 +703,8 @@ sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) ==
 	    SQLITE_OK)
 		st->sync_later = true;
-	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, "cannot save your message", err, errlen);
+	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, -1, "cannot save your message", err,
+	    errlen);
 	if (st->sync_later) {
 		st->sync_later = false;
 		/* failing, the next commit would not sync: say so rather than risk it */
@@ -692,7 +726,7 @@ sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, what, err, errlen);
+	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, -1, what, err, errlen);
 }
 
 static int32_t *

@@ -201,6 +201,23 @@ int sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg 
     const struct sess_chunk *chunk, char *err, size_t errlen);
 
 /*
+ * sess_turn_commit of a turn that starts a new window (its cache dropped
+ * or slid old positions): the conversation's chunks (another stream's
+ * cache) are deleted, msgs and chunk appended and its window set to window
+ * (conv's key), in one transaction, so a kill never leaves the window of
+ * one turn with the chunks or messages of another.
+ */
+int sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_msg *msgs,
+    int n, const struct sess_chunk *chunk, int64_t window, char *err, size_t errlen);
+
+/*
+ * sess_rewind to keep_msgs messages and no chunks, and the window set to
+ * window, in one transaction (an /undo that chooses the window again).
+ */
+int sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
+    char *err, size_t errlen);
+
+/*
  * sess_turn_commit of one message whose durability can wait for the next
  * commit (the user's message, stored before its prompt is computed): the
  * WAL is not synced and not checkpointed, so no fsync delays the prefill.

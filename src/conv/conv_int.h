@@ -166,6 +166,13 @@ void conv_chunks_trim(struct conv *c, int n_pos);
 int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
     int n_keep, int64_t win, char *err, size_t errlen);
 /*
+ * A turn's reply msg on a new window (key): in one transaction the old
+ * chunks go, the reply and a chunk of the whole cache are stored and the
+ * conversation's window becomes key (sess_turn_commit_window).
+ */
+int conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char *err,
+    size_t errlen);
+/*
  * Make c a stored conversation (no-op if it is one): create its row, titled
  * from first when the title is provisional, and take its lock.
  */
@@ -182,8 +189,6 @@ void conv_save_snapshot(struct conv *c);
  */
 void conv_save_tail(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
-/* The window changed: save the settings text that remembers it, or say it failed. */
-void conv_save_window(struct conv *c);
 
 /* residency.c */
 /* Evict least recently used caches (never keep's) until extra more bytes fit. */
