@@ -86,12 +86,15 @@ struct sess_recover_stats {
 	int convs, msgs, chunks, locks;	/* rows copied */
 	int bad_rows;			/* rows that could not be read */
 	int bad_tables;			/* tables that could not be read at all */
+	int placeholders;		/* of convs: made for messages whose conversation row was lost */
 };
 /*
  * Salvage a damaged database: every conversation, message and snapshot-chunk
  * row that can still be read from in is copied into out, a new kvchat
  * database (refused if it exists). Rows are read one by one by rowid, so a
- * damaged page costs only its own rows. Chunks of a conversation with a
+ * damaged page costs only its own rows. Messages whose conversation row is
+ * lost go under a placeholder conversation with that id, titled "recovered
+ * conversation ID". Chunks of a conversation with a
  * missing or damaged part are dropped (the next start recomputes them).
  * 0 if out was written, even with losses (see *stats).
  */
