@@ -147,20 +147,18 @@ conversation_model(struct kvc_repl *r, const struct repl_opts *o)
 
 /*
  * Options that work but cost the user: a context past the one the model
- * was trained with (replies degrade there), more threads than cores (they
- * take turns and slow each other). Said once, at start.
+ * was trained with (replies degrade there). Said once, at start. (More
+ * threads than cores are cut to the cores before the engine starts:
+ * repl_cap_threads.)
  */
 static void
 warn_engine_options(const struct repl_opts *o, const struct kvc_engine *e)
 {
-	int train = eng_model(e)->hp.n_ctx_train, cores = kvc_n_cores();
+	int train = eng_model(e)->hp.n_ctx_train;
 
 	if (o->ep.n_ctx > 0 && train > 0 && eng_n_ctx(e) > train)
 		fprintf(stderr, "kvchat: warning: --ctx %d is above the %d positions the model was "
 		    "trained with; replies past %d may degrade\n", eng_n_ctx(e), train, train);
-	if (o->ep.n_threads > cores && cores > 0)
-		fprintf(stderr, "kvchat: warning: --threads %d is more than the %d CPU cores; "
-		    "threads beyond them slow each other down\n", o->ep.n_threads, cores);
 }
 
 /*
@@ -410,6 +408,7 @@ repl_main(int argc, char **argv)
 	/* Recorded with each new conversation, as one path wherever kvchat runs from. */
 	model_real = realpath(model, NULL);
 
+	repl_cap_threads(&o.ep);
 	progress_start(&prog, "loading weights", 0);
 	o.ep.progress = progress_update;
 	o.ep.progress_arg = &prog;
