@@ -164,5 +164,13 @@ if [ -z "${SLIDE_MODEL:-}" ]; then
 	    [ "$(replies "$TMPD/b.db")" = "$(replies "$TMPD/a.db")" ]
 	check "and as many ($(replies "$TMPD/a.db" | grep -c .))" \
 	    [ "$(replies "$TMPD/b.db" | grep -c .)" -eq "$(replies "$TMPD/a.db" | grep -c .)" ]
+	# Chunks of another window: the rebuild notice says so without printing the
+	# slid window's packed key as a message number (issue 26, reliability 5).
+	sqlite3 "$TMPD/b.db" "UPDATE kv_chunks SET window = 1"
+	echo "Once more." | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/b.db\" --resume s $OPTS" \
+	    >/dev/null 2>"$TMPD/b5.err"
+	cat "$TMPD/b5.err"
+	check "another window's snapshot: said" grep -q "another context window" "$TMPD/b5.err"
+	check "... with no packed key in it" sh -c "! grep -q '[0-9]\{12\}' '$TMPD/b5.err'"
 fi
 done_testing
