@@ -728,6 +728,8 @@ open_real(struct sess_store **out, const char *path, unsigned flags, char *err,
 	}
 	st->part_max = SESS_PART_MAX_DEFAULT;
 	st->flags = flags;
+	/* kvchat never leaves an empty file (create_atomic): someone's truncation */
+	st->was_empty = pre.exists && pre.size == 0 && !pre.wal;
 	st->wait_limit_ms = SESS_WAIT_LIMIT_MS;
 	if (flags & SESS_OPEN_READONLY) {
 		snprintf(st->ro_why, sizeof st->ro_why, "as asked");
@@ -770,6 +772,12 @@ sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *er
 	ret = open_real(out, real, flags, err, errlen);
 	free(real);
 	return ret;
+}
+
+bool
+sess_was_empty(const struct sess_store *st)
+{
+	return st->was_empty && !st->readonly;
 }
 
 bool

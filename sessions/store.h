@@ -57,6 +57,12 @@ enum {
 int sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
     size_t errlen);
 /*
+ * Whether the file was there but empty (0 bytes) and was made a new
+ * database by this open: kvchat never leaves one, so a database truncated
+ * to nothing is the likely cause, and the caller says so.
+ */
+bool sess_was_empty(const struct sess_store *st);
+/*
  * Whether st is read-only; *why (if not NULL) receives the reason, e.g.
  * "the disk is full", for a message that refuses a write.
  */

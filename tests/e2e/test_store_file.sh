@@ -67,6 +67,18 @@ echo "hello" | "$KVCHAT" -m "$M" --temp 0 -n 4 --db "$TMPD/notes.db" >/dev/null 
 check "a foreign database is refused" [ $? -ne 0 ]
 check "foreign one untouched" [ "$(command sqlite3 "$TMPD/notes.db" 'SELECT count(*) FROM sqlite_master')" = 1 ]
 
+# A database truncated to 0 bytes (issue 26, reliability 5): made a new
+# database, as before, but said, not silently.
+: >"$TMPD/zero.db"
+chmod 600 "$TMPD/zero.db"
+echo "hello" | kvrun "an empty file at the database path" "$TMPD/z.err" -m "$M" --temp 0 -n 4 \
+    --db "$TMPD/zero.db" >/dev/null
+check "an empty file is said" grep -q "zero.db was an empty file (0 bytes)" "$TMPD/z.err"
+check "and becomes a database holding the turn" \
+    [ "$(command sqlite3 "$TMPD/zero.db" "SELECT count(*) FROM messages WHERE role IN (1, 2)")" = 2 ]
+echo "hello" | kvrun "the next start" "$TMPD/z2.err" -m "$M" --temp 0 -n 4 --db "$TMPD/zero.db" >/dev/null
+check "says nothing of it" sh -c "! grep -q 'empty file' '$TMPD/z2.err'"
+
 # kvchat backup.
 umask 022
 kvrun "backup" "$TMPD/b.err" backup --db "$DB" "$TMPD/bk.db"

@@ -350,6 +350,10 @@ open_store(struct kvc_repl *r, const struct repl_opts *o, char *dbbuf, size_t db
 		return -1;
 	}
 	sess_set_wait_notice(r->st, wait_notice, NULL);
+	if (sess_was_empty(r->st))
+		fprintf(stderr, "kvchat: %s was an empty file (0 bytes), which kvchat never leaves: "
+		    "it is a new database now; if it held conversations, they were lost before "
+		    "this start (a backup or 'kvchat recover' of a copy may have them)\n", r->db_path);
 	if (sess_readonly(r->st, &ro_why))
 		fprintf(stderr, "kvchat: %s is open read-only (%s): /list, /resume, /history and /export "
 		    "work; turns are refused\n", r->db_path, ro_why);
