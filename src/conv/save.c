@@ -123,16 +123,28 @@ conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char
 	return commit(c, msg, 1, -1, 0, key, true, err, errlen);
 }
 
-/* The title a first message gives: its first line, at most 48 bytes of whole characters. */
+/*
+ * The title a first message gives: its first line, at most 48 bytes of
+ * whole characters; a line cut there ends at the last space before the cut
+ * (no word cut in half) unless that would leave less than half of it.
+ */
 static size_t
 title_from(const char *text, char *t, size_t len)
 {
-	size_t n = 0;
+	size_t n = 0, sp;
 
 	while (*text == ' ' || *text == '\n' || *text == '\t')
 		text++;
 	while (text[n] && text[n] != '\n' && n < 48 && n + 1 < len)
 		n++;
+	if (text[n] != '\0' && text[n] != '\n' && text[n] != ' ' && text[n] != '\t') {
+		for (sp = n; sp > 0 && text[sp - 1] != ' ' && text[sp - 1] != '\t'; sp--)
+			;
+		if (sp > n / 2)
+			n = sp;
+	}
+	while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+		n--;
 	n = kvc_utf8_valid_prefix(text, n);
 	memcpy(t, text, n);
 	t[n] = '\0';
