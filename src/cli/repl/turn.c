@@ -153,14 +153,21 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_stats s;
 	struct conv_io io;
 	char err[512];
-	const char *why;
 	bool sigint;
 	int rc;
 
-	/* Refused before generating: a reply that could not be kept is not worth its time. */
-	if (sess_readonly(r->st, &why)) {
-		repl_error(r, "%s is open read-only (%s): /list, /resume, /history and /export work, "
-		    "but no turn can be saved", r->db_path, why);
+	/*
+	 * Refused before generating: a reply that could not be kept is not
+	 * worth its time. Why the store is read-only was said at start; this
+	 * names the line refused (its start, if long), so a batch's log shows
+	 * which lines were not sent.
+	 */
+	if (sess_readonly(r->st, NULL)) {
+		size_t n = strcspn(text, "\n");
+
+		n = kvc_utf8_valid_prefix(text, n > 60 ? 60 : n);
+		repl_error(r, "not sent, the database being read-only: \"%.*s%s\"", (int)n, text,
+		    text[n] != '\0' ? "..." : "");
 		return 1;
 	}
 	memset(&io, 0, sizeof io);
