@@ -56,4 +56,12 @@ echo "Tell me everything about the lighthouses of Brittany and their keepers" |
 t=$(sql "SELECT title FROM conversations ORDER BY id DESC LIMIT 1")
 echo "title: '$t'"
 check "the title ends at a word's end ('$t')" [ "$t" = "Tell me everything about the lighthouses of" ]
+
+# A prefix of a title names none, but the titles it starts are suggested
+# with their ids (issue 26, newcomer 5).
+O=$(sql "SELECT id FROM conversations WHERE title = 'other'")
+echo "again" | "$KVCHAT" $OPTS --resume oth >/dev/null 2>"$TMPD/pre.err"
+check "--resume oth: still refused" [ $? -ne 0 ]
+cat "$TMPD/pre.err"
+check "--resume oth: suggests 'other' with its id" grep -q "'other' (id $O)" "$TMPD/pre.err"
 done_testing
