@@ -445,9 +445,12 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	st->prompt_tokens = (int)delta.n;
 	rc = prompt_compute(c, &delta, &target, sync, old_n, new_win, io, &es, st, err, errlen);
 	if (rc) {
-		/* Stopped or failed before the reply: the turn is taken back whole. */
+		/* Stopped or failed before the reply: the turn is taken back whole.
+		 * Its figures still say what was reused and computed, and how fast. */
 		st->interrupted = rc == KVC_EINTR;
+		st->reused_tokens = es.n_reused;
 		st->prefill_tokens = es.n_computed;
+		st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
 		unslide(c, old_keep, old_cut);
 		unstore_user(c, fresh, was_auto);
 		goto out;
