@@ -149,14 +149,51 @@ struct walker {
 	sqlite3_stmt *scan, *one, *ins;
 	const struct table_copy *t;
 	struct sess_recover_stats *stats;
+	sqlite3_stmt *placeholder;	/* messages: makes the row of a lost conversation */
 };
 
-/* One row to the output; a row the output refuses (no conversation) is lost. */
+/*
+ * A message whose conversation's row is lost (its page destroyed) is still
+ * what was said: it goes under a conversation made for it, with that id,
+ * titled "recovered conversation ID" (the man page's promise). Its model,
+ * template and settings are unknown: empty, as a resume then takes the
+ * model it is given and re-tokenizes when it is another (conv.c).
+ */
+static bool
+make_placeholder(struct walker *w, int64_t conv)
+{
+	int rc;
+
+	sqlite3_bind_int64(w->placeholder, 1, conv);
+	sqlite3_bind_int64(w->placeholder, 2, sess_time());
+	rc = sqlite3_step(w->placeholder);
+	sqlite3_reset(w->placeholder);
+	if (rc != SQLITE_DONE || sqlite3_changes(sqlite3_db_handle(w->placeholder)) != 1)
+		return false;
+	w->stats->placeholders++;
+	w->stats->convs++;
+	return true;
+}
+
+/*
+ * One row to the output. A message the output refuses for want of its
+ * conversation gets a placeholder conversation and is inserted again; any
+ * other refused row is lost.
+ */
 static void
 put_row(struct walker *w, sqlite3_stmt *s)
 {
+	int rc;
+
 	bind_row(w->ins, s, w->t->n_cols);
-	if (sqlite3_step(w->ins) == SQLITE_DONE)
+	rc = sqlite3_step(w->ins);
+	if (rc == SQLITE_CONSTRAINT && w->placeholder != NULL &&
+	    sqlite3_column_type(s, 1) == SQLITE_INTEGER &&
+	    make_placeholder(w, sqlite3_column_int64(s, 1))) {
+		sqlite3_reset(w->ins);
+		rc = sqlite3_step(w->ins);
+	}
+	if (rc == SQLITE_DONE)
 		(*w->t->count)++;
 	else
 		w->stats->bad_rows++;
@@ -240,7 +277,7 @@ static int
 copy_table(sqlite3 *in, struct sess_store *out, const struct table_copy *t,
     struct sess_recover_stats *stats)
 {
-	struct walker w = { NULL, NULL, NULL, t, stats };
+	struct walker w = { NULL, NULL, NULL, t, stats, NULL };
 	char sql[1024], params[128] = "";
 	int ok;
 
@@ -255,6 +292,13 @@ copy_table(sqlite3 *in, struct sess_store *out, const struct table_copy *t,
 	snprintf(sql, sizeof sql, "INSERT OR IGNORE INTO %s (%s) VALUES (%s)", t->table,
 	    t->columns, params);
 	ok = ok && sqlite3_prepare_v2(out->db, sql, -1, &w.ins, NULL) == SQLITE_OK;
+	/* conv_id is the second column of messages (recover_into's list) */
+	if (ok && strcmp(t->table, "messages") == 0)
+		ok = sqlite3_prepare_v2(out->db, "INSERT OR IGNORE INTO conversations (id, title, "
+		    "model_fp, template, settings, created, updated, touched) VALUES (?1, "
+		    "'recovered conversation ' || ?1, '', '', '', ?2, ?2, "
+		    "(SELECT coalesce(max(touched), 0) + 1 FROM conversations))", -1,
+		    &w.placeholder, NULL) == SQLITE_OK;
 	if (ok)
 		walk_table(&w, max_rowid(in, t->table));
 	else
@@ -262,6 +306,7 @@ copy_table(sqlite3 *in, struct sess_store *out, const struct table_copy *t,
 	sqlite3_finalize(w.scan);
 	sqlite3_finalize(w.one);
 	sqlite3_finalize(w.ins);
+	sqlite3_finalize(w.placeholder);
 	return KVC_OK;
 }
 

@@ -237,9 +237,10 @@ check_origin(struct sess_store *st, int64_t conv, const char *title, const char 
 		    "loaded cache is %s", title, type, kv_type);
 		ret = KVC_ENOTFOUND;
 	} else if (win != window) {
-		kvc_err(err, errlen, "conversation '%s': its snapshot holds the context window "
-		    "from message %lld, the stream now starts at message %lld", title,
-		    (long long)win, (long long)window);
+		/* Window values are conv's keys (a slid one packs three numbers): not shown. */
+		kvc_err(err, errlen, "conversation '%s': its snapshot was made over another "
+		    "context window (where the stream starts, or what slid out of it, differs)",
+		    title);
 		ret = KVC_ENOTFOUND;
 	}
 	free(fp);

@@ -28,6 +28,7 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,8 +376,9 @@ struct pre_open {
  * beside it, is most likely a copy of sessions.db made without its -wal
  * (a WAL database keeps its first transactions, the schema included, in
  * the -wal until a checkpoint). Initialising it would hide the loss; say so.
- * A creator killed half-way leaves its -wal behind and is not refused; one
- * still at work holds the write lock, so we look again after it.
+ * kvchat itself never leaves one (create_atomic); a kvchat from before that,
+ * still creating the file in place, holds the write lock, so we look again
+ * after it.
  */
 static int
 refuse_schemaless(struct sess_store *st, const struct pre_open *pre, char *err, size_t errlen)
@@ -458,13 +460,11 @@ out:
 }
 
 /*
- * The folder of path (created 0700 as needed, and refused unless it is the
- * user's own: kvc_dir_check), then the database file itself, created 0600
- * before SQLite opens it: SQLite gives -wal and -shm the database file's
- * mode, whatever the umask.
+ * The folder of path, created 0700 as needed, and refused unless it is the
+ * user's own (kvc_dir_check). The file itself is made by create_atomic.
  */
 static int
-make_private(const char *path, char *err, size_t errlen)
+make_private_dir(const char *path, char *err, size_t errlen)
 {
 	char dir[4096], why[512];
 	int rc;
@@ -474,11 +474,139 @@ make_private(const char *path, char *err, size_t errlen)
 		return KVC_ERANGE;
 	}
 	rc = kvc_mkdirs_private(dir, why, sizeof why);
-	if (rc >= 0)
-		rc = kvc_file_create_private(path, why, sizeof why);
 	if (rc < 0) {
 		kvc_err(err, errlen, "%s: cannot open: %s", path, why);
 		return rc;
+	}
+	return KVC_OK;
+}
+
+/* fsync of a file or folder by name; 0 or -1 (errno). */
+static int
+sync_path(const char *path, bool dir)
+{
+	int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+static void
+unlink_db_files(const char *name)
+{
+	char side[4200];
+
+	(void)unlink(name);
+	snprintf(side, sizeof side, "%s-wal", name);
+	(void)unlink(side);
+	snprintf(side, sizeof side, "%s-shm", name);
+	(void)unlink(side);
+}
+
+static int open_conn(struct sess_store *st, const char *name, int oflags,
+    const struct pre_open *pre, char *err, size_t errlen);
+
+/*
+ * A new database appears at path whole or not at all. Created in place, a
+ * kill between the file's creation and the schema's commit left a file with
+ * SQLite's header and no tables, which every later start must refuse (it is
+ * also what a copy made without its -wal looks like: refuse_schemaless). So
+ * it is built under a fresh name beside path (mkostemp: 0600, O_EXCL) with
+ * its schema, closed (SQLite folds the -wal into the file and removes it),
+ * fsynced, and given its name by link(2), which never replaces a file that
+ * another kvchat created there meanwhile (that one is used), then the
+ * folder is fsynced. A kill leaves nothing at path, or a complete empty
+ * database; at most a stray PATH.XXXXXX beside it.
+ */
+static int
+create_atomic(const char *path, char *err, size_t errlen)
+{
+	struct sess_store tmp = {0};
+	struct pre_open pre = {0};
+	char *name = NULL, dir[4096];
+	int fd, ret;
+
+	fd = kvc_file_tmp_beside(path, KVC_FILE_MODE, &name, err, errlen);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	tmp.path = name;
+	tmp.part_max = SESS_PART_MAX_DEFAULT;
+	tmp.wait_limit_ms = SESS_WAIT_LIMIT_MS;
+	ret = open_conn(&tmp, name, SQLITE_OPEN_READWRITE, &pre, err, errlen);
+	if (ret == KVC_OK) {
+		/* The last connection's close checkpoints and removes the -wal. */
+		if (sqlite3_close(tmp.db) != SQLITE_OK || sync_path(name, false) != 0) {
+			kvc_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+			ret = KVC_EIO;
+		}
+		tmp.db = NULL;
+	}
+	if (ret == KVC_OK && link(name, path) != 0 && errno != EEXIST) {
+		/* A filesystem without hard links: a rename, over nothing if we can. */
+		if (access(path, F_OK) == 0 || rename(name, path) != 0) {
+			kvc_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+			ret = KVC_EIO;
+		}
+	}
+	unlink_db_files(name);
+	if (ret == KVC_OK && kvc_dir_of(path, dir, sizeof dir) == KVC_OK)
+		(void)sync_path(dir, true);
+	free(name);
+	return ret;
+}
+
+/*
+ * A link at the database path. SQLite follows links, so a dangling one
+ * (planted, or left over) would have it create the database wherever the
+ * link points, in a folder nothing checked, with the umask's mode. A link
+ * is therefore followed only to an existing regular file of the user's
+ * own, in a folder kvc_dir_check accepts (the user made such a link);
+ * anything else is refused, naming the link. *real is what to open: the
+ * link's target, or path itself when it is no link (the caller frees it).
+ */
+static int
+resolve_link(const char *path, char **real, char *err, size_t errlen)
+{
+	struct stat lsb, sb;
+	char dir[4096], why[512];
+	char *target;
+
+	if (lstat(path, &lsb) != 0 || !S_ISLNK(lsb.st_mode)) {
+		*real = strdup(path);
+		goto out;
+	}
+	*real = NULL;
+	target = realpath(path, NULL);
+	if (target == NULL) {
+		kvc_err(err, errlen, "%s: cannot open: it is a link to nothing (%s); kvchat "
+		    "does not create its database through a link, which someone else may "
+		    "have placed there: remove the link, or name the real file with --db",
+		    path, strerror(errno));
+		return KVC_EINVAL;
+	}
+	if (stat(target, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) {
+		kvc_err(err, errlen, "%s: cannot open: it is a link to %s, which is not a "
+		    "file of yours; remove the link, or name the real file with --db",
+		    path, target);
+		free(target);
+		return KVC_EINVAL;
+	}
+	if (kvc_dir_of(target, dir, sizeof dir) != KVC_OK ||
+	    kvc_dir_check(dir, why, sizeof why) != KVC_OK) {
+		kvc_err(err, errlen, "%s: cannot open: it is a link to %s, in a folder kvchat "
+		    "refuses: %s", path, target, why);
+		free(target);
+		return KVC_EINVAL;
+	}
+	*real = target;
+out:
+	if (*real == NULL) {
+		kvc_err(err, errlen, "%s: cannot open: out of memory", path);
+		return KVC_ENOMEM;
 	}
 	return KVC_OK;
 }
@@ -565,8 +693,9 @@ sess_open(struct sess_store **out, const char *path, char *err, size_t errlen)
 	return sess_open_ex(out, path, 0, err, errlen);
 }
 
-int
-sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
+/* sess_open_ex once path is known to be no link. */
+static int
+open_real(struct sess_store **out, const char *path, unsigned flags, char *err,
     size_t errlen)
 {
 	struct pre_open pre = {0};
@@ -576,11 +705,6 @@ sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *er
 	const char *why;
 	int ret;
 
-	*out = NULL;
-	if (path == NULL || *path == '\0') {
-		kvc_err(err, errlen, "sessions database: cannot open: empty path");
-		return KVC_EINVAL;
-	}
 	snprintf(walpath, sizeof walpath, "%s-wal", path);
 	pre.exists = stat(path, &sb) == 0;
 	pre.size = pre.exists ? sb.st_size : 0;
@@ -590,7 +714,9 @@ sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *er
 		return KVC_ENOTFOUND;
 	}
 	if (!(flags & SESS_OPEN_READONLY)) {
-		ret = make_private(path, err, errlen);
+		ret = make_private_dir(path, err, errlen);
+		if (ret == KVC_OK && !pre.exists)
+			ret = create_atomic(path, err, errlen);
 		if (ret != KVC_OK)
 			return ret;
 	}
@@ -602,6 +728,8 @@ sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *er
 	}
 	st->part_max = SESS_PART_MAX_DEFAULT;
 	st->flags = flags;
+	/* kvchat never leaves an empty file (create_atomic): someone's truncation */
+	st->was_empty = pre.exists && pre.size == 0 && !pre.wal;
 	st->wait_limit_ms = SESS_WAIT_LIMIT_MS;
 	if (flags & SESS_OPEN_READONLY) {
 		snprintf(st->ro_why, sizeof st->ro_why, "as asked");
@@ -622,6 +750,34 @@ sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *er
 	}
 	*out = st;
 	return KVC_OK;
+}
+
+int
+sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
+    size_t errlen)
+{
+	char *real;
+	int ret;
+
+	*out = NULL;
+	if (path == NULL || *path == '\0') {
+		kvc_err(err, errlen, "sessions database: cannot open: empty path");
+		return KVC_EINVAL;
+	}
+	/* From here the path opened is no link. Its folder is private
+	 * (kvc_dir_check), so no one else can put one there meanwhile. */
+	ret = resolve_link(path, &real, err, errlen);
+	if (ret != KVC_OK)
+		return ret;
+	ret = open_real(out, real, flags, err, errlen);
+	free(real);
+	return ret;
+}
+
+bool
+sess_was_empty(const struct sess_store *st)
+{
+	return st->was_empty && !st->readonly;
 }
 
 bool

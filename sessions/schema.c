@@ -13,7 +13,12 @@
  *                  reused after a delete (AUTOINCREMENT, since version 3)
  *   title          its name; not unique, a lookup by title takes the most
  *                  recently touched
- *   model_fp       fingerprint of the engine (model) it was created with
+ *   model_fp       fingerprint of the engine (model) it was created with,
+ *                  or last moved to (sess_conv_rebind)
+ *   model_path     the model file's path then (absolute as the program gave
+ *                  it); NULL before version 4
+ *   vocab_fp       fingerprint of that model's vocabulary: the message ids
+ *                  are its token ids; NULL before version 4
  *   template       name of the chat template family its messages were
  *                  rendered with
  *   system         the system prompt, NULL if none
@@ -194,6 +199,13 @@ const char *const sess_migrations[] = {
 	"CREATE INDEX conversations_title ON conversations(title, touched);\n"
 	"CREATE INDEX conversations_touched ON conversations(touched);\n"
 	"ALTER TABLE locks ADD COLUMN program TEXT NOT NULL DEFAULT '';\n",
+	/*
+	 * 3 -> 4: a conversation names its model's file and vocabulary, so a
+	 * resume runs it on that file, and never feeds its token ids to a
+	 * model of another vocabulary (rebind.c). NULL on older rows.
+	 */
+	"ALTER TABLE conversations ADD COLUMN model_path TEXT;\n"
+	"ALTER TABLE conversations ADD COLUMN vocab_fp TEXT;\n",
 };
 
 const int sess_n_migrations = (int)(sizeof sess_migrations / sizeof sess_migrations[0]);

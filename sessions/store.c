@@ -15,7 +15,7 @@
 	"c.id, c.title, c.model_fp, c.template, c.system, c.settings, c.created, c.updated, " \
 	"(SELECT count(*) FROM messages m WHERE m.conv_id = c.id), " \
 	"(SELECT coalesce(sum(length(m.tokens)), 0) / 4 FROM messages m WHERE m.conv_id = c.id), " \
-	"c.window"
+	"c.window, c.model_path, c.vocab_fp"
 
 /* Bumps the recency order: the most recently used conversation comes first. */
 #define TOUCH_SQL \
@@ -46,6 +46,8 @@ sess_conv_clear(struct sess_conv *c)
 	free(c->template_name);
 	free(c->system);
 	free(c->settings);
+	free(c->model_path);
+	free(c->vocab_fp);
 	memset(c, 0, sizeof *c);
 }
 
@@ -66,6 +68,8 @@ fill_conv(sqlite3_stmt *s, struct sess_conv *c)
 	c->n_msgs = sqlite3_column_int(s, 8);
 	c->n_tokens = sqlite3_column_int(s, 9);
 	c->window = sqlite3_column_int64(s, 10);
+	c->model_path = dup_col(s, 11, &oom);
+	c->vocab_fp = dup_col(s, 12, &oom);
 	if (oom) {
 		sess_conv_clear(c);
 		return KVC_ENOMEM;
@@ -399,7 +403,6 @@ sess_conv_set_window(struct sess_store *st, int64_t id, int64_t window, char *er
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
-static unsigned char *encode_ids(const int32_t *ids, int n);
 static int touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t errlen);
 
 int
@@ -411,7 +414,7 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 	sqlite3_stmt *s = NULL;
 	int ret;
 
-	if ((blob = encode_ids(ids, n)) == NULL) {
+	if ((blob = sess_encode_ids(ids, n)) == NULL) {
 		kvc_err(err, errlen, "%s: out of memory", what);
 		return KVC_ENOMEM;
 	}
@@ -488,9 +491,8 @@ touch(struct sess_store *st, int64_t conv, const char *what, char *err, size_t e
 	return sess_exec_ids(st, TOUCH_SQL, conv, sess_time(), what, err, errlen);
 }
 
-/* Token ids as little-endian int32, whatever the host order. */
-static unsigned char *
-encode_ids(const int32_t *ids, int n)
+unsigned char *
+sess_encode_ids(const int32_t *ids, int n)
 {
 	unsigned char *b = malloc((size_t)n * 4 + 1), *p = b;
 	int i;
@@ -547,7 +549,7 @@ insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, in
 		    what, err, errlen);
 	for (i = 0; ret == KVC_OK && i < n; i++) {
 		const struct sess_msg *m = &msgs[i];
-		unsigned char *blob = encode_ids(m->ids, m->n_ids);
+		unsigned char *blob = sess_encode_ids(m->ids, m->n_ids);
 
 		if (blob == NULL) {
 			ret = oom(st, what, err, errlen);
@@ -625,8 +627,8 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
  */
 static int
 write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
-    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, const char *what,
-    char *err, size_t errlen)
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, int64_t window,
+    const char *what, char *err, size_t errlen)
 {
 	char *title = NULL;
 	int ret;
@@ -642,6 +644,13 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	ret = sess_conv_title(st, conv, &title, what, err, errlen);
 	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
+	/* A new window: the old chunks hold another stream's cache. */
+	if (ret == KVC_OK && window >= 0)
+		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", conv, 0,
+		    what, err, errlen);
+	if (ret == KVC_OK && window >= 0)
+		ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", conv,
+		    window, what, err, errlen);
 	if (ret == KVC_OK)
 		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
 	if (ret == KVC_OK && chunk)
@@ -656,7 +665,33 @@ int
 sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
     const struct sess_chunk *chunk, char *err, size_t errlen)
 {
-	return write_turn(st, conv, -1, 0, msgs, n, chunk, "cannot save turn", err, errlen);
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, -1, "cannot save turn", err, errlen);
+}
+
+int
+sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_msg *msgs,
+    int n, const struct sess_chunk *chunk, int64_t window, char *err, size_t errlen)
+{
+	if (window < 0) {
+		kvc_err(err, errlen, "%s: cannot save turn: negative window %lld", st->path,
+		    (long long)window);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, window, "cannot save turn", err,
+	    errlen);
+}
+
+int
+sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot rewind";
+
+	if (keep_msgs < 0 || window < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length or window", st->path, what);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, window, what, err, errlen);
 }
 
 int
@@ -668,7 +703,8 @@ sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) ==
 	    SQLITE_OK)
 		st->sync_later = true;
-	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, "cannot save your message", err, errlen);
+	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, -1, "cannot save your message", err,
+	    errlen);
 	if (st->sync_later) {
 		st->sync_later = false;
 		/* failing, the next commit would not sync: say so rather than risk it */
@@ -690,7 +726,7 @@ sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, what, err, errlen);
+	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, -1, what, err, errlen);
 }
 
 static int32_t *

@@ -57,6 +57,12 @@ enum {
 int sess_open_ex(struct sess_store **out, const char *path, unsigned flags, char *err,
     size_t errlen);
 /*
+ * Whether the file was there but empty (0 bytes) and was made a new
+ * database by this open: kvchat never leaves one, so a database truncated
+ * to nothing is the likely cause, and the caller says so.
+ */
+bool sess_was_empty(const struct sess_store *st);
+/*
  * Whether st is read-only; *why (if not NULL) receives the reason, e.g.
  * "the disk is full", for a message that refuses a write.
  */
@@ -86,12 +92,15 @@ struct sess_recover_stats {
 	int convs, msgs, chunks, locks;	/* rows copied */
 	int bad_rows;			/* rows that could not be read */
 	int bad_tables;			/* tables that could not be read at all */
+	int placeholders;		/* of convs: made for messages whose conversation row was lost */
 };
 /*
  * Salvage a damaged database: every conversation, message and snapshot-chunk
  * row that can still be read from in is copied into out, a new kvchat
  * database (refused if it exists). Rows are read one by one by rowid, so a
- * damaged page costs only its own rows. Chunks of a conversation with a
+ * damaged page costs only its own rows. Messages whose conversation row is
+ * lost go under a placeholder conversation with that id, titled "recovered
+ * conversation ID". Chunks of a conversation with a
  * missing or damaged part are dropped (the next start recomputes them).
  * 0 if out was written, even with losses (see *stats).
  */
@@ -109,6 +118,8 @@ struct sess_conv {
 	int n_msgs;
 	int n_tokens;		/* tokens in the stored stream */
 	int64_t window;		/* first message the cache holds; 0 = all */
+	char *model_path;	/* the model file it was made with, or NULL (older rows) */
+	char *vocab_fp;		/* that model's vocabulary fingerprint, or NULL */
 };
 void sess_conv_clear(struct sess_conv *c);	/* frees the strings */
 
@@ -199,6 +210,23 @@ int sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg 
     const struct sess_chunk *chunk, char *err, size_t errlen);
 
 /*
+ * sess_turn_commit of a turn that starts a new window (its cache dropped
+ * or slid old positions): the conversation's chunks (another stream's
+ * cache) are deleted, msgs and chunk appended and its window set to window
+ * (conv's key), in one transaction, so a kill never leaves the window of
+ * one turn with the chunks or messages of another.
+ */
+int sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_msg *msgs,
+    int n, const struct sess_chunk *chunk, int64_t window, char *err, size_t errlen);
+
+/*
+ * sess_rewind to keep_msgs messages and no chunks, and the window set to
+ * window, in one transaction (an /undo that chooses the window again).
+ */
+int sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
+    char *err, size_t errlen);
+
+/*
  * sess_turn_commit of one message whose durability can wait for the next
  * commit (the user's message, stored before its prompt is computed): the
  * WAL is not synced and not checkpointed, so no fsync delays the prefill.
@@ -254,10 +282,33 @@ int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t err
 int sess_conv_lock(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 void sess_conv_unlock(struct sess_store *st, int64_t conv);
 
+/* --- rebind.c: which model a conversation belongs to --- */
+
+/* Record the model file and vocabulary fingerprint of a conversation. */
+int sess_conv_set_model(struct sess_store *st, int64_t id, const char *model_path,
+    const char *vocab_fp, char *err, size_t errlen);
+
+/* A conversation moved to another model: what it is recorded as from now on. */
+struct sess_model {
+	const char *model_fp;	/* engine fingerprint */
+	const char *vocab_fp;	/* vocabulary fingerprint */
+	const char *path;	/* the model file */
+	const char *template_name;	/* chat family name */
+};
+/*
+ * In one transaction: the conversation's model becomes to, each of its
+ * messages (msgs[i] is the message of seq i, n of them, all it has) gets
+ * msgs[i].ids as its tokens, and its snapshot chunks (another model's
+ * cache) are deleted. Text, roles and figures are left as they are.
+ * KVC_EINVAL when n is not the number of stored messages.
+ */
+int sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model *to,
+    const struct sess_msg *msgs, int n, char *err, size_t errlen);
+
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 3
+#define SESS_SCHEMA_VERSION 4
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

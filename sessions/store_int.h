@@ -10,6 +10,7 @@
  *   lock.c      per-conversation process locks; sess_close
  *   chunks.c    snapshot chunk rows: write, load, verify, clear
  *   store.c     conversation rows, messages, turns, rewinds
+ *   rebind.c    a conversation's model: recorded, or moved to another
  *   check.c     sess_check, the integrity check
  *   admin.c     whole-database operations: backup, recover
  */
@@ -28,6 +29,7 @@ struct sess_store {
 	int n_locked, cap_locked;
 	unsigned flags;		/* SESS_OPEN_* */
 	bool readonly;		/* opened read-only (asked, or fallen back to) */
+	bool was_empty;		/* the file was there with 0 bytes (sess_was_empty) */
 	bool sync_later;	/* this commit: WAL not synced, no checkpoint (sess_user_commit) */
 	char ro_why[200];	/* why, for the message refusing a write */
 	void (*wait_fn)(void *arg, const char *msg);	/* sess_set_wait_notice */
@@ -150,5 +152,11 @@ int sess_chunk_write(struct sess_store *st, int64_t conv, const char *title,
  */
 int sess_chunks_verify(struct sess_store *st, int64_t conv, const char *title,
     const char *what, char *err, size_t errlen);
+
+/* --- store.c --- */
+
+/* Token ids as little-endian int32, whatever the host order (malloc'ed, at
+ * least 1 byte); NULL when out of memory. */
+unsigned char *sess_encode_ids(const int32_t *ids, int n);
 
 #endif

@@ -33,6 +33,12 @@ conv_mgr_new(struct conv_mgr **out, struct kvc_engine *e, struct sess_store *st,
 		}
 	}
 	m->p.jinja = m->jinja;
+	if (p->model_path && (m->model_path = conv_strdup(p->model_path)) == NULL) {
+		free(m->jinja);
+		free(m);
+		return KVC_ENOMEM;
+	}
+	m->p.model_path = m->model_path;
 	*out = m;
 	return KVC_OK;
 }
@@ -44,6 +50,7 @@ conv_mgr_free(struct conv_mgr *m)
 		return;
 	while (m->open)
 		conv_close(m->open);
+	free(m->model_path);
 	free(m->jinja);
 	free(m);
 }
@@ -197,12 +204,58 @@ out:
 	return rc;
 }
 
+/*
+ * Whether the stored ids are this model's: the same vocabulary, or for a
+ * conversation stored before vocabularies were recorded, the same model.
+ */
+static bool
+same_vocab(const struct conv_mgr *m, const struct sess_conv *row)
+{
+	if (row->vocab_fp != NULL)
+		return strcmp(row->vocab_fp, eng_vocab_fingerprint(m->e)) == 0;
+	return row->model_fp != NULL && strcmp(row->model_fp, eng_fingerprint(m->e)) == 0;
+}
+
+/*
+ * A conversation made with a model of another vocabulary: its ids would be
+ * other words to this one. Its messages are tokenised afresh from their
+ * text, and (when the store can be written) it moves to this model in one
+ * transaction, so what is stored stays in one vocabulary; a failed move
+ * refuses the conversation rather than mix two.
+ */
+static int
+move_to_model(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct sess_model to = {
+		.model_fp = eng_fingerprint(m->e),
+		.vocab_fp = eng_vocab_fingerprint(m->e),
+		.path = m->model_path,
+		.template_name = chat_family_name(m->p.family),
+	};
+	int rc = conv_retokenize(c, err, errlen);
+
+	if (rc)
+		return rc;
+	if (!sess_readonly(m->st, NULL)) {
+		rc = sess_conv_rebind(m->st, c->id, &to, c->msgs, c->n_msgs, err, errlen);
+		if (rc)
+			return rc;
+	}
+	conv_notice(m, "conversation %" PRId64 " was made with %s, whose vocabulary differs: "
+	    "its messages were tokenized afresh for this model%s", c->id,
+	    row->model_path ? row->model_path : "another model",
+	    sess_readonly(m->st, NULL) ? "" : ", which it uses from now on");
+	return KVC_OK;
+}
+
 /* Title, system prompt, settings and messages of a stored conversation. */
 static int
 load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct sess_msg *v = NULL;
+	int64_t window = row->window;
 	int n = 0, rc;
 
 	c->title = conv_strdup(row->title ? row->title : "");
@@ -220,8 +273,13 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 	for (int i = 0; i < n && rc == 0; i++)
 		rc = conv_msgs_push(c, &v[i]);
 	sess_msgs_free(v, n);
+	if (rc == 0 && n > 0 && !same_vocab(m, row)) {
+		rc = move_to_model(c, row, err, errlen);
+		/* the window's positions were counted in the other tokens */
+		window = 0;
+	}
 	if (rc == 0)
-		rc = open_window(c, row->window, err, errlen);
+		rc = open_window(c, window, err, errlen);
 	if (rc == 0 && n > 0 && c->msgs[n - 1].role == SESS_USER)
 		conv_notice(m, "conversation %" PRId64 ": the reply to the last message was cut "
 		    "off (kvchat stopped while answering); /retry answers it", c->id);

@@ -43,6 +43,7 @@ enum conv_overflow {
 struct conv_params {
 	enum chat_family family;
 	const char *jinja;		/* the model's template text, or NULL */
+	const char *model_path;		/* the model's file, recorded with each new conversation; may be NULL */
 	size_t kv_budget;		/* bytes for all resident caches; 0 = unlimited */
 	enum conv_overflow overflow;
 	int keep;			/* slide: positions kept at the front; 0 = the system prompt, or 4 */

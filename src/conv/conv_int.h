@@ -38,6 +38,7 @@ struct conv_mgr {
 	struct sess_store *st;		/* not owned */
 	struct conv_params p;
 	char *jinja;			/* copy of p.jinja */
+	char *model_path;		/* copy of p.model_path */
 	struct conv *open;		/* open conversations, a list */
 	uint64_t tick;			/* LRU clock */
 	struct conv_work work;		/* the work the prefill hook reports */
@@ -126,6 +127,13 @@ int conv_chat_list(const struct conv *c, int from, int to, const char *user,
 /* The system prompt plus msgs[k] (or user) with the generation prompt. */
 int conv_render_head(const struct conv *c, int k, const char *user, struct kvc_tokens *out,
     char *err, size_t errlen);
+/*
+ * Every message's ids rendered afresh from its text with this model's
+ * tokenizer and template, for a conversation made with a model of another
+ * vocabulary (its stored ids mean other text here); replies become their
+ * text's tokens.
+ */
+int conv_retokenize(struct conv *c, char *err, size_t errlen);
 /* The stream of window k over msgs[0..to). */
 int conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *out,
     char *err, size_t errlen);
@@ -158,6 +166,13 @@ void conv_chunks_trim(struct conv *c, int n_pos);
 int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
     int n_keep, int64_t win, char *err, size_t errlen);
 /*
+ * A turn's reply msg on a new window (key): in one transaction the old
+ * chunks go, the reply and a chunk of the whole cache are stored and the
+ * conversation's window becomes key (sess_turn_commit_window).
+ */
+int conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char *err,
+    size_t errlen);
+/*
  * Make c a stored conversation (no-op if it is one): create its row, titled
  * from first when the title is provisional, and take its lock.
  */
@@ -174,8 +189,6 @@ void conv_save_snapshot(struct conv *c);
  */
 void conv_save_tail(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
-/* The window changed: save the settings text that remembers it, or say it failed. */
-void conv_save_window(struct conv *c);
 
 /* residency.c */
 /* Evict least recently used caches (never keep's) until extra more bytes fit. */

@@ -56,15 +56,20 @@ chunk_start(const struct conv *c, int keep, int n_keep)
 	return pos0;
 }
 
-int
-conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
-    int n_keep, int64_t win, char *err, size_t errlen)
+/*
+ * conv_commit_reply, or with rewindow a turn on a new window: its chunk
+ * then covers the cache from 0, and the old chunks go and the window is
+ * set in the same transaction.
+ */
+static int
+commit(struct conv *c, const struct sess_msg *msgs, int n, int keep, int n_keep, int64_t win,
+    bool rewindow, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct kvc_buf blob = {0};
 	struct sess_chunk ch, *chp = NULL;
 	char why[256] = "";
-	int pos0 = chunk_start(c, keep, n_keep), pos1 = eng_seq_n_pos(c->seq), rc;
+	int pos0 = rewindow ? 0 : chunk_start(c, keep, n_keep), pos1 = eng_seq_n_pos(c->seq), rc;
 
 	if (pos1 > pos0) {
 		/* Without a chunk the reply is still stored; the next chunk covers these positions. */
@@ -81,33 +86,65 @@ conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
 			conv_store_failed(c, "snapshot", why);
 		}
 	}
-	if (n == 0 && chp == NULL && keep < 0) {
+	if (n == 0 && chp == NULL && keep < 0 && !rewindow) {
 		kvc_buf_free(&blob);
 		return KVC_OK;	/* nothing to write */
 	}
-	rc = keep >= 0 ? sess_turn_replace(m->st, c->id, keep, n_keep, msgs, n, chp, err, errlen) :
-	    sess_turn_commit(m->st, c->id, msgs, n, chp, err, errlen);
+	if (rewindow)
+		rc = sess_turn_commit_window(m->st, c->id, msgs, n, chp, win, err, errlen);
+	else if (keep >= 0)
+		rc = sess_turn_replace(m->st, c->id, keep, n_keep, msgs, n, chp, err, errlen);
+	else
+		rc = sess_turn_commit(m->st, c->id, msgs, n, chp, err, errlen);
 	kvc_buf_free(&blob);
 	if (rc)
 		return rc;
 	/* Stored: the picture of the chunks on disk follows. */
 	if (keep >= 0)
 		conv_chunks_trim(c, n_keep);
+	if (rewindow)
+		conv_chunks_trim(c, 0);
 	if (chp != NULL && conv_chunks_push(c, pos1) != 0)
 		c->snap_end = pos1;	/* out of memory: at least the next chunk starts right */
 	return KVC_OK;
 }
 
-/* The title a first message gives: its first line, at most 48 bytes of whole characters. */
+int
+conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int keep,
+    int n_keep, int64_t win, char *err, size_t errlen)
+{
+	return commit(c, msgs, n, keep, n_keep, win, false, err, errlen);
+}
+
+int
+conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char *err,
+    size_t errlen)
+{
+	return commit(c, msg, 1, -1, 0, key, true, err, errlen);
+}
+
+/*
+ * The title a first message gives: its first line, at most 48 bytes of
+ * whole characters; a line cut there ends at the last space before the cut
+ * (no word cut in half) unless that would leave less than half of it.
+ */
 static size_t
 title_from(const char *text, char *t, size_t len)
 {
-	size_t n = 0;
+	size_t n = 0, sp;
 
 	while (*text == ' ' || *text == '\n' || *text == '\t')
 		text++;
 	while (text[n] && text[n] != '\n' && n < 48 && n + 1 < len)
 		n++;
+	if (text[n] != '\0' && text[n] != '\n' && text[n] != ' ' && text[n] != '\t') {
+		for (sp = n; sp > 0 && text[sp - 1] != ' ' && text[sp - 1] != '\t'; sp--)
+			;
+		if (sp > n / 2)
+			n = sp;
+	}
+	while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+		n--;
 	n = kvc_utf8_valid_prefix(text, n);
 	memcpy(t, text, n);
 	t[n] = '\0';
@@ -121,7 +158,7 @@ conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
 	struct kvc_buf sb = {0};
 	char t[64];
 	char *title = NULL;
-	int64_t id;
+	int64_t id = 0;
 	int rc;
 
 	if (c->id != 0)
@@ -137,7 +174,10 @@ conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
 	rc = sess_conv_create(m->st, title ? title : c->title, eng_fingerprint(m->e),
 	    chat_family_name(m->p.family), c->system, sb.p, &id, err, errlen);
 	kvc_buf_free(&sb);
-	if (rc == 0 && (rc = sess_conv_lock(m->st, id, err, errlen)) != 0)
+	if (rc == 0 && (rc = sess_conv_lock(m->st, id, err, errlen)) == 0)
+		rc = sess_conv_set_model(m->st, id, m->model_path, eng_vocab_fingerprint(m->e),
+		    err, errlen);
+	if (rc != 0 && id != 0)
 		(void)sess_conv_delete(m->st, id, NULL, 0);
 	if (rc) {
 		free(title);
@@ -190,7 +230,7 @@ conv_save_tail(struct conv *c)
 	if (c->seq == NULL || !eng_seq_resident(c->seq) || eng_seq_n_pos(c->seq) <= c->snap_end)
 		return;
 	/* Left unwritten, the next turn's chunk would cover it, but a start before then rebuilds. */
-	if (conv_commit_reply(c, NULL, 0, -1, 0, c->win, err, sizeof err) != 0)
+	if (conv_commit_reply(c, NULL, 0, -1, 0, conv_window_key(c, c->win), err, sizeof err) != 0)
 		conv_store_failed(c, "snapshot", err);
 }
 
@@ -209,16 +249,4 @@ conv_save_settings(struct conv *c, char *err, size_t errlen)
 		kvc_err(err, errlen, "out of memory");
 	kvc_buf_free(&b);
 	return rc;
-}
-
-void
-conv_save_window(struct conv *c)
-{
-	char err[256] = "";
-
-	if (c->id == 0)
-		return;
-	/* Unsaved, a resume starts from the old window and rebuilds the cache (with a notice). */
-	if (sess_conv_set_window(c->m->st, c->id, conv_window_key(c, c->win), err, sizeof err) != 0)
-		conv_store_failed(c, "window", err);
 }

@@ -139,17 +139,21 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 		 * The window began at a message being dropped, or the message
 		 * begins in the part slid away: choose the window again.
 		 */
+		int n_all = c->n_msgs;
+
 		conv_slide_reset(c);
-		rc = sess_rewind(c->m->st, c->id, k, 0, err, errlen);
-		if (rc)
-			return rc;
-		conv_msgs_drop(c, k);
+		/* The window of msgs[0..k), stored with the rewind in one transaction. */
+		c->n_msgs = k;
 		if (conv_fit_window(c, 0, eng_n_ctx(c->m->e) - conv_reply_reserve(c), &w,
 		    NULL, 0) != 0)
 			w = c->n_msgs > 0 ? c->n_msgs - 2 : 0;
+		c->n_msgs = n_all;
+		rc = sess_rewind_window(c->m->st, c->id, k, conv_window_key(c, w), err, errlen);
+		if (rc)
+			return rc;
+		conv_msgs_drop(c, k);
 		c->win = w;
 		conv_drop_seq(c);
-		conv_save_window(c);
 		return conv_activate(c, err, errlen);
 	}
 	rc = stream_len(c, k, &n_pos, err, errlen);
@@ -358,16 +362,11 @@ commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, int64_t old
     size_t errlen)
 {
 	int64_t key = conv_window_key(c, new_win);
+	bool rewindow = new_win != c->win || key != old_key;
 	int rc;
 
-	if (new_win != c->win || key != old_key) {
-		rc = sess_chunks_clear(c->m->st, c->id, err, errlen);
-		if (rc)
-			return rc;
-		c->n_chunk_ends = 0;
-		c->snap_end = 0;
-	}
-	rc = conv_commit_reply(c, rec, 1, -1, 0, key, err, errlen);
+	rc = rewindow ? conv_commit_window(c, rec, key, err, errlen) :
+	    conv_commit_reply(c, rec, 1, -1, 0, key, err, errlen);
 	if (rc)
 		return rc;
 	if (conv_msgs_push(c, rec)) {
@@ -376,10 +375,7 @@ commit_reply_turn(struct conv *c, struct sess_msg *rec, int new_win, int64_t old
 		conv_drop_seq(c);
 		return KVC_OK;
 	}
-	if (new_win != c->win || key != old_key) {
-		c->win = new_win;
-		conv_save_window(c);
-	}
+	c->win = new_win;
 	c->pend_resumed = c->pend_rebuilt = false;
 	return KVC_OK;
 }
@@ -449,9 +445,12 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	st->prompt_tokens = (int)delta.n;
 	rc = prompt_compute(c, &delta, &target, sync, old_n, new_win, io, &es, st, err, errlen);
 	if (rc) {
-		/* Stopped or failed before the reply: the turn is taken back whole. */
+		/* Stopped or failed before the reply: the turn is taken back whole.
+		 * Its figures still say what was reused and computed, and how fast. */
 		st->interrupted = rc == KVC_EINTR;
+		st->reused_tokens = es.n_reused;
 		st->prefill_tokens = es.n_computed;
+		st->prefill_tps = es.t_prefill > 0 ? es.n_computed / es.t_prefill : 0;
 		unslide(c, old_keep, old_cut);
 		unstore_user(c, fresh, was_auto);
 		goto out;
@@ -593,24 +592,19 @@ out:
 int
 conv_clear(struct conv *c, char *err, size_t errlen)
 {
-	char why[256] = "";
 	int rc;
 
 	if (c->id == 0)
 		return KVC_OK;	/* nothing stored, nothing said */
-	rc = sess_rewind(c->m->st, c->id, 0, 0, err, errlen);
+	/* Messages, chunks and window in one transaction. */
+	rc = sess_rewind_window(c->m->st, c->id, 0, 0, err, errlen);
 	if (rc)
 		return rc;
-	if (sess_chunks_clear(c->m->st, c->id, why, sizeof why) != 0)
-		conv_store_failed(c, "snapshot", why);
 	conv_msgs_drop(c, 0);
 	c->n_chunk_ends = 0;
 	c->snap_end = 0;
-	if (c->win || c->slide_keep) {
-		c->win = 0;
-		conv_slide_reset(c);
-		conv_save_window(c);
-	}
+	c->win = 0;
+	conv_slide_reset(c);
 	if (c->seq)
 		(void)eng_seq_truncate(c->seq, 0);
 	return KVC_OK;

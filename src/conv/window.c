@@ -63,6 +63,51 @@ conv_render_head(const struct conv *c, int k, const char *user, struct kvc_token
 	return rc;
 }
 
+int
+conv_retokenize(struct conv *c, char *err, size_t errlen)
+{
+	struct kvc_tokens t = {0};
+	struct chat_msg *v;
+	size_t n, sys;
+	int rc;
+
+	if (c->n_msgs == 0)
+		return KVC_OK;
+	rc = conv_chat_list(c, 0, c->n_msgs, NULL, &v, &n);
+	if (rc)
+		return rc;
+	sys = n - (size_t)c->n_msgs;
+	/* The replies' ids are the other vocabulary's: their text stands in. */
+	for (size_t k = 0; k < n; k++) {
+		v[k].ids = NULL;
+		v[k].n_ids = 0;
+	}
+	for (int i = 0; i < c->n_msgs && rc == 0; i++) {
+		size_t at = sys + (size_t)i;
+		int32_t *ids;
+
+		t.n = 0;
+		/* The first message's ids hold the system prompt before it. */
+		rc = chat_render_delta(eng_tokenizer(c->m->e), c->m->p.family, c->m->jinja, v,
+		    i == 0 ? 0 : at, at + 1, v[at].role == CHAT_USER, &t, err, errlen);
+		if (rc)
+			break;
+		ids = malloc((t.n > 0 ? t.n : 1) * sizeof *ids);
+		if (ids == NULL) {
+			rc = KVC_ENOMEM;
+			break;
+		}
+		if (t.n > 0)
+			memcpy(ids, t.v, t.n * sizeof *ids);
+		free(c->msgs[i].ids);
+		c->msgs[i].ids = ids;
+		c->msgs[i].n_ids = (int)t.n;
+	}
+	kvc_tokens_free(&t);
+	free(v);
+	return rc;
+}
+
 /* Window k over msgs[0..to): the head of k (or msgs[0]'s ids), then the later ids. */
 int
 conv_build_stream(const struct conv *c, int k, int to, struct kvc_tokens *out,

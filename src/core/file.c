@@ -430,7 +430,8 @@ exposed_one(const char *path, struct kvc_buf *list, struct kvc_buf *fix, bool *a
 
 	if (stat(path, &st) != 0 || !(st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)))
 		return;
-	(void)kvc_buf_printf(list, "%s%s (mode %04o)", *any ? ", " : "", path,
+	/* The list is shared by the files and the folder: a separator after any entry. */
+	(void)kvc_buf_printf(list, "%s%s (mode %04o)", list->n > 0 ? ", " : "", path,
 	    (unsigned)(st.st_mode & 07777));
 	shell_word(fix, path);
 	*any = true;

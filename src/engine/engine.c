@@ -133,6 +133,32 @@ make_fingerprint(struct kvc_engine *e)
 	snprintf(e->fingerprint, sizeof e->fingerprint, "%016llx", (unsigned long long)h);
 }
 
+/*
+ * The vocabulary alone: a conversation's stored ids mean the same text
+ * under any model whose vocabulary hashes the same (another quantisation
+ * of it, say), and nothing under another.
+ */
+static void
+make_vocab_fingerprint(struct kvc_engine *e)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	int32_t n = tok_n_vocab(e->tok);
+
+	fnv_str(&h, "kvchat-vocab-1");
+	fnv_str(&h, tok_model_name(e->tok));
+	fnv_str(&h, tok_pre_name(e->tok));
+	fnv_i64(&h, n);
+	for (int32_t i = 0; i < n; i++) {
+		size_t len;
+		const char *p = tok_piece(e->tok, i, &len);
+
+		fnv_i64(&h, (int64_t)len);
+		fnv(&h, p, len);
+		fnv_i64(&h, (int64_t)tok_type(e->tok, i));
+	}
+	snprintf(e->vocab_fp, sizeof e->vocab_fp, "%016llx", (unsigned long long)h);
+}
+
 /* ---- engine ---- */
 
 int
@@ -219,6 +245,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 		goto fail;
 	}
 	make_fingerprint(e);
+	make_vocab_fingerprint(e);
 	*out = e;
 	return KVC_OK;
 
@@ -256,6 +283,7 @@ int eng_n_ctx(const struct kvc_engine *e) { return e->n_ctx; }
 int eng_n_vocab(const struct kvc_engine *e) { return e->model.hp.n_vocab; }
 enum gguf_dtype eng_kv_type(const struct kvc_engine *e) { return e->kv_type; }
 const char *eng_fingerprint(const struct kvc_engine *e) { return e->fingerprint; }
+const char *eng_vocab_fingerprint(const struct kvc_engine *e) { return e->vocab_fp; }
 
 /* The cache types and how --kv-type, the store and /show spell them. */
 static const struct {

@@ -80,6 +80,12 @@ size_t eng_kv_window_bytes(const struct kvc_engine *e);
  * are only restored into an engine with the same fingerprint and type.
  */
 const char *eng_fingerprint(const struct kvc_engine *e);
+/*
+ * The vocabulary's own fingerprint (16 hex digits over every piece, its
+ * type, the tokenizer's kind): equal for two models whose token ids mean
+ * the same text, so a conversation's stored ids may be fed to either.
+ */
+const char *eng_vocab_fingerprint(const struct kvc_engine *e);
 /* Backend memory report (weights, caches), for /show. */
 void eng_describe(const struct kvc_engine *e, struct kvc_buf *out);
 

@@ -21,6 +21,7 @@ struct kvc_engine {
 	int kv_dim;			/* n_head_kv * head_dim */
 	size_t kv_row;			/* bytes of one K (or V) row of kv_dim elements */
 	char fingerprint[17];		/* 64-bit hash, hex */
+	char vocab_fp[17];		/* the vocabulary's alone (make_vocab_fingerprint) */
 	int (*hook)(void *arg, int done, int total);	/* eng_set_prefill_hook */
 	void *hook_arg;
 	double slice_tps;		/* positions/s of the last slice run with the hook; 0: none yet */

@@ -174,6 +174,20 @@ cur_fail(struct cursor *c, const char *what)
 	return KVC_EFORMAT;
 }
 
+/*
+ * A read that would run past the end of the file: most often a download
+ * that stopped, so the message says the file looks truncated (a lying
+ * count in a damaged or hostile file reads the same way).
+ */
+static int
+cur_short(struct cursor *c, const char *what)
+{
+	kvc_err(c->err, c->errlen, "%s: the file looks truncated (an interrupted download or "
+	    "copy?): %s (at byte %llu, the file ends at %llu)", c->name, what,
+	    (unsigned long long)c->off, (unsigned long long)c->size);
+	return KVC_EFORMAT;
+}
+
 static uint64_t
 cur_left(const struct cursor *c)
 {
@@ -184,7 +198,7 @@ static int
 cur_bytes(struct cursor *c, void *dst, size_t n, const char *what)
 {
 	if (cur_left(c) < n)
-		return cur_fail(c, what);
+		return cur_short(c, what);
 	memcpy(dst, c->base + c->off, n);
 	c->off += n;
 	return KVC_OK;
@@ -212,7 +226,7 @@ cur_str(struct cursor *c, struct gguf_str *s, const char *what)
 	if ((rc = cur_u64(c, &len, what)) != KVC_OK)
 		return rc;
 	if (len > cur_left(c))
-		return cur_fail(c, what);
+		return cur_short(c, what);
 	s->ptr = (const char *)c->base + c->off;
 	s->len = len;
 	c->off += len;
@@ -265,7 +279,7 @@ parse_arr(struct cursor *c, struct gguf_arr *a, int depth)
 	esize = gguf_type_size(a->type);
 	if (esize != 0) {
 		if (n > cur_left(c) / esize)
-			return cur_fail(c, "array runs past end of file");
+			return cur_short(c, "array runs past end of file");
 		a->data = c->base + c->off;
 		c->off += n * esize;
 		return KVC_OK;
@@ -273,7 +287,7 @@ parse_arr(struct cursor *c, struct gguf_arr *a, int depth)
 	if (a->type == GGUF_TYPE_STRING) {
 		/* each string needs at least its 8-byte length */
 		if (n > cur_left(c) / 8)
-			return cur_fail(c, "string array count exceeds file size");
+			return cur_short(c, "string array count exceeds file size");
 		a->strs = calloc(n ? n : 1, sizeof *a->strs);
 		if (a->strs == NULL)
 			return KVC_ENOMEM;
@@ -284,7 +298,7 @@ parse_arr(struct cursor *c, struct gguf_arr *a, int depth)
 	}
 	/* arrays of arrays: each needs at least a 12-byte header */
 	if (n > cur_left(c) / 12)
-		return cur_fail(c, "nested array count exceeds file size");
+		return cur_short(c, "nested array count exceeds file size");
 	a->subs = calloc(n ? n : 1, sizeof *a->subs);
 	if (a->subs == NULL)
 		return KVC_ENOMEM;
@@ -470,9 +484,9 @@ parse(struct gguf_file *f, char *err, size_t errlen)
 		return rc;
 	/* a key/value pair takes at least 13 bytes, a tensor info at least 32 */
 	if (n_kv > cur_left(&c) / 13)
-		return cur_fail(&c, "metadata count exceeds what the file can hold");
+		return cur_short(&c, "metadata count exceeds what the file can hold");
 	if (n_tensors > cur_left(&c) / 32)
-		return cur_fail(&c, "tensor count exceeds what the file can hold");
+		return cur_short(&c, "tensor count exceeds what the file can hold");
 	f->kv = calloc(n_kv ? n_kv : 1, sizeof *f->kv);
 	f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *f->tensors);
 	if (f->kv == NULL || f->tensors == NULL)

@@ -23,6 +23,18 @@ if command -v mandoc >/dev/null 2>&1; then
 	if [ -s "$TMPD/lint.txt" ]; then fail "mandoc -T lint:"; cat "$TMPD/lint.txt" >&2; else ok; fi
 fi
 
+# Issue 26 (newcomer 5): the stats line's reasons render as three quoted
+# items (an enclosure once ran to the end of the line), and the page names
+# the architectures beyond Llama and Qwen.
+if command -v groff >/dev/null 2>&1; then
+	groff -mdoc -Tascii "$MAN" 2>/dev/null | sed 's/.\x08//g' | tr -s ' \n' '  ' >"$TMPD/man.asc"
+	check "the reasons are quoted apart" \
+	    grep -qF "('stopped: max tokens', 'context full' or 'interrupted')" "$TMPD/man.asc"
+fi
+for a in Gemma Phi-3 GLM-4 GPT-2; do
+	check "the page names $a" grep -q "$a" "$MAN"
+done
+
 # Sections the page must have.
 for s in NAME SYNOPSIS DESCRIPTION COMMANDS OPTIONS "NON-INTERACTIVE USE" ENVIRONMENT \
     FILES "EXIT STATUS" EXAMPLES "SEE ALSO"; do

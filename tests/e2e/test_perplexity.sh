@@ -17,6 +17,15 @@ while [ $i -lt 40 ]; do
 	i=$((i + 1))
 done >"$TMPD/text.txt"
 
+# Both streams into one file, as on a terminal: the first chunk's timing
+# line comes before the estimates, not inside their line (issue 26,
+# newcomer 5).
+"$MKMODEL" -o "$TMPD/both.gguf" --arch qwen2 --type f32 --quiet --seed 5 || fail "mkmodel both"
+"$KVCHAT" perplexity -m "$TMPD/both.gguf" -f "$TMPD/text.txt" -c 64 --chunks 3 --threads 2 \
+    >"$TMPD/both.txt" 2>&1
+check "the estimates' line holds no other message" sh -c "! grep '^\[1\]' '$TMPD/both.txt' | grep -q kvchat:"
+check "... and it is whole" grep -q '^\[1\][0-9.]* +/- [0-9.]*, \[2\].*\[3\]' "$TMPD/both.txt"
+
 # one ARCH BOSFLAG: build, score with kvchat and the reference, compare.
 one() {
 	M="$TMPD/$1.gguf"

@@ -53,6 +53,13 @@ echo "Ctrl-C to the prompt: $dt ms"
 check "Ctrl-C returned within 5 s ($dt ms)" [ "$dt" -lt 5000 ]
 check "the progress line is cleared" sh -c "! tmux -L '$SOCK' capture-pane -p -t t | grep -q 'positions,'"
 check "the interrupt is said, not a ttft of 0" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q 'ttft 0 ms'"
+# Issue 26 (newcomer 5): its stats line says the first exchange's positions
+# were reused and how fast the cut prefill ran, not "0 reused ... 0 tok/s".
+sline=$(screen | grep -F "ttft interrupted" | tail -n 1)
+echo "stats after Ctrl-C: $sline"
+check "after Ctrl-C: the reused positions are counted" \
+    sh -c "echo '$sline' | grep -Eq '\+ [1-9][0-9]* reused'"
+check "after Ctrl-C: the prefill speed is given" sh -c "echo '$sline' | grep -Eq ' [1-9][0-9]* tok/s \|'"
 check "nothing stored by the interrupted turn" \
     [ "$(sql "SELECT count(*) FROM messages WHERE conv_id = $C")" -eq 2 ]
 check "no stats line for the interrupted turn" [ "$(cat "$ST" | wc -l)" -eq 1 ]

@@ -102,6 +102,31 @@ check "exposed database: names the chmod of the folder" \
 	grep -q "chmod 700 $TMPD/b/new" "$TMPD/e"
 is_mode "exposed database: left as it was" 644 "$TMPD/b/new/s.db"
 is_mode "exposed folder: left as it was" 755 "$TMPD/b/new"
+check "file and folder listed apart" grep -q "s.db (mode 0644), $TMPD/b/new (mode 0755)" "$TMPD/e"
+# A readable database: said at every start. A folder others can only list
+# (the README's mkdir made one; its files private): said once per folder
+# and mode, remembered in the state folder (issue 26, newcomer 4).
+printf 'again\n' | "$KVCHAT" -m "$M" --temp 0 -n 4 --ctx 256 --db "$TMPD/b/new/s.db" \
+	>/dev/null 2>"$TMPD/e"
+check "exposed database: said again" [ "$(grep -c warning "$TMPD/e")" -eq 1 ]
+chmod 600 "$TMPD/b/new/s.db"
+for n in 1 2; do
+	printf 'again\n' | "$KVCHAT" -m "$M" --temp 0 -n 4 --ctx 256 --db "$TMPD/b/new/s.db" \
+		>/dev/null 2>"$TMPD/e$n"
+done
+check "a listable folder alone: said the first time" grep -q "chmod 700 $TMPD/b/new" "$TMPD/e1"
+check "... saying it is said once" grep -q "said once for this folder" "$TMPD/e1"
+check "... and not the second time" sh -c "! grep -q warning '$TMPD/e2'"
+is_mode "the note of it is private" 600 "$XDG_STATE_HOME/kvchat/exposure-noted"
+chmod 750 "$TMPD/b/new"
+printf 'again\n' | "$KVCHAT" -m "$M" --temp 0 -n 4 --ctx 256 --db "$TMPD/b/new/s.db" \
+	>/dev/null 2>"$TMPD/e3"
+check "another mode: said again" grep -q "chmod 700 $TMPD/b/new" "$TMPD/e3"
+# The README's command makes the models folder and those above it private.
+(d="$TMPD/readme/data/kvchat/models" && umask 077 && mkdir -p "$d")
+is_mode "README's mkdir: kvchat folder" 700 "$TMPD/readme/data/kvchat"
+is_mode "README's mkdir: models folder" 700 "$TMPD/readme/data/kvchat/models"
+check "README has that command" grep -q 'umask 077 && mkdir -p "$d"' "$top_srcdir/README.md"
 
 # 3. Folders others can write or own are refused, naming the path and why.
 refused() {

@@ -31,6 +31,10 @@ echo "full disk, piped: exit $rc: $(cat "$TMPD/p.err")"
 check "the turn is refused (exit $rc)" [ $rc -ne 0 ]
 check "saying the database is read-only because the disk is full" grep -q "read-only (the disk is full)" "$TMPD/p.err"
 check "nothing generated" [ ! -s "$TMPD/p.out" ]
+# Issue 26 (newcomer 5): why it is read-only is said once, and the refused
+# line is named.
+check "the read-only notice once" [ "$(grep -c "is open read-only" "$TMPD/p.err")" -eq 1 ]
+check "the refused line is named" grep -q 'not sent, the database being read-only: "A third turn."' "$TMPD/p.err"
 
 # Interactive: /list and /export work.
 T new-session -d -s t -x 160 -y 50 \
@@ -42,7 +46,7 @@ T send-keys -t t "/export md $TMPD/e.md" Enter
 wait_for "/export wrote the file" test -s "$TMPD/e.md"
 check "the export holds the stored turns" grep -q "lighthouse" "$TMPD/e.md"
 T send-keys -t t "Another turn." Enter
-wait_for "a turn is refused with the reason" on_screen "no turn can be saved"
+wait_for "a turn is refused, naming it" on_screen "not sent, the database being read-only"
 T send-keys -t t "/quit" Enter
 wait_for "kvchat exits" on_screen "KVCHAT-EXIT:"
 check "the database file is unchanged" sh -c "cksum '$DB' | cmp -s - '$TMPD/db.sum'"
@@ -67,7 +71,7 @@ if command -v setpriv >/dev/null; then
 	rc=$?
 	echo "as uid 65534: exit $rc: $(cat "$TMPD/u.err")"
 	check "another user's database: opened read-only" grep -q "is open read-only (the file is not writable" "$TMPD/u.err"
-	check "another user's database: turn refused" grep -q "no turn can be saved" "$TMPD/u.err"
+	check "another user's database: turn refused" grep -q "not sent, the database being read-only" "$TMPD/u.err"
 fi
 check "the database file is still unchanged" sh -c "cksum '$DB' | cmp -s - '$TMPD/db.sum'"
 done_testing

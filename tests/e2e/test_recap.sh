@@ -63,6 +63,18 @@ start --resume --recap 4
 check "--recap 4: the first question" on_screen ">>> FIRST-QUESTION about ships"
 check "--recap 4: the second question" on_screen ">>> SECOND-QUESTION about lamps"
 quit
+# A long pasted message: the recap shows its first lines and how much more
+# there is; /history shows it whole (issue 26, newcomer 5).
+{ printf 'PASTE-START'; i=1; while [ $i -le 30 ]; do printf ' pasted part %d of the long message,' $i; i=$((i + 1)); done
+  printf ' PASTE-END\n'; } >"$TMPD/paste.txt"
+kvrun "a long message" "$TMPD/e3" $OPTS --new pasted <"$TMPD/paste.txt" >/dev/null
+start --resume pasted
+check "recap of a long message: its start" on_screen "PASTE-START"
+check "recap: not its end" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q PASTE-END"
+check "recap: says how much more" on_screen "of this message: /history shows it whole"
+text "/history"; keys Enter
+wait_for "/history shows it whole" on_screen "PASTE-END"
+quit
 "$KVCHAT" $OPTS --recap -1 </dev/null >/dev/null 2>"$TMPD/e2"
 check "--recap -1 is a usage error (exit 2)" [ $? -eq 2 ]
 # Piped: stdout holds replies only, never a recap.

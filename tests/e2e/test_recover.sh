@@ -61,4 +61,30 @@ echo "Go on." | kvrun "a recovered conversation resumes" "$TMPD/res.err" -m "$M"
     --db "$TMPD/out.db" --resume c8 >/dev/null
 "$KVCHAT" recover "$TMPD/d.db" "$TMPD/out.db" >/dev/null 2>"$TMPD/r2.err"
 check "an existing OUT is refused" [ $? -ne 0 ]
+
+# A page of conversations destroyed (issue 26, newcomer 2): before, every
+# message of a conversation whose row was lost was refused too ("recovered
+# 0 conversations, 0 messages"); now each goes under a placeholder
+# conversation with its id, titled for it, and the messages are all kept.
+cpage=$(command sqlite3 "$DB" "SELECT pageno FROM dbstat WHERE name = 'conversations' AND
+    pagetype = 'leaf' ORDER BY pageno LIMIT 1")
+cp "$DB" "$TMPD/dc.db"
+head -c 4096 /dev/zero | tr '\0' '\245' |
+    dd of="$TMPD/dc.db" bs=4096 seek=$((cpage - 1)) conv=notrunc 2>/dev/null
+kvrun "recover with the conversations' page destroyed" "$TMPD/rc.err" recover "$TMPD/dc.db" \
+    "$TMPD/outc.db" >"$TMPD/rc.out"
+cat "$TMPD/rc.out"
+gotc=$(command sqlite3 "$TMPD/outc.db" "SELECT count(*) FROM messages")
+check "every message recovered ($gotc of $total)" [ "$gotc" -eq "$total" ]
+check "the placeholders are reported" grep -q "had lost their row" "$TMPD/rc.out"
+command sqlite3 "$TMPD/outc.db" "SELECT id || '|' || conv_id || '|' || text FROM messages" |
+    sort >"$TMPD/gotc.txt"
+check "each message as it was, under its conversation's id" cmp -s "$TMPD/orig.txt" "$TMPD/gotc.txt"
+c1=$(command sqlite3 "$DB" "SELECT id FROM conversations WHERE title = 'c1'")
+check "a placeholder is named for its id" [ "$(command sqlite3 "$TMPD/outc.db" \
+    "SELECT title FROM conversations WHERE id = $c1")" = "recovered conversation $c1" ]
+check "the recovered database is sound" \
+    [ "$(command sqlite3 "$TMPD/outc.db" 'PRAGMA integrity_check')" = ok ]
+echo "Go on." | kvrun "a placeholder conversation resumes" "$TMPD/resc.err" -m "$M" $OPTS \
+    --db "$TMPD/outc.db" --resume "$c1" >/dev/null
 done_testing

@@ -93,4 +93,47 @@ rc=$?
 check "--resume of a missing conversation fails (rc=$rc)" [ $rc -ne 0 ]
 check "... saying so" grep -qi "no such title\|not found" "$TMPD/r8.err"
 check "integrity ok" [ "$(sqlite3 "$TMPD/r.db" 'PRAGMA integrity_check')" = ok ]
+
+# Two models in the models folder (issue 26, newcomer 1): --resume without
+# -m runs the conversation on the model it was made with, not on the first
+# model found, and answers as the uninterrupted run did. With that file
+# gone, it says so and continues on the one chosen, its messages tokenized
+# afresh for that vocabulary (never the other model's ids), and moves there.
+MD="$XDG_DATA_HOME/kvchat/models"
+mkdir -p -m 700 "$MD"
+cp "$M" "$MD/b-own.gguf"
+"$MKMODEL" -o "$MD/a-other.gguf" --preset tiny --arch llama --type f32 --vocab spm --ctx 1024 \
+    --seed 5 >/dev/null || fail "mkmodel (spm)"
+kvrun "three turns on b-own" "$TMPD/t1.err" -m "$MD/b-own.gguf" --db "$TMPD/two.db" \
+    --session two $OPTS <"$TMPD/in3.txt" >/dev/null
+kvrun "--resume without -m" "$TMPD/t2.err" --db "$TMPD/two.db" --resume two $OPTS \
+    <"$TMPD/in4.txt" >/dev/null
+echo "resume without -m: $(cat "$TMPD/t2.err")"
+check "it names the conversation's own model" grep -q "using $MD/b-own.gguf, the model" "$TMPD/t2.err"
+check "the 4th reply equals the uninterrupted run's" \
+    [ "$(last_reply "$TMPD/two.db" two)" = "$(last_reply "$TMPD/u.db" whole)" ]
+# le_hex IDS...: the ids as the store keeps them (little-endian int32), in hex
+le_hex() {
+	for i in "$@"; do
+		printf '%02X%02X%02X%02X' $((i & 255)) $((i >> 8 & 255)) $((i >> 16 & 255)) $((i >> 24 & 255))
+	done
+}
+mv "$MD/b-own.gguf" "$TMPD/away.gguf"
+echo "And now?" | kvrun "--resume with its model gone" "$TMPD/t3.err" --db "$TMPD/two.db" \
+    --resume two $OPTS >/dev/null
+echo "model gone: $(cat "$TMPD/t3.err")"
+check "it says the model is gone" grep -q "was made with $MD/b-own.gguf, which is gone" "$TMPD/t3.err"
+check "and that the messages were tokenized afresh" grep -q "tokenized afresh" "$TMPD/t3.err"
+want=$(le_hex $(printf '%s' "My name is Ada and I like tea." | "$KVCHAT" tokenize -m "$MD/a-other.gguf"))
+first=$(sqlite3 "$TMPD/two.db" "SELECT hex(m.tokens) FROM messages m JOIN conversations c
+    ON c.id = m.conv_id WHERE c.title = 'two' AND m.seq = 0")
+check "the first message holds the other vocabulary's tokens of its text" \
+    sh -c 'case "$1" in *"$2"*) exit 0 ;; esac; exit 1' sh "$first" "$want"
+check "the conversation now names the model it continued on" \
+    [ "$(sqlite3 "$TMPD/two.db" "SELECT model_path FROM conversations WHERE title = 'two'")" = \
+    "$MD/a-other.gguf" ]
+echo "Once more." | kvrun "--resume on the model it moved to" "$TMPD/t4.err" --db "$TMPD/two.db" \
+    --resume two $OPTS >/dev/null
+check "no second re-tokenization" sh -c "! grep -q 'tokenized afresh' '$TMPD/t4.err'"
+check "integrity ok after the move" [ "$(sqlite3 "$TMPD/two.db" 'PRAGMA integrity_check')" = ok ]
 done_testing

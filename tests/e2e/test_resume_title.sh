@@ -48,4 +48,20 @@ check "--resume $D1 left the second" [ "$(msgs $D2)" -eq 2 ]
 kvrun "--resume other" "$TMPD/e.r2" $OPTS --resume other <"$TMPD/in.txt" >/dev/null
 O=$(sql "SELECT id FROM conversations WHERE title = 'other'")
 check "--resume other continued it" [ "$(msgs $O)" -eq 4 ]
+
+# A long first line gives a title cut at a word's end, not inside a word
+# (issue 26, newcomer 5).
+echo "Tell me everything about the lighthouses of Brittany and their keepers" |
+    kvrun "a long first line" "$TMPD/long.err" $OPTS >/dev/null
+t=$(sql "SELECT title FROM conversations ORDER BY id DESC LIMIT 1")
+echo "title: '$t'"
+check "the title ends at a word's end ('$t')" [ "$t" = "Tell me everything about the lighthouses of" ]
+
+# A prefix of a title names none, but the titles it starts are suggested
+# with their ids (issue 26, newcomer 5).
+O=$(sql "SELECT id FROM conversations WHERE title = 'other'")
+echo "again" | "$KVCHAT" $OPTS --resume oth >/dev/null 2>"$TMPD/pre.err"
+check "--resume oth: still refused" [ $? -ne 0 ]
+cat "$TMPD/pre.err"
+check "--resume oth: suggests 'other' with its id" grep -q "'other' (id $O)" "$TMPD/pre.err"
 done_testing

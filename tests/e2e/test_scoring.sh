@@ -73,4 +73,14 @@ check "out-of-vocabulary forced id refused" [ $? -ne 0 ]
 check "  ... with a message" grep -q "outside the vocabulary" "$TMPD/err"
 "$KVCHAT" generate -m "$M" -p "$P" --prompt-ids 1,2 >/dev/null 2>"$TMPD/err"
 check "-p with --prompt-ids is a usage error" [ $? -eq 2 ]
+# Issue 26 (reliability 5): an empty entry or a sign is refused, not read
+# as ids; commas or spaces with padding still work.
+for bad in "1,,2" "-0" "+1" "1," ",1" "1;2" "" " "; do
+	"$KVCHAT" generate -m "$M" --prompt-ids "$bad" -n 1 >/dev/null 2>"$TMPD/err"
+	check "--prompt-ids '$bad' is a usage error" [ $? -eq 2 ]
+done
+for good in "1,2" "1, 2" "1 2" " 1 ,2 "; do
+	"$KVCHAT" generate -m "$M" --prompt-ids "$good" -n 1 --temp 0 >/dev/null 2>"$TMPD/err"
+	check "--prompt-ids '$good' runs" [ $? -eq 0 ]
+done
 done_testing

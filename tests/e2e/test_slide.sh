@@ -87,4 +87,90 @@ if [ -z "${SLIDE_MODEL:-}" ]; then
 	SLIDE_MODEL="--preset tiny --arch gemma3 --swa 16 --type f32" sh "$0" ||
 	    fail "the gemma3 pass failed"
 fi
+# A kill during a turn that slides (issue 26, reliability 3): the window was
+# written in a transaction of its own after the turn's, and a kill between
+# them (1 in 303 kills of an outside campaign) left the new chunks under
+# the old window, so the next start rebuilt and answered differently. strace
+# kills the sliding turn at each of its syncs; after every kill the next
+# start restores the cache from its snapshot.
+if [ -z "${SLIDE_MODEL:-}" ] && command -v strace >/dev/null 2>&1 &&
+    strace -f -o /dev/null true 2>/dev/null; then
+	first=1
+	while [ "$(jget "$TMPD/u.json" $first slid_tokens)" = 0 ]; do first=$((first + 1)); done
+	head -n $((first - 1)) "$TMPD/all.txt" >"$TMPD/k-fill.txt"
+	run kfill "$TMPD/k0.db" "$TMPD/k0.json" "$TMPD/k-fill.txt"
+	n=1 bad=0
+	while [ $n -le 24 ]; do
+		cp "$TMPD/k0.db" "$TMPD/k.db"
+		sed -n "${first}p" "$TMPD/all.txt" >"$TMPD/k-in.txt"
+		(eval "strace -f -o /dev/null -e trace=fdatasync -e inject=fdatasync:signal=KILL:when=$n \
+		    \"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/k.db\" --resume s $OPTS" <"$TMPD/k-in.txt") \
+		    >/dev/null 2>&1
+		echo "Next, please." | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/k.db\" --resume s \
+		    $OPTS --stats-json \"$TMPD/k.json\"" >/dev/null 2>"$TMPD/k.err"
+		if [ "$(jget "$TMPD/k.json" 1 rebuilt)" != false ]; then
+			bad=$((bad + 1))
+			echo "kill at fdatasync #$n: the next start rebuilt: $(cat "$TMPD/k.err")"
+		fi
+		rm -f "$TMPD/k.json"
+		n=$((n + 1))
+	done
+	check "a kill at any of 24 syncs of a sliding turn: the next start restores ($bad rebuilt)" \
+	    [ $bad -eq 0 ]
+elif [ -z "${SLIDE_MODEL:-}" ]; then
+	echo "SKIP (part): the kills in a sliding turn need strace (scripts/deps.sh installs it)"
+fi
+# /undo and /retry on a slid conversation (issue 26, reliability 4): the
+# same operations, once in one process and once with a new process after
+# each, store the same replies, and every resume restores the slid cache
+# from its snapshot. Before, /undo of the turn that slid wrote its tail
+# chunk under the bare window number while the conversation kept the slid
+# key: every later start rebuilt, and a greedy reply differed.
+if [ -z "${SLIDE_MODEL:-}" ]; then
+	KVC_TMUX_PROMPT='>>>'
+	. "$top_srcdir/tests/e2e/lib_tmux.sh"
+	first=1
+	while [ "$(jget "$TMPD/u.json" $first slid_tokens)" = 0 ]; do first=$((first + 1)); done
+	head -n $((first - 1)) "$TMPD/all.txt" >"$TMPD/fill.txt"
+	S=$(sed -n "${first}p" "$TMPD/all.txt")
+	run fill "$TMPD/a.db" "$TMPD/fill.json" "$TMPD/fill.txt"
+	cp "$TMPD/a.db" "$TMPD/b.db"
+	TOPTS="--temp 0 -n 24 --ctx 256 --ctx-overflow slide"
+	# pane DB JSON: kvchat resuming s at a terminal
+	pane() {
+		start -m "$M" --db "$1" $TOPTS --system "You are terse." --resume s --stats-json "$2"
+		wait_for "the prompt ($1)" prompt_ready
+	}
+	quit() { text "/quit"; keys Enter; wait_for "kvchat exits" on_screen "KVCHAT-EXIT:0"; }
+	# one process: S (slides), /undo, S again (slides), /retry, one more turn
+	pane "$TMPD/a.db" "$TMPD/a.json"
+	cmd "$S"; cmd "/undo"; cmd "$S"; cmd "/retry"; cmd "And one more thing?"
+	quit
+	# a new process after each operation
+	pane "$TMPD/b.db" "$TMPD/b1.json"; cmd "$S"; cmd "/undo"; quit
+	echo "$S" | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/b.db\" --resume s $OPTS \
+	    --stats-json \"$TMPD/b2.json\"" >/dev/null 2>"$TMPD/b2.err" || fail "resume after /undo"
+	pane "$TMPD/b.db" "$TMPD/b3.json"; cmd "/retry"; quit
+	echo "And one more thing?" | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/b.db\" --resume s \
+	    $OPTS --stats-json \"$TMPD/b4.json\"" >/dev/null 2>"$TMPD/b4.err" || fail "resume after /retry"
+	check "the turn slid" [ "$(jget "$TMPD/b1.json" 1 slid_tokens)" -gt 0 ]
+	for f in b2 b4; do
+		check "$f: resumed after /undo or /retry from the slid snapshot" \
+		    [ "$(jget "$TMPD/$f.json" 1 resumed_from_snapshot)" = true ]
+		check "$f: not rebuilt" [ "$(jget "$TMPD/$f.json" 1 rebuilt)" = false ]
+	done
+	check "no rebuild notice" sh -c "! grep -q 'rebuild' '$TMPD/b2.err' '$TMPD/b4.err'"
+	check "/undo, /retry across processes: replies byte-identical to one process" \
+	    [ "$(replies "$TMPD/b.db")" = "$(replies "$TMPD/a.db")" ]
+	check "and as many ($(replies "$TMPD/a.db" | grep -c .))" \
+	    [ "$(replies "$TMPD/b.db" | grep -c .)" -eq "$(replies "$TMPD/a.db" | grep -c .)" ]
+	# Chunks of another window: the rebuild notice says so without printing the
+	# slid window's packed key as a message number (issue 26, reliability 5).
+	sqlite3 "$TMPD/b.db" "UPDATE kv_chunks SET window = 1"
+	echo "Once more." | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/b.db\" --resume s $OPTS" \
+	    >/dev/null 2>"$TMPD/b5.err"
+	cat "$TMPD/b5.err"
+	check "another window's snapshot: said" grep -q "another context window" "$TMPD/b5.err"
+	check "... with no packed key in it" sh -c "! grep -q '[0-9]\{12\}' '$TMPD/b5.err'"
+fi
 done_testing

@@ -348,6 +348,13 @@ test_exposed(void)
 	test_cond(kvc_file_exposed(path_in("ex/s.db"), sfx, msg, sizeof msg), "folder 0755: warned");
 	snprintf(want, sizeof want, "chmod 700 %s", path_in("ex"));
 	test_cond(strstr(msg, want) != NULL && strstr(msg, "chmod 600") == NULL, "%s", msg);
+	/* File and folder both: the two are separated (issue 26: they ran together). */
+	chmod(path_in("ex/s.db"), 0644);
+	test_cond(kvc_file_exposed(path_in("ex/s.db"), sfx, msg, sizeof msg), "both: warned");
+	snprintf(want, sizeof want, "%s (mode 0644), %s (mode 0755)", path_in("ex/s.db"),
+	    path_in("ex"));
+	test_cond(strstr(msg, want) != NULL, "both listed apart '%s': %s", want, msg);
+	chmod(path_in("ex/s.db"), 0600);
 	chmod(path_in("ex"), 0711);
 	test_cond(!kvc_file_exposed(path_in("ex/s.db"), sfx, msg, sizeof msg),
 	    "a folder others can only pass through: no warning");

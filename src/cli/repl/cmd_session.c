@@ -82,7 +82,7 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	printf("conversation %" PRId64 " (%s): %d messages, %d tokens\n", conv_id(c),
 	    conv_title(c), conv_n_msgs(c), n);
 	if (r->recap > 0)
-		repl_show_msgs(r, r->recap);
+		repl_show_msgs(r, r->recap, true);
 	return 0;
 }
 
@@ -235,7 +235,7 @@ cmd_history_exec(struct kvc_repl *r, const char *args)
 	}
 	if (conv_n_msgs(r->cur) == 0)
 		printf("no messages yet\n");
-	repl_show_msgs(r, (int)n);
+	repl_show_msgs(r, (int)n, false);
 	return 0;
 }
 

@@ -69,7 +69,7 @@ repl_loop_terminal(struct kvc_repl *r)
 	printf("kvchat: %s. /help for commands.\n", line);
 	/* Coming back: where the conversation was left (--recap). */
 	if (r->recap > 0 && conv_n_msgs(r->cur) > 0)
-		repl_show_msgs(r, r->recap);
+		repl_show_msgs(r, r->recap, true);
 	snprintf(prompt, sizeof prompt, "%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD),
 	    kvc_sgr(r->color, KVC_SGR_RESET));
 	/* \001 \002 tell readline the escapes take no columns. */

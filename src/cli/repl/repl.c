@@ -112,21 +112,53 @@ pick_model(const struct repl_opts *o, bool tty)
 }
 
 /*
+ * --resume or --session of a stored conversation without -m: the model it
+ * was made with, when its file is still there (NULL otherwise, and the
+ * caller offers the models found). Its ids are that model's tokens; another
+ * vocabulary would have to tokenize its text afresh.
+ */
+static char *
+conversation_model(struct kvc_repl *r, const struct repl_opts *o)
+{
+	struct sess_conv row = {0};
+	char err[512], *path = NULL;
+	int64_t id;
+	int rc;
+
+	if (o->mode == OPEN_RESUME && o->name == NULL)
+		rc = sess_conv_latest(r->st, &id, err, sizeof err);
+	else
+		rc = sess_conv_find(r->st, o->name, &id, err, sizeof err);
+	if (rc != 0 || sess_conv_get(r->st, id, &row, err, sizeof err) != 0)
+		return NULL;
+	if (row.model_path != NULL && access(row.model_path, R_OK) == 0) {
+		path = strdup(row.model_path);
+		if (path != NULL)
+			fprintf(stderr, "kvchat: using %s, the model conversation %lld was made "
+			    "with (-m chooses another)\n", path, (long long)id);
+	} else if (row.model_path != NULL) {
+		fprintf(stderr, "kvchat: conversation %lld was made with %s, which is gone (%s); "
+		    "choose another model: if its vocabulary differs, the messages are "
+		    "tokenized afresh for it\n", (long long)id, row.model_path, strerror(errno));
+	}
+	sess_conv_clear(&row);
+	return path;
+}
+
+/*
  * Options that work but cost the user: a context past the one the model
- * was trained with (replies degrade there), more threads than cores (they
- * take turns and slow each other). Said once, at start.
+ * was trained with (replies degrade there). Said once, at start. (More
+ * threads than cores are cut to the cores before the engine starts:
+ * repl_cap_threads.)
  */
 static void
 warn_engine_options(const struct repl_opts *o, const struct kvc_engine *e)
 {
-	int train = eng_model(e)->hp.n_ctx_train, cores = kvc_n_cores();
+	int train = eng_model(e)->hp.n_ctx_train;
 
 	if (o->ep.n_ctx > 0 && train > 0 && eng_n_ctx(e) > train)
 		fprintf(stderr, "kvchat: warning: --ctx %d is above the %d positions the model was "
 		    "trained with; replies past %d may degrade\n", eng_n_ctx(e), train, train);
-	if (o->ep.n_threads > cores && cores > 0)
-		fprintf(stderr, "kvchat: warning: --threads %d is more than the %d CPU cores; "
-		    "threads beyond them slow each other down\n", o->ep.n_threads, cores);
 }
 
 /*
@@ -177,13 +209,22 @@ claim_session(struct kvc_repl *r, const struct repl_opts *o, int64_t *id, char *
     size_t errlen)
 {
 	struct kvc_buf sb = {0};
+	char *real;
+	bool created = false;
 	int rc;
 
 	if (conv_settings_format(&r->set, &sb))
 		return KVC_ENOMEM;
 	rc = sess_conv_claim(r->st, o->name, eng_fingerprint(r->e),
-	    chat_family_name(conv_mgr_family(r->mgr)), o->system, sb.p, id, NULL, err, errlen);
+	    chat_family_name(conv_mgr_family(r->mgr)), o->system, sb.p, id, &created, err, errlen);
 	kvc_buf_free(&sb);
+	/* Which model file and vocabulary its ids will belong to (conversation_model). */
+	if (rc == 0 && created) {
+		real = realpath(r->model_path, NULL);
+		rc = sess_conv_set_model(r->st, *id, real ? real : r->model_path,
+		    eng_vocab_fingerprint(r->e), err, errlen);
+		free(real);
+	}
 	return rc;
 }
 
@@ -309,6 +350,10 @@ open_store(struct kvc_repl *r, const struct repl_opts *o, char *dbbuf, size_t db
 		return -1;
 	}
 	sess_set_wait_notice(r->st, wait_notice, NULL);
+	if (sess_was_empty(r->st))
+		fprintf(stderr, "kvchat: %s was an empty file (0 bytes), which kvchat never leaves: "
+		    "it is a new database now; if it held conversations, they were lost before "
+		    "this start (a backup or 'kvchat recover' of a copy may have them)\n", r->db_path);
 	if (sess_readonly(r->st, &ro_why))
 		fprintf(stderr, "kvchat: %s is open read-only (%s): /list, /resume, /history and /export "
 		    "work; turns are refused\n", r->db_path, ro_why);
@@ -325,7 +370,7 @@ repl_main(int argc, char **argv)
 	struct kvc_engine *draft = NULL;
 	struct sigaction sa;
 	char err[512], dbbuf[4096];
-	char *model = NULL;
+	char *model = NULL, *model_real = NULL;
 	const char *jinja;
 	int rc, status = 1, fam;
 
@@ -351,13 +396,23 @@ repl_main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 
-	model = pick_model(&o, r.tty);
-	if (model == NULL)
+	/* A stored conversation runs on its own model unless -m says otherwise. */
+	if (o.model == NULL && o.mode != OPEN_NEW) {
+		if (open_store(&r, &o, dbbuf, sizeof dbbuf) != 0)
+			return 1;
+		model = conversation_model(&r, &o);
+	}
+	if (model == NULL && (model = pick_model(&o, r.tty)) == NULL) {
+		sess_close(r.st);
 		return 1;
+	}
 	r.model_path = model;
-	if (open_store(&r, &o, dbbuf, sizeof dbbuf) != 0)
+	if (r.st == NULL && open_store(&r, &o, dbbuf, sizeof dbbuf) != 0)
 		goto out;
+	/* Recorded with each new conversation, as one path wherever kvchat runs from. */
+	model_real = realpath(model, NULL);
 
+	repl_cap_threads(&o.ep);
 	progress_start(&prog, "loading weights", 0);
 	o.ep.progress = progress_update;
 	o.ep.progress_arg = &prog;
@@ -401,6 +456,7 @@ repl_main(int argc, char **argv)
 	memset(&cp, 0, sizeof cp);
 	cp.family = (enum chat_family)fam;
 	cp.jinja = jinja;
+	cp.model_path = model_real ? model_real : model;
 	cp.kv_budget = r.kv_budget;
 	cp.overflow = o.overflow;
 	cp.keep = o.keep;
@@ -427,5 +483,6 @@ out:
 	eng_close(r.e);
 	sess_close(r.st);
 	free(model);
+	free(model_real);
 	return status;
 }

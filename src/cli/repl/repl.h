@@ -48,6 +48,15 @@ struct kvc_repl {
 	int recap;			/* messages shown on resume (--recap) */
 };
 
+/* options.c */
+/*
+ * More --threads than the cores this process may run on: cut to the cores,
+ * saying so on stderr (the chat and every subcommand, before the engine
+ * starts).
+ */
+struct kvc_engine_params;
+void repl_cap_threads(struct kvc_engine_params *ep);
+
 /* notice.c */
 /* An error line "kvchat: ..." on stderr (red on a terminal); r may be NULL. */
 void repl_error(struct kvc_repl *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -69,9 +78,10 @@ void repl_switch(struct kvc_repl *r, struct conv *c);
 /*
  * Print the last n messages of the current conversation (n < 0: all) as
  * they were shown live: each user message after the prompt, each reply as
- * it streamed.
+ * it streamed. brief (the recap on resume): a long user message shows its
+ * first lines and how much more /history shows.
  */
-void repl_show_msgs(struct kvc_repl *r, int n);
+void repl_show_msgs(struct kvc_repl *r, int n, bool brief);
 /* "conversation 3 (title), 4 messages", or "new conversation (title)" before it is stored. */
 void repl_describe(struct kvc_repl *r, char *buf, size_t len);
 /* Print the stats line of one turn to f (dim when f is stdout and colour is on). */

@@ -103,6 +103,29 @@ repl_print_conv_row(struct kvc_repl *r, FILE *f, const struct sess_conv *c, bool
 	    kvc_sgr(bold, KVC_SGR_RESET));
 }
 
+/*
+ * After a title that names none: the titles that start with it (at most
+ * five, most recent first), so "--resume Pal" shows "Palettes" and its id
+ * rather than only failing. Never taken for the user: a prefix may be a
+ * new title on its way (--session) or a typo.
+ */
+static void
+suggest_prefix(struct kvc_repl *r, const struct sess_conv *v, int n, const char *args)
+{
+	size_t len = strlen(args);
+	char t[256];
+	int shown = 0;
+
+	for (int i = 0; i < n && shown < 5 && len > 0; i++) {
+		if (v[i].title == NULL || strncmp(v[i].title, args, len) != 0)
+			continue;
+		(void)repl_clean_text(v[i].title, t, sizeof t);
+		repl_error(r, "%s '%s' (id %lld)", shown ? "      " : "  titles that start so:", t,
+		    (long long)v[i].id);
+		shown++;
+	}
+}
+
 int
 repl_pick_conv(struct kvc_repl *r, const char *what, const char *args, FILE *f, int64_t *id)
 {
@@ -131,6 +154,7 @@ repl_pick_conv(struct kvc_repl *r, const char *what, const char *args, FILE *f, 
 		fflush(f);
 	} else if (hits == 0) {
 		repl_error(r, "%s: no conversation with id or title '%s'", what, title);
+		suggest_prefix(r, v, n, args);
 	}
 	sess_conv_list_free(v, n);
 	return hits == 1 ? 0 : hits > 1 ? KVC_EINVAL : KVC_ENOTFOUND;

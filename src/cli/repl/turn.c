@@ -153,14 +153,21 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_stats s;
 	struct conv_io io;
 	char err[512];
-	const char *why;
 	bool sigint;
 	int rc;
 
-	/* Refused before generating: a reply that could not be kept is not worth its time. */
-	if (sess_readonly(r->st, &why)) {
-		repl_error(r, "%s is open read-only (%s): /list, /resume, /history and /export work, "
-		    "but no turn can be saved", r->db_path, why);
+	/*
+	 * Refused before generating: a reply that could not be kept is not
+	 * worth its time. Why the store is read-only was said at start; this
+	 * names the line refused (its start, if long), so a batch's log shows
+	 * which lines were not sent.
+	 */
+	if (sess_readonly(r->st, NULL)) {
+		size_t n = strcspn(text, "\n");
+
+		n = kvc_utf8_valid_prefix(text, n > 60 ? 60 : n);
+		repl_error(r, "not sent, the database being read-only: \"%.*s%s\"", (int)n, text,
+		    text[n] != '\0' ? "..." : "");
 		return 1;
 	}
 	memset(&io, 0, sizeof io);
@@ -228,19 +235,47 @@ repl_describe(struct kvc_repl *r, char *buf, size_t len)
 		    title, conv_n_msgs(r->cur));
 }
 
-/* One stored message, as the terminal showed it. */
+/* A recap shows a long message's first lines: a paste of pages hides the reply. */
+#define RECAP_LINES 4
+#define RECAP_BYTES 320
+
+/*
+ * One stored message, as the terminal showed it; brief (a recap): a user
+ * message past RECAP_LINES lines or RECAP_BYTES bytes is cut there, with a
+ * line saying how much more /history shows.
+ */
 static void
-show_msg(struct kvc_repl *r, const struct sess_msg *x)
+show_msg(struct kvc_repl *r, const struct sess_msg *x, bool brief)
 {
 	if (x->role == SESS_USER) {
+		const char *p = x->text, *end = p + strlen(p);
+		int lines = 1;
+
+		if (brief) {
+			const char *q;
+
+			for (q = p; q < end && q - p < RECAP_BYTES; q++)
+				if (*q == '\n' && ++lines > RECAP_LINES)
+					break;
+			end = p + kvc_utf8_valid_prefix(p, (size_t)(q - p));
+		}
 		/* The prompt, then the lines as typed (a block's lines after "... "). */
 		printf("%s>>> %s", kvc_sgr(r->color, KVC_SGR_BOLD), kvc_sgr(r->color, KVC_SGR_RESET));
-		for (const char *p = x->text; *p; p++) {
+		for (; p < end; p++) {
 			putchar(*p);
-			if (*p == '\n' && p[1])
+			if (*p == '\n' && p + 1 < end)
 				printf("... ");
 		}
 		putchar('\n');
+		if (*end != '\0') {
+			int more = 0;
+
+			for (const char *q = end; *q; q++)
+				more += *q == '\n';
+			printf("%s[%zu more bytes, %d more lines of this message: /history shows it "
+			    "whole]%s\n", kvc_sgr(r->color, KVC_SGR_DIM), strlen(end), more,
+			    kvc_sgr(r->color, KVC_SGR_RESET));
+		}
 		return;
 	}
 	if (x->role != SESS_ASSISTANT)
@@ -253,12 +288,12 @@ show_msg(struct kvc_repl *r, const struct sess_msg *x)
 }
 
 void
-repl_show_msgs(struct kvc_repl *r, int n)
+repl_show_msgs(struct kvc_repl *r, int n, bool brief)
 {
 	int total = conv_n_msgs(r->cur), i = n < 0 || n > total ? 0 : total - n;
 
 	for (; i < total; i++)
-		show_msg(r, conv_msg(r->cur, i));
+		show_msg(r, conv_msg(r->cur, i), brief);
 	if (total > 0 && conv_msg(r->cur, total - 1)->role == SESS_USER)
 		printf("%s[the reply was cut off: /retry answers it]%s\n",
 		    kvc_sgr(r->color, KVC_SGR_DIM), kvc_sgr(r->color, KVC_SGR_RESET));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sub_common.h"
+#include "cli/repl/repl.h"
 
 int
 sub_usage(const char *name, const char *usage, const char *why, const char *arg)
@@ -55,9 +56,7 @@ sub_engine_option(const char *opt, const char *val, struct kvc_engine_params *ep
 			return -1;
 		}
 		ep->n_threads = (int)v;
-		if (v > kvc_n_cores())
-			fprintf(stderr, "kvchat: warning: --threads %ld is more than the %d cores this "
-			    "process may run on; the extra threads only share them\n", v, kvc_n_cores());
+		repl_cap_threads(ep);
 	} else if (strcmp(opt, "--kv-type") == 0) {
 		if (eng_kv_type_parse(val, &ep->kv_type) != KVC_OK) {
 			*why = "bad --kv-type (f16, f32 or q8_0)";

@@ -43,21 +43,25 @@ struct gen_opts {
 	bool have_prompt_ids, have_force;
 };
 
-/* "2,651,9" (commas or spaces) appended to out; KVC_OK or KVC_EINVAL / KVC_ENOMEM. */
+/*
+ * "2,651,9" or "2 651 9" appended to out: decimal ids, each separated from
+ * the next by one comma or by spaces (both may be padded with spaces).
+ * An empty entry ("1,,2", a comma at either end), a sign ("-0", "+1") or
+ * any other character is KVC_EINVAL; KVC_ENOMEM when out cannot grow.
+ */
 static int
 parse_ids(const char *s, struct kvc_tokens *out)
 {
 	char buf[16];
 	long v;
-	size_t n;
+	size_t n, sp;
 
+	s += strspn(s, " ");
+	if (*s == '\0')
+		return KVC_EINVAL;
 	while (*s) {
-		if (*s == ',' || *s == ' ') {
-			s++;
-			continue;
-		}
-		n = strcspn(s, ", ");
-		if (n >= sizeof buf)
+		n = strspn(s, "0123456789");
+		if (n == 0 || n >= sizeof buf)
 			return KVC_EINVAL;
 		memcpy(buf, s, n);
 		buf[n] = 0;
@@ -66,8 +70,18 @@ parse_ids(const char *s, struct kvc_tokens *out)
 		if (kvc_tokens_push(out, (int32_t)v) != KVC_OK)
 			return KVC_ENOMEM;
 		s += n;
+		sp = strspn(s, " ");
+		s += sp;
+		if (*s == ',') {
+			s++;
+			s += strspn(s, " ");
+			if (*s == '\0')
+				return KVC_EINVAL;	/* a comma with nothing after it */
+		} else if (sp == 0 && *s != '\0') {
+			return KVC_EINVAL;
+		}
 	}
-	return out->n > 0 ? KVC_OK : KVC_EINVAL;
+	return KVC_OK;
 }
 
 /*

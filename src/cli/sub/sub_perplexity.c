@@ -264,9 +264,11 @@ run(struct kvc_engine *e, const char *text, size_t len, const struct ppl_opts *o
 			chunk[0] = tok_bos(tk);
 		if (score_chunk(&r, chunk))
 			goto out;
-		chunk_line(&r, c, n_chunk);
+		/* Said before the first estimate: on a terminal both streams share,
+		 * after it the line would land inside the estimates' line. */
 		if (c == 0)
 			fprintf(stderr, "kvchat: perplexity: %.2f s per chunk\n", kvc_now() - t0);
+		chunk_line(&r, c, n_chunk);
 	}
 	progress_end(&r.bar);
 	if (final_lines(&r))

@@ -96,6 +96,9 @@ sub_recover(int argc, char **argv)
 	}
 	printf("recovered %d conversations, %d messages, %d snapshot rows into %s\n",
 	    s.convs, s.msgs, s.chunks, argv[2]);
+	if (s.placeholders)
+		printf("%d of the conversations had lost their row: their messages are kept under "
+		    "the title 'recovered conversation ID'\n", s.placeholders);
 	if (s.bad_rows || s.bad_tables)
 		printf("lost: %d unreadable rows%s\n", s.bad_rows,
 		    s.bad_tables ? ", and at least one table could not be read at all" : "");
