@@ -399,6 +399,24 @@ unslide(struct conv *c, int old_keep, int old_cut)
 	conv_drop_seq(c);
 }
 
+/*
+ * A turn on a store that cannot be written is refused before anything is
+ * tokenized or generated: a reply that could not be kept is not worth its
+ * time. Here, so that every front end (the chat, batch, a server) gives the
+ * same answer.
+ */
+static int
+refuse_readonly(const struct conv *c, char *err, size_t errlen)
+{
+	const char *why = NULL;
+
+	if (!sess_readonly(c->m->st, &why))
+		return 0;
+	kvc_err(err, errlen, "the database is open read-only (%s): no turn can be saved",
+	    why ? why : "not writable");
+	return KVC_EIO;
+}
+
 /* The turn's figures before its reply. */
 static void
 turn_begin(struct conv *c, struct conv_stats *st)
@@ -424,6 +442,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = refuse_readonly(c, err, errlen)) != 0)
+		return rc;
 	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
 		return rc;	/* before anything is tokenized or changed */
 	rc = conv_activate(c, err, errlen);
@@ -538,6 +558,8 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = refuse_readonly(c, err, errlen)) != 0)
+		return rc;
 	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
 		u = n - 1;
 	else if (n >= 2 && c->msgs[n - 1].role == SESS_ASSISTANT && c->msgs[n - 2].role == SESS_USER)

@@ -153,16 +153,10 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_stats s;
 	struct conv_io io;
 	char err[512];
-	const char *why;
 	bool sigint;
 	int rc;
 
-	/* Refused before generating: a reply that could not be kept is not worth its time. */
-	if (sess_readonly(r->st, &why)) {
-		repl_error(r, "%s is open read-only (%s): /list, /resume, /history and /export work, "
-		    "but no turn can be saved", r->db_path, why);
-		return 1;
-	}
+	/* A read-only store: conv refuses the turn before generating (its message). */
 	memset(&io, 0, sizeof io);
 	io.on_text = on_text;
 	io.arg = r;
