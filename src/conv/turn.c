@@ -262,7 +262,7 @@ prompt_compute(struct conv *c, const struct kvc_tokens *delta, const struct kvc_
 	const struct kvc_tokens *t = sync ? target : delta;
 	int reserve = conv_reply_reserve(c), rc;
 
-	conv_mgr_fit(m, c, (size_t)(reserve + (int)t->n) * eng_kv_bytes_per_pos(m->e));
+	conv_mgr_fit(m, c, eng_kv_bytes_for(m->e, (size_t)(reserve + (int)t->n)));
 	conv_work_begin(m, "prefill", io ? io->interrupt : NULL);
 	rc = sync ? eng_seq_sync(c->seq, t->v, (int)t->n, es, err, errlen) :
 	    eng_seq_append(c->seq, t->v, (int)t->n, es, err, errlen);
