@@ -1,6 +1,6 @@
 #!/bin/sh
 # The test command: install build dependencies (Debian), build in build/
-# with warnings as errors, fetch the real test model once per machine,
+# with warnings as errors, fetch the real test models once per machine,
 # run the whole suite, print one summary line.
 # Extra arguments go to configure (e.g. --enable-sanitizers, --without-cuda).
 set -e
@@ -22,7 +22,8 @@ mkdir -p build
 cd build
 ../configure --enable-werror "$@"
 make -j"$(nproc)"
-# the real model of the Gemma 3 tests, once per machine (never fatal: they SKIP without it)
+# the real models of the Gemma 3 and Qwen2.5-Coder tests, once per machine (never
+# fatal: they SKIP without them)
 sh ../scripts/fetch-models.sh || true
 status=0
 make -j"$(nproc)" check || status=$?

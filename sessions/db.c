@@ -14,9 +14,9 @@
  * milliseconds, so the user's words are worth it; but the user's message,
  * written before its prompt is computed, would put those milliseconds
  * (four syncs with the checkpoint) into the time to first token, so it is
- * committed with synchronous=NORMAL (sess_user_commit): it survives a
- * SIGKILL at once, and an OS crash once the reply's commit, seconds later,
- * syncs the WAL it shares. Every commit is then
+ * committed with synchronous=OFF and no checkpoint (sess_user_commit): it
+ * survives a SIGKILL at once, and an OS crash once the reply's commit,
+ * seconds later, syncs the WAL it shares. Every commit is then
  * checkpointed (PASSIVE) into the database file, and the WAL truncated at
  * close: sessions.db copied alone, or a lost -wal, still holds every
  * acknowledged turn. A write waiting for another process's transaction

@@ -694,22 +694,35 @@ sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t w
 	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, window, what, err, errlen);
 }
 
+/*
+ * The user's message: synchronous=OFF and no checkpoint of any kind (the
+ * automatic one is off too), so the commit makes no fsync at all.
+ * synchronous=NORMAL still synced the WAL's header when the commit was the
+ * first after a checkpoint had emptied the WAL, which every commit's
+ * checkpoint does: one fdatasync in each turn's time to first token
+ * (strace, issue 26). Safe: while OFF, frames are only appended to the WAL,
+ * never copied into the database file, so a crash can lose the message
+ * (until the reply's FULL commit syncs the WAL it shares) but never corrupt
+ * the file; a SIGKILL cannot lose it, its frames are in the file when
+ * COMMIT returns.
+ */
 int
 sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg, char *err,
     size_t errlen)
 {
 	int rc;
 
-	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) ==
-	    SQLITE_OK)
+	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA wal_autocheckpoint = 0; "
+	    "PRAGMA synchronous = OFF", NULL, NULL, NULL) == SQLITE_OK)
 		st->sync_later = true;
 	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, -1, "cannot save your message", err,
 	    errlen);
 	if (st->sync_later) {
 		st->sync_later = false;
-		/* failing, the next commit would not sync: say so rather than risk it */
-		if (sqlite3_exec(st->db, "PRAGMA synchronous = FULL", NULL, NULL, NULL) != SQLITE_OK &&
-		    rc == KVC_OK)
+		/* failing, the next commit would not sync: say so rather than risk it
+		 * (1000 pages: SQLite's default automatic checkpoint) */
+		if (sqlite3_exec(st->db, "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 1000",
+		    NULL, NULL, NULL) != SQLITE_OK && rc == KVC_OK)
 			rc = sess_db_fail(st, sqlite3_errcode(st->db), "cannot restore synchronous=FULL",
 			    err, errlen);
 	}

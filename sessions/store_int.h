@@ -30,7 +30,7 @@ struct sess_store {
 	unsigned flags;		/* SESS_OPEN_* */
 	bool readonly;		/* opened read-only (asked, or fallen back to) */
 	bool was_empty;		/* the file was there with 0 bytes (sess_was_empty) */
-	bool sync_later;	/* this commit: WAL not synced, no checkpoint (sess_user_commit) */
+	bool sync_later;	/* this commit: no sync, no checkpoint (sess_user_commit) */
 	char ro_why[200];	/* why, for the message refusing a write */
 	void (*wait_fn)(void *arg, const char *msg);	/* sess_set_wait_notice */
 	void *wait_arg;

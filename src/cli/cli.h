@@ -31,7 +31,10 @@ extern const struct cli_subcommand cli_subcommands[];
 
 /* Prints kvchat's usage to f. */
 void cli_usage(FILE *f);
-/* Prints the full --help text (options, REPL commands, files, environment) to f. */
-void cli_help(FILE *f);
+/*
+ * Prints the full --help text (options, REPL commands, files, environment)
+ * to f; print_commands writes the chat's /command list (cmd_print_help).
+ */
+void cli_help(FILE *f, void (*print_commands)(FILE *f));
 
 #endif

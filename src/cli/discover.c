@@ -73,8 +73,9 @@ disc_help_where(void)
 	    "  $KVCHAT_MODEL                      a file\n"
 	    "  $XDG_DATA_HOME/kvchat/models/      (default ~/.local/share/kvchat/models/)\n"
 	    "  $OLLAMA_MODELS or ~/.ollama/models ollama's store (e.g. after 'ollama pull qwen2.5:7b')\n"
-	    "  $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub   Hugging Face downloads\n"
-	    "  ~/.lmstudio/models/, ~/.cache/lm-studio/models/           LM Studio\n";
+	    "  $HF_HUB_CACHE, $HF_HOME/hub or $XDG_CACHE_HOME/huggingface/hub\n"
+	    "                                     Hugging Face downloads (default ~/.cache)\n"
+	    "  ~/.lmstudio/models/, $XDG_CACHE_HOME/lm-studio/models/    LM Studio\n";
 }
 
 static char *
@@ -365,6 +366,26 @@ env_or_home(const char *var, const char *rest)
 	return path_join(home, rest);
 }
 
+/*
+ * $VAR/rest when $VAR is an absolute path, else HOME/home_rest/rest (new
+ * string) or NULL: the XDG base folders (XDG_DATA_HOME, XDG_CACHE_HOME),
+ * whose spec ignores a relative value, as the database path does.
+ */
+static char *
+xdg_or_home(const char *var, const char *home_rest, const char *rest)
+{
+	const char *v = getenv(var);
+	char *base, *p;
+
+	if (v != NULL && v[0] == '/')
+		return path_join(v, rest);
+	if ((base = env_or_home(NULL, home_rest)) == NULL)
+		return NULL;
+	p = path_join(base, rest);
+	free(base);
+	return p;
+}
+
 /* ---- ollama manifests ---- */
 
 /*
@@ -640,7 +661,7 @@ find_hf(struct disc_list *l)
 	else if ((v = getenv("HF_HOME")) != NULL && v[0] != '\0')
 		hub = path_join(v, "hub");
 	else
-		hub = env_or_home(NULL, ".cache/huggingface/hub");
+		hub = xdg_or_home("XDG_CACHE_HOME", ".cache", "huggingface/hub");
 	if (hub == NULL)
 		return;
 	repos = list_dir(hub, &nr);
@@ -697,11 +718,7 @@ find_dir(struct disc_list *l, char *dir, enum disc_source src)
 char *
 disc_models_dir(void)
 {
-	const char *v = getenv("XDG_DATA_HOME");
-
-	if (v != NULL && v[0] != '\0')
-		return path_join(v, "kvchat/models");
-	return env_or_home(NULL, ".local/share/kvchat/models");
+	return xdg_or_home("XDG_DATA_HOME", ".local/share", "kvchat/models");
 }
 
 int
@@ -718,7 +735,7 @@ disc_find_all(struct disc_model **out, int *n, char *err, size_t errlen)
 	find_ollama(&l);
 	find_hf(&l);
 	find_dir(&l, env_or_home(NULL, ".lmstudio/models"), DISC_LMSTUDIO);
-	find_dir(&l, env_or_home(NULL, ".cache/lm-studio/models"), DISC_LMSTUDIO);
+	find_dir(&l, xdg_or_home("XDG_CACHE_HOME", ".cache", "lm-studio/models"), DISC_LMSTUDIO);
 	free(l.seen);
 	if (l.err != 0) {
 		disc_free(l.v, l.n);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "cli/repl/cmd.h"
 
 const struct cli_subcommand cli_subcommands[] = {
 	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
@@ -52,10 +51,12 @@ help_environment(FILE *f)
 
 /*
  * The whole --help text, in one place: man/kvchat.1 documents the same
- * options, commands, files and environment.
+ * options, commands, files and environment. The chat's /commands come from
+ * the caller (the REPL's table): help.c only prints text and calls nothing
+ * above it, so the REPL may call it and not the other way round.
  */
 void
-cli_help(FILE *f)
+cli_help(FILE *f, void (*print_commands)(FILE *f))
 {
 	fprintf(f,
 "usage: kvchat [-m MODEL] [options]\n"
@@ -145,7 +146,7 @@ cli_help(FILE *f)
 "skipped lines, 2 on bad usage, 130 when stopped by Ctrl-C.\n"
 "\n"
 "Commands in the chat:\n");
-	cmd_print_help(f);
+	print_commands(f);
 	fprintf(f,
 "\n"
 "Input: end a line with \\ to continue it; wrap several lines in \"\"\" ... \"\"\".\n"

@@ -6,12 +6,13 @@
 
 #include "backend/backend.h"
 #include "cli.h"
+#include "cli/repl/cmd.h"
 
 int
 main(int argc, char **argv)
 {
 	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-		cli_help(stdout);
+		cli_help(stdout, cmd_print_help);
 		return 0;
 	}
 	if (argc >= 2 && strcmp(argv[1], "--version") == 0) {

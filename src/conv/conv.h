@@ -322,7 +322,9 @@ int conv_mgr_delete(struct conv_mgr *m, int64_t id, char *err, size_t errlen);
  * 0 and st->interrupted. Long prefills and rebuilds report through
  * conv_params.progress ("prefill", "rebuilding", in positions). A rebuild
  * of the cache before the turn, stopped by conv_params.interrupt, returns
- * KVC_EINTR without st->interrupted: nothing changed (err says so).
+ * KVC_EINTR without st->interrupted: nothing changed (err says so). On a
+ * read-only store (sess_readonly) the turn, like conv_retry, is refused
+ * with KVC_EIO before anything is computed, err saying why.
  */
 int conv_turn(struct conv *c, const char *text, const struct conv_io *io,
     struct conv_stats *st, char *err, size_t errlen);

@@ -221,7 +221,7 @@ make_resident(struct conv *c, char *err, size_t errlen)
 		toks = eng_seq_tokens(c->seq);
 		n = eng_seq_n_pos(c->seq);
 	}
-	conv_mgr_fit(m, c, (size_t)n * eng_kv_bytes_per_pos(m->e));
+	conv_mgr_fit(m, c, eng_kv_bytes_for(m->e, (size_t)n));
 	if (n == 0)
 		conv_drop_seq(c);	/* nothing to keep: a fresh sequence has its cache */
 	if (c->seq == NULL && (rc = eng_seq_new(m->e, &c->seq, err, errlen)) != 0)

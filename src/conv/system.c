@@ -120,7 +120,7 @@ change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen
 		rc = new_stream(c, &ids0, &win, err, errlen);
 	if (rc)
 		goto fail;
-	conv_mgr_fit(m, c, win.n * eng_kv_bytes_per_pos(m->e));
+	conv_mgr_fit(m, c, eng_kv_bytes_for(m->e, win.n));
 	conv_work_begin(m, "recomputing", NULL);
 	rc = eng_seq_sync(c->seq, win.v, (int)win.n, &es, err, errlen);
 	conv_work_end(m);

@@ -266,7 +266,7 @@ prompt_compute(struct conv *c, const struct kvc_tokens *delta, const struct kvc_
 	const struct kvc_tokens *t = sync ? target : delta;
 	int reserve = conv_reply_reserve(c), rc;
 
-	conv_mgr_fit(m, c, (size_t)(reserve + (int)t->n) * eng_kv_bytes_per_pos(m->e));
+	conv_mgr_fit(m, c, eng_kv_bytes_for(m->e, (size_t)(reserve + (int)t->n)));
 	conv_work_begin(m, "prefill", io ? io->interrupt : NULL);
 	rc = sync ? eng_seq_sync(c->seq, t->v, (int)t->n, es, err, errlen) :
 	    eng_seq_append(c->seq, t->v, (int)t->n, es, err, errlen);
@@ -395,6 +395,24 @@ unslide(struct conv *c, int old_keep, int old_cut)
 	conv_drop_seq(c);
 }
 
+/*
+ * A turn on a store that cannot be written is refused before anything is
+ * tokenized or generated: a reply that could not be kept is not worth its
+ * time. Here, so that every front end (the chat, batch, a server) gives the
+ * same answer.
+ */
+static int
+refuse_readonly(const struct conv *c, char *err, size_t errlen)
+{
+	const char *why = NULL;
+
+	if (!sess_readonly(c->m->st, &why))
+		return 0;
+	kvc_err(err, errlen, "the database is open read-only (%s): no turn can be saved",
+	    why ? why : "not writable");
+	return KVC_EIO;
+}
+
 /* The turn's figures before its reply. */
 static void
 turn_begin(struct conv *c, struct conv_stats *st)
@@ -420,6 +438,8 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = refuse_readonly(c, err, errlen)) != 0)
+		return rc;
 	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
 		return rc;	/* before anything is tokenized or changed */
 	rc = conv_activate(c, err, errlen);
@@ -537,6 +557,8 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	if ((rc = refuse_readonly(c, err, errlen)) != 0)
+		return rc;
 	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
 		u = n - 1;
 	else if (n >= 2 && c->msgs[n - 1].role == SESS_ASSISTANT && c->msgs[n - 2].role == SESS_USER)

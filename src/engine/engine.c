@@ -342,6 +342,17 @@ eng_kv_window_bytes(const struct kvc_engine *e)
 	return (size_t)cap * (eng_kv_bytes_per_pos(e) - eng_kv_mem_bytes_per_pos(e));
 }
 
+size_t
+eng_kv_bytes_for(const struct kvc_engine *e, size_t n)
+{
+	size_t cap = (size_t)kvc_kv_window_cap(&e->model.hp, e->n_ctx);
+	size_t all = eng_kv_bytes_per_pos(e), mem = eng_kv_mem_bytes_per_pos(e);
+
+	if (eng_kv_window_bytes(e) == 0)
+		return n * all;
+	return n * mem + (n < cap ? n : cap) * (all - mem);
+}
+
 void
 eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
 {

@@ -73,6 +73,12 @@ size_t eng_kv_bytes_per_pos(const struct kvc_engine *e);
 size_t eng_kv_mem_bytes_per_pos(const struct kvc_engine *e);
 size_t eng_kv_window_bytes(const struct kvc_engine *e);
 /*
+ * Memory a cache of n positions holds: every position of the layers that
+ * keep them all, at most the window's of the bounded windowed ones (what
+ * --kv-budget counts before a cache grows).
+ */
+size_t eng_kv_bytes_for(const struct kvc_engine *e, size_t n);
+/*
  * Hex string identifying the weights and everything that changes the cache's
  * contents (architecture, shapes, types, sampled tensor-data hash). The
  * cache type is not in it: a snapshot records its own (the store keeps it

@@ -2,8 +2,9 @@
  * seq_kv.c: a sequence's cache saved and restored as snapshots (the byte
  * layout is snapshot.c's). Windowed layers of a bounded cache hold only
  * their last positions: a chunk records from which position their rows are
- * real (rows before it are zeros), and restoring it tells the backend those
- * rows are not held, so a later rewind past them recomputes.
+ * real and holds only those (version 4; version 3, still read, has zeros
+ * before it), and restoring it tells the backend the others are not held,
+ * so a later rewind past them recomputes.
  */
 #include "config.h"
 
@@ -12,15 +13,29 @@
 
 #include "engine_int.h"
 
+/*
+ * The model's windowed layers as version 4 flags (a new array, n_layer
+ * bytes), or NULL when none is bounded (then chunks are version 2).
+ */
+static unsigned char *
+swa_flags(const struct kvc_engine *e)
+{
+	unsigned char *f = calloc((size_t)e->model.hp.n_layer, 1);
+
+	for (int l = 0; f && l < e->model.hp.n_layer; l++)
+		f[l] = model_layer_swa(&e->model.hp, l) ? 1 : 0;
+	return f;
+}
+
 int
 eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
     char *err, size_t errlen)
 {
 	struct kvc_engine *e = s->e;
 	struct eng_snap h;
-	unsigned char hdr[ENG_SNAP_HEADER];
-	size_t rows, total;
-	int n = pos1 - pos0, rc, lo;
+	unsigned char *hdr = NULL, *swa = NULL;
+	size_t total;
+	int n = pos1 - pos0, rc = KVC_OK, lo;
 
 	if (s->kv == NULL) {
 		kvc_err(err, errlen, "snapshot: the sequence is evicted");
@@ -38,40 +53,49 @@ eng_seq_kv_save(struct kvc_seq *s, int pos0, int pos1, struct kvc_buf *out,
 	    .n_layer = (uint32_t)e->model.hp.n_layer, .kv_dim = (uint32_t)e->kv_dim,
 	    .pos0 = (uint32_t)pos0, .n = (uint32_t)n, .win_from = (uint32_t)lo,
 	    .bind = eng_snap_bind(e->fingerprint, s->toks.v, (size_t)pos1) };
-	rows = eng_snap_part_bytes(&h, e->kv_row);
+	/* rows a windowed layer no longer holds are left out (version 4) */
+	if (lo > pos0 && (h.swa = swa = swa_flags(e)) == NULL)
+		rc = KVC_ENOMEM;
+	eng_snap_choose_version(&h);
 	total = eng_snap_bytes(&h, e->kv_row);
-	if (kvc_buf_reserve(out, total) != KVC_OK) {
+	if (rc == KVC_OK && ((hdr = malloc(eng_snap_header_bytes(&h))) == NULL ||
+	    kvc_buf_reserve(out, total) != KVC_OK))
+		rc = KVC_ENOMEM;
+	if (rc) {
+		free(swa);
+		free(hdr);
 		kvc_err(err, errlen, "snapshot: out of memory (%zu bytes)", total);
 		return KVC_ENOMEM;
 	}
 	eng_snap_put_header(hdr, &h);
-	kvc_buf_append(out, hdr, sizeof hdr);
-	for (int l = 0; l < e->model.hp.n_layer; l++) {
-		/* rows a windowed layer no longer holds are zeros (the header says so) */
-		int p = model_layer_swa(&e->model.hp, l) ? lo : pos0;
+	kvc_buf_append(out, hdr, eng_snap_header_bytes(&h));
+	free(hdr);
+	for (int l = 0; l < e->model.hp.n_layer && rc == KVC_OK; l++) {
+		/* version 3 (never written now) would zero a windowed layer's first rows */
+		int p = (int)eng_snap_layer_first(&h, l);
+		size_t part = eng_snap_part_bytes(&h, e->kv_row, l);
 
-		for (int part = KVC_KV_K; part <= KVC_KV_V; part++) {
-			memset(out->p + out->n, 0, (size_t)(p - pos0) * e->kv_row);
-			if (pos1 > p) {
-				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)part, p, pos1 - p,
-				    out->p + out->n + (size_t)(p - pos0) * e->kv_row, err, errlen);
-				if (rc) {
-					out->n -= eng_snap_part_offset(&h, e->kv_row, l, (enum kvc_kv_part)part);
-					return rc;
-				}
-			}
-			out->n += rows;
+		for (int k = KVC_KV_K; k <= KVC_KV_V && rc == KVC_OK; k++) {
+			if (pos1 > p)
+				rc = e->be->kv_read(e->bctx, s->kv, l, (enum kvc_kv_part)k, p, pos1 - p,
+				    out->p + out->n, err, errlen);
+			if (rc)
+				out->n -= eng_snap_part_offset(&h, e->kv_row, l, (enum kvc_kv_part)k);
+			else
+				out->n += part;
 		}
 	}
-	if (out->n < out->cap)
+	free(swa);
+	if (rc == KVC_OK && out->n < out->cap)
 		out->p[out->n] = '\0';
-	return KVC_OK;
+	return rc;
 }
 
 /*
- * Layer l's part of a chunk: rows [h->pos0, h->pos0 + h->n), row bytes
- * each. A windowed layer's rows before h->win_from are zeros standing for
- * rows that were not held: the backend is told so (src NULL).
+ * Layer l's part of a chunk: rows from eng_snap_layer_first to h->pos0 +
+ * h->n, row bytes each. A windowed layer's positions before h->win_from
+ * were not held when the chunk was saved (version 4 leaves them out,
+ * version 3 has zeros for them): the backend is told so (src NULL).
  */
 static int
 write_part(struct kvc_seq *s, const struct eng_snap *h, int l, enum kvc_kv_part part,
@@ -79,6 +103,7 @@ write_part(struct kvc_seq *s, const struct eng_snap *h, int l, enum kvc_kv_part 
 {
 	struct kvc_engine *e = s->e;
 	int pos0 = (int)h->pos0, w = (int)h->win_from, end = pos0 + (int)h->n, rc;
+	int first = (int)eng_snap_layer_first(h, l);
 
 	if (h->n == 0)
 		return KVC_OK;
@@ -87,7 +112,17 @@ write_part(struct kvc_seq *s, const struct eng_snap *h, int l, enum kvc_kv_part 
 	if ((rc = e->be->kv_write(e->bctx, s->kv, l, part, pos0, w - pos0, NULL, err, errlen)))
 		return rc;
 	return w == end ? KVC_OK : e->be->kv_write(e->bctx, s->kv, l, part, w, end - w,
-	    rows + (size_t)(w - pos0) * row, err, errlen);
+	    rows + (size_t)(w - first) * row, err, errlen);
+}
+
+/* Whether a version 4 chunk's windowed layers are this model's. */
+static bool
+same_windows(const struct kvc_engine *e, const struct eng_snap *h)
+{
+	for (uint32_t l = 0; h->swa != NULL && l < h->n_layer && (int)l < e->model.hp.n_layer; l++)
+		if ((h->swa[l] != 0) != model_layer_swa(&e->model.hp, (int)l))
+			return false;
+	return true;
 }
 
 /*
@@ -116,7 +151,9 @@ load_converted(struct kvc_seq *s, const struct eng_snap *h, const void *blob, si
 			const unsigned char *src = (const unsigned char *)blob +
 			    eng_snap_part_offset(h, src_row, (int)l, (enum kvc_kv_part)part);
 
-			for (uint32_t i = 0; i < h->n && rc == KVC_OK; i++) {
+			uint32_t m = h->pos0 + h->n - eng_snap_layer_first(h, (int)l);
+
+			for (uint32_t i = 0; i < m && rc == KVC_OK; i++) {
 				rc = kvc_kv_row_to_f32((enum gguf_dtype)h->kv_type, src + i * src_row, f, e->kv_dim);
 				if (rc == KVC_OK)
 					rc = kvc_kv_row_from_f32(e->kv_type, f, rows + i * e->kv_row, e->kv_dim);
@@ -148,7 +185,7 @@ eng_seq_kv_load(struct kvc_seq *s, const int32_t *tokens, const void *blob,
 	/* a blob of another cache type is converted row by row below */
 	src_row = h.kv_type <= GGML_TYPE_Q8_0 ? kvc_kv_row_bytes((enum gguf_dtype)h.kv_type, e->kv_dim) : 0;
 	if (src_row == 0 || h.n_layer != (uint32_t)e->model.hp.n_layer ||
-	    h.kv_dim != (uint32_t)e->kv_dim) {
+	    h.kv_dim != (uint32_t)e->kv_dim || !same_windows(e, &h)) {
 		kvc_err(err, errlen, "KV snapshot: made for a %s cache with %u layers x %u, this engine has "
 		    "%s with %d layers x %d", gguf_dtype_name((enum gguf_dtype)h.kv_type), h.n_layer,
 		    h.kv_dim, gguf_dtype_name(e->kv_type), e->model.hp.n_layer, e->kv_dim);

@@ -6,6 +6,7 @@ T_FAIL=0
 # Real models fetched once per machine by scripts/fetch-models.sh, found
 # before HOME is replaced below (KVCHAT_GEMMA3 overrides the path).
 GEMMA3=${KVCHAT_GEMMA3:-${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/models/gemma-3-270m-q4_k_m.gguf}
+QWEN25=${KVCHAT_QWEN25:-${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/kvchat-test.XXXXXX")
 trap 'rm -rf "$TMPD"' EXIT
 export HOME="$TMPD/home" XDG_DATA_HOME="$TMPD/data" XDG_STATE_HOME="$TMPD/state" XDG_CONFIG_HOME="$TMPD/config"
@@ -17,6 +18,7 @@ fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL: $*" >&2; }
 check() { d=$1; shift; if "$@"; then ok; else fail "$d"; fi; }
 skip() { echo "SKIP: $*"; exit 77; }
 have_gemma3() { [ -f "$GEMMA3" ]; }
+have_qwen25() { [ -f "$QWEN25" ]; }
 have_shared() { [ -f "${SHARED_DATA:-/nonexistent}/SOURCES.md" ]; }
 done_testing() { echo "$T_PASS passed, $T_FAIL failed"; [ "$T_FAIL" -eq 0 ]; }
 # The sqlite3 shell has no busy timeout by default: a read that lands while

@@ -50,6 +50,30 @@ check "bad --temp" expect_status 2 "$KVCHAT" generate -m "$M" --temp hot
 check "bad --kv-type" expect_status 2 "$KVCHAT" generate -m "$M" --kv-type q8
 check "missing value" expect_status 2 "$KVCHAT" generate -m "$M" -n
 check "bench unknown option" expect_status 2 "$KVCHAT" bench -m "$M" --frobnicate
+# The option tables of generate, perplexity and batch (sub_opts.c): each
+# usage error names what was wrong and the argument, the same way in all three.
+for sub in generate perplexity batch; do
+	check "$sub: unknown option" expect_status 2 "$KVCHAT" $sub -m "$M" --frobnicate
+	check "$sub: ... named" grep -q "kvchat: $sub: unknown option: --frobnicate" "$TMPD/err"
+	check "$sub: ... with its usage" grep -q "usage: kvchat $sub" "$TMPD/err"
+	check "$sub: a value missing" expect_status 2 "$KVCHAT" $sub -m "$M" --threads
+	check "$sub: ... named" grep -q "kvchat: $sub: option needs a value: --threads" "$TMPD/err"
+	check "$sub: a stray argument" expect_status 2 "$KVCHAT" $sub -m "$M" stray
+	check "$sub: ... named" grep -q "kvchat: $sub: unexpected argument: stray" "$TMPD/err"
+	check "$sub: a bad engine value" expect_status 2 "$KVCHAT" $sub -m "$M" --kv-type q8
+	check "$sub: ... named" grep -q "kvchat: $sub: bad --kv-type (f16, f32 or q8_0): q8" "$TMPD/err"
+	check "$sub --help: usage on stdout, status 0" expect_status 0 "$KVCHAT" $sub --help
+	check "$sub --help: ... the usage" grep -q "usage: kvchat $sub" "$TMPD/out"
+done
+check "generate: a bad sampler value" expect_status 2 "$KVCHAT" generate -m "$M" --top-p 2
+check "generate: ... named" grep -q "kvchat: generate: bad --top-p: 2" "$TMPD/err"
+check "batch: a bad sampler value" expect_status 2 "$KVCHAT" batch -m "$M" --temp hot
+check "batch: ... named" grep -q "kvchat: batch: bad --temp: hot" "$TMPD/err"
+check "perplexity: no sampler options" expect_status 2 "$KVCHAT" perplexity -m "$M" --temp 0
+check "perplexity: -c is the chunk length" expect_status 2 "$KVCHAT" perplexity -m "$M" -c 2
+check "perplexity: ... named" grep -q "bad -c (at least 4): 2" "$TMPD/err"
+check "batch: unknown template" expect_status 2 "$KVCHAT" batch -m "$M" --chat-template nope
+check "batch: ... named" grep -q "unknown chat template: nope" "$TMPD/err"
 check "convert without -o" expect_status 2 "$KVCHAT" convert-llama2c "$TMPD/tiny.bin" "$TMPD/tiny-tok.bin"
 # runtime errors: 1 with a message
 check "missing model file" expect_status 1 "$KVCHAT" generate -m "$TMPD/nonexistent.gguf"

@@ -10,7 +10,7 @@
 #    of an uninterrupted piped run;
 #  - the chat cut in two processes prints byte for byte what one process
 #    printed, the second restoring the snapshot (chunks whose windowed rows
-#    were gone are stored as version 3) and computing only its own tokens;
+#    were gone are stored as version 4, only the rows still held) and computing only its own tokens;
 #  - --stats-json reports the memory per position of the global layer
 #    alone (1 of the 6 layers), the snapshot's of all of them.
 . "$top_srcdir/tests/e2e/lib.sh"
@@ -35,8 +35,8 @@ check "the chat crosses the windowed caches' 143 positions ($used)" [ "$used" -g
 kvp=$(jget "$TMPD/a.json" 1 kv_bytes_per_pos)
 snp=$(jget "$TMPD/a.json" 1 snapshot_bytes_per_pos)
 check "memory per position is the global layer's ($kvp x 6 = $snp)" [ $((kvp * 6)) -eq "$snp" ]
-v3=$(sqlq "$TMPD/a.db" "SELECT count(*) FROM kv_chunks WHERE part = 0 AND hex(substr(data, 5, 4)) = '03000000'")
-check "chunks with windowed rows gone are version 3 ($v3)" [ "$v3" -gt 0 ]
+v3=$(sqlq "$TMPD/a.db" "SELECT count(*) FROM kv_chunks WHERE part = 0 AND hex(substr(data, 5, 4)) = '04000000'")
+check "chunks with windowed rows gone are version 4 ($v3)" [ "$v3" -gt 0 ]
 
 # At a terminal: three turns, /retry, /undo and the third message again, the fourth.
 start $OPTS --db "$TMPD/b.db" --new s --stats-json "$TMPD/b.json"

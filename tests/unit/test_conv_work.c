@@ -14,6 +14,8 @@
  *    in tests/e2e/test_rebuild_interrupt.sh).
  *  - The engine hook alone: slices of an append, and a stop that leaves
  *    the sequence as it was.
+ *  - A read-only store: conv refuses a turn and a retry, saying why,
+ *    before any text (code review: one answer for every front end).
  */
 #include "config.h"
 
@@ -153,6 +155,57 @@ check_engine_hook(struct kvc_engine *e)
 	eng_seq_free(s);
 }
 
+/* What a refused turn must never reach. */
+static int
+count_text(void *arg, const char *piece, size_t n)
+{
+	(void)piece;
+	*(int *)arg += (int)n + 1;
+	return 0;
+}
+
+/*
+ * A read-only store: conv refuses a turn and a retry itself (for every
+ * front end), saying why, before any text comes; the store is unchanged.
+ */
+static void
+test_readonly_refused(struct kvc_engine *e, const char *db, int64_t id)
+{
+	struct conv_io io = { .on_text = count_text };
+	struct watch w = {0};
+	struct conv_stats s;
+	struct sess_store *st;
+	struct conv_mgr *m;
+	struct conv *c;
+	char err[256];
+	int n_text = 0, before, rc;
+
+	io.arg = &n_text;
+	rc = sess_open_ex(&st, db, SESS_OPEN_READONLY, err, sizeof err);
+	test_cond(rc == 0, "read-only open: %s", err);
+	if (rc)
+		return;
+	m = new_mgr(e, st, &w, NULL);
+	rc = conv_open(m, id, &c, err, sizeof err);
+	test_cond(rc == 0, "open on a read-only store: %s", err);
+	if (rc == 0) {
+		before = conv_test_stored_msgs(st, id);
+		err[0] = '\0';
+		rc = conv_turn(c, "Refused, please.", &io, &s, err, sizeof err);
+		test_cond(rc == KVC_EIO && strstr(err, "read-only") && strstr(err, "no turn"),
+		    "turn refused: rc %d '%s'", rc, err);
+		err[0] = '\0';
+		rc = conv_retry(c, &io, &s, err, sizeof err);
+		test_cond(rc == KVC_EIO && strstr(err, "read-only"), "retry refused: rc %d '%s'", rc,
+		    err);
+		test_cond(n_text == 0 && conv_n_msgs(c) == before &&
+		    conv_test_stored_msgs(st, id) == before, "nothing generated (%d) or stored (%d, "
+		    "%d, was %d)", n_text, conv_n_msgs(c), conv_test_stored_msgs(st, id), before);
+	}
+	conv_mgr_free(m);
+	sess_close(st);
+}
+
 int
 main(void)
 {
@@ -279,6 +332,7 @@ main(void)
 		eng_close(e16);
 	}
 	sess_close(st);
+	test_readonly_refused(e, db, id);
 	eng_close(e);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	(void)system(cmd);

@@ -321,6 +321,49 @@ test_trees(void)
 		    "relative $HOME: found %s under the current folder", v[i].path);
 	disc_free(v, n);
 	test_cond(chdir("/") == 0, "chdir /");
+
+	/*
+	 * The XDG base folders (issue 26): XDG_CACHE_HOME holds the Hugging
+	 * Face hub and LM Studio's cache, as those programs put them there;
+	 * a relative XDG_DATA_HOME or XDG_CACHE_HOME is ignored, as the spec
+	 * and the database path ignore it.
+	 */
+	mkdirs("xc/huggingface/hub/models--org--tiny-GGUF/snapshots/r1");
+	put_gguf("xc/huggingface/hub/models--org--tiny-GGUF/snapshots/r1/tiny-q8.gguf", "llama", 7,
+	    GGML_TYPE_F32, 1);
+	mkdirs("xc/lm-studio/models/pub/repo");
+	put_gguf("xc/lm-studio/models/pub/repo/lms.gguf", "llama", 7, GGML_TYPE_F32, 1);
+	rel_path(want, sizeof want, "empty");
+	setenv("HOME", want, 1);
+	rel_path(want, sizeof want, "xc");
+	setenv("XDG_CACHE_HOME", want, 1);
+	unsetenv("HF_HOME");
+	rc = disc_find_all(&v, &n, err, sizeof err);
+	test_cond(rc == 0 && n == 2, "XDG_CACHE_HOME: %d models, want 2 (%s)", n, err);
+	for (int i = 0, hub = 0, lms = 0; rc == 0 && i <= n; i++) {
+		if (i == n)
+			test_cond(hub == 1 && lms == 1, "under XDG_CACHE_HOME: %d hub, %d LM Studio", hub,
+			    lms);
+		else if (strstr(v[i].path, "/xc/huggingface/hub/") != NULL)
+			hub++;
+		else if (strstr(v[i].path, "/xc/lm-studio/models/") != NULL)
+			lms++;
+	}
+	disc_free(v, n);
+	setenv("XDG_CACHE_HOME", "xc", 1);
+	setenv("XDG_DATA_HOME", "data", 1);
+	rel_path(want, sizeof want, ".");
+	test_cond(chdir(want) == 0, "chdir %s", want);
+	rc = disc_find_all(&v, &n, err, sizeof err);
+	test_cond(rc == 0 && n == 0, "relative XDG_CACHE_HOME / XDG_DATA_HOME: %d models, want 0", n);
+	disc_free(v, n);
+	path = disc_models_dir();
+	test_cond(path && strstr(path, "empty/.local/share/kvchat/models"),
+	    "relative XDG_DATA_HOME: models folder %s", path ? path : "(none)");
+	free(path);
+	unsetenv("XDG_CACHE_HOME");
+	unsetenv("XDG_DATA_HOME");
+	test_cond(chdir("/") == 0, "chdir /");
 }
 
 static void

@@ -26,7 +26,7 @@ help_text(void)
 
 	if (f == NULL)
 		return NULL;
-	cli_help(f);
+	cli_help(f, cmd_print_help);
 	fclose(f);
 	return p;
 }

@@ -17,10 +17,13 @@
  * 2. Engine: a rewind past the window recomputes from position 0 (and says
  *    so in its counts) and gives the uninterrupted logits; a short one does
  *    not recompute; snapshots saved per turn restore a cache whose next
- *    logits are bitwise the uninterrupted ones, their windowed rows marked
- *    (version 3) where the cache no longer held them; a rewind past what
- *    the restored cache holds recomputes; a version 2 chunk of 700 real
- *    rows (what an older kvchat saved) still restores exactly.
+ *    logits are bitwise the uninterrupted ones, holding a windowed layer's
+ *    rows only where the cache still held them (version 4: the chunk no
+ *    larger than the cache); a rewind past what the restored cache holds
+ *    recomputes; the same chunk in version 3 (zeros for the absent rows)
+ *    and a version 2 chunk of 700 real rows (what older kvchats saved)
+ *    still restore exactly; a version 4 chunk whose windowed layers are not
+ *    the model's is refused.
  */
 #include "config.h"
 
@@ -212,6 +215,8 @@ v2_blob(struct kvc_engine *e, struct kvc_buf *out)
 	char err[256] = "";
 	int rc;
 
+	eng_snap_choose_version(&h);
+
 	rc = be->init(&ctx, m, &pw, err, sizeof err);
 	rc = rc ? rc : be->kv_create(ctx, N_CTX, GGML_TYPE_F16, &kv, err, sizeof err);
 	rc = rc ? rc : be->forward(ctx, kv, tok, N, 0, NULL, false, err, sizeof err);
@@ -234,13 +239,52 @@ v2_blob(struct kvc_engine *e, struct kvc_buf *out)
 	return rc;
 }
 
+/*
+ * The version 3 form of a version 4 chunk (what kvchat wrote before
+ * version 4): every layer n rows long, a windowed layer's absent rows zeros.
+ */
+static int
+v3_of(const struct kvc_buf *v4, struct kvc_buf *out, size_t rb)
+{
+	struct eng_snap h, h3;
+	unsigned char hdr[ENG_SNAP_HEADER];
+	char err[256] = "";
+	int rc = eng_snap_get_header(v4->p, v4->n, &h, err, sizeof err);
+
+	test_cond(rc == 0 && h.version == 4, "version 4 header: %s", err);
+	if (rc || h.version != 4)
+		return -1;
+	h3 = h;
+	h3.swa = NULL;
+	eng_snap_choose_version(&h3);
+	test_cond(h3.version == 3, "version 3 without the flags");
+	if (kvc_buf_reserve(out, eng_snap_bytes(&h3, rb)) != 0)
+		return -1;
+	eng_snap_put_header(hdr, &h3);
+	kvc_buf_append(out, hdr, sizeof hdr);
+	for (int l = 0; l < (int)h.n_layer; l++)
+		for (int part = 0; part < 2; part++) {
+			size_t zero = (size_t)(eng_snap_layer_first(&h, l) - h.pos0) * rb;
+
+			memset(out->p + out->n, 0, zero);
+			out->n += zero;
+			kvc_buf_append(out, v4->p + eng_snap_part_offset(&h, rb, l, (enum kvc_kv_part)part),
+			    eng_snap_part_bytes(&h, rb, l));
+		}
+	test_cond(out->n == eng_snap_bytes(&h3, rb), "version 3 blob: %zu bytes", out->n);
+	return 0;
+}
+
 static void
 engine_tests(const char *path)
 {
 	struct kvc_engine_params p = kvc_engine_default_params();
 	struct kvc_engine *e = NULL;
 	struct kvc_seq *a = NULL, *b = NULL;
-	struct kvc_buf c1 = {0}, c2 = {0}, old = {0};
+	struct kvc_buf c1 = {0}, c2 = {0}, old = {0}, c3 = {0};
+	const struct kvc_model *m;
+	size_t rb, cap_bytes;
+	int n_swa = 0;
 	struct eng_stats st;
 	float *ref;
 	char err[256] = "";
@@ -267,7 +311,16 @@ engine_tests(const char *path)
 	rc = rc ? rc : eng_seq_kv_save(a, 100, N, &c2, err, sizeof err);
 	test_cond(rc == 0, "turns: %s", err);
 	if (rc) goto out;
-	test_cond(c1.p[4] == 2 && c2.p[4] == 3, "chunk versions %d, %d (2, then 3)", c1.p[4], c2.p[4]);
+	test_cond(c1.p[4] == 2 && c2.p[4] == 4, "chunk versions %d, %d (2, then 4)", c1.p[4], c2.p[4]);
+	/* version 4: the windowed layers' rows only as far as the cache kept them */
+	m = eng_model(e);
+	rb = kvc_kv_row_bytes(eng_kv_type(e), m->hp.n_head_kv * m->hp.head_dim);
+	for (int l = 0; l < m->hp.n_layer; l++)
+		n_swa += model_layer_swa(&m->hp, l);
+	cap_bytes = 48 + 2 * ((size_t)(m->hp.n_layer - n_swa) * (N - 100) + (size_t)n_swa * CAP) * rb;
+	test_cond(n_swa > 0 && c2.n <= cap_bytes && c2.n < 40 + 2 * (size_t)m->hp.n_layer * (N - 100) * rb,
+	    "version 4 chunk of %d positions: %zu bytes, at most %zu (the cache's), version 3 %zu",
+	    N - 100, c2.n, cap_bytes, 40 + 2 * (size_t)m->hp.n_layer * (N - 100) * rb);
 	memcpy(ref, next_logits(a, N, &st), (size_t)V * sizeof *ref);
 	test_cond(st.n_computed == 1, "next token: %d computed", st.n_computed);
 	/* /retry of a short reply: within the kept rows, nothing recomputed */
@@ -294,6 +347,21 @@ engine_tests(const char *path)
 	(void)next_logits(b, 400, &st);
 	test_cond(st.n_computed == 401, "rewind of the restored cache to 400: %d computed",
 	    st.n_computed);
+	/* the same chunk as version 3 (zeros for the absent rows) still restores */
+	eng_seq_evict(b);
+	if (v3_of(&c2, &c3, rb) == 0) {
+		rc = eng_seq_kv_load(b, tok, c1.p, c1.n, err, sizeof err);
+		rc = rc ? rc : eng_seq_kv_load(b, tok, c3.p, c3.n, err, sizeof err);
+		test_cond(rc == 0 && memcmp(next_logits(b, N, &st), ref, (size_t)V * sizeof *ref) == 0 &&
+		    st.n_computed == 1, "version 3 chunk: %s", err);
+	}
+	/* a version 4 chunk whose layer flags are not the model's: refused */
+	c2.p[ENG_SNAP_HEADER] ^= 1;
+	eng_seq_evict(b);
+	rc = eng_seq_kv_load(b, tok, c1.p, c1.n, err, sizeof err);
+	test_cond(rc == 0 && eng_seq_kv_load(b, tok, c2.p, c2.n, err, sizeof err) == KVC_ECORRUPT,
+	    "other windowed layers refused: %s", err);
+	c2.p[ENG_SNAP_HEADER] ^= 1;
 	/* an older kvchat's chunk: every row real, 700 of them, into a bounded cache */
 	eng_seq_evict(b);
 	if (v2_blob(e, &old) == 0) {
@@ -305,6 +373,7 @@ out:
 	kvc_buf_free(&c1);
 	kvc_buf_free(&c2);
 	kvc_buf_free(&old);
+	kvc_buf_free(&c3);
 	free(ref);
 	eng_seq_free(a);
 	eng_seq_free(b);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmd.h"
 #include "options.h"
 #include "cli/cli.h"
 
@@ -269,7 +270,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 		case OPT_NO_COLOR: o->no_color = true; break;
 		case OPT_FORCE_UNLOCK: o->force_unlock = true; break;
 		case 'h':
-			cli_help(stdout);
+			cli_help(stdout, cmd_print_help);
 			return -1;
 		case OPT_VERSION:
 			printf("kvchat %s\n", PACKAGE_VERSION);

@@ -156,20 +156,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	bool sigint;
 	int rc;
 
-	/*
-	 * Refused before generating: a reply that could not be kept is not
-	 * worth its time. Why the store is read-only was said at start; this
-	 * names the line refused (its start, if long), so a batch's log shows
-	 * which lines were not sent.
-	 */
-	if (sess_readonly(r->st, NULL)) {
-		size_t n = strcspn(text, "\n");
-
-		n = kvc_utf8_valid_prefix(text, n > 60 ? 60 : n);
-		repl_error(r, "not sent, the database being read-only: \"%.*s%s\"", (int)n, text,
-		    text[n] != '\0' ? "..." : "");
-		return 1;
-	}
+	/* A read-only store: conv refuses the turn before generating. */
 	memset(&io, 0, sizeof io);
 	io.on_text = on_text;
 	io.arg = r;
@@ -195,6 +182,19 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 		    r->tty ? "; the Up key brings the message back" : "");
 		repl_print_stats(r, r->tty ? stdout : stderr, &s);
 		return KVC_EINTR;
+	}
+	if (rc && !retry && sess_readonly(r->st, NULL)) {
+		/*
+		 * Why the store is read-only was said at start; this names the
+		 * line refused (its start, if long), so a batch's log shows which
+		 * lines were not sent.
+		 */
+		size_t n = strcspn(text, "\n");
+
+		n = kvc_utf8_valid_prefix(text, n > 60 ? 60 : n);
+		repl_error(r, "not sent, the database being read-only: \"%.*s%s\"", (int)n, text,
+		    text[n] != '\0' ? "..." : "");
+		return rc;
 	}
 	if (rc) {
 		repl_error(r, "%s", err);

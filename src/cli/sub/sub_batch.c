@@ -49,53 +49,42 @@ usage(const char *why, const char *arg)
 	return sub_usage("batch", batch_usage, why, arg);
 }
 
-/* One option at argv[*i]: -1 to go on, else the exit status. */
+/* --chat-template: a family kvchat knows. */
 static int
-parse_opt(int argc, char **argv, int *i, struct batch_opts *o)
+template_opt(void *arg, const char *val)
 {
-	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
-	const struct conv_setting *row;
-	int eo;
+	if (chat_family_from_name(val) < 0)
+		return -1;
+	*(const char **)arg = val;
+	return 0;
+}
 
-	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-		fputs(batch_usage, stdout);
-		return 0;
-	}
-	if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-		o->quiet = true;
-		return -1;
-	}
-	if (val == NULL)
-		return usage("option needs a value or is unknown", a);
-	(*i)++;
-	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0 ||
-	    (eo = sub_ctx_option(a, val, &o->ep, &why)) != 0)
-		return eo < 0 ? usage(why, val) : -1;
-	if (strncmp(a, "--", 2) == 0 && (row = conv_setting_by_opt(a + 2)) != NULL && row->smp) {
-		if (conv_setting_apply(&o->set, row, a, val, NULL, 0) != KVC_OK)
-			return usage("bad value", a);
-		return -1;
-	}
-	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
-		o->model = val;
-	else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
-		o->in = val;
-	else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
-		o->out = val;
-	else if (strcmp(a, "--chat-template") == 0) {
-		if (chat_family_from_name(val) < 0)
-			return usage("unknown chat template", val);
-		o->template_name = val;
-	} else if (strcmp(a, "--parallel") == 0 || strcmp(a, "-B") == 0) {
-		if (kvc_parse_long(val, 1, BATCH_MAX_PARALLEL, &o->parallel) != KVC_OK)
-			return usage("bad --parallel (1 to 256)", val);
-	} else if (strcmp(a, "-n") == 0) {
-		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
-			return usage("bad -n", val);
-	} else {
-		return usage("unknown argument", a);
-	}
-	return -1;
+/*
+ * The command line into o by batch's option table (with the engine
+ * options, --ctx and the settings table's sampler rows, the defaults of
+ * every request): -1 to go on, else the exit status.
+ */
+static int
+parse_args(int argc, char **argv, struct batch_opts *o)
+{
+	const struct sub_opt opts[] = {
+		SUB_STR("--model", "-m", &o->model),
+		SUB_STR("--file", "-f", &o->in),
+		SUB_STR("--output", "-o", &o->out),
+		SUB_FN("--chat-template", NULL, template_opt, &o->template_name,
+		    "unknown chat template"),
+		SUB_LONG("--parallel", "-B", &o->parallel, 1, BATCH_MAX_PARALLEL,
+		    "bad --parallel (1 to 256)"),
+		SUB_LONG("-n", NULL, &o->n_predict, 0, 1L << 30, "bad -n"),
+		SUB_FLAG("--quiet", "-q", &o->quiet),
+		SUB_END,
+	};
+	const struct sub_opts_spec spec = {
+		.name = "batch", .usage = batch_usage, .opts = opts,
+		.ep = &o->ep, .ctx = true, .set = &o->set,
+	};
+
+	return sub_parse_opts(&spec, argc, argv);
 }
 
 /* The whole input (a file, or stdin for "-") into b, NUL-terminated. 0, or 1 with a message said. */
@@ -527,8 +516,7 @@ sub_batch(int argc, char **argv)
 	o.set = conv_default_settings();
 	o.parallel = 4;
 	o.n_predict = 256;
-	for (int i = 1; i < argc && rc < 0; i++)
-		rc = parse_opt(argc, argv, &i, &o);
+	rc = parse_args(argc, argv, &o);
 	if (rc < 0 && o.model == NULL)
 		rc = usage("no model given (-m FILE)", NULL);
 	if (rc < 0 && o.in == NULL)

@@ -5,6 +5,7 @@
 #ifndef KVC_SUB_COMMON_H
 #define KVC_SUB_COMMON_H
 
+#include "conv/conv.h"
 #include "engine/engine.h"
 #include "sampler/sampler.h"
 
@@ -31,6 +32,51 @@ int sub_engine_option(const char *opt, const char *val, struct kvc_engine_params
  */
 int sub_ctx_option(const char *opt, const char *val, struct kvc_engine_params *ep,
     const char **why);
+
+/*
+ * A subcommand's options as a table (sub_opts.c): each row names an option
+ * (and its one-letter alias), what kind of value it takes and where the
+ * value goes.
+ */
+enum sub_opt_kind {
+	SUB_OPT_FLAG,		/* no value: *(bool *)dst = true */
+	SUB_OPT_STR,		/* *(const char **)dst = the value as given */
+	SUB_OPT_LONG,		/* *(long *)dst = the value, an integer in [lo, hi] */
+	SUB_OPT_FN,		/* fn(dst, value): 0, or nonzero for a bad value */
+};
+struct sub_opt {
+	const char *name;	/* "--model"; NULL ends the table */
+	const char *alias;	/* "-m", or NULL */
+	enum sub_opt_kind kind;
+	void *dst;
+	long lo, hi;		/* SUB_OPT_LONG's range */
+	const char *bad;	/* the usage error for a bad value ("bad -n") */
+	int (*fn)(void *dst, const char *val);
+};
+/* The rows, as a table reads best. */
+#define SUB_FLAG(n, a, p) { .name = (n), .alias = (a), .kind = SUB_OPT_FLAG, .dst = (p) }
+#define SUB_STR(n, a, p) { .name = (n), .alias = (a), .kind = SUB_OPT_STR, .dst = (p) }
+#define SUB_LONG(n, a, p, l, h, b) \
+	{ .name = (n), .alias = (a), .kind = SUB_OPT_LONG, .dst = (p), .lo = (l), .hi = (h), .bad = (b) }
+#define SUB_FN(n, a, f, p, b) \
+	{ .name = (n), .alias = (a), .kind = SUB_OPT_FN, .dst = (p), .bad = (b), .fn = (f) }
+#define SUB_END { .name = NULL }
+struct sub_opts_spec {
+	const char *name;	/* "generate": the usage errors' prefix */
+	const char *usage;	/* printed by --help (stdout) and after a usage error */
+	const struct sub_opt *opts;
+	/* The rows shared with other subcommands, each when not NULL / set: */
+	struct kvc_engine_params *ep;	/* --threads/-t, --kv-type, --device, --gpu */
+	bool ctx;			/* --ctx/-c: ep->n_ctx */
+	struct conv_settings *set;	/* the settings table's sampler rows (--temp, ...) */
+};
+/*
+ * Parses argv[1..argc) by the spec: -1 when every argument was good, else
+ * the exit status: 0 after --help (the usage printed), 2 after a usage
+ * error (an unknown option, a missing or bad value, an argument that is no
+ * option), said on stderr with the usage.
+ */
+int sub_parse_opts(const struct sub_opts_spec *c, int argc, char **argv);
 
 /*
  * Open the draft model path for speculative decoding beside main (same

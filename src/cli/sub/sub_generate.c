@@ -84,89 +84,58 @@ parse_ids(const char *s, struct kvc_tokens *out)
 	return KVC_OK;
 }
 
-/*
- * A sampling option (a row of conv_setting_table that is a sampler
- * parameter) at a with its value val: -1 when a is none, else 0 or the
- * usage error's exit status.
- */
+/* --prompt-ids and --force: the ids, and that they were given. */
 static int
-sampling_opt(const char *a, const char *val, struct gen_opts *o)
+prompt_ids_opt(void *arg, const char *val)
 {
-	const struct conv_setting *row;
-	char why[64];
+	struct gen_opts *o = arg;
 
-	if (strncmp(a, "--", 2) != 0 || (row = conv_setting_by_opt(a + 2)) == NULL || !row->smp)
-		return -1;
-	snprintf(why, sizeof why, "bad %s", a);
-	if (conv_setting_apply(&o->set, row, a, val, NULL, 0) != KVC_OK)
-		return usage(why, val);
-	/* The one range generate has narrower than the table's: a penalty > 0. */
-	if (o->set.smp.repeat_penalty <= 0)
-		return usage(why, val);
-	return 0;
+	o->have_prompt_ids = true;
+	return parse_ids(val, &o->prompt_ids);
+}
+
+static int
+force_opt(void *arg, const char *val)
+{
+	struct gen_opts *o = arg;
+
+	o->have_force = true;
+	return parse_ids(val, &o->force);
 }
 
 /*
- * One option at argv[*i] (its value at argv[*i + 1], consumed): -1 to go
- * on, else the exit status (0 after --help, 2 for a usage error).
+ * The command line into o by generate's option table (with the engine
+ * options, --ctx and the settings table's sampler rows): -1 to go on, else
+ * the exit status (0 after --help, 2 for a usage error).
  */
 static int
-parse_opt(int argc, char **argv, int *i, struct gen_opts *o)
+parse_args(int argc, char **argv, struct gen_opts *o)
 {
-	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
-	int eo;
+	const struct sub_opt opts[] = {
+		SUB_STR("--model", "-m", &o->model),
+		SUB_STR("--prompt", "-p", &o->prompt),
+		SUB_FN("--prompt-ids", NULL, prompt_ids_opt, o,
+		    "bad --prompt-ids (token ids separated by commas)"),
+		SUB_FN("--force", NULL, force_opt, o, "bad --force (token ids separated by commas)"),
+		SUB_LONG("--logprobs", NULL, &o->logprobs, 1, 1000, "bad --logprobs (1 to 1000)"),
+		SUB_LONG("-n", NULL, &o->n_predict, 0, 1L << 30, "bad -n"),
+		SUB_STR("--draft", NULL, &o->draft),
+		SUB_LONG("--lookup", NULL, &o->lookup, 1, 64, "bad --lookup (1..64)"),
+		SUB_LONG("--spec-k", NULL, &o->spec_k, 1, CONV_SPEC_MAX, "bad --spec-k (1..16)"),
+		SUB_FLAG("--ids", NULL, &o->ids),
+		SUB_FLAG("--json", NULL, &o->json),
+		SUB_END,
+	};
+	const struct sub_opts_spec spec = {
+		.name = "generate", .usage = gen_usage, .opts = opts,
+		.ep = &o->ep, .ctx = true, .set = &o->set,
+	};
+	int rc = sub_parse_opts(&spec, argc, argv);
 
-	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-		fputs(gen_usage, stdout);
-		return 0;
-	}
-	if (strcmp(a, "--ids") == 0) {
-		o->ids = true;
-		return -1;
-	}
-	if (strcmp(a, "--json") == 0) {
-		o->json = true;
-		return -1;
-	}
-	if (val == NULL && a[0] == '-')
-		return usage("option needs a value or is unknown", a);
-	(*i)++;
-	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0 ||
-	    (eo = sub_ctx_option(a, val, &o->ep, &why)) != 0)
-		return eo < 0 ? usage(why, val) : -1;
-	if ((eo = sampling_opt(a, val, o)) >= 0)
-		return eo > 0 ? eo : -1;
-	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
-		o->model = val;
-	else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
-		o->prompt = val;
-	else if (strcmp(a, "--prompt-ids") == 0) {
-		o->have_prompt_ids = true;
-		if (parse_ids(val, &o->prompt_ids) != KVC_OK)
-			return usage("bad --prompt-ids (token ids separated by commas)", val);
-	} else if (strcmp(a, "--force") == 0) {
-		o->have_force = true;
-		if (parse_ids(val, &o->force) != KVC_OK)
-			return usage("bad --force (token ids separated by commas)", val);
-	} else if (strcmp(a, "--logprobs") == 0) {
-		if (kvc_parse_long(val, 1, 1000, &o->logprobs) != KVC_OK)
-			return usage("bad --logprobs (1 to 1000)", val);
-	}
-	else if (strcmp(a, "-n") == 0) {
-		if (kvc_parse_long(val, 0, 1L << 30, &o->n_predict) != KVC_OK)
-			return usage("bad -n", val);
-	} else if (strcmp(a, "--draft") == 0) {
-		o->draft = val;
-	} else if (strcmp(a, "--lookup") == 0) {
-		if (kvc_parse_long(val, 1, 64, &o->lookup) != KVC_OK)
-			return usage("bad --lookup (1..64)", val);
-	} else if (strcmp(a, "--spec-k") == 0) {
-		if (kvc_parse_long(val, 1, CONV_SPEC_MAX, &o->spec_k) != KVC_OK)
-			return usage("bad --spec-k (1..16)", val);
-	} else {
-		return usage("unknown argument", a);
-	}
-	return -1;
+	/* The one range generate has narrower than the table's: a penalty > 0. */
+	if (rc < 0 && o->set.smp.repeat_penalty <= 0)
+		rc = usage("bad --repeat-penalty (it must be above 0)", NULL);
+	return rc;
 }
 
 /* The prompt's ids, or BOS alone without a prompt; 0, or 1 with a message said. */
@@ -315,9 +284,7 @@ sub_generate(int argc, char **argv)
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
 	o.set = conv_default_settings();
 	o.n_predict = -1;
-	rc = -1;
-	for (int i = 1; i < argc && rc < 0; i++)
-		rc = parse_opt(argc, argv, &i, &o);
+	rc = parse_args(argc, argv, &o);
 	if (rc < 0 && o.model == NULL)
 		rc = usage("no model given (-m FILE)", NULL);
 	if (rc < 0 && o.prompt != NULL && o.have_prompt_ids)

@@ -46,42 +46,28 @@ struct ppl_opts {
 	long n_ctx, n_chunks;	/* n_chunks -1: all */
 };
 
-/* -1 to go on, else the exit status. */
+/*
+ * The command line into o by perplexity's option table (with the engine
+ * options; -c here is the chunk length, not the engine's --ctx): -1 to go
+ * on, else the exit status.
+ */
 static int
-parse_opt(int argc, char **argv, int *i, struct ppl_opts *o)
+parse_args(int argc, char **argv, struct ppl_opts *o)
 {
-	const char *a = argv[*i], *val = *i + 1 < argc ? argv[*i + 1] : NULL, *why;
-	int eo;
+	const struct sub_opt opts[] = {
+		SUB_STR("--model", "-m", &o->model),
+		SUB_STR("--file", "-f", &o->file),
+		SUB_STR("--kl-divergence-base", NULL, &o->kld_base),
+		SUB_FLAG("--kl-divergence", NULL, &o->kld),
+		SUB_LONG("--ctx", "-c", &o->n_ctx, 4, 1L << 20, "bad -c (at least 4)"),
+		SUB_LONG("--chunks", NULL, &o->n_chunks, 1, 1L << 30, "bad --chunks"),
+		SUB_END,
+	};
+	const struct sub_opts_spec spec = {
+		.name = "perplexity", .usage = ppl_usage, .opts = opts, .ep = &o->ep,
+	};
 
-	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-		fputs(ppl_usage, stdout);
-		return 0;
-	}
-	if (strcmp(a, "--kl-divergence") == 0) {
-		o->kld = true;
-		return -1;
-	}
-	if (val == NULL)
-		return usage("option needs a value or is unknown", a);
-	(*i)++;
-	if ((eo = sub_engine_option(a, val, &o->ep, &why)) != 0)
-		return eo < 0 ? usage(why, val) : -1;
-	if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0)
-		o->model = val;
-	else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0)
-		o->file = val;
-	else if (strcmp(a, "--kl-divergence-base") == 0)
-		o->kld_base = val;
-	else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx") == 0) {
-		if (kvc_parse_long(val, 4, 1L << 20, &o->n_ctx) != KVC_OK)
-			return usage("bad -c (at least 4)", val);
-	} else if (strcmp(a, "--chunks") == 0) {
-		if (kvc_parse_long(val, 1, 1L << 30, &o->n_chunks) != KVC_OK)
-			return usage("bad --chunks", val);
-	} else {
-		return usage("unknown argument", a);
-	}
-	return -1;
+	return sub_parse_opts(&spec, argc, argv);
 }
 
 /* The whole file, NUL-terminated; NULL with a message said. */
@@ -294,16 +280,15 @@ sub_perplexity(int argc, char **argv)
 	struct kvc_engine *e = NULL;
 	char err[512] = "", *text;
 	size_t len = 0;
-	int i, rc;
+	int rc;
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
 	o.n_ctx = 512;
 	o.n_chunks = -1;
-	for (i = 1; i < argc; i++)
-		if ((rc = parse_opt(argc, argv, &i, &o)) >= 0)
-			return rc;
+	if ((rc = parse_args(argc, argv, &o)) >= 0)
+		return rc;
 	if (o.model == NULL || o.file == NULL)
 		return usage(o.model ? "no text (-f)" : "no model (-m)", NULL);
 	if (o.kld && o.kld_base == NULL)
