@@ -91,6 +91,8 @@ head(const struct srv_job *j, const char *object)
 
 	if (o != NULL && j->conv_out > 0)
 		json_object_set_new(o, "conversation", json_integer(j->conv_out));
+	if (o != NULL && j->conv_cache != NULL)
+		json_object_set_new(o, "conversation_cache", json_string(j->conv_cache));
 	return o;
 }
 

@@ -155,6 +155,8 @@ sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 		job_fail(j, rc == KVC_ERANGE ? 400 : rc == KVC_EINTR ? 499 : 500, err);
 		return;
 	}
+	j->conv_cache = j->conv_id == 0 ? "new" : cs.resumed_from_snapshot ? "snapshot" :
+	    cs.rebuilt ? "rebuilt" : "resident";
 	j->n_prompt = cs.reused_tokens + cs.prefill_tokens;
 	j->cached = cs.reused_tokens;
 	j->computed = cs.prefill_tokens;

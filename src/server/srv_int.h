@@ -61,6 +61,7 @@ struct srv_job {
 	double t_start, t_prefilled, t_end;	/* kvc_now() */
 	const char *finish;		/* "stop" or "length" once finished */
 	int64_t conv_out;		/* the conversation written, 0: none */
+	const char *conv_cache;		/* where its cache came from: "snapshot", "rebuilt", "resident" */
 	/* shared */
 	struct kvc_buf out;		/* bytes to send */
 	size_t out_off;			/* bytes of out already sent */
