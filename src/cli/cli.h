@@ -19,6 +19,7 @@ int sub_perplexity(int argc, char **argv);	/* sub_perplexity.c */
 int sub_convert_llama2c(int argc, char **argv);	/* sub_convert.c */
 int sub_backup(int argc, char **argv);		/* sub_store.c */
 int sub_recover(int argc, char **argv);		/* sub_store.c */
+int cli_remote_main(int argc, char **argv);	/* remote_chat.c: kvchat --endpoint */
 int repl_main(int argc, char **argv);		/* repl/repl.c: the default command */
 
 /* help.c */
