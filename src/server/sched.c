@@ -42,6 +42,7 @@ struct srv_sched {
 	struct conv_mgr *cm;		/* stored conversations' turns, or NULL */
 	bool slice;			/* the prefill under way stops after one slice */
 	struct srv_job *pre;		/* the job whose prefill runs (the hook reads its cancel) */
+	struct srv_store_index *ix;	/* the stored conversations' streams (sched_store.c) */
 	struct kvc_buf piece;		/* scratch */
 };
 
@@ -248,6 +249,16 @@ place(struct srv_sched *sc, struct srv_job *j)
 			best = sl;
 			best_k = k;
 		}
+	}
+	/* a stored conversation may share more (worth a restore past 16 tokens) */
+	if (sc->s->p.store != NULL) {
+		int64_t from;
+		int k = store_prefix(sc->s, &sc->ix, best->seq, j->prompt_ids.v,
+		    (int)j->prompt_ids.n, best_k + 16, &from);
+
+		if (k > 0)
+			logf_(sc->s, "%s: %d positions from the snapshot of conversation %lld", j->id, k,
+			    (long long)from);
 	}
 	best->job = j;
 	j->n_prompt = (int)j->prompt_ids.n;
@@ -487,6 +498,7 @@ sched_stop(struct kvc_server *s)
 	}
 	if (sc->cm != NULL)
 		conv_mgr_free(sc->cm);
+	store_index_free(sc->ix);
 	for (int i = 0; sc->slot != NULL && i < sc->n_slot; i++)
 		if (sc->slot[i].seq != NULL)
 			eng_seq_free(sc->slot[i].seq);

@@ -5,6 +5,7 @@
  *     -> oai_req.c (a request body read into a job, with jansson)
  *     -> sched.c (the scheduler thread: slots, prefix reuse, batching)
  *        -> sched_conv.c (a request that is a stored conversation's turn)
+ *        -> sched_store.c (a prompt's prefix from the stored snapshots)
  *     -> job.c (a job's output queue between the threads)
  *        -> oai_resp.c (response bodies, stream events, errors, with jansson)
  */
@@ -144,6 +145,18 @@ int sched_start(struct kvc_server *s, char *err, size_t errlen);
 void sched_stop(struct kvc_server *s);
 /* Queue j (taking a reference): 0, or 429 (queue full) / 503 (stopping). */
 int sched_submit(struct kvc_server *s, struct srv_job *j);
+
+/*
+ * sched_store.c: when a stored conversation of this model shares more than
+ * better_than tokens with prompt[0..n), restore its snapshot into seq up to
+ * that prefix (seq's cache is replaced). Returns the positions restored (0:
+ * none; seq then unchanged, or emptied when a restore failed), *from the
+ * conversation's id. *ix is the index of stored streams, made on first use.
+ */
+struct srv_store_index;
+int store_prefix(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq *seq,
+    const int32_t *prompt, int n, int better_than, int64_t *from);
+void store_index_free(struct srv_store_index *ix);
 
 /* sched_conv.c: run j as a turn of its stored conversation (scheduler thread). */
 void sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j);

@@ -280,6 +280,26 @@ def step_conv_resumed():
         open(WD + "/conv2.json", "w"))
 
 
+def step_anon_stored():
+    """Without naming it, after a restart: the stored conversation's snapshot gives the prefix."""
+    c = json.load(open(WD + "/conv2.json"))
+    msgs = c["msgs"] + [{"role": "user", "content": "anonymous"}]
+    st, r, h = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 3, "temperature": 0})
+    u = r.get("usage", {}) if st == 200 else {}
+    # the slots are empty after the restart: anything cached came from the store; at least
+    # the first turn's prompt (the replies' texts may tokenize otherwise than their ids)
+    first = subprocess.run([KV, "tokenize", "-m", MODEL, "--parse-special"],
+                           input=chatml(msgs[:1]).encode(), capture_output=True,
+                           check=True).stdout.decode().split()
+    cached = u.get("prompt_tokens_details", {}).get("cached_tokens", -1)
+    check("an unnamed request reuses a stored conversation's snapshot", st == 200 and
+          cached >= len(first), (st, u, len(first)))
+    check("...and is not stored", "conversation" not in (r or {}), r)
+    want = generate(3, rendered=chatml(msgs))
+    check("...its reply as computed from scratch", st == 200 and
+          r["choices"][0]["message"]["content"] == want, (r, want))
+
+
 def step_conv_locked():
     c = json.load(open(WD + "/conv2.json"))
     msgs = c["msgs"] + [{"role": "user", "content": "while locked"}]
@@ -303,6 +323,6 @@ def step_auth():
 
 {"basic": step_basic, "concurrent": step_concurrent, "disconnect": step_disconnect,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
- "conv_locked": step_conv_locked, "auth": step_auth}[STEP]()
+ "conv_locked": step_conv_locked, "anon_stored": step_anon_stored, "auth": step_auth}[STEP]()
 print("%s: %d passed, %d failed" % (STEP, passed, failed))
 sys.exit(1 if failed else 0)

@@ -7,7 +7,8 @@
 # that disconnects mid-stream; bad requests each get their status and change
 # nothing in the store; a stored conversation written through the API,
 # continued by the REPL, continued again after a restart with its history
-# from the snapshot (cached_tokens), refused while the REPL holds it; the
+# from the snapshot (cached_tokens), reused by an unnamed request that
+# resends it (its snapshot read, nothing written), refused while the REPL holds it; the
 # key; a non-loopback address refused without one. The server is stopped
 # at the end, also when a check fails.
 . "$top_srcdir/tests/e2e/lib.sh"
@@ -87,6 +88,12 @@ PY
 start_server --parallel 2
 client conv_resumed
 check "the turn is stored" [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
+stop_server
+start_server --parallel 2
+n0=$(sqlite3 "$DB" "select count(*) from messages")
+client anon_stored
+check "the snapshot was used" grep -q "positions from the snapshot of conversation $CID" "$TMPD/serve.err"
+check "an unnamed request stores nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
 
 # The REPL holds the conversation: the server refuses it, and stores nothing.
 mkfifo "$TMPD/repl.in"
