@@ -5,7 +5,9 @@
 # cached_tokens; the conversation is stored locally (history only), /undo
 # takes the last exchange back, --resume goes on with it; a server that
 # cannot be reached is a clear error and stores nothing; a wrong key is the
-# server's 401 message. The server is stopped at the end, also on a failure.
+# server's 401 message; Ctrl-C stops a reply (kept, marked interrupted) and
+# the server stops generating it. The server is stopped at the end, also on
+# a failure.
 . "$top_srcdir/tests/e2e/lib.sh"
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to read the database"
 
@@ -64,4 +66,41 @@ echo "hello" | "$KVCHAT" --endpoint "$URL" --remote-model m --api-key-file "$TMP
     --db "$DB" >/dev/null 2>"$TMPD/err4"
 check "a wrong key is the server's 401" grep -q "HTTP 401" "$TMPD/err4"
 check "failed turns store nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+kill "$SPID" 2>/dev/null
+wait "$SPID" 2>/dev/null
+
+# Ctrl-C stops a reply: kept, marked interrupted; the server sees the client go.
+# A wide model decodes slowly enough to be caught mid-reply on any machine here.
+wide_model "$TMPD/w.gguf"
+"$KVCHAT" serve -m "$TMPD/w.gguf" --port 0 --db "$TMPD/server.db" --threads 2 \
+    2>"$TMPD/serve2.err" &
+SPID=$!
+PORT=""
+for _i in $(seq 1 300); do
+	PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve2.err")
+	[ -n "$PORT" ] && break
+	sleep 0.1
+done
+mkfifo "$TMPD/ep.in"
+"$KVCHAT" --endpoint "http://127.0.0.1:$PORT/v1" --db "$TMPD/c.db" --temp 0.9 -n 2000 \
+    <"$TMPD/ep.in" >"$TMPD/ep.out" 2>"$TMPD/ep.err" &
+EPID=$!
+exec 6>"$TMPD/ep.in"
+echo "write a lot" >&6
+for _i in $(seq 1 600); do
+	[ -s "$TMPD/ep.out" ] && break
+	sleep 0.1
+done
+kill -INT "$EPID"
+sleep 1
+exec 6>&-
+wait "$EPID"
+check "Ctrl-C: the chat goes on and ends (exit $?)" [ $? -eq 0 ]
+check "...the reply stopped" grep -q "interrupted" "$TMPD/ep.err"
+check "...kept, marked interrupted" [ "$(sqlite3 "$TMPD/c.db" "select interrupted from messages where role = 2")" = 1 ]
+for _i in $(seq 1 100); do
+	grep -q "the client went away" "$TMPD/serve2.err" && break
+	sleep 0.1
+done
+check "...and the server stopped generating it" grep -q "the client went away" "$TMPD/serve2.err"
 done_testing
