@@ -158,7 +158,8 @@ parse_stop(struct srv_job *j, const json_t *v, char *err, size_t errlen)
 	if (v == NULL || json_is_null(v))
 		return 0;
 	if (json_is_string(v)) {
-		if (json_string_length(v) == 0 || (j->stop[0] = text_dup(v)) == NULL)
+		if (json_string_length(v) == 0 || json_string_length(v) > SRV_STOP_LEN ||
+		    (j->stop[0] = text_dup(v)) == NULL)
 			goto bad;
 		j->n_stop = 1;
 		return 0;
@@ -167,14 +168,14 @@ parse_stop(struct srv_job *j, const json_t *v, char *err, size_t errlen)
 		goto bad;
 	json_array_foreach(v, i, s) {
 		if (!json_is_string(s) || json_string_length(s) == 0 ||
-		    (j->stop[j->n_stop] = text_dup(s)) == NULL)
+		    json_string_length(s) > SRV_STOP_LEN || (j->stop[j->n_stop] = text_dup(s)) == NULL)
 			goto bad;
 		j->n_stop++;
 	}
 	return 0;
 bad:
-	kvc_err(err, errlen, "\"stop\" must be a non-empty string or an array of up to %d of them",
-	    SRV_MAX_STOP);
+	kvc_err(err, errlen, "\"stop\" must be a string of 1 to %d bytes or an array of up to %d "
+	    "of them", SRV_STOP_LEN, SRV_MAX_STOP);
 	return 400;
 }
 

@@ -162,8 +162,8 @@ take(struct srv_sched *sc, struct srv_slot *sl)
 		finish(sc, sl, "stop", true);
 		return 0;
 	}
-	/* a stop string (at most 4 KiB here) may straddle the next piece */
-	j->scanned = j->text.n > 4096 ? j->text.n - 4096 : 0;
+	/* a stop string (SRV_STOP_LEN at most; the templates' are shorter) may straddle the next piece */
+	j->scanned = j->text.n > SRV_STOP_LEN ? j->text.n - SRV_STOP_LEN : 0;
 	if ((int)j->ids.n >= j->max_tokens || eng_seq_n_pos(sl->seq) >= eng_n_ctx(sc->s->e)) {
 		finish(sc, sl, "length", false);
 		return 0;

@@ -20,6 +20,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define SRV_MAX_STOP 4		/* stop strings a request may give (OpenAI's limit) */
+#define SRV_STOP_LEN 256	/* and the bytes of each */
 #define SRV_MAX_PARALLEL 64
 
 enum srv_kind { SRV_CHAT, SRV_COMPLETION };

@@ -95,6 +95,14 @@ test_parse(void)
 	    "\"e\"]}") == 400, "five stop strings");
 	test_cond(status_of(SRV_COMPLETION, "{\"prompt\":\"x\",\"stop\":\"\"}") == 400,
 	    "an empty stop string");
+	{
+		char body[600];
+
+		snprintf(body, sizeof body, "{\"prompt\":\"x\",\"stop\":\"%0257d\"}", 0);
+		test_cond(status_of(SRV_COMPLETION, body) == 400, "a stop string over 256 bytes");
+		snprintf(body, sizeof body, "{\"prompt\":\"x\",\"stop\":\"%0256d\"}", 0);
+		test_cond(status_of(SRV_COMPLETION, body) == 0, "one of 256 bytes");
+	}
 	test_cond(status_of(SRV_COMPLETION, "{\"prompt\":\"x\",\"conversation\":3}") == 400,
 	    "a conversation on /v1/completions");
 	test_cond(status_of(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
