@@ -74,6 +74,35 @@ prefill_hook(void *arg, int done, int total)
 	return sc->slice && done > 0 && done < total;
 }
 
+/*
+ * --kv-budget: while the caches hold more than the budget, the least
+ * recently used idle sequence lets its cache go (a running one never does).
+ */
+static void
+keep_budget(struct srv_sched *sc)
+{
+	size_t budget = sc->s->p.kv_budget;
+
+	while (budget > 0) {
+		struct srv_slot *lru = NULL;
+		size_t total = 0;
+
+		for (int i = 0; i < sc->n_slot; i++) {
+			struct srv_slot *sl = &sc->slot[i];
+
+			total += eng_seq_kv_bytes(sl->seq);
+			if (sl->job == NULL && eng_seq_resident(sl->seq) && eng_seq_n_pos(sl->seq) > 0 &&
+			    (lru == NULL || sl->last_used < lru->last_used))
+				lru = sl;
+		}
+		if (total <= budget || lru == NULL)
+			return;
+		/* the tokens go too: nothing is left to reuse */
+		(void)eng_seq_truncate(lru->seq, 0);
+		eng_seq_evict(lru->seq);
+	}
+}
+
 /* The job leaves its slot; the sequence keeps its cache for the next one. */
 static void
 release(struct srv_sched *sc, struct srv_slot *sl)
@@ -84,6 +113,7 @@ release(struct srv_sched *sc, struct srv_slot *sl)
 	sl->last_used = kvc_now();
 	job_done(j, 499);
 	job_unref(j);
+	keep_budget(sc);
 }
 
 /* j ended ("stop" or "length"); after a stop string (cut) nothing held back is flushed. */
@@ -216,7 +246,7 @@ static int
 common_prefix(const struct kvc_seq *seq, const int32_t *ids, int n)
 {
 	const int32_t *t = eng_seq_tokens(seq);
-	int m = eng_seq_n_pos(seq), k = 0;
+	int m = eng_seq_resident(seq) ? eng_seq_n_pos(seq) : 0, k = 0;
 
 	while (k < m && k < n && t[k] == ids[k])
 		k++;

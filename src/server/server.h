@@ -36,6 +36,7 @@ struct srv_params {
 	size_t max_body;		/* request body limit in bytes (default 4 MiB) */
 	int max_queue;			/* requests waiting for a sequence; more get 429 (default 64) */
 	int timeout_s;			/* idle connection timeout, seconds (default 60) */
+	size_t kv_budget;		/* bytes the idle sequences' caches may keep; 0: no limit */
 	const char *api_key;		/* bearer token every request but /health needs, or NULL */
 	const char *model_id;		/* the name /v1/models lists and requests may give */
 	enum chat_family family;	/* the chat template of /v1/chat/completions */

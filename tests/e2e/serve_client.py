@@ -321,7 +321,19 @@ def step_auth():
     check("health needs no key", st == 200)
 
 
-{"basic": step_basic, "concurrent": step_concurrent, "disconnect": step_disconnect,
+def step_budget():
+    """--kv-budget 1K: an idle cache is let go, the repeated prompt computed again, the same reply."""
+    msgs = CHATS[1]
+    want = generate(6, rendered=chatml(msgs))
+    for i in range(2):
+        st, r, _ = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 6, "temperature": 0})
+        u = r["usage"] if st == 200 else {}
+        check("request %d under the budget" % i, st == 200 and
+              r["choices"][0]["message"]["content"] == want and
+              u["prompt_tokens_details"]["cached_tokens"] == 0, (st, r))
+
+
+{"basic": step_basic, "budget": step_budget, "concurrent": step_concurrent, "disconnect": step_disconnect,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
  "conv_locked": step_conv_locked, "anon_stored": step_anon_stored, "auth": step_auth}[STEP]()
 print("%s: %d passed, %d failed" % (STEP, passed, failed))

@@ -119,6 +119,11 @@ start_server --api-key-file "$TMPD/key"
 client auth
 stop_server
 
+# --kv-budget: idle caches let go.
+start_server --kv-budget 1K
+client budget
+stop_server
+
 # Another address than loopback, without a key: refused before anything starts.
 "$KVCHAT" serve -m "$M" --host 0.0.0.0 --port 0 --db "$DB" >/dev/null 2>"$TMPD/open.err"
 check "a public address without a key is refused" [ $? -eq 2 ]
