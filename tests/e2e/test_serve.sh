@@ -9,7 +9,8 @@
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
 # resends it (its snapshot read, nothing written), refused while the REPL holds it; the
-# key; a non-loopback address refused without one. The server is stopped
+# key; --kv-budget letting idle caches go; a non-loopback address refused
+# without one. The server is stopped
 # at the end, also when a check fails.
 . "$top_srcdir/tests/e2e/lib.sh"
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to drive the server"
