@@ -74,6 +74,15 @@ prefill_hook(void *arg, int done, int total)
 	return sc->slice && done > 0 && done < total;
 }
 
+/* A job taken from the queue has ended: one more may wait. */
+static void
+active_done(struct kvc_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->n_active--;
+	pthread_mutex_unlock(&s->mu);
+}
+
 /*
  * --kv-budget: while the caches hold more than the budget, the least
  * recently used idle sequence lets its cache go (a running one never does).
@@ -111,6 +120,7 @@ release(struct srv_sched *sc, struct srv_slot *sl)
 
 	sl->job = NULL;
 	sl->last_used = kvc_now();
+	active_done(sc->s);
 	job_done(j, 499);
 	job_unref(j);
 	keep_budget(sc);
@@ -265,6 +275,7 @@ place(struct srv_sched *sc, struct srv_job *j)
 	j->t_start = kvc_now();
 	if ((st = render(sc, j, err, sizeof err)) != 0) {
 		job_fail(j, st, err);
+		active_done(sc->s);
 		job_unref(j);
 		return;
 	}
@@ -395,6 +406,7 @@ next_work(struct srv_sched *sc, struct srv_job **in, int *n_in)
 		if (s->q_head == NULL)
 			s->q_tail = NULL;
 		s->n_queue--;
+		s->n_active++;
 		in[(*n_in)++] = j;
 	}
 	return true;
@@ -432,10 +444,12 @@ sched_main(void *arg)
 		drop_cancelled(sc);
 		for (int k = 0; k < n_in; k++) {
 			if (in[k]->cancel) {
+				active_done(s);
 				job_done(in[k], 499);
 				job_unref(in[k]);
 			} else if (in[k]->has_conv) {
 				sched_conv_run(s, sc->cm, in[k]);
+				active_done(s);
 				job_unref(in[k]);
 			} else {
 				place(sc, in[k]);
@@ -546,8 +560,9 @@ sched_submit(struct kvc_server *s, struct srv_job *j)
 	pthread_mutex_lock(&s->mu);
 	if (s->stopping)
 		st = 503;
-	else if (s->n_queue >= s->p.max_queue)
-		st = 429;
+	else if (s->n_queue >= s->p.max_queue + (s->p.parallel > s->n_active ?
+	    s->p.parallel - s->n_active : 0))
+		st = 429;	/* more would wait than --max-queue beyond the free sequences */
 	else {
 		j->refs++;
 		j->next_q = NULL;

@@ -87,6 +87,7 @@ struct kvc_server {
 	pthread_cond_t wake;		/* the scheduler: a job arrived or was cancelled */
 	struct srv_job *q_head, *q_tail;
 	int n_queue;
+	int n_active;			/* jobs taken from the queue and not yet ended */
 	bool stopping;
 	unsigned long n_jobs;		/* ids */
 	struct srv_sched *sched;

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 STEP, PORT, KV, MODEL, WD = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 passed = failed = 0
@@ -333,7 +334,32 @@ def step_budget():
               u["prompt_tokens_details"]["cached_tokens"] == 0, (st, r))
 
 
-{"basic": step_basic, "budget": step_budget, "concurrent": step_concurrent, "disconnect": step_disconnect,
+def step_queue():
+    """--parallel 1 --max-queue 0: while one runs the next is 429; once it left, served."""
+    a = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps({"prompt": "long", "max_tokens": 2000, "temperature": 0.9, "stream": True})
+    a.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    got = b""
+    while got.count(b"data: ") < 2:
+        d = a.recv(4096)
+        if not d:
+            break
+        got += d
+    check("the first request runs", got.count(b"data: ") >= 2, got[:100])
+    st, r, _ = post("/v1/completions", {"prompt": "c", "max_tokens": 3, "temperature": 0})
+    check("the next is 429", st == 429 and r["error"]["code"] == 429, (st, r))
+    a.close()
+    for _ in range(100):
+        st, r, _ = post("/v1/completions", {"prompt": "b", "max_tokens": 3, "temperature": 0})
+        if st != 429:
+            break
+        time.sleep(0.1)
+    check("served once the first left", st == 200 and
+          r["choices"][0]["text"] == generate(3, prompt="b"), (st, r))
+
+
+{"basic": step_basic, "budget": step_budget, "queue": step_queue, "concurrent": step_concurrent, "disconnect": step_disconnect,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
  "conv_locked": step_conv_locked, "anon_stored": step_anon_stored, "auth": step_auth}[STEP]()
 print("%s: %d passed, %d failed" % (STEP, passed, failed))

@@ -9,7 +9,8 @@
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
 # resends it (its snapshot read, nothing written), refused while the REPL holds it; the
-# key; --kv-budget letting idle caches go; a non-loopback address refused
+# key; --kv-budget letting idle caches go; --max-queue's 429; a non-loopback
+# address refused
 # without one. The server is stopped
 # at the end, also when a check fails.
 . "$top_srcdir/tests/e2e/lib.sh"
@@ -123,6 +124,11 @@ stop_server
 # --kv-budget: idle caches let go.
 start_server --kv-budget 1K
 client budget
+stop_server
+
+# --max-queue 0: nothing waits; a request while the one sequence is busy is 429.
+start_server --parallel 1 --max-queue 0
+client queue
 stop_server
 
 # Another address than loopback, without a key: refused before anything starts.

@@ -24,7 +24,7 @@
 static const char serve_usage[] =
     "usage: kvchat serve -m FILE [--host ADDR] [--port N] [--parallel B] [--db PATH]\n"
     "                    [--api-key-file F | --no-auth] [--max-tokens N] [--timeout S]\n"
-    "                    [--kv-budget SIZE]\n"
+    "                    [--max-queue N] [--kv-budget SIZE]\n"
     "                    [--chat-template NAME] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "                    [--repeat-penalty R] [--seed S] [--quiet] [--threads N] [--ctx N]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
@@ -39,6 +39,7 @@ static const char serve_usage[] =
     "  --no-auth           serve a non-loopback address without a key\n"
     "  --max-tokens N      the most a request may ask for, and its default (default 2048)\n"
     "  --timeout S         close a connection idle for S seconds (default 60)\n"
+    "  --max-queue N       requests that may wait for a sequence; more get 429 (default 64)\n"
     "  --kv-budget SIZE    memory the idle sequences' caches (and the stored conversations'\n"
     "                      open for a request) may keep, e.g. 512M; the least recently used\n"
     "                      lets go first (default: no limit)\n"
@@ -115,6 +116,10 @@ parse_opt(int argc, char **argv, int *i, struct serve_opts *o)
 		if (kvc_parse_long(val, 1, 86400, &v) != KVC_OK)
 			return usage("bad --timeout (1 to 86400 seconds)", val);
 		o->sp.timeout_s = (int)v;
+	} else if (strcmp(a, "--max-queue") == 0) {
+		if (kvc_parse_long(val, 0, 4096, &v) != KVC_OK)
+			return usage("bad --max-queue (0 to 4096)", val);
+		o->sp.max_queue = (int)v;
 	} else if (strcmp(a, "--kv-budget") == 0) {
 		if (kvc_parse_size(val, &o->sp.kv_budget) != KVC_OK)
 			return usage("--kv-budget: not a size (512M, 2G)", val);
