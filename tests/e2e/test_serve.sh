@@ -20,14 +20,20 @@ tiny_model 11
 DB=$TMPD/s.db
 SPID=""
 PORT=""
+# stop_server [quiet]: SIGTERM; it must exit 0 (under the sanitizers: no report).
 stop_server() {
 	if [ -n "$SPID" ]; then
 		kill "$SPID" 2>/dev/null
 		wait "$SPID" 2>/dev/null
+		_rc=$?
 		SPID=""
+		if [ "${1:-}" != quiet ]; then
+			check "kvchat serve stops cleanly (exit $_rc)" [ "$_rc" -eq 0 ]
+			check "...saying nothing of a sanitizer" sh -c "! grep -q 'Sanitizer\|runtime error' '$TMPD/serve.err'"
+		fi
 	fi
 }
-trap 'stop_server; [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
+trap 'stop_server quiet; [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
 
 # start_server ARGS...: kvchat serve on a free port; PORT from its "listening" line.
 start_server() {
