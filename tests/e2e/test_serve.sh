@@ -68,6 +68,11 @@ start_server --parallel 4
 client basic
 client concurrent
 client disconnect
+# noticed at the server's next write to the closed connection
+for _i in $(seq 1 100); do
+	grep -q "the client went away" "$TMPD/serve.err" && break
+	sleep 0.1
+done
 check "the disconnect was noticed" grep -q "the client went away" "$TMPD/serve.err"
 store_dump >"$TMPD/before"
 client bad
