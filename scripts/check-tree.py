@@ -36,8 +36,11 @@ LAYERS = {
     "engine": ["core", "gguf", "quant", "model", "backend", "tokenizer"],
     "chat": ["core", "gguf", "tokenizer"],
     "conv": ["core", "gguf", "model", "tokenizer", "engine", "chat", "sampler", "sessions"],
+    "remote": ["core"],
+    "server": ["core", "gguf", "model", "tokenizer", "engine", "chat", "sampler",
+               "sessions", "conv"],
     "cli": ["core", "gguf", "quant", "tokenizer", "convert", "model", "backend",
-            "engine", "sampler", "chat", "sessions", "conv"],
+            "engine", "sampler", "chat", "sessions", "conv", "server", "remote"],
 }
 MAX_FILE_LINES = 900
 MAX_FUNC_LINES = 120

@@ -2,9 +2,11 @@
 # Install the Debian packages kvchat builds and tests with (does nothing
 # for packages already installed). As root it runs apt-get itself; as
 # another user through sudo when there is one, else it says what to
-# install. curl and ca-certificates are for the README's model download.
+# install. curl and ca-certificates are for the README's model download
+# (curl also drives kvchat serve in the tests); python3-venv makes the
+# virtual environment the serve tests install the openai package into.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev sqlite3 clang tmux strace python3 curl ca-certificates"
+pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev sqlite3 clang tmux strace python3 python3-venv curl ca-certificates"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -14,10 +14,12 @@ int sub_info(int argc, char **argv);		/* sub_info.c */
 int sub_generate(int argc, char **argv);	/* sub_generate.c */
 int sub_bench(int argc, char **argv);		/* sub_bench.c */
 int sub_batch(int argc, char **argv);		/* sub_batch.c */
+int sub_serve(int argc, char **argv);		/* sub_serve.c */
 int sub_perplexity(int argc, char **argv);	/* sub_perplexity.c */
 int sub_convert_llama2c(int argc, char **argv);	/* sub_convert.c */
 int sub_backup(int argc, char **argv);		/* sub_store.c */
 int sub_recover(int argc, char **argv);		/* sub_store.c */
+int cli_remote_main(int argc, char **argv);	/* remote_chat.c: kvchat --endpoint */
 int repl_main(int argc, char **argv);		/* repl/repl.c: the default command */
 
 /* help.c */

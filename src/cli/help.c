@@ -12,6 +12,7 @@ const struct cli_subcommand cli_subcommands[] = {
 	{ "info", sub_info, "info -m FILE" },
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "batch", sub_batch, "batch -m FILE -f PROMPTS.jsonl [-o OUT.jsonl] [--parallel B] [-n N] [--temp T] [--seed S] [--threads N]" },
+	{ "serve", sub_serve, "serve -m FILE [--host ADDR] [--port N] [--parallel B] [--db PATH] [--api-key-file F | --no-auth]" },
 	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
 	{ "perplexity", sub_perplexity, "perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N] [--kl-divergence-base FILE [--kl-divergence]]" },
 	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
@@ -111,6 +112,14 @@ cli_help(FILE *f, void (*print_commands)(FILE *f))
 "                          another host (or in a copied database), which this\n"
 "                          machine cannot check; a holder seen running here is\n"
 "                          never taken over\n"
+"\n"
+"A remote model (no model loaded here; history stored locally, no snapshots):\n"
+"  --endpoint URL          chat with an OpenAI-compatible server (vLLM,\n"
+"                          SGLang, llama-server, ollama, kvchat serve), e.g.\n"
+"                          http://host:8000/v1; takes --db, --resume, --system,\n"
+"                          --temp, -n and the two below\n"
+"  --remote-model NAME     the model to ask for (default: the first it lists)\n"
+"  --api-key-file F        send the file's first line as the bearer key\n"
 "\n"
 "Sampling (stored with the conversation; /set changes them):\n"
 "  -n, --max-tokens N      cap each reply at N tokens (default: no cap)\n"

@@ -32,5 +32,9 @@ main(int argc, char **argv)
 		cli_usage(stderr);
 		return 2;
 	}
+	/* --endpoint: the chat against a remote server, without a model here */
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--endpoint") == 0)
+			return cli_remote_main(argc, argv);
 	return repl_main(argc, argv);
 }

@@ -1,0 +1,414 @@
+/*
+ * remote_chat.c: kvchat --endpoint URL: the chat against a remote
+ * OpenAI-compatible server (vLLM or SGLang across GPUs and machines,
+ * llama-server, ollama, another kvchat serve), for models bigger than this
+ * machine.
+ *
+ * No model is loaded here: each turn sends the whole conversation (the
+ * server's prefix cache, when it has one, makes that cost only the new
+ * message) and streams the reply (src/remote). Conversations are stored in
+ * the local database as the chat stores them, history only (no KV
+ * snapshot: the cache is the server's), each locked while open, so
+ * --resume, /history and /undo work on them; the stats line gives the time
+ * to first token, the decode rate and the server's cached_tokens when it
+ * reports them. Ctrl-C stops a reply (kept, marked interrupted); Ctrl-C or
+ * Ctrl-D at the prompt ends the chat.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <readline/readline.h>
+#include <readline/history.h>
+
+#include "cli.h"
+#include "cli/repl/repl.h"
+#include "remote/remote.h"
+#include "sessions/store.h"
+
+static const char remote_usage[] =
+    "usage: kvchat --endpoint URL [--remote-model NAME] [--api-key-file F] [--db PATH]\n"
+    "              [--resume ID|TITLE] [--system TEXT] [--temp T] [-n N]\n"
+    "  --endpoint URL        an OpenAI-compatible server, e.g. http://host:8000/v1\n"
+    "  --remote-model NAME   the model to ask for (default: the first it lists)\n"
+    "  --api-key-file F      send \"Authorization: Bearer KEY\", KEY the file's first line\n"
+    "In the chat: /history, /undo, /quit.\n";
+
+struct remote_opts {
+	struct rmt_params rp;
+	const char *db, *key_file, *resume, *system;
+	char key[4096];
+	char model[256];
+};
+
+struct remote_chat {
+	struct remote_opts *o;
+	struct sess_store *st;
+	int64_t id;			/* 0 until the first message is stored */
+	struct sess_msg *msgs;		/* the conversation's messages */
+	int n_msgs;
+	char *system;
+};
+
+static volatile sig_atomic_t remote_interrupt;
+
+static void
+on_sigint(int sig)
+{
+	(void)sig;
+	remote_interrupt = 1;
+}
+
+static int
+usage(const char *why, const char *arg)
+{
+	fprintf(stderr, "kvchat: %s%s%s\n%s", why, arg ? ": " : "", arg ? arg : "", remote_usage);
+	return 2;
+}
+
+/* -1 to go on, else the exit status. */
+static int
+parse_args(int argc, char **argv, struct remote_opts *o)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		long n;
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			fputs(remote_usage, stdout);
+			return 0;
+		}
+		if (v == NULL)
+			return usage("option needs a value or is unknown", a);
+		i++;
+		if (strcmp(a, "--endpoint") == 0)
+			o->rp.base_url = v;
+		else if (strcmp(a, "--remote-model") == 0)
+			o->rp.model = v;
+		else if (strcmp(a, "--api-key-file") == 0)
+			o->key_file = v;
+		else if (strcmp(a, "--db") == 0)
+			o->db = v;
+		else if (strcmp(a, "--resume") == 0)
+			o->resume = v;
+		else if (strcmp(a, "--system") == 0)
+			o->system = v;
+		else if (strcmp(a, "--temp") == 0) {
+			if (kvc_parse_double(v, 0, 100, &o->rp.temperature) != KVC_OK)
+				return usage("bad --temp", v);
+		} else if (strcmp(a, "-n") == 0 || strcmp(a, "--max-tokens") == 0) {
+			if (kvc_parse_long(v, 1, 1L << 24, &n) != KVC_OK)
+				return usage("bad -n", v);
+			o->rp.max_tokens = (int)n;
+		} else
+			return usage("not an option of --endpoint", a);
+	}
+	return -1;
+}
+
+/* The key file's first line. 0, or 1 said. */
+static int
+read_key(struct remote_opts *o)
+{
+	FILE *f = fopen(o->key_file, "r");
+
+	if (f == NULL) {
+		fprintf(stderr, "kvchat: %s: %s\n", o->key_file, strerror(errno));
+		return 1;
+	}
+	if (fgets(o->key, sizeof o->key, f) == NULL)
+		o->key[0] = '\0';
+	fclose(f);
+	o->key[strcspn(o->key, "\r\n")] = '\0';
+	o->rp.api_key = o->key;
+	return 0;
+}
+
+static int
+print_text(void *arg, const char *s, size_t n)
+{
+	(void)arg;
+	fwrite(s, 1, n, stdout);
+	fflush(stdout);
+	return 0;
+}
+
+/* The messages to send: the system prompt, then every stored message. NULL on ENOMEM. */
+static struct rmt_msg *
+history(const struct remote_chat *c, size_t *n)
+{
+	struct rmt_msg *m = calloc((size_t)c->n_msgs + 1, sizeof *m);
+
+	*n = 0;
+	if (m == NULL)
+		return NULL;
+	if (c->system != NULL && c->system[0] != '\0')
+		m[(*n)++] = (struct rmt_msg){ "system", c->system };
+	for (int i = 0; i < c->n_msgs; i++)
+		m[(*n)++] = (struct rmt_msg){ c->msgs[i].role == SESS_USER ? "user" : "assistant",
+		    c->msgs[i].text };
+	return m;
+}
+
+/* Forget the last message in memory (its text, and the ids a chat-made one has). */
+static void
+forget_last(struct remote_chat *c)
+{
+	c->n_msgs--;
+	free(c->msgs[c->n_msgs].text);
+	free(c->msgs[c->n_msgs].ids);
+}
+
+/* Append a copy of text as role to the messages in memory. 0 or KVC_ENOMEM. */
+static int
+remember(struct remote_chat *c, enum sess_role role, const char *text, bool interrupted)
+{
+	struct sess_msg *nm = realloc(c->msgs, ((size_t)c->n_msgs + 1) * sizeof *nm);
+
+	if (nm == NULL)
+		return KVC_ENOMEM;
+	c->msgs = nm;
+	memset(&nm[c->n_msgs], 0, sizeof *nm);
+	nm[c->n_msgs].role = role;
+	nm[c->n_msgs].interrupted = interrupted;
+	if ((nm[c->n_msgs].text = strdup(text)) == NULL)
+		return KVC_ENOMEM;
+	c->n_msgs++;
+	return KVC_OK;
+}
+
+/* The conversation is stored, and locked, with its first message. 0, or 1 said. */
+static int
+create(struct remote_chat *c, const char *first)
+{
+	char err[512], title[64], fp[300];
+
+	snprintf(title, sizeof title, "%.48s", first);
+	title[strcspn(title, "\n")] = '\0';
+	snprintf(fp, sizeof fp, "remote:%s", c->o->rp.model);
+	if (sess_conv_create(c->st, title, fp, "remote", c->system, "", &c->id, err,
+	    sizeof err) != KVC_OK || sess_conv_lock(c->st, c->id, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		return 1;
+	}
+	return 0;
+}
+
+/* One turn. 0, or 1 (said; nothing of the turn is kept). */
+static int
+turn(struct remote_chat *c, const char *line)
+{
+	struct sess_msg um, am;
+	struct rmt_stats rs;
+	struct rmt_msg *h;
+	struct kvc_buf reply = {0};
+	char err[512] = "";
+	size_t n;
+	int rc;
+
+	if (c->id == 0 && create(c, line) != 0)
+		return 1;
+	memset(&um, 0, sizeof um);
+	um.role = SESS_USER;
+	um.text = (char *)line;
+	if (sess_user_commit(c->st, c->id, &um, err, sizeof err) != KVC_OK ||
+	    remember(c, SESS_USER, line, false) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err[0] ? err : "out of memory");
+		return 1;
+	}
+	if ((h = history(c, &n)) == NULL)
+		return 1;
+	remote_interrupt = 0;
+	rc = rmt_chat(&c->o->rp, h, n, print_text, NULL, &remote_interrupt, &reply, &rs, err,
+	    sizeof err);
+	free(h);
+	printf("\n\n");
+	fflush(stdout);
+	if (rc != KVC_OK) {
+		/* the message the server could not answer is taken back */
+		fprintf(stderr, "kvchat: %s\n", err);
+		(void)sess_rewind(c->st, c->id, c->n_msgs - 1, 0, err, sizeof err);
+		forget_last(c);
+		kvc_buf_free(&reply);
+		return 1;
+	}
+	memset(&am, 0, sizeof am);
+	am.role = SESS_ASSISTANT;
+	am.text = reply.p ? reply.p : (char *)"";
+	am.interrupted = rs.interrupted;
+	am.stats.ttft_ms = rs.ttft_ms;
+	am.stats.gen_tokens = rs.completion_tokens > 0 ? rs.completion_tokens : 0;
+	am.stats.reused_tokens = rs.cached_tokens > 0 ? rs.cached_tokens : 0;
+	am.stats.prefill_tokens = rs.prompt_tokens > 0 && rs.cached_tokens >= 0 ?
+	    rs.prompt_tokens - rs.cached_tokens : 0;
+	am.stats.decode_tps = rs.decode_tps;
+	if (sess_turn_commit(c->st, c->id, &am, 1, NULL, err, sizeof err) != KVC_OK ||
+	    remember(c, SESS_ASSISTANT, am.text, rs.interrupted) != KVC_OK)
+		fprintf(stderr, "kvchat: the reply was not stored: %s\n", err);
+	fprintf(stderr, "[%s: TTFT %.0f ms", c->o->rp.model, rs.ttft_ms);
+	if (rs.completion_tokens >= 0)
+		fprintf(stderr, ", %d tokens, %.1f tok/s", rs.completion_tokens, rs.decode_tps);
+	if (rs.cached_tokens >= 0)
+		fprintf(stderr, ", cached %d of %d prompt tokens", rs.cached_tokens, rs.prompt_tokens);
+	fprintf(stderr, "%s]\n", rs.interrupted ? ", interrupted" : "");
+	kvc_buf_free(&reply);
+	return 0;
+}
+
+/* /undo: the last exchange leaves the store and the history. */
+static void
+undo(struct remote_chat *c)
+{
+	char err[512];
+	int keep = c->n_msgs;
+
+	while (keep > 0 && c->msgs[keep - 1].role == SESS_ASSISTANT)
+		keep--;
+	if (keep > 0)
+		keep--;
+	if (keep == c->n_msgs || sess_rewind(c->st, c->id, keep, 0, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: nothing to undo\n");
+		return;
+	}
+	while (c->n_msgs > keep)
+		forget_last(c);
+	fprintf(stderr, "kvchat: the last exchange is undone\n");
+}
+
+/* --resume: the stored conversation, locked. 0, or 1 said. */
+static int
+resume(struct remote_chat *c)
+{
+	struct sess_conv sc;
+	char err[512];
+
+	if (sess_conv_find(c->st, c->o->resume, &c->id, err, sizeof err) != KVC_OK ||
+	    sess_conv_lock(c->st, c->id, err, sizeof err) != KVC_OK ||
+	    sess_conv_get(c->st, c->id, &sc, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		c->id = 0;
+		return 1;
+	}
+	free(c->system);
+	c->system = sc.system ? strdup(sc.system) : NULL;
+	sess_conv_clear(&sc);
+	if (sess_msgs_load(c->st, c->id, &c->msgs, &c->n_msgs, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		return 1;
+	}
+	fprintf(stderr, "kvchat: conversation %lld, %d messages\n", (long long)c->id, c->n_msgs);
+	return 0;
+}
+
+/* Lines until the end of input or /quit. The exit status. */
+static int
+loop(struct remote_chat *c)
+{
+	bool tty = isatty(STDIN_FILENO);
+	char *line = NULL;
+	size_t cap = 0;
+	int status = 0;
+
+	for (;;) {
+		char *l;
+
+		if (tty) {
+			remote_interrupt = 0;
+			free(line);
+			line = readline("> ");
+			if (line == NULL || remote_interrupt)
+				break;
+			if (*line)
+				add_history(line);
+			l = line;
+		} else {
+			if (getline(&line, &cap, stdin) < 0)
+				break;
+			line[strcspn(line, "\n")] = '\0';
+			l = line;
+		}
+		if (*l == '\0')
+			continue;
+		if (strcmp(l, "/quit") == 0 || strcmp(l, "/exit") == 0)
+			break;
+		if (strcmp(l, "/undo") == 0)
+			undo(c);
+		else if (strcmp(l, "/history") == 0)
+			for (int i = 0; i < c->n_msgs; i++)
+				printf("%s: %s\n", c->msgs[i].role == SESS_USER ? "you" : "assistant",
+				    c->msgs[i].text);
+		else if (l[0] == '/')
+			fprintf(stderr, "kvchat: with --endpoint: /history, /undo, /quit\n");
+		else if (turn(c, l) != 0)
+			status = 1;
+	}
+	free(line);
+	return status;
+}
+
+int
+cli_remote_main(int argc, char **argv)
+{
+	struct remote_opts o;
+	struct remote_chat c;
+	struct sigaction sa;
+	char path[4096], err[512];
+	const char *db;
+	int rc;
+
+	memset(&o, 0, sizeof o);
+	memset(&c, 0, sizeof c);
+	o.rp.temperature = -1;
+	c.o = &o;
+	if ((rc = parse_args(argc, argv, &o)) >= 0)
+		return rc;
+	if (o.rp.base_url == NULL || strncmp(o.rp.base_url, "http", 4) != 0)
+		return usage("--endpoint needs an http:// or https:// URL", o.rp.base_url);
+	if (o.key_file != NULL && read_key(&o) != 0)
+		return 1;
+	if (rmt_global_init() != KVC_OK) {
+		fprintf(stderr, "kvchat: cannot start libcurl\n");
+		return 1;
+	}
+	rc = 1;
+	if (o.rp.model == NULL) {
+		if (rmt_first_model(&o.rp, o.model, sizeof o.model, err, sizeof err) != KVC_OK) {
+			fprintf(stderr, "kvchat: %s\n", err);
+			goto out;
+		}
+		o.rp.model = o.model;
+	}
+	db = o.db;
+	if (db == NULL && repl_xdg_path(path, sizeof path, "XDG_DATA_HOME", ".local/share",
+	    "kvchat/sessions.db", err, sizeof err) == 0)
+		db = path;
+	if (db == NULL || repl_private_dir(db, err, sizeof err) != 0 ||
+	    sess_open(&c.st, db, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		goto out;
+	}
+	c.system = o.system ? strdup(o.system) : NULL;
+	if (o.resume != NULL && resume(&c) != 0)
+		goto out;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigint;
+	sigaction(SIGINT, &sa, NULL);
+	fprintf(stderr, "kvchat: %s at %s (history stored locally)\n", o.rp.model, o.rp.base_url);
+	rc = loop(&c);
+out:
+	if (c.st != NULL) {
+		if (c.id > 0)
+			sess_conv_unlock(c.st, c.id);
+		sess_close(c.st);
+	}
+	while (c.n_msgs > 0)
+		forget_last(&c);
+	free(c.msgs);
+	free(c.system);
+	memset(o.key, 0, sizeof o.key);
+	rmt_global_cleanup();
+	return rc;
+}

@@ -1,0 +1,166 @@
+/*
+ * srv_int.h: what the server's files share: the server, a request's job,
+ * and the calls between them. Files call downward:
+ *   http.c (libmicrohttpd: routes, auth, limits, responses)
+ *     -> oai_req.c (a request body read into a job, with jansson)
+ *     -> sched.c (the scheduler thread: slots, prefix reuse, batching)
+ *        -> sched_conv.c (a request that is a stored conversation's turn)
+ *        -> sched_store.c (a prompt's prefix from the stored snapshots)
+ *     -> job.c (a job's output queue between the threads)
+ *        -> oai_resp.c (response bodies, stream events, errors, with jansson)
+ */
+#ifndef KVC_SRV_INT_H
+#define KVC_SRV_INT_H
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "server.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#define SRV_MAX_STOP 4		/* stop strings a request may give (OpenAI's limit) */
+#define SRV_STOP_LEN 256	/* and the bytes of each */
+#define SRV_MAX_PARALLEL 64
+
+enum srv_kind { SRV_CHAT, SRV_COMPLETION };
+
+/*
+ * One request, from its parse to its last byte sent. Shared by the
+ * connection's thread and the scheduler: each holds a reference (refs,
+ * under srv->mu); the fields marked "run" belong to the scheduler thread
+ * alone, those marked "shared" are read and written under srv->mu.
+ */
+struct srv_job {
+	struct kvc_server *srv;
+	/* the request (set by oai_parse, read-only afterwards) */
+	enum srv_kind kind;
+	bool stream, include_usage;
+	struct chat_msg *msgs;		/* chat: the messages, texts owned */
+	size_t n_msgs;
+	char *prompt;			/* completion: the prompt text */
+	int max_tokens;
+	struct kvc_sampler_params smp;
+	char *stop[SRV_MAX_STOP];
+	int n_stop;
+	bool has_conv;			/* a stored conversation's turn */
+	int64_t conv_id;		/* its id; 0 with has_conv: a new one */
+	char id[48];			/* "chatcmpl-..." / "cmpl-..." */
+	long created;			/* Unix time */
+	/* run */
+	struct kvc_tokens prompt_ids;
+	struct kvc_sampler *sampler;
+	struct tok_detok dt;
+	struct kvc_tokens ids;		/* generated */
+	struct kvc_buf text;		/* their text */
+	size_t sent;			/* bytes of text already sent */
+	size_t scanned;			/* bytes of text already searched for stop strings */
+	int32_t next;			/* the sampled id the next pass appends */
+	int n_prompt, n_gen;		/* prompt and completion tokens (usage) */
+	int cached;			/* prompt positions reused */
+	int computed;			/* prompt positions computed */
+	bool prefilling;		/* its prefill has begun */
+	double t_start, t_prefilled, t_end;	/* kvc_now() */
+	const char *finish;		/* "stop" or "length" once finished */
+	int64_t conv_out;		/* the conversation written, 0: none */
+	const char *conv_cache;		/* where its cache came from: "snapshot", "rebuilt", "resident" */
+	/* shared */
+	struct kvc_buf out;		/* bytes to send */
+	size_t out_off;			/* bytes of out already sent */
+	int status;			/* HTTP status once known (started), else 0 */
+	bool started;			/* status known: the response may begin */
+	bool done;			/* out is complete */
+	volatile sig_atomic_t cancel;	/* the client went away: stop */
+	int refs;
+	pthread_cond_t cv;		/* started, done or more output */
+	struct srv_job *next_q;		/* the waiting queue */
+};
+
+struct srv_sched;
+
+struct kvc_server {
+	struct srv_params p;
+	struct kvc_engine *e;
+	struct MHD_Daemon *d;
+	int port;
+	pthread_mutex_t mu;		/* jobs' shared fields, the queue, stopping */
+	pthread_cond_t wake;		/* the scheduler: a job arrived or was cancelled */
+	struct srv_job *q_head, *q_tail;
+	int n_queue;
+	int n_active;			/* jobs taken from the queue and not yet ended */
+	bool stopping;
+	unsigned long n_jobs;		/* ids */
+	struct srv_sched *sched;
+};
+
+/* job.c */
+struct srv_job *job_new(struct kvc_server *s, enum srv_kind kind);
+void job_unref(struct srv_job *j);
+/* Append to the job's output and wake its connection. 0 or KVC_ENOMEM. */
+int job_emit(struct srv_job *j, const char *p, size_t n);
+/* The response may begin with status (200 for a stream whose events follow). */
+void job_start(struct srv_job *j, int status);
+/* The output is complete (a non-streamed job: out is the whole body). */
+void job_done(struct srv_job *j, int status);
+/* Fail: the error body as the output (or, once a stream began, an error event). */
+void job_fail(struct srv_job *j, int status, const char *msg);
+/*
+ * Stream the job's text not sent yet, but for what could be the start of
+ * one of its stop strings (final: all of it). 0 or KVC_ENOMEM. Nothing for
+ * a non-streamed job, whose body is built at the end.
+ */
+int job_send_text(struct srv_job *j, bool final);
+/*
+ * The job ended well: the rest of a stream (its text, the finish event,
+ * usage, [DONE]) or the whole non-streamed body, then done.
+ */
+void job_finish_ok(struct srv_job *j);
+/* The client went away. */
+void job_cancel(struct srv_job *j);
+/* Wait until the job started (or ended); its status. */
+int job_wait_started(struct srv_job *j);
+void job_wait_done(struct srv_job *j);
+/*
+ * Up to max bytes of output into buf, waiting for some: the count, 0 at
+ * the end of the output.
+ */
+size_t job_read(struct srv_job *j, char *buf, size_t max);
+
+/* oai_resp.c: bodies and events, appended to out; 0 or KVC_ENOMEM. */
+const char *oai_error_type(int status);
+int oai_error(struct kvc_buf *out, int status, const char *msg);
+int oai_models(struct kvc_buf *out, const char *model_id, long created);
+/* A stream event carrying text[0..n) (role with the first one), or finish_reason. */
+int oai_event(struct kvc_buf *out, const struct srv_job *j, const char *text, size_t n,
+    bool first, const char *finish);
+/* The stream's end: the usage event if asked for, then [DONE]. */
+int oai_stream_end(struct kvc_buf *out, const struct srv_job *j);
+/* The non-streamed body of a finished job. */
+int oai_body(struct kvc_buf *out, const struct srv_job *j);
+
+/* oai_req.c: read body into j; 0, or the HTTP status (400, 404) with err. */
+int oai_parse(struct srv_job *j, const char *body, size_t n, const char *conv_header,
+    char *err, size_t errlen);
+
+/* sched.c */
+int sched_start(struct kvc_server *s, char *err, size_t errlen);
+void sched_stop(struct kvc_server *s);
+/* Queue j (taking a reference): 0, or 429 (queue full) / 503 (stopping). */
+int sched_submit(struct kvc_server *s, struct srv_job *j);
+
+/*
+ * sched_store.c: when a stored conversation of this model shares more than
+ * better_than tokens with prompt[0..n), restore its snapshot into seq up to
+ * that prefix (seq's cache is replaced). Returns the positions restored (0:
+ * none; seq then unchanged, or emptied when a restore failed), *from the
+ * conversation's id. *ix is the index of stored streams, made on first use.
+ */
+struct srv_store_index;
+int store_prefix(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq *seq,
+    const int32_t *prompt, int n, int better_than, int64_t *from);
+void store_index_free(struct srv_store_index *ix);
+
+/* sched_conv.c: run j as a turn of its stored conversation (scheduler thread). */
+void sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j);
+
+#endif

@@ -1,0 +1,106 @@
+#!/bin/sh
+# test_endpoint.sh (issue 24): kvchat --endpoint against kvchat serve on a
+# free loopback port: the first reply equals kvchat generate's greedy text
+# on the rendered prompt; the second turn's stats line carries the server's
+# cached_tokens; the conversation is stored locally (history only), /undo
+# takes the last exchange back, --resume goes on with it; a server that
+# cannot be reached is a clear error and stores nothing; a wrong key is the
+# server's 401 message; Ctrl-C stops a reply (kept, marked interrupted) and
+# the server stops generating it. The server is stopped at the end, also on
+# a failure.
+. "$top_srcdir/tests/e2e/lib.sh"
+command -v python3 >/dev/null 2>&1 || skip "python3 is needed to read the database"
+
+tiny_model 11
+SPID=""
+trap '[ -n "$SPID" ] && kill "$SPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
+printf 'endpoint-key-1\n' >"$TMPD/key"
+"$KVCHAT" serve -m "$M" --port 0 --db "$TMPD/server.db" --threads 2 \
+    --api-key-file "$TMPD/key" 2>"$TMPD/serve.err" &
+SPID=$!
+PORT=""
+for _i in $(seq 1 300); do
+	PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
+	[ -n "$PORT" ] && break
+	kill -0 "$SPID" 2>/dev/null || break
+	sleep 0.1
+done
+[ -n "$PORT" ] || { echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1; }
+URL="http://127.0.0.1:$PORT/v1"
+DB="$TMPD/local.db"
+EP="--endpoint $URL --api-key-file $TMPD/key --db $DB --temp 0 -n 10"
+
+printf 'hello there\nand more\n/undo\n/history\n' | "$KVCHAT" $EP >"$TMPD/out1" 2>"$TMPD/err1"
+check "two turns and /undo (exit $?)" [ $? -eq 0 ]
+# the first reply is the model's greedy reply to the rendered prompt
+ids=$(printf '<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n' |
+    "$KVCHAT" tokenize -m "$M" --parse-special | tr ' \n' ',,' | sed 's/,*$//')
+"$KVCHAT" generate -m "$M" -n 10 --temp 0 --prompt-ids "$ids" >"$TMPD/want" 2>/dev/null
+python3 - "$DB" "$TMPD/want" <<'PY' || fail "the stored conversation"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("select role, text from messages order by id").fetchall()
+want = open(sys.argv[2], "rb").read().decode("utf-8", "replace")
+assert [r[0] for r in rows] == [1, 2], rows          # /undo took the second exchange back
+assert rows[0][1] == "hello there", rows
+assert rows[1][1] == want, (rows[1][1], want)
+print("stored:", rows)
+PY
+check "the second turn's stats line has the server's cached_tokens" \
+    grep -q "cached [1-9][0-9]* of [0-9]* prompt tokens" "$TMPD/err1"
+check "/history shows what is left" grep -q "^you: hello there" "$TMPD/out1"
+check "...without the undone exchange" sh -c "! grep -q '^you: and more' '$TMPD/out1'"
+
+printf 'one more\n' | "$KVCHAT" $EP --resume 1 >"$TMPD/out2" 2>"$TMPD/err2"
+check "--resume goes on (exit $?)" [ $? -eq 0 ]
+check "...with the stored history" grep -q "conversation 1, 2 messages" "$TMPD/err2"
+check "...the turn stored" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq 4 ]
+
+n0=$(sqlite3 "$DB" "select count(*) from messages")
+echo "hello" | "$KVCHAT" --endpoint "http://127.0.0.1:1/v1" --remote-model m --db "$DB" \
+    >/dev/null 2>"$TMPD/err3"
+check "an unreachable server is exit 1" [ $? -eq 1 ]
+check "...saying so" grep -q "connect" "$TMPD/err3"
+printf 'wrong-key-00\n' >"$TMPD/badkey"
+echo "hello" | "$KVCHAT" --endpoint "$URL" --remote-model m --api-key-file "$TMPD/badkey" \
+    --db "$DB" >/dev/null 2>"$TMPD/err4"
+check "a wrong key is the server's 401" grep -q "HTTP 401" "$TMPD/err4"
+check "failed turns store nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+kill "$SPID" 2>/dev/null
+wait "$SPID" 2>/dev/null
+
+# Ctrl-C stops a reply: kept, marked interrupted; the server sees the client go.
+# A wide model decodes slowly enough to be caught mid-reply on any machine here.
+wide_model "$TMPD/w.gguf"
+"$KVCHAT" serve -m "$TMPD/w.gguf" --port 0 --db "$TMPD/server.db" --threads 2 \
+    2>"$TMPD/serve2.err" &
+SPID=$!
+PORT=""
+for _i in $(seq 1 300); do
+	PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve2.err")
+	[ -n "$PORT" ] && break
+	sleep 0.1
+done
+mkfifo "$TMPD/ep.in"
+"$KVCHAT" --endpoint "http://127.0.0.1:$PORT/v1" --db "$TMPD/c.db" --temp 0.9 -n 2000 \
+    <"$TMPD/ep.in" >"$TMPD/ep.out" 2>"$TMPD/ep.err" &
+EPID=$!
+exec 6>"$TMPD/ep.in"
+echo "write a lot" >&6
+for _i in $(seq 1 600); do
+	[ -s "$TMPD/ep.out" ] && break
+	sleep 0.1
+done
+kill -INT "$EPID"
+sleep 1
+exec 6>&-
+wait "$EPID"
+check "Ctrl-C: the chat goes on and ends (exit $?)" [ $? -eq 0 ]
+check "...the reply stopped" grep -q "interrupted" "$TMPD/ep.err"
+check "...kept, marked interrupted" [ "$(sqlite3 "$TMPD/c.db" "select interrupted from messages where role = 2")" = 1 ]
+for _i in $(seq 1 100); do
+	grep -q "the client went away" "$TMPD/serve2.err" && break
+	sleep 0.1
+done
+check "...and the server stopped generating it" grep -q "the client went away" "$TMPD/serve2.err"
+done_testing

@@ -1,0 +1,150 @@
+#!/bin/sh
+# test_serve.sh (issue 24): kvchat serve on a free loopback port, driven by
+# tests/e2e/serve_client.py: greedy replies, streamed and not, chat and raw
+# completions, equal kvchat generate's on the same rendered prompt; a
+# repeated prompt reuses its resident cache; 8 concurrent streams (4
+# decoding together, the rest waiting) each equal to its run alone; a client
+# that disconnects mid-stream; bad requests each get their status and change
+# nothing in the store; a stored conversation written through the API,
+# continued by the REPL, continued again after a restart with its history
+# from the snapshot (cached_tokens), reused by an unnamed request that
+# resends it (its snapshot read, nothing written), refused while the REPL holds it; the
+# key; --kv-budget letting idle caches go; --max-queue's 429; a non-loopback
+# address refused
+# without one. The server is stopped
+# at the end, also when a check fails.
+. "$top_srcdir/tests/e2e/lib.sh"
+command -v python3 >/dev/null 2>&1 || skip "python3 is needed to drive the server"
+
+tiny_model 11
+DB=$TMPD/s.db
+SPID=""
+PORT=""
+# stop_server [quiet]: SIGTERM; it must exit 0 (under the sanitizers: no report).
+stop_server() {
+	if [ -n "$SPID" ]; then
+		kill "$SPID" 2>/dev/null
+		wait "$SPID" 2>/dev/null
+		_rc=$?
+		SPID=""
+		if [ "${1:-}" != quiet ]; then
+			check "kvchat serve stops cleanly (exit $_rc)" [ "$_rc" -eq 0 ]
+			check "...saying nothing of a sanitizer" sh -c "! grep -q 'Sanitizer\|runtime error' '$TMPD/serve.err'"
+		fi
+	fi
+}
+trap 'stop_server quiet; [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
+
+# start_server ARGS...: kvchat serve on a free port; PORT from its "listening" line.
+start_server() {
+	: >"$TMPD/serve.err"
+	"$KVCHAT" serve -m "$M" --port 0 --db "$DB" --threads 2 "$@" 2>>"$TMPD/serve.err" &
+	SPID=$!
+	PORT=""
+	for _i in $(seq 1 300); do
+		PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
+		[ -n "$PORT" ] && break
+		kill -0 "$SPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$PORT" ]; then
+		echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1
+	fi
+}
+
+client() {
+	if python3 "$top_srcdir/tests/e2e/serve_client.py" "$1" "$PORT" "$KVCHAT" "$M" "$TMPD"; then
+		ok
+	else
+		fail "serve: $1"
+	fi
+}
+
+# What the store holds, to see that a request changed nothing.
+store_dump() { sqlite3 "$DB" "select id, title, system, settings from conversations;
+	select id, conv_id, role, text from messages; select count(*) from kv_chunks;" 2>&1; }
+
+start_server --parallel 4
+client basic
+client concurrent
+client disconnect
+# noticed at the server's next write to the closed connection
+for _i in $(seq 1 100); do
+	grep -q "the client went away" "$TMPD/serve.err" && break
+	sleep 0.1
+done
+check "the disconnect was noticed" grep -q "the client went away" "$TMPD/serve.err"
+store_dump >"$TMPD/before"
+client bad
+store_dump >"$TMPD/after"
+check "bad requests change nothing in the store" cmp -s "$TMPD/before" "$TMPD/after"
+client conv_new
+stop_server
+
+# The REPL continues what the API wrote.
+CID=$(python3 -c "import json; print(json.load(open('$TMPD/conv.json'))['id'])")
+printf 'from the repl\n' | "$KVCHAT" -m "$M" --db "$DB" --resume "$CID" -n 5 --temp 0 \
+    >"$TMPD/repl.out" 2>"$TMPD/repl.err"
+check "the REPL resumes the API's conversation" [ $? -eq 0 ]
+check "...from its snapshot" grep -q "snapshot\|0 computed\|reused" "$TMPD/repl.err"
+python3 - "$DB" "$CID" "$TMPD/repl_turn.json" <<'PY' || fail "reading the REPL's turn"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("select role, text from messages where conv_id = ? order by id desc limit 2",
+                  (int(sys.argv[2]),)).fetchall()[::-1]
+assert [r[0] for r in rows] == [1, 2], rows
+json.dump([{"role": "user", "content": rows[0][1]}, {"role": "assistant", "content": rows[1][1]}],
+          open(sys.argv[3], "w"))
+PY
+
+# A restart: the history comes back from the snapshot, only the new message is computed.
+start_server --parallel 2
+client conv_resumed
+check "the turn is stored" [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
+stop_server
+start_server --parallel 2
+n0=$(sqlite3 "$DB" "select count(*) from messages")
+client anon_stored
+check "the snapshot was used" grep -q "positions from the snapshot of conversation $CID" "$TMPD/serve.err"
+check "an unnamed request stores nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+
+# The REPL holds the conversation: the server refuses it, and stores nothing.
+mkfifo "$TMPD/repl.in"
+"$KVCHAT" -m "$M" --db "$DB" --resume "$CID" <"$TMPD/repl.in" >/dev/null 2>"$TMPD/repl2.err" &
+RPID=$!
+exec 5>"$TMPD/repl.in"
+for _i in $(seq 1 150); do
+	[ "$(sqlite3 "$DB" "select count(*) from locks where conv_id = $CID")" -gt 0 ] && break
+	sleep 0.1
+done
+check "the REPL holds the conversation" [ "$(sqlite3 "$DB" "select count(*) from locks where conv_id = $CID")" -gt 0 ]
+n0=$(sqlite3 "$DB" "select count(*) from messages")
+client conv_locked
+check "a refused turn stores nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+exec 5>&-
+wait "$RPID" 2>/dev/null
+RPID=""
+stop_server
+
+# The key: every request but /health needs it.
+printf 's3cret-key\n' >"$TMPD/key"
+start_server --api-key-file "$TMPD/key"
+client auth
+stop_server
+
+# --kv-budget: idle caches let go.
+start_server --kv-budget 1K
+client budget
+stop_server
+
+# --max-queue 0: nothing waits; a request while the one sequence is busy is 429.
+start_server --parallel 1 --max-queue 0
+client queue
+stop_server
+
+# Another address than loopback, without a key: refused before anything starts.
+"$KVCHAT" serve -m "$M" --host 0.0.0.0 --port 0 --db "$DB" >/dev/null 2>"$TMPD/open.err"
+check "a public address without a key is refused" [ $? -eq 2 ]
+check "...saying how to give one" grep -q "api-key-file" "$TMPD/open.err"
+
+done_testing
