@@ -34,10 +34,11 @@ LAYERS = {
     "model": ["core", "gguf", "quant"],
     "backend": ["core", "gguf", "quant", "model"],
     "engine": ["core", "gguf", "quant", "model", "backend", "tokenizer"],
-    "chat": ["core", "gguf", "tokenizer"],
-    "conv": ["core", "gguf", "model", "tokenizer", "engine", "chat", "sampler", "sessions"],
+    "jinja": ["core"],
+    "chat": ["core", "gguf", "tokenizer", "jinja"],
+    "conv": ["core", "gguf", "model", "tokenizer", "engine", "chat", "jinja", "sampler", "sessions"],
     "cli": ["core", "gguf", "quant", "tokenizer", "convert", "model", "backend",
-            "engine", "sampler", "chat", "sessions", "conv"],
+            "engine", "sampler", "jinja", "chat", "sessions", "conv"],
 }
 MAX_FILE_LINES = 900
 MAX_FUNC_LINES = 120

@@ -4,7 +4,7 @@
 # another user through sudo when there is one, else it says what to
 # install. curl and ca-certificates are for the README's model download.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev sqlite3 clang tmux python3 curl ca-certificates"
+pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev sqlite3 clang tmux python3 python3-jinja2 curl ca-certificates"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

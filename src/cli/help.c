@@ -10,6 +10,7 @@
 const struct cli_subcommand cli_subcommands[] = {
 	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
 	{ "detokenize", sub_detokenize, "detokenize -m FILE" },
+	{ "template", sub_template, "template (-m FILE | --template FILE) [--add-generation-prompt] [--var NAME=VALUE]... [--ids] < messages.json" },
 	{ "info", sub_info, "info -m FILE" },
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "batch", sub_batch, "batch -m FILE -f PROMPTS.jsonl [-o OUT.jsonl] [--parallel B] [-n N] [--temp T] [--seed S] [--threads N]" },
@@ -40,6 +41,7 @@ help_environment(FILE *f)
 "  XDG_DATA_HOME    where the database and models folder live\n"
 "  XDG_STATE_HOME   where the history file lives\n"
 "  NO_COLOR         when set (non-empty), no colour\n"
+"  SOURCE_DATE_EPOCH  the time 'kvchat template' shows in strftime_now\n"
 "\n"
 "Database: every turn is checkpointed into sessions.db, so the file alone\n"
 "holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
