@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "options.h"
 #include "cli/cli.h"
@@ -252,9 +253,9 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			break;
 		case OPT_SYSTEM: o->system = a; break;
 		case OPT_TEMPLATE:
-			if (chat_family_from_name(a) < 0)
-				return usage_error("unknown chat template '%s' (chatml, llama3, llama2, "
-				    "mistral, phi3, deepseek, gemma, glm, chatglm3)", a);
+			if (chat_family_from_name(a) < 0 && access(a, R_OK) != 0)
+				return usage_error("unknown chat template '%s' (a Jinja template file, or "
+				    "chatml, llama3, llama2, mistral, phi3, deepseek, gemma, glm, chatglm3)", a);
 			o->template_name = a;
 			break;
 		case OPT_STATS_JSON: o->stats_json = a; break;
