@@ -18,13 +18,16 @@
  * marker (minus the end-of-turn token the reply's ids already end with, and
  * the spaces or newlines the template writes before it).
  * What a template renders before it may differ from the stream when the
- * template rewrites earlier turns (Qwen3 drops old reasoning): the stream
- * keeps them as the model saw them, so the cache is never recomputed for
- * it, and the delta is still exactly the template's text after the reply.
+ * template rewrites earlier turns (Qwen3 drops old reasoning, a date
+ * string changes at midnight): the stream keeps them as the model saw
+ * them, so the cache is never recomputed for it, and the delta is still
+ * exactly the template's text after the reply. strftime_now shows the time
+ * of the render.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat/chat.h"
 #include "jinja/jinja.h"
@@ -125,7 +128,7 @@ render_one(struct jr *r, const struct jinja_tmpl *tp, bool marked, bool add_gen,
 	for (size_t i = 0; rc == 0 && i < root->n && nv < 32; i++)
 		vars[nv++] = (struct jinja_var){ root->kids[i].key, &root->kids[i] };
 	if (rc == 0)
-		rc = jinja_render(tp, vars, nv, 0, out, err, errlen);
+		rc = jinja_render(tp, vars, nv, (int64_t)time(NULL), out, err, errlen);
 	kvc_json_free(root);
 	kvc_buf_free(&j);
 	return rc;

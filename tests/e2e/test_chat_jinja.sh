@@ -11,8 +11,12 @@
 . "$top_srcdir/tests/e2e/lib.sh"
 command -v python3 >/dev/null 2>&1 || skip "python3 not installed"
 tiny_model 11 1024
-run() { "$KVCHAT" -m "$1" --temp 0 -n 6 --ctx 1024 --threads 2 --db "$TMPD/$2.db" \
-    --stats-json "$TMPD/$2.json" ${3:+--chat-template "$3"}; }
+run() {	# MODEL NAME [TEMPLATE [OPTIONS...]]
+	m=$1 n=$2 t=${3:-}
+	shift 2; [ $# -gt 0 ] && shift
+	"$KVCHAT" -m "$m" --temp 0 -n 6 --ctx 1024 --threads 2 --db "$TMPD/$n.db" \
+	    --stats-json "$TMPD/$n.json" ${t:+--chat-template "$t"} "$@"
+}
 stream() { python3 "$top_srcdir/tests/e2e/chat_stream.py" "$TMPD/$1.db" >"$TMPD/$1.stream"; }
 tmpl_ids() {	# MODEL NAME: the reference ids of NAME's stored messages
 	sed -n 2p "$TMPD/$2.stream" | "$KVCHAT" template -m "$1" --ids --add-generation-prompt
@@ -60,6 +64,29 @@ printf '%s\n%s' 'ok' '{{ messages[0].content.nosuch() }}' >"$TMPD/bad.jinja"
 printf 'Hi.\n' | run "$M" e "$TMPD/bad.jinja" >/dev/null 2>"$TMPD/e.err"
 check "a template that cannot run is refused" [ $? -eq 1 ]
 check "... naming line and column" grep -q "line 2 col" "$TMPD/e.err"
+
+# --think and --reasoning-effort reach the template: Qwen3's and gpt-oss's
+# real templates (from the shared data) on the fixture model.
+if have_shared; then
+	TD="$SHARED_DATA/chat-templates/llama.cpp"
+	for think in on off; do
+		v=$([ $think = on ] && echo true || echo false)
+		printf 'Hi.\n' | run "$M" "t$think" "$TD/Qwen-Qwen3-0.6B.jinja" --think $think >/dev/null 2>&1
+		stream "t$think"
+		check "Qwen3 --think $think = enable_thinking=$v" [ "$(head -1 "$TMPD/t$think.stream")" = \
+		    "$(sed -n 2p "$TMPD/t$think.stream" | "$KVCHAT" template -m "$M" --template \
+		    "$TD/Qwen-Qwen3-0.6B.jinja" --var enable_thinking=$v --ids --add-generation-prompt)" ]
+	done
+	check "Qwen3: --think off changes the prompt" [ "$(head -1 "$TMPD/ton.stream")" != "$(head -1 "$TMPD/toff.stream")" ]
+	for e in low high; do
+		printf 'Hi.\n' | run "$M" "e$e" "$TD/openai-gpt-oss-120b.jinja" --reasoning-effort $e >/dev/null 2>&1
+		stream "e$e"
+		check "gpt-oss --reasoning-effort $e" [ "$(head -1 "$TMPD/e$e.stream")" = \
+		    "$(sed -n 2p "$TMPD/e$e.stream" | "$KVCHAT" template -m "$M" --template \
+		    "$TD/openai-gpt-oss-120b.jinja" --var reasoning_effort=$e --ids --add-generation-prompt)" ]
+	done
+	check "gpt-oss: the effort changes the prompt" [ "$(head -1 "$TMPD/elow.stream")" != "$(head -1 "$TMPD/ehigh.stream")" ]
+fi
 
 # The real Qwen2.5-Coder-0.5B-Instruct: its own template, three turns.
 Q=${KVCHAT_QWEN25:-${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}

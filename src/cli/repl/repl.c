@@ -12,6 +12,7 @@
 
 #include <readline/readline.h>
 
+#include "cmd.h"
 #include "options.h"
 #include "cli/cli.h"
 #include "cli/colour.h"
@@ -477,6 +478,12 @@ repl_main(int argc, char **argv)
 	cp.interrupt = r.interrupt;
 	if (conv_mgr_new(&r.mgr, r.e, r.st, &cp, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: %s\n", err);
+		goto out;
+	}
+	r.think = o.think;
+	r.effort = o.effort;
+	if (cmd_template_vars(&r) != 0) {
+		fprintf(stderr, "kvchat: out of memory\n");
 		goto out;
 	}
 	if ((rc = open_conversation(&r, &o)) != 0) {

@@ -46,6 +46,8 @@ struct kvc_repl {
 	bool quiet;			/* /set quiet: no stats line at the terminal */
 	struct kvc_progress prog;	/* the conversation layer's long work */
 	int recap;			/* messages shown on resume (--recap) */
+	int think;			/* enable_thinking for the model's template: 1, 0, -1 unset */
+	const char *effort;		/* reasoning_effort: "low", "medium", "high" or NULL */
 };
 
 /* notice.c */
