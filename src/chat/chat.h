@@ -200,6 +200,8 @@ const char *const *chat_stop_strings(enum chat_family f);
  * text: then that content is tokenised alone without. BOS is added as the
  * vocabulary asks unless the template wrote it.
  *
+ * A rendering that ends with a reply (with ids, no add_gen) ends with its
+ * ids, as the stream does: the template's closing comes with the next delta.
  * Delta (n_prev > 0, msgs[n_prev - 1] a reply with ids): the tokens the
  * render of msgs[0..n) puts after that reply. A template that rewrites
  * earlier turns (Qwen3 drops old reasoning) does not change the stream:

@@ -383,6 +383,18 @@ chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *
 			"follow (it must render each content as it is, or stripped)");
 		rc = KVC_EUNSUPPORTED;
 	}
+	/* A stream ending with a reply ends with its ids: the template's closing
+	 * of that turn comes with the next delta, as the families do it. */
+	if (rc == 0 && n > 0 && !add_gen && msgs[n - 1].role == CHAT_ASSISTANT && msgs[n - 1].ids) {
+		size_t until = marker_end(&r, n - 1);
+
+		if (until == 0 || until < from) {
+			kvc_err(err, errlen, "chat: the template does not render reply %zu exactly once", n - 1);
+			rc = KVC_EUNSUPPORTED;
+		} else {
+			r.marked.n = until;
+		}
+	}
 	if (rc == 0)
 		rc = tokenize_marked(&r, from, strip, n_prev ? &msgs[n_prev - 1] : NULL, out, err, errlen);
 	/* BOS as llama.cpp adds it when the vocabulary asks, unless the template wrote it. */
