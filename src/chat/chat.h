@@ -214,7 +214,8 @@ int chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char
     const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out, char *err, size_t errlen);
 /*
  * Whether the chat can use template jinja with this vocabulary: a trial
- * render of a short conversation (first turn and a delta after a reply).
+ * render of a short conversation (first turn and a delta after a reply;
+ * a template that raises on a system message passes without one).
  * 0, or the error with its message (the caller falls back to a family).
  */
 int chat_jinja_check(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,

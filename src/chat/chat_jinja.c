@@ -444,10 +444,14 @@ chat_jinja_check(const struct kvc_tokenizer *t, const char *jinja, const char *v
 	struct kvc_tokens ids = {0};
 	int rc = chat_jinja_render(t, jinja, vars_json, m, 0, 2, true, &ids, err, errlen);
 
+	/* A template may refuse a system message (Gemma 2 raises): the chat
+	 * still runs without one, and says the template's words if one is set. */
+	if (rc == KVC_EINVAL)
+		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 0, 1, true, &ids, err, errlen);
 	if (rc == 0)
 		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 0, 3, true, &ids, err, errlen);
 	if (rc == 0)
-		rc = chat_jinja_render(t, jinja, vars_json, m, 3, 4, true, &ids, err, errlen);
+		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 2, 3, true, &ids, err, errlen);
 	kvc_tokens_free(&ids);
 	return rc;
 }
