@@ -34,13 +34,14 @@ LAYERS = {
     "model": ["core", "gguf", "quant"],
     "backend": ["core", "gguf", "quant", "model"],
     "engine": ["core", "gguf", "quant", "model", "backend", "tokenizer"],
-    "chat": ["core", "gguf", "tokenizer"],
-    "conv": ["core", "gguf", "model", "tokenizer", "engine", "chat", "sampler", "sessions"],
+    "jinja": ["core"],
+    "chat": ["core", "gguf", "tokenizer", "jinja"],
+    "conv": ["core", "gguf", "model", "tokenizer", "engine", "chat", "jinja", "sampler", "sessions"],
     "remote": ["core"],
-    "server": ["core", "gguf", "model", "tokenizer", "engine", "chat", "sampler",
+    "server": ["core", "gguf", "model", "tokenizer", "engine", "chat", "jinja", "sampler",
                "sessions", "conv"],
     "cli": ["core", "gguf", "quant", "tokenizer", "convert", "model", "backend",
-            "engine", "sampler", "chat", "sessions", "conv", "server", "remote"],
+            "engine", "sampler", "jinja", "chat", "sessions", "conv", "server", "remote"],
 }
 MAX_FILE_LINES = 900
 MAX_FUNC_LINES = 120

@@ -6,7 +6,7 @@
 # (curl also drives kvchat serve in the tests); python3-venv makes the
 # virtual environment the serve tests install the openai package into.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev sqlite3 clang tmux strace python3 python3-venv curl ca-certificates"
+pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev sqlite3 clang tmux strace python3 python3-venv python3-jinja2 curl ca-certificates"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

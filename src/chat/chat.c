@@ -225,6 +225,7 @@ gen_prompt(struct seg_list *l, const struct render_ctx *c)
 	case CHAT_LLAMA2:
 	case CHAT_MISTRAL:
 	case CHAT_FAMILY_COUNT:
+	case CHAT_JINJA:
 		break;	/* the user turn ends with [/INST] */
 	}
 }
@@ -413,6 +414,7 @@ user_turn(struct seg_list *l, const struct render_ctx *c, const struct chat_msg 
 		mt(l, c->fi, m->text);
 		break;
 	case CHAT_FAMILY_COUNT:
+	case CHAT_JINJA:
 		break;
 	}
 }
@@ -607,6 +609,8 @@ chat_render(const struct kvc_tokenizer *t, enum chat_family f, const char *jinja
 		kvc_err(err, errlen, "chat: no tokenizer");
 		return KVC_EINVAL;
 	}
+	if (f == CHAT_JINJA)
+		return chat_jinja_render(t, jinja, NULL, msgs, 0, n, add_gen, out, err, errlen);
 	rc = check_args(t, f, msgs, n, err, errlen);
 	if (rc != 0)
 		return rc;
@@ -646,6 +650,8 @@ chat_render_delta(const struct kvc_tokenizer *t, enum chat_family f, const char 
 		kvc_err(err, errlen, "chat: bad delta arguments (%zu > %zu messages)", n_prev, n);
 		return KVC_EINVAL;
 	}
+	if (f == CHAT_JINJA)
+		return chat_jinja_render(t, jinja, NULL, msgs, n_prev, n, add_gen, out, err, errlen);
 	rc = check_args(t, f, msgs, n, err, errlen);
 	if (rc != 0)
 		return rc;
@@ -755,6 +761,8 @@ chat_render_text(const struct kvc_tokenizer *t, enum chat_family f, const char *
 	size_t i;
 	int rc;
 
+	if (f == CHAT_JINJA)
+		return t ? chat_jinja_text(t, jinja, NULL, msgs, n, add_gen, out, NULL, 0) : KVC_EINVAL;
 	if (check_args(t, f, msgs, n, NULL, 0) != 0)
 		return KVC_EINVAL;
 	ctx_init(&c, t, f, jinja);

@@ -95,7 +95,8 @@ enum chat_family {
 	CHAT_GEMMA,	/* <start_of_turn>user\n...<end_of_turn>\n */
 	CHAT_GLM,	/* [gMASK]<sop><|user|>\n...<|assistant|>\n... (GLM-4) */
 	CHAT_CHATGLM3,	/* [gMASK]sop<|user|>\n ...<|assistant|>... (ChatGLM3) */
-	CHAT_FAMILY_COUNT
+	CHAT_FAMILY_COUNT,	/* the built-in families above */
+	CHAT_JINJA = 32,	/* the model's own template, rendered (chat_jinja.c) */
 };
 
 enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT };
@@ -180,5 +181,44 @@ int chat_render_text(const struct kvc_tokenizer *t, enum chat_family f, const ch
 
 /* Stop strings beyond the tokenizer's end-of-generation ids (e.g. DeepSeek's "User:"), or NULL. */
 const char *const *chat_stop_strings(enum chat_family f);
+
+/*
+ * CHAT_JINJA, the model's own template (chat_jinja.c): chat_render,
+ * chat_render_delta and chat_render_text with f == CHAT_JINJA render the
+ * Jinja text jinja (src/jinja, as transformers renders it) with messages,
+ * add_generation_prompt, bos_token and eos_token (the vocabulary's pieces)
+ * and the variables vars_json (members of a JSON object without its
+ * braces, e.g. ""enable_thinking": false"; NULL for none).
+ *
+ * Tokens: only the template's text can make special tokens. Message
+ * contents enter the render as markers; the marked render must agree with
+ * the real one (each content rendered as it is, or stripped), else
+ * KVC_EUNSUPPORTED. Replies with ids are their exact ids (an end-of-turn id
+ * they end with stands for the template's text of it); the text between
+ * two replies is tokenised as one with special tokens parsed, as llama.cpp
+ * tokenises a rendered prompt, unless a content in it holds special-token
+ * text: then that content is tokenised alone without. BOS is added as the
+ * vocabulary asks unless the template wrote it.
+ *
+ * A rendering that ends with a reply (with ids, no add_gen) ends with its
+ * ids, as the stream does: the template's closing comes with the next delta.
+ * Delta (n_prev > 0, msgs[n_prev - 1] a reply with ids): the tokens the
+ * render of msgs[0..n) puts after that reply. A template that rewrites
+ * earlier turns (Qwen3 drops old reasoning) does not change the stream:
+ * earlier turns stay as the model saw them.
+ */
+int chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen);
+int chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out, char *err, size_t errlen);
+/*
+ * Whether the chat can use template jinja with this vocabulary: a trial
+ * render of a short conversation (first turn and a delta after a reply;
+ * a template that raises on a system message passes without one).
+ * 0, or the error with its message (the caller falls back to a family).
+ */
+int chat_jinja_check(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    char *err, size_t errlen);
 
 #endif

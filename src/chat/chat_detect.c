@@ -18,6 +18,8 @@ static const char *const names[CHAT_FAMILY_COUNT] = {
 const char *
 chat_family_name(enum chat_family f)
 {
+	if (f == CHAT_JINJA)
+		return "jinja";
 	if ((unsigned)f >= CHAT_FAMILY_COUNT)
 		return "?";
 	return names[f];
@@ -36,6 +38,8 @@ chat_family_from_name(const char *name)
 
 	if (name == NULL)
 		return -1;
+	if (strcmp(name, "jinja") == 0)
+		return CHAT_JINJA;
 	for (i = 0; i < CHAT_FAMILY_COUNT; i++)
 		if (strcmp(name, names[i]) == 0)
 			return (int)i;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 int sub_tokenize(int argc, char **argv);	/* sub_tokenize.c */
+int sub_template(int argc, char **argv);	/* sub_template.c */
 int sub_detokenize(int argc, char **argv);	/* sub_tokenize.c */
 int sub_info(int argc, char **argv);		/* sub_info.c */
 int sub_generate(int argc, char **argv);	/* sub_generate.c */

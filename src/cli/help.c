@@ -9,6 +9,7 @@
 const struct cli_subcommand cli_subcommands[] = {
 	{ "tokenize", sub_tokenize, "tokenize -m FILE [--parse-special] [--bos]" },
 	{ "detokenize", sub_detokenize, "detokenize -m FILE" },
+	{ "template", sub_template, "template (-m FILE | --template FILE) [--add-generation-prompt] [--var NAME=VALUE]... [--ids] < messages.json" },
 	{ "info", sub_info, "info -m FILE" },
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "batch", sub_batch, "batch -m FILE -f PROMPTS.jsonl [-o OUT.jsonl] [--parallel B] [-n N] [--temp T] [--seed S] [--threads N]" },
@@ -40,6 +41,7 @@ help_environment(FILE *f)
 "  XDG_DATA_HOME    where the database and models folder live\n"
 "  XDG_STATE_HOME   where the history file lives\n"
 "  NO_COLOR         when set (non-empty), no colour\n"
+"  SOURCE_DATE_EPOCH  the time 'kvchat template' shows in strftime_now\n"
 "\n"
 "Database: every turn is checkpointed into sessions.db, so the file alone\n"
 "holds all saved turns; 'kvchat backup FILE' copies it safely while kvchat\n"
@@ -67,9 +69,15 @@ cli_help(FILE *f, void (*print_commands)(FILE *f))
 "Model and engine:\n"
 "  -m, --model MODEL       GGUF file or ollama name (qwen2.5:7b); default: pick\n"
 "                          from the models found (see FILES)\n"
-"  --chat-template NAME    chatml, llama3, llama2, mistral, phi3, deepseek, gemma,\n"
-"                          glm, chatglm3\n"
-"                          (default: detected from the model)\n"
+"  --chat-template NAME|FILE  a built-in family: chatml, llama3, llama2, mistral,\n"
+"                          phi3, deepseek, gemma, glm, chatglm3; or a Jinja\n"
+"                          template file (default: the model's own template,\n"
+"                          rendered as transformers does; a family when it has\n"
+"                          none or it cannot be run)\n"
+"  --think on|off          the template's enable_thinking (Qwen3, SmolLM3, ...;\n"
+"                          default: the template's own; /set think)\n"
+"  --reasoning-effort low|medium|high  the template's reasoning_effort (gpt-oss;\n"
+"                          /set effort)\n"
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"
 "  --kv-type f16|f32|q8_0  KV cache type (default f16; q8_0: 53%% of the memory\n"

@@ -52,12 +52,25 @@ conv_mgr_free(struct conv_mgr *m)
 		conv_close(m->open);
 	free(m->model_path);
 	free(m->jinja);
+	free(m->vars);
 	free(m);
 }
 
 struct kvc_engine *conv_mgr_engine(const struct conv_mgr *m) { return m->e; }
 struct sess_store *conv_mgr_store(const struct conv_mgr *m) { return m->st; }
 enum chat_family conv_mgr_family(const struct conv_mgr *m) { return m->p.family; }
+
+int
+conv_mgr_set_template_vars(struct conv_mgr *m, const char *vars)
+{
+	char *v = NULL;
+
+	if (vars && vars[0] && (v = conv_strdup(vars)) == NULL)
+		return KVC_ENOMEM;
+	free(m->vars);
+	m->vars = v;
+	return KVC_OK;
+}
 
 static struct conv *
 conv_alloc(struct conv_mgr *m, int64_t id)

@@ -279,6 +279,13 @@ void conv_mgr_free(struct conv_mgr *m);
 struct kvc_engine *conv_mgr_engine(const struct conv_mgr *m);
 struct sess_store *conv_mgr_store(const struct conv_mgr *m);
 enum chat_family conv_mgr_family(const struct conv_mgr *m);
+/*
+ * The variables the model's own template (CHAT_JINJA) is rendered with from
+ * the next turn on, as members of a JSON object without its braces
+ * ("\"enable_thinking\": false"); NULL or "" for none. Families ignore them.
+ * 0 or KVC_ENOMEM.
+ */
+int conv_mgr_set_template_vars(struct conv_mgr *m, const char *vars);
 /* Bytes held by resident caches, and how many conversations are open / resident. */
 size_t conv_mgr_kv_bytes(const struct conv_mgr *m, int *n_open, int *n_resident);
 

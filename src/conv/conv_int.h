@@ -39,6 +39,7 @@ struct conv_mgr {
 	struct conv_params p;
 	char *jinja;			/* copy of p.jinja */
 	char *model_path;		/* copy of p.model_path */
+	char *vars;			/* the template's variables (conv_mgr_set_template_vars), or NULL */
 	struct conv *open;		/* open conversations, a list */
 	uint64_t tick;			/* LRU clock */
 	struct conv_work work;		/* the work the prefill hook reports */
@@ -197,5 +198,11 @@ void conv_mgr_fit(struct conv_mgr *m, const struct conv *keep, size_t extra);
 void conv_evict(struct conv *c);
 /* Forget the sequence: the stream is rendered again from the messages. */
 void conv_drop_seq(struct conv *c);
+
+/* render.c: chat_render / chat_render_delta with m's family, template and variables. */
+int conv_render(const struct conv_mgr *m, const struct chat_msg *msgs, size_t n, bool add_gen,
+    struct kvc_tokens *out, char *err, size_t errlen);
+int conv_render_delta(const struct conv_mgr *m, const struct chat_msg *msgs, size_t n_prev, size_t n,
+    bool add_gen, struct kvc_tokens *out, char *err, size_t errlen);
 
 #endif

@@ -132,7 +132,7 @@ keep_positions(const struct conv *c)
 	if (m->p.keep > 0)
 		return m->p.keep;
 	if (c->win == 0 && c->system != NULL && c->system[0] != '\0' &&
-	    chat_render(eng_tokenizer(m->e), m->p.family, m->jinja, &sys, 1, false, &t, NULL, 0) == 0 &&
+	    conv_render(m, &sys, 1, false, &t, NULL, 0) == 0 &&
 	    t.n > 0 && (int)t.n < n && memcmp(t.v, s, t.n * sizeof *s) == 0)
 		keep = (int)t.n;
 	kvc_tokens_free(&t);

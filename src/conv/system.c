@@ -27,7 +27,7 @@ render_first(struct conv *c, struct kvc_tokens *ids0, char *err, size_t errlen)
 
 	rc = conv_chat_list(c, 0, 0, c->msgs[0].text, &cl, &ncl);
 	if (rc == 0)
-		rc = chat_render_delta(eng_tokenizer(m->e), m->p.family, m->jinja, cl, 0, ncl, true,
+		rc = conv_render_delta(m, cl, 0, ncl, true,
 		    ids0, err, errlen);
 	free(cl);
 	cl = NULL;
@@ -44,7 +44,7 @@ render_first(struct conv *c, struct kvc_tokens *ids0, char *err, size_t errlen)
 		}
 	rc = conv_chat_list(c, 0, n, NULL, &cl, &ncl);
 	if (rc == 0)
-		rc = chat_render(eng_tokenizer(m->e), m->p.family, m->jinja, cl, ncl,
+		rc = conv_render(m, cl, ncl,
 		    c->msgs[n - 1].role == SESS_USER, &ref, err, errlen);
 	if (rc == 0 && (ref.n != full.n || memcmp(ref.v, full.v, full.n * sizeof *full.v) != 0)) {
 		kvc_err(err, errlen, "the %s template renders this conversation differently with "

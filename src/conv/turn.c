@@ -180,7 +180,7 @@ user_delta(struct conv *c, const char *text, int old_n, struct kvc_tokens *delta
 
 	rc = conv_chat_list(c, c->win, c->n_msgs, text, &cl, &ncl);
 	if (rc == 0)
-		rc = chat_render_delta(eng_tokenizer(m->e), m->p.family, m->jinja, cl,
+		rc = conv_render_delta(m, cl,
 		    old_n ? ncl - 1 : 0, ncl, true, delta, err, errlen);
 	free(cl);
 	return rc;

@@ -57,7 +57,7 @@ conv_render_head(const struct conv *c, int k, const char *user, struct kvc_token
 	if (rc)
 		return rc;
 	out->n = 0;
-	rc = chat_render(eng_tokenizer(c->m->e), c->m->p.family, c->m->jinja, v, n, true, out,
+	rc = conv_render(c->m, v, n, true, out,
 	    err, errlen);
 	free(v);
 	return rc;

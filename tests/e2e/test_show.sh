@@ -39,7 +39,7 @@ for type in f32 q4_k_m; do
 	cmd "/show system"
 	check "$type: /show system" [ "$(screen_after ">>> /show system" | sed -n 2p)" = "Answer briefly." ]
 	cmd "/show template"
-	check "$type: /show template: the family" on_screen "template     chatml"
+	check "$type: /show template: the file's own, rendered" on_screen "template     jinja"
 	check "$type: /show template: the file's template text" on_screen "add_generation_prompt"
 	cmd "/show nonsense"
 	check "$type: /show with an unknown view: usage" on_screen "usage: /show [info|parameters|system|template]"

@@ -29,6 +29,9 @@ extern const struct kvc_cmd_entry cmd_sample_entries[];
 
 /* cmd_model.c: /system TEXT (also /set system TEXT); no text prints the prompt. */
 int cmd_system_set(struct kvc_repl *r, const char *args);
+/* cmd_sample.c: hands r->think and r->effort to the conversation layer as the
+ * template's enable_thinking and reasoning_effort. 0 or KVC_ENOMEM. */
+int cmd_template_vars(struct kvc_repl *r);
 
 /* cmd.c */
 /* The i-th command of all groups (help first), or NULL past the end. */

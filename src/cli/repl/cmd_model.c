@@ -128,6 +128,7 @@ show_template(struct kvc_repl *r, bool text)
 	const char *jinja = gguf_get_str(eng_gguf(r->e), "tokenizer.chat_template", NULL);
 
 	printf("%-12s %s (%s)\n", "template", chat_family_name(conv_mgr_family(r->mgr)),
+	    conv_mgr_family(r->mgr) == CHAT_JINJA ? "rendered as the file or --chat-template gives it" :
 	    jinja ? "the file has a chat template" : "the file has no chat template");
 	if (text && jinja)
 		printf("%s%s", jinja, jinja[0] && jinja[strlen(jinja) - 1] == '\n' ? "" : "\n");

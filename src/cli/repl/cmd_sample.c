@@ -47,7 +47,7 @@ set_one(struct kvc_repl *r, const char *name, const char *value)
 
 	if (row == NULL) {
 		conv_setting_names(names, sizeof names);
-		repl_error(r, "/set: unknown setting '%s' (%s; or system, verbose, quiet)", name,
+		repl_error(r, "/set: unknown setting '%s' (%s; or system, verbose, quiet, think, effort)", name,
 		    names);
 		return 1;
 	}
@@ -71,6 +71,58 @@ set_one(struct kvc_repl *r, const char *name, const char *value)
 	return 0;
 }
 
+int
+cmd_template_vars(struct kvc_repl *r)
+{
+	char vars[128];
+	int k = 0;
+
+	vars[0] = '\0';
+	if (r->think >= 0)
+		k = snprintf(vars, sizeof vars, "\"enable_thinking\": %s", r->think ? "true" : "false");
+	if (r->effort)
+		snprintf(vars + k, sizeof vars - (size_t)k, "%s\"reasoning_effort\": \"%s\"",
+		    k ? ", " : "", r->effort);
+	return conv_mgr_set_template_vars(r->mgr, vars);
+}
+
+/* /set think on|off|default, /set effort low|medium|high|default. */
+static int
+set_template_var(struct kvc_repl *r, bool think, const char *value)
+{
+	static const char *const efforts[] = { "low", "medium", "high" };
+	const char *note = conv_mgr_family(r->mgr) == CHAT_JINJA ? "" :
+	    " (only the model's own template reads it; this chat uses a built-in family)";
+
+	if (think && (!strcmp(value, "on") || !strcmp(value, "off") || !strcmp(value, "default"))) {
+		r->think = value[0] == 'd' ? -1 : value[1] == 'n';
+	} else if (!think && !strcmp(value, "default")) {
+		r->effort = NULL;
+	} else if (!think) {
+		for (size_t i = 0; i < 3; i++)
+			if (!strcmp(value, efforts[i]))
+				r->effort = efforts[i];
+		if (!r->effort || strcmp(r->effort, value) != 0) {
+			repl_error(r, "usage: /set effort low|medium|high|default");
+			return 1;
+		}
+	} else {
+		repl_error(r, "usage: /set think on|off|default");
+		return 1;
+	}
+	if (cmd_template_vars(r) != 0) {
+		repl_error(r, "/set: out of memory");
+		return 1;
+	}
+	if (think)
+		printf("think %s, from the next turn on%s\n", r->think < 0 ? "as the template's default" :
+		    r->think ? "on" : "off", note);
+	else
+		printf("reasoning effort %s, from the next turn on%s\n", r->effort ? r->effort :
+		    "as the template's default", note);
+	return 0;
+}
+
 static int
 cmd_set_exec(struct kvc_repl *r, const char *args)
 {
@@ -90,6 +142,8 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 		next_word(&args, name, sizeof name);
 	} else if (strcmp(name, "system") == 0) {
 		return cmd_system_set(r, args);
+	} else if (strcmp(name, "think") == 0 || strcmp(name, "effort") == 0) {
+		return set_template_var(r, name[0] == 't', args);
 	} else if (strcmp(name, "verbose") == 0 || strcmp(name, "quiet") == 0) {
 		r->quiet = name[0] == 'q';
 		printf("stats line %s\n", r->quiet ? "off" : "on");
@@ -105,7 +159,9 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
  */
 const struct kvc_cmd_entry cmd_sample_entries[] = {
 	{ "set", "[parameter] NAME VALUE", "temperature, top_p, top_k, min_p, repeat_penalty, "
-	    "seed, max_tokens; /set verbose|quiet: stats line on|off; /set system TEXT",
+	    "seed, max_tokens; /set verbose|quiet: stats line on|off; /set system TEXT; "
+	    "/set think on|off, /set effort low|medium|high: the model's template's "
+	    "enable_thinking, reasoning_effort",
 	    cmd_set_exec },
 	{ NULL, NULL, NULL, NULL },
 };

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd.h"
 #include "options.h"
@@ -17,7 +18,7 @@ enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
 	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DRAFT,
 	OPT_LOOKUP, OPT_SPEC_K, OPT_DEVICE, OPT_GPU, OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
-	OPT_RECAP, OPT_FORCE_UNLOCK,
+	OPT_RECAP, OPT_FORCE_UNLOCK, OPT_THINK, OPT_EFFORT,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -47,6 +48,8 @@ static const struct option fixed_options[] = {
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
 	{ "recap", required_argument, NULL, OPT_RECAP },
 	{ "no-color", no_argument, NULL, OPT_NO_COLOR },
+	{ "think", required_argument, NULL, OPT_THINK },
+	{ "reasoning-effort", required_argument, NULL, OPT_EFFORT },
 	{ "force-unlock", no_argument, NULL, OPT_FORCE_UNLOCK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -230,6 +233,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 	o->set = conv_default_settings();
 	o->overflow = CONV_OVERFLOW_DROP;
 	o->recap = 2;	/* the last exchange */
+	o->think = -1;
 	build_options();
 	optind = 1;
 	opterr = 0;
@@ -253,9 +257,9 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			break;
 		case OPT_SYSTEM: o->system = a; break;
 		case OPT_TEMPLATE:
-			if (chat_family_from_name(a) < 0)
-				return usage_error("unknown chat template '%s' (chatml, llama3, llama2, "
-				    "mistral, phi3, deepseek, gemma, glm, chatglm3)", a);
+			if (chat_family_from_name(a) < 0 && access(a, R_OK) != 0)
+				return usage_error("unknown chat template '%s' (a Jinja template file, or "
+				    "chatml, llama3, llama2, mistral, phi3, deepseek, gemma, glm, chatglm3)", a);
 			o->template_name = a;
 			break;
 		case OPT_STATS_JSON: o->stats_json = a; break;
@@ -268,6 +272,16 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 			break;
 		}
 		case OPT_NO_COLOR: o->no_color = true; break;
+		case OPT_THINK:
+			if (strcmp(a, "on") != 0 && strcmp(a, "off") != 0)
+				return usage_error("--think wants on or off, not '%s'", a);
+			o->think = a[1] == 'n';
+			break;
+		case OPT_EFFORT:
+			if (strcmp(a, "low") != 0 && strcmp(a, "medium") != 0 && strcmp(a, "high") != 0)
+				return usage_error("--reasoning-effort wants low, medium or high, not '%s'", a);
+			o->effort = a;
+			break;
 		case OPT_FORCE_UNLOCK: o->force_unlock = true; break;
 		case 'h':
 			cli_help(stdout, cmd_print_help);

@@ -26,6 +26,8 @@ struct repl_opts {
 	bool no_color;
 	int recap;			/* messages shown on resume (--recap) */
 	bool force_unlock;		/* take over locks that cannot be checked */
+	int think;			/* --think on|off: enable_thinking 1 / 0; -1: the template's default */
+	const char *effort;		/* --reasoning-effort low|medium|high, or NULL */
 };
 
 /*

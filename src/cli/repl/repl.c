@@ -12,6 +12,7 @@
 
 #include <readline/readline.h>
 
+#include "cmd.h"
 #include "options.h"
 #include "cli/cli.h"
 #include "cli/colour.h"
@@ -360,6 +361,77 @@ open_store(struct kvc_repl *r, const struct repl_opts *o, char *dbbuf, size_t db
 	return 0;
 }
 
+/* A template file's text (NUL-terminated, the caller frees it), or NULL with the reason said. */
+static char *
+read_template_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	struct kvc_buf b = {0};
+	char chunk[16384];
+	size_t n;
+
+	if (!f) {
+		fprintf(stderr, "kvchat: --chat-template %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.n < (1u << 20))
+		if (kvc_buf_append(&b, chunk, n) != 0)
+			break;
+	if (ferror(f) || b.n >= (1u << 20) || kvc_buf_append(&b, "", 1) != 0) {
+		fprintf(stderr, "kvchat: --chat-template %s: unreadable or over 1 MiB\n", path);
+		kvc_buf_free(&b);
+		b.p = NULL;
+	}
+	fclose(f);
+	return b.p;
+}
+
+/*
+ * The chat's template: --chat-template NAME (a built-in family) or FILE (a
+ * Jinja template), else the model's own tokenizer.chat_template rendered
+ * as it is, else the family its architecture implies. A template the
+ * renderer cannot run gives way to the detected family with a one-line
+ * notice. Returns the family (CHAT_JINJA with *jinja the text) or -1.
+ */
+static int
+pick_template(struct kvc_repl *r, const struct repl_opts *o, const char **jinja, char **owned)
+{
+	char err[512];
+	int fam = chat_family_for_file(eng_gguf(r->e), jinja);
+
+	int named = o->template_name ? chat_family_from_name(o->template_name) : -1;
+
+	if (named >= 0 && named != CHAT_JINJA)
+		return named;
+	if (named == CHAT_JINJA && (!*jinja ||
+	    chat_jinja_check(eng_tokenizer(r->e), *jinja, NULL, err, sizeof err) != 0)) {
+		fprintf(stderr, "kvchat: --chat-template jinja: %s\n",
+		    *jinja ? err : "the model has no chat template");
+		return -1;
+	}
+	if (named == CHAT_JINJA)
+		return CHAT_JINJA;
+	if (o->template_name) {
+		if ((*owned = read_template_file(o->template_name)) == NULL)
+			return -1;
+		if (chat_jinja_check(eng_tokenizer(r->e), *owned, NULL, err, sizeof err) != 0) {
+			fprintf(stderr, "kvchat: --chat-template %s: %s\n", o->template_name, err);
+			return -1;
+		}
+		*jinja = *owned;
+		return CHAT_JINJA;
+	}
+	if (*jinja && chat_jinja_check(eng_tokenizer(r->e), *jinja, NULL, err, sizeof err) == 0)
+		return CHAT_JINJA;
+	if (*jinja)
+		fprintf(stderr, "kvchat: the model's chat template cannot be used (%s); using the %s "
+		    "family\n", err, chat_family_name(fam < 0 ? CHAT_CHATML : (enum chat_family)fam));
+	else if (fam < 0)
+		fprintf(stderr, "kvchat: the model has no chat template; using chatml "
+		    "(--chat-template chooses)\n");
+	return fam < 0 ? CHAT_CHATML : fam;
+}
+
 int
 repl_main(int argc, char **argv)
 {
@@ -370,8 +442,8 @@ repl_main(int argc, char **argv)
 	struct kvc_engine *draft = NULL;
 	struct sigaction sa;
 	char err[512], dbbuf[4096];
-	char *model = NULL, *model_real = NULL;
-	const char *jinja;
+	char *model = NULL, *model_real = NULL, *tmpl_text = NULL;
+	const char *jinja = NULL;
 	int rc, status = 1, fam;
 
 	rc = repl_parse_opts(argc, argv, &o);
@@ -445,14 +517,8 @@ repl_main(int argc, char **argv)
 			goto out;
 		}
 	}
-	fam = chat_family_for_file(eng_gguf(r.e), &jinja);
-	if (o.template_name)
-		fam = chat_family_from_name(o.template_name);
-	else if (fam < 0) {
-		fprintf(stderr, "kvchat: %s; using chatml (--chat-template chooses)\n",
-		    jinja ? "unrecognised chat template" : "the model has no chat template");
-		fam = CHAT_CHATML;
-	}
+	if ((fam = pick_template(&r, &o, &jinja, &tmpl_text)) < 0)
+		goto out;
 	memset(&cp, 0, sizeof cp);
 	cp.family = (enum chat_family)fam;
 	cp.jinja = jinja;
@@ -472,6 +538,12 @@ repl_main(int argc, char **argv)
 		fprintf(stderr, "kvchat: %s\n", err);
 		goto out;
 	}
+	r.think = o.think;
+	r.effort = o.effort;
+	if (cmd_template_vars(&r) != 0) {
+		fprintf(stderr, "kvchat: out of memory\n");
+		goto out;
+	}
 	if ((rc = open_conversation(&r, &o)) != 0) {
 		status = rc == KVC_EINTR ? 130 : 1;
 		goto out;
@@ -484,5 +556,6 @@ out:
 	sess_close(r.st);
 	free(model);
 	free(model_real);
+	free(tmpl_text);
 	return status;
 }

@@ -26,6 +26,15 @@
 #include "cli/progress.h"
 
 /* What the chat program holds while it runs (repl.c owns it). */
+/* think.c: where a streaming reply is, reasoning or answer. */
+enum repl_think_state { REPL_THINK_START, REPL_THINKING, REPL_AFTER_THINK, REPL_ANSWER };
+struct repl_think {
+	bool started;			/* repl_think_begin ran for this reply */
+	enum repl_think_state state;
+	char pend[16];			/* a tag's start held back at a piece's end */
+	size_t npend;
+};
+
 struct kvc_repl {
 	struct kvc_engine *e;
 	struct sess_store *st;
@@ -46,6 +55,9 @@ struct kvc_repl {
 	bool quiet;			/* /set quiet: no stats line at the terminal */
 	struct kvc_progress prog;	/* the conversation layer's long work */
 	int recap;			/* messages shown on resume (--recap) */
+	int think;			/* enable_thinking for the model's template: 1, 0, -1 unset */
+	const char *effort;		/* reasoning_effort: "low", "medium", "high" or NULL */
+	struct repl_think stream;	/* the reply streaming now: reasoning or answer */
 };
 
 /* options.c */
@@ -56,6 +68,16 @@ struct kvc_repl {
  */
 struct kvc_engine_params;
 void repl_cap_threads(struct kvc_engine_params *ep);
+
+/* think.c */
+/* Before a reply streams: whether the prompt left it inside a reasoning block. */
+void repl_think_begin(struct kvc_repl *r);
+/* A piece of the reply: reasoning dimmed at a terminal (not printed when piped), the answer as it is. */
+void repl_think_text(struct kvc_repl *r, const char *s, size_t n);
+/* After the reply: what was held back, and the colour reset. */
+void repl_think_end(struct kvc_repl *r);
+/* The last reply's reasoning in tokens (up to its </think> token, when the vocabulary has one), else 0. */
+int repl_think_tokens(struct kvc_repl *r);
 
 /* notice.c */
 /* An error line "kvchat: ..." on stderr (red on a terminal); r may be NULL. */

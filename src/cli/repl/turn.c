@@ -17,9 +17,7 @@
 static int
 on_text(void *arg, const char *s, size_t n)
 {
-	(void)arg;
-	fwrite(s, 1, n, stdout);
-	fflush(stdout);
+	repl_think_text(arg, s, n);
 	return 0;
 }
 
@@ -69,6 +67,8 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	if (s->dropped_msgs || s->dropped_tokens)
 		fprintf(f, " | context full: dropped %d messages (%d tokens), recomputed %d in %.0f ms",
 		    s->dropped_msgs, s->dropped_tokens, s->recomputed_tokens, s->recompute_ms);
+	if (repl_think_tokens(r) > 0)
+		fprintf(f, " | thinking %d tokens", repl_think_tokens(r));
 	if (s->spec_proposed)
 		fprintf(f, " | speculative: %d of %d accepted, %.2f tokens per pass", s->spec_accepted,
 		    s->spec_proposed, s->forward_passes ? (double)s->gen_tokens / s->forward_passes : 0.0);
@@ -163,8 +163,10 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	io.interrupt = r->interrupt;
 	io.t_enter = kvc_now();
 	*r->interrupt = 0;
+	memset(&r->stream, 0, sizeof r->stream);
 	rc = retry ? conv_retry(r->cur, &io, &s, err, sizeof err) :
 	    conv_turn(r->cur, text, &io, &s, err, sizeof err);
+	repl_think_end(r);
 	sigint = *r->interrupt != 0;
 	*r->interrupt = 0;
 	if (rc == KVC_EINTR && !s.interrupted) {

@@ -1,0 +1,457 @@
+/*
+ * chat_jinja.c: the model's own template (tokenizer.chat_template) as a
+ * chat family, rendered by src/jinja and turned into tokens so that only
+ * the template's own text can make special tokens.
+ *
+ * Each message's content enters the render as a marker (U+E000, its index,
+ * U+E001: private-use characters no template touches); the marked text is
+ * checked against a render with the real contents (markers replaced by the
+ * contents, or by the contents stripped, for templates that trim) and then
+ * tokenised piece by piece: template text with special tokens parsed,
+ * an assistant reply as the exact ids the model generated, other contents
+ * as plain text. When no content holds special-token text (the usual
+ * case), the template text and the contents between two replies are
+ * tokenised as one text with special tokens parsed, which is exactly what
+ * llama.cpp does with the whole rendered prompt.
+ *
+ * The delta after a reply is what the full render puts after that reply's
+ * marker (minus the end-of-turn token the reply's ids already end with, and
+ * the spaces or newlines the template writes before it).
+ * What a template renders before it may differ from the stream when the
+ * template rewrites earlier turns (Qwen3 drops old reasoning, a date
+ * string changes at midnight): the stream keeps them as the model saw
+ * them, so the cache is never recomputed for it, and the delta is still
+ * exactly the template's text after the reply. strftime_now shows the time
+ * of the render.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat/chat.h"
+#include "jinja/jinja.h"
+
+#define MARK_OPEN "\xee\x80\x80"	/* U+E000 */
+#define MARK_CLOSE "\xee\x80\x81"	/* U+E001 */
+
+/* One render's inputs and outputs. */
+struct jr {
+	const struct kvc_tokenizer *t;
+	const struct chat_msg *msgs;
+	size_t n;
+	struct kvc_buf marked, real;	/* the render with markers, with contents */
+	char **texts;			/* each message's content (assistant: text or decoded ids) */
+};
+
+static const char *
+role_name(enum chat_role r)
+{
+	return r == CHAT_SYSTEM ? "system" : r == CHAT_USER ? "user" : "assistant";
+}
+
+/* An assistant message's content: its text, or its ids decoded without special tokens. */
+static int
+msg_texts(struct jr *r, char *err, size_t errlen)
+{
+	r->texts = calloc(r->n ? r->n : 1, sizeof(*r->texts));
+	if (!r->texts)
+		return KVC_ENOMEM;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct chat_msg *m = &r->msgs[i];
+		struct kvc_buf b = {0};
+		int rc = 0;
+
+		if (m->text)
+			rc = kvc_buf_append(&b, m->text, strlen(m->text));
+		else if (m->ids)
+			rc = tok_decode(r->t, m->ids, m->n_ids, 0, &b);
+		if (rc == 0)
+			rc = kvc_buf_append(&b, "", 1);
+		if (rc != 0) {
+			kvc_buf_free(&b);
+			return rc;
+		}
+		if (strstr(b.p, MARK_OPEN) || strstr(b.p, MARK_CLOSE)) {
+			kvc_buf_free(&b);
+			kvc_err(err, errlen, "chat: message %zu holds U+E000/U+E001, which the template "
+				"renderer reserves", i);
+			return KVC_EINVAL;
+		}
+		r->texts[i] = b.p;
+	}
+	return 0;
+}
+
+/* One render: the messages (contents or markers) and the variables, as JSON. */
+static int
+render_one(struct jr *r, const struct jinja_tmpl *tp, bool marked, bool add_gen,
+	   const char *vars_json, struct kvc_buf *out, char *err, size_t errlen)
+{
+	struct kvc_buf j = {0};
+	struct kvc_json *root = NULL;
+	struct jinja_var vars[32];
+	size_t nv = 0;
+	int32_t bos = tok_bos(r->t), eos = tok_eos(r->t);
+	size_t bl = 0, el = 0;
+	const char *bp = bos >= 0 ? tok_piece(r->t, bos, &bl) : "";
+	const char *ep = eos >= 0 ? tok_piece(r->t, eos, &el) : "";
+	int rc = kvc_buf_append(&j, "{\"messages\": [", 14);
+
+	for (size_t i = 0; rc == 0 && i < r->n; i++) {
+		char mark[32];
+
+		rc = kvc_buf_printf(&j, "%s{\"role\": \"%s\", \"content\": ", i ? ", " : "",
+				    role_name(r->msgs[i].role));
+		snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, i);
+		if (rc == 0)
+			rc = marked ? kvc_json_str(&j, mark, strlen(mark)) :
+			     kvc_json_str(&j, r->texts[i], strlen(r->texts[i]));
+		if (rc == 0)
+			rc = kvc_buf_append(&j, "}", 1);
+	}
+	if (rc == 0)
+		rc = kvc_buf_printf(&j, "], \"add_generation_prompt\": %s, \"bos_token\": ",
+				    add_gen ? "true" : "false");
+	if (rc == 0)
+		rc = kvc_json_str(&j, bp ? bp : "", bp ? bl : 0);
+	if (rc == 0)
+		rc = kvc_buf_append(&j, ", \"eos_token\": ", 15);
+	if (rc == 0)
+		rc = kvc_json_str(&j, ep ? ep : "", ep ? el : 0);
+	if (rc == 0 && vars_json && vars_json[0])
+		rc = kvc_buf_printf(&j, ", %s", vars_json);
+	if (rc == 0)
+		rc = kvc_buf_append(&j, "}", 1);
+	if (rc == 0)
+		rc = kvc_json_parse(j.p, j.n, &root, err, errlen);
+	for (size_t i = 0; rc == 0 && i < root->n && nv < 32; i++)
+		vars[nv++] = (struct jinja_var){ root->kids[i].key, &root->kids[i] };
+	if (rc == 0)
+		rc = jinja_render(tp, vars, nv, (int64_t)time(NULL), out, err, errlen);
+	kvc_json_free(root);
+	kvc_buf_free(&j);
+	return rc;
+}
+
+/* The marker at s (n bytes left): its message index, and its length in *len; -1 if none. */
+static long
+marker_at(const char *s, size_t n, size_t *len)
+{
+	size_t k = 3;
+	long idx = 0;
+
+	if (n < 7 || memcmp(s, MARK_OPEN, 3) != 0)
+		return -1;
+	while (k < n && s[k] >= '0' && s[k] <= '9' && k < 12)
+		idx = idx * 10 + (s[k++] - '0');
+	if (k == 3 || n - k < 3 || memcmp(s + k, MARK_CLOSE, 3) != 0)
+		return -1;
+	*len = k + 3;
+	return idx;
+}
+
+/* s[0..n) with each marker replaced by its content (stripped of white space when strip). */
+static int
+substitute(const struct jr *r, const char *s, size_t n, bool strip, struct kvc_buf *out)
+{
+	for (size_t i = 0; i < n;) {
+		size_t len;
+		long k = marker_at(s + i, n - i, &len);
+
+		if (k < 0 || (size_t)k >= r->n) {
+			if (kvc_buf_append(out, s + i, 1))
+				return KVC_ENOMEM;
+			i++;
+			continue;
+		}
+		const char *c = r->texts[k];
+		size_t a = 0, b = strlen(c);
+
+		while (strip && a < b && strchr(" \t\n\r\f\v", c[a]))
+			a++;
+		while (strip && b > a && strchr(" \t\n\r\f\v", c[b - 1]))
+			b--;
+		if (kvc_buf_append(out, c + a, b - a))
+			return KVC_ENOMEM;
+		i += len;
+	}
+	return 0;
+}
+
+/*
+ * Whether marked[from..) with contents substituted is the end of the real
+ * render (the whole of it when from is 0); *strip says which substitution held.
+ */
+static bool
+consistent(const struct jr *r, size_t from, bool *strip)
+{
+	for (int s = 0; s < 2; s++) {
+		struct kvc_buf b = {0};
+		bool ok = substitute(r, r->marked.p + from, r->marked.n - from, s == 1, &b) == 0 &&
+			  (from > 0 ? b.n <= r->real.n : b.n == r->real.n) &&
+			  (b.n == 0 || memcmp(b.p, r->real.p + r->real.n - b.n, b.n) == 0);
+
+		kvc_buf_free(&b);
+		if (ok) {
+			*strip = s == 1;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Whether text would make a control token if its special tokens were parsed. */
+static bool
+has_special(const struct kvc_tokenizer *t, const char *text, size_t n)
+{
+	struct kvc_tokens ids = {0};
+	bool found = false;
+
+	if (tok_encode(t, text, n, TOK_PARSE_SPECIAL | TOK_NO_SPACE_PREFIX, &ids, NULL, 0) != 0)
+		return true;
+	for (size_t i = 0; i < ids.n && !found; i++) {
+		enum tok_attr a = tok_type(t, ids.v[i]);
+
+		found = a == TOK_TYPE_CONTROL || a == TOK_TYPE_UNKNOWN;
+	}
+	kvc_tokens_free(&ids);
+	return found;
+}
+
+/* Appends the tokens of text: special tokens parsed (template text) or not (a content). */
+static int
+encode(const struct kvc_tokenizer *t, const char *s, size_t n, bool special, struct kvc_tokens *out,
+       char *err, size_t errlen)
+{
+	if (n == 0)
+		return 0;
+	return tok_encode(t, s, n, special ? TOK_PARSE_SPECIAL : 0, out, err, errlen);
+}
+
+/* Whether marker k stands for a reply given as ids (appended as they are). */
+static bool
+is_reply(const struct jr *r, long k)
+{
+	return k >= 0 && (size_t)k < r->n && r->msgs[k].role == CHAT_ASSISTANT && r->msgs[k].ids;
+}
+
+/*
+ * One piece of marked text (no reply marker inside) as tokens: one text
+ * with special tokens parsed when no content in it holds special-token
+ * text, else template text and contents apart.
+ */
+static int
+tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct kvc_tokens *out,
+	       char *err, size_t errlen)
+{
+	struct kvc_buf b = {0};
+	bool guard = false;
+	int rc = 0;
+
+	for (size_t i = 0, len; i < n && !guard; i++) {
+		long k = marker_at(s + i, n - i, &len);
+
+		if (k >= 0 && (size_t)k < r->n)
+			guard = has_special(r->t, r->texts[k], strlen(r->texts[k]));
+	}
+	if (!guard) {
+		rc = substitute(r, s, n, strip, &b);
+		if (rc == 0)
+			rc = encode(r->t, b.p, b.n, true, out, err, errlen);
+		kvc_buf_free(&b);
+		return rc;
+	}
+	for (size_t i = 0; i < n && rc == 0;) {
+		size_t len, j = i;
+		long k = marker_at(s + i, n - i, &len);
+
+		if (k >= 0 && (size_t)k < r->n) {
+			b.n = 0;
+			rc = substitute(r, s + i, len, strip, &b);
+			if (rc == 0)
+				rc = encode(r->t, b.p, b.n, false, out, err, errlen);
+			i += len;
+			continue;
+		}
+		while (j < n && marker_at(s + j, n - j, &len) < 0)
+			j++;
+		rc = encode(r->t, s + i, j - i, true, out, err, errlen);
+		i = j;
+	}
+	kvc_buf_free(&b);
+	return rc;
+}
+
+/*
+ * marked[from..) as tokens: pieces between reply markers, each reply as its
+ * ids. after: the reply the text follows (its end-of-turn token, when its
+ * ids end with one, stands for the template's text of it), or NULL.
+ */
+static int
+tokenize_marked(const struct jr *r, size_t from, bool strip, const struct chat_msg *after,
+		struct kvc_tokens *out, char *err, size_t errlen)
+{
+	const char *s = r->marked.p;
+	size_t n = r->marked.n, i = from;
+	int rc = 0;
+
+	while (i < n && rc == 0) {
+		if (after && after->n_ids > 0 && tok_is_eog(r->t, after->ids[after->n_ids - 1])) {
+			size_t pl = 0, w = i;
+			const char *piece = tok_piece(r->t, after->ids[after->n_ids - 1], &pl);
+
+			/* "reply </s>": the space before the token goes with it */
+			while (w < n && (s[w] == ' ' || s[w] == '\n'))
+				w++;
+			if (piece && pl > 0 && n - w >= pl && memcmp(s + w, piece, pl) == 0)
+				i = w + pl;
+		}
+		after = NULL;
+		size_t j = i, len = 0;
+		long k = -1;
+
+		while (j < n && !is_reply(r, k = marker_at(s + j, n - j, &len)))
+			j++;
+		rc = tokenize_piece(r, s + i, j - i, strip, out, err, errlen);
+		if (rc == 0 && j < n) {
+			rc = kvc_tokens_append(out, r->msgs[k].ids, r->msgs[k].n_ids);
+			after = &r->msgs[k];
+			j += len;
+		}
+		i = j;
+	}
+	return rc;
+}
+
+/* Where marker k ends in the marked text, when it is there exactly once; else 0. */
+static size_t
+marker_end(const struct jr *r, size_t k)
+{
+	char mark[32];
+	const char *hit, *p = r->marked.p;
+	size_t ml = (size_t)snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, k);
+
+	hit = p ? strstr(p, mark) : NULL;
+	if (!hit || strstr(hit + ml, mark))
+		return 0;
+	return (size_t)(hit - p) + ml;
+}
+
+static void
+jr_free(struct jr *r)
+{
+	for (size_t i = 0; r->texts && i < r->n; i++)
+		free(r->texts[i]);
+	free(r->texts);
+	kvc_buf_free(&r->marked);
+	kvc_buf_free(&r->real);
+}
+
+int
+chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen)
+{
+	struct jr r = { .t = t, .msgs = msgs, .n = n };
+	struct jinja_tmpl *tp = NULL;
+	size_t from = 0, n0 = out->n;
+	bool strip = false;
+	int rc;
+
+	if (!jinja) {
+		kvc_err(err, errlen, "chat: the model has no chat template");
+		return KVC_EINVAL;
+	}
+	if (n_prev > 0 && (msgs[n_prev - 1].role != CHAT_ASSISTANT || !msgs[n_prev - 1].ids)) {
+		kvc_err(err, errlen, "chat: a delta of the model's template follows a reply's ids");
+		return KVC_EINVAL;
+	}
+	rc = jinja_parse(jinja, strlen(jinja), NULL, &tp, err, errlen);
+	if (rc == 0)
+		rc = msg_texts(&r, err, errlen);
+	if (rc == 0)
+		rc = render_one(&r, tp, true, add_gen, vars_json, &r.marked, err, errlen);
+	if (rc == 0)
+		rc = render_one(&r, tp, false, add_gen, vars_json, &r.real, err, errlen);
+	if (rc == 0 && n_prev > 0 && (from = marker_end(&r, n_prev - 1)) == 0) {
+		kvc_err(err, errlen, "chat: the template does not render reply %zu exactly once", n_prev - 1);
+		rc = KVC_EUNSUPPORTED;
+	}
+	if (rc == 0 && !consistent(&r, from, &strip)) {
+		kvc_err(err, errlen, "chat: the template changes message text in ways kvchat cannot "
+			"follow (it must render each content as it is, or stripped)");
+		rc = KVC_EUNSUPPORTED;
+	}
+	/* A stream ending with a reply ends with its ids: the template's closing
+	 * of that turn comes with the next delta, as the families do it. */
+	if (rc == 0 && n > 0 && !add_gen && msgs[n - 1].role == CHAT_ASSISTANT && msgs[n - 1].ids) {
+		size_t until = marker_end(&r, n - 1);
+
+		if (until == 0 || until < from) {
+			kvc_err(err, errlen, "chat: the template does not render reply %zu exactly once", n - 1);
+			rc = KVC_EUNSUPPORTED;
+		} else {
+			r.marked.n = until;
+		}
+	}
+	if (rc == 0)
+		rc = tokenize_marked(&r, from, strip, n_prev ? &msgs[n_prev - 1] : NULL, out, err, errlen);
+	/* BOS as llama.cpp adds it when the vocabulary asks, unless the template wrote it. */
+	if (rc == 0 && n_prev == 0 && tok_add_bos_default(t) && tok_bos(t) >= 0 &&
+	    (out->n == n0 || out->v[n0] != tok_bos(t))) {
+		rc = kvc_tokens_push(out, 0);
+		if (rc == 0) {
+			memmove(out->v + n0 + 1, out->v + n0, (out->n - n0 - 1) * sizeof(*out->v));
+			out->v[n0] = tok_bos(t);
+		}
+	}
+	if (rc == KVC_ENOMEM)
+		kvc_err(err, errlen, "chat: out of memory");
+	jr_free(&r);
+	jinja_free(tp);
+	return rc;
+}
+
+int
+chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out, char *err, size_t errlen)
+{
+	struct jr r = { .t = t, .msgs = msgs, .n = n };
+	struct jinja_tmpl *tp = NULL;
+	int rc = jinja ? jinja_parse(jinja, strlen(jinja), NULL, &tp, err, errlen) : KVC_EINVAL;
+
+	if (rc == 0)
+		rc = msg_texts(&r, err, errlen);
+	if (rc == 0)
+		rc = render_one(&r, tp, false, add_gen, vars_json, out, err, errlen);
+	jr_free(&r);
+	jinja_free(tp);
+	return rc;
+}
+
+int
+chat_jinja_check(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    char *err, size_t errlen)
+{
+	static const int32_t no_ids[1];
+	struct chat_msg m[4] = {
+		{ .role = CHAT_SYSTEM, .text = "You are a helpful assistant." },
+		{ .role = CHAT_USER, .text = " Hello <b>there</b>! " },
+		{ .role = CHAT_ASSISTANT, .text = "Hi.", .ids = no_ids, .n_ids = 0 },
+		{ .role = CHAT_USER, .text = "Thanks\n" },
+	};
+	struct kvc_tokens ids = {0};
+	int rc = chat_jinja_render(t, jinja, vars_json, m, 0, 2, true, &ids, err, errlen);
+
+	/* A template may refuse a system message (Gemma 2 raises): the chat
+	 * still runs without one, and says the template's words if one is set. */
+	if (rc == KVC_EINVAL)
+		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 0, 1, true, &ids, err, errlen);
+	if (rc == 0)
+		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 0, 3, true, &ids, err, errlen);
+	if (rc == 0)
+		rc = chat_jinja_render(t, jinja, vars_json, m + 1, 2, 3, true, &ids, err, errlen);
+	kvc_tokens_free(&ids);
+	return rc;
+}
