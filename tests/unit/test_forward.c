@@ -572,7 +572,7 @@ ref_of(const struct spec *s)
 {
 	struct ref_config rc = { s->arch, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
 	    s->n_head_kv, s->head_dim, s->n_ff, s->rope_dim ? s->rope_dim : s->head_dim, s->eps, s->theta,
-	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, false, false, 0, 0, 0 };
+	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, false, false, 0, 0, 0, 0, 0, 0, 0, false, NULL };
 	bool g2 = strcmp(s->arch, "gemma2") == 0;
 
 	rc.post_norms = strcmp(s->arch, "glm4") == 0;
@@ -651,7 +651,7 @@ static void extra_longrope(struct gguf_writer *w)
 }
 static void extra_moe(struct gguf_writer *w)
 {
-	gguf_w_u32(w, "llama.expert_count", 8);
+	gguf_w_u32(w, "qwen2.expert_count", 8);	/* experts in a qwen2 file: not llama.cpp's */
 }
 
 static void
@@ -667,7 +667,7 @@ refusals(const struct spec *base)
 	} cases[] = {
 		{ "unknown tensor", extra_unknown, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "attn_output.bias" },
 		{ "yarn", extra_yarn, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "yarn" },
-		{ "moe", extra_moe, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
+		{ "moe", extra_moe, "qwen2", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
 		{ "weight type", NULL, "llama", GGML_TYPE_Q2_K, KVC_EUNSUPPORTED, "Q2_K" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
