@@ -931,8 +931,8 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	}
 	if (hp->post_norms || hp->ffn_gelu || hp->n_swa > 0 || hp->embd_scale != 1.0f ||
 	    hp->attn_softcap > 0 || hp->final_softcap > 0 || hp->layer_norm || hp->ffn_plain ||
-	    hp->n_expert > 0) {
-		/* gemma's pieces (post-norms, GELU, windows, softcaps), gpt2's and experts are CPU-only for now */
+	    hp->n_expert > 0 || hp->rope_yarn) {
+		/* gemma's pieces (post-norms, GELU, windows, softcaps), gpt2's, experts and YaRN are CPU-only for now */
 		kvc_err(err, errlen, "cuda: architecture %s is not implemented on the GPU (use --device cpu)",
 		    model_arch_name(hp->arch));
 		return KVC_EUNSUPPORTED;

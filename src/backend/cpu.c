@@ -386,6 +386,13 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		    hp->rope_freq_scale_swa, NULL);
 	else
 		memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	if (hp->rope_yarn) {
+		cpu_rope_yarn(c->inv_freq, hp, hp->rope_freq_scale);
+		if (hp->n_swa > 0)
+			cpu_rope_yarn(c->inv_freq_swa, hp, hp->rope_freq_scale_swa);
+		else
+			memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	}
 	if (p && p->progress)
 		p->progress(p->progress_arg, m->weight_bytes, m->weight_bytes);
 	*out = c;
@@ -521,8 +528,9 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
 			for (i = 0; i < half; i++) {
 				double a = (double)pos[t] * f[i];
 
-				cs[2 * i] = (float)cos(a);
-				cs[2 * i + 1] = (float)sin(a);
+				/* YaRN scales both by its magnitude factor (1 otherwise) */
+				cs[2 * i] = (float)(cos(a) * hp->rope_mscale);
+				cs[2 * i + 1] = (float)(sin(a) * hp->rope_mscale);
 			}
 		}
 	}

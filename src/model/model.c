@@ -355,6 +355,43 @@ read_gemma(struct loader *l)
 	return 0;
 }
 
+/*
+ * YaRN, as llama.cpp computes it for the architectures here (llama-context.cpp,
+ * ggml's rope_yarn): extrapolation factor 1, beta fast 32 and slow 1 (it
+ * reads no beta keys for them), the correction dims
+ *   dim(beta) = rope_dim * ln(n_ctx_orig / (2 pi beta)) / (2 ln base),
+ *   low = max(0, floor(dim(32))), high = min(rope_dim - 1, ceil(dim(1))),
+ * and the magnitude factor rope.scaling.attn_factor * (1 + 0.1 ln factor)
+ * when factor > 1 (llama.cpp's attn_factor cancels the ramp's own, leaving
+ * this on cos and sin).
+ */
+static int
+read_yarn(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	float factor, attn = 1.0f;
+	int n_orig, rc;
+	double lo, hi;
+
+	if ((rc = hp_float(l, "rope.scaling.factor", 1.0, false, &factor)) ||
+	    (rc = hp_int(l, "rope.scaling.original_context_length", hp->n_ctx_train, &n_orig)) ||
+	    (rc = hp_float(l, "rope.scaling.attn_factor", 1.0, false, &attn)))
+		return rc;
+	if (!(factor >= 1.0f / 1024 && factor <= 1024) || n_orig <= 0 || !(attn > 0 && attn < 1024)) {
+		kvc_err(l->err, l->errlen, "%s: bad YaRN scaling: factor %g, original context %d, attn_factor %g",
+		    gguf_path(l->f), factor, n_orig, attn);
+		return KVC_EFORMAT;
+	}
+	lo = floor(hp->rope_dim * log(n_orig / (2 * M_PI * 32.0)) / (2 * log(hp->rope_theta)));
+	hi = ceil(hp->rope_dim * log(n_orig / (2 * M_PI * 1.0)) / (2 * log(hp->rope_theta)));
+	hp->rope_yarn = true;
+	hp->rope_freq_scale = 1.0f / factor;
+	hp->yarn_low = (float)(lo > 0 ? lo : 0);
+	hp->yarn_high = (float)(hi < hp->rope_dim - 1 ? hi : hp->rope_dim - 1);
+	hp->rope_mscale = attn * (factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f);
+	return 0;
+}
+
 /* The experts' keys (see the top); n_ff is read. */
 static int
 read_experts(struct loader *l)
@@ -457,19 +494,22 @@ read_hparams(struct loader *l)
 		return KVC_EFORMAT;
 	}
 
-	/* RoPE scaling: only none and linear; anything else changes the angles. */
+	/* RoPE scaling: none, linear and YaRN; anything else changes the angles. */
 	hp->rope_freq_scale = 1.0f;
+	hp->rope_mscale = 1.0f;
 	snprintf(key, sizeof key, "%s.rope.scaling.type", l->arch);
 	st = gguf_get_str(f, key, NULL);
 	if (st == NULL && gguf_find_key(f, key) >= 0) {
 		kvc_err(l->err, l->errlen, "%s: key %s is not a string", gguf_path(f), key);
 		return KVC_EFORMAT;
 	}
-	if (st != NULL && strcmp(st, "none") != 0 && strcmp(st, "linear") != 0) {
-		kvc_err(l->err, l->errlen, "%s: rope scaling type '%s' is not supported (none, linear)",
+	if (st != NULL && strcmp(st, "none") != 0 && strcmp(st, "linear") != 0 && strcmp(st, "yarn") != 0) {
+		kvc_err(l->err, l->errlen, "%s: rope scaling type '%s' is not supported (none, linear, yarn)",
 		    gguf_path(f), st);
 		return KVC_EUNSUPPORTED;
 	}
+	if (st != NULL && strcmp(st, "yarn") == 0 && (rc = read_yarn(l)))
+		return rc;
 	if (st == NULL || strcmp(st, "linear") == 0) {
 		/* older files carry only rope.scale_linear */
 		if ((rc = hp_float(l, st ? "rope.scaling.factor" : "rope.scale_linear", 1.0, false, &factor)))

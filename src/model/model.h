@@ -37,6 +37,17 @@ struct kvc_hparams {
 	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
 	bool rope_neox;		/* qwen2/qwen3/gemma/phi3: rotate (i, i + d/2); llama/chatglm/glm4: adjacent pairs (2i, 2i+1) */
 	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
+	/*
+	 * YaRN (rope.scaling.type yarn; llama.cpp's rope_yarn): pair i's
+	 * frequency blends the scaled one (freq_scale * f_i) and the unscaled f_i
+	 * with weight ramp_i = 1 - clamp((i - yarn_low) / max(0.001, yarn_high -
+	 * yarn_low), 0, 1) on the unscaled; cos and sin are multiplied by
+	 * rope_mscale. yarn_low/high are llama.cpp's correction dims (from the
+	 * original context, the base and beta fast 32 / slow 1).
+	 */
+	bool rope_yarn;
+	float yarn_low, yarn_high;
+	float rope_mscale;	/* 1 without YaRN */
 
 	/* Gemma's additions (neutral values for the other architectures) */
 	float embd_scale;	/* token embeddings are multiplied by this: gemma sqrt(n_embd), else 1 */
