@@ -345,6 +345,10 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 			n_vec += 2 * (size_t)hp->n_embd;
 		if (w->attn_norm_b.data)	/* gpt2: two norm biases, bo, b_down, b_up */
 			n_vec += 4 * (size_t)hp->n_embd + (size_t)hp->n_ff;
+		else if (w->bo.data)	/* gpt-oss: bo, and the sinks */
+			n_vec += (size_t)hp->n_embd;
+		if (w->attn_sinks.data)
+			n_vec += (size_t)hp->n_head;
 	}
 	n_vec += 2 * (size_t)hp->n_embd;
 	c->vec_mem = malloc(n_vec * sizeof(float));
@@ -377,6 +381,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		dequant_vec(&w->bo, &v->bo, &mem);
 		dequant_vec(&w->b_up, &v->b_up, &mem);
 		dequant_vec(&w->b_down, &v->b_down, &mem);
+		dequant_vec(&w->attn_sinks, &v->sinks, &mem);
 	}
 	dequant_vec(&m->output_norm, &c->out_norm, &mem);
 	dequant_vec(&m->output_norm_b, &c->out_norm_b, &mem);
@@ -559,6 +564,8 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		cpu_rows_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
+		if (v->sinks != NULL)
+			cpu_rows_sinks(c, kv, pos, il, n);
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		cpu_matmul(c, &j);

@@ -39,6 +39,7 @@ struct cpu_vecs {
 	float *q_norm, *k_norm;		/* (head_dim) or NULL */
 	float *attn_post_norm, *ffn_post_norm;	/* gemma (n_embd), else NULL */
 	float *attn_norm_b, *ffn_norm_b, *bo, *b_up, *b_down;	/* gpt2's biases, else NULL */
+	float *sinks;			/* gpt-oss: (n_head) attention sinks, else NULL */
 };
 
 struct cpu_ctx {
@@ -167,6 +168,14 @@ void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t
 void cpu_rows_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 void cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const float *post,
     const float *nw, const float *nb);
+/*
+ * Attention sinks (gpt-oss): each (token, head) output of layer il, computed
+ * over its scores alone, rescaled as if the head's sink logit had been in
+ * the softmax's denominator: o / (1 + exp(sink - logsumexp(scores))). The
+ * log-sum-exp is a second pass over the query's keys; folding the sink into
+ * the attention kernels would save it.
+ */
+void cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 /* y = x / rms(x) * w over n elements (x and y may alias); a block's input norm (gpt2: LayerNorm). */
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);

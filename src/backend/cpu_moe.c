@@ -25,6 +25,11 @@
  *
  * Shared expert (qwen2moe): a dense SwiGLU FFN every token runs, its output
  * times sigmoid(ffn_gate_inp_shexp . x), added after the routed experts.
+ *
+ * gpt-oss (hp.gpt_oss): the router's logits get their bias, the largest
+ * n_expert_used logits are chosen and weighted by the softmax over them
+ * alone; gate, up and down get each expert's bias, and the activation is the
+ * clamped SwiGLU (model.h). The biases are read to floats once (bias).
  */
 #include "cpu_arch.h"
 #include "cpu_int.h"
@@ -50,6 +55,8 @@ struct cpu_moe {
 	void *xq;		/* (cap * n_used) x q_act_bytes(max(n_embd, n_ff_exp)) */
 	float *sh;		/* (cap, n_embd) the shared expert's output */
 	float *shg;		/* (n_embd) the shared expert's gate vector */
+	float *bias;		/* gpt-oss, per layer: router (n_expert), then per expert gate,
+				 * up (n_ff_exp each) and down (n_embd) biases; else NULL */
 };
 
 void
@@ -73,6 +80,7 @@ cpu_moe_free(struct cpu_ctx *c)
 	free(mo->xq);
 	free(mo->sh);
 	free(mo->shg);
+	free(mo->bias);
 	free(mo);
 	c->moe = NULL;
 }
@@ -83,6 +91,52 @@ moe_act_in(const struct kvc_hparams *hp)
 	int64_t n = hp->n_embd > hp->n_ff_exp ? hp->n_embd : hp->n_ff_exp;
 
 	return (n + 31) / 32 * 32;
+}
+
+/* Floats of one layer's biases in cpu_moe.bias. */
+static size_t
+bias_floats(const struct kvc_hparams *hp)
+{
+	return (size_t)hp->n_expert * (1 + 2 * (size_t)hp->n_ff_exp + (size_t)hp->n_embd);
+}
+
+/* Layer il's router bias; expert e's gate, up and down biases follow at layer_bias(il, e). */
+static float *
+router_bias(const struct cpu_ctx *c, int il)
+{
+	return c->moe->bias + (size_t)il * bias_floats(&c->hp);
+}
+
+static float *
+expert_bias(const struct cpu_ctx *c, int il, int e)
+{
+	const struct kvc_hparams *hp = &c->hp;
+
+	return router_bias(c, il) + hp->n_expert + (size_t)e * (2 * (size_t)hp->n_ff_exp + hp->n_embd);
+}
+
+/* Every layer's biases to floats (block size 1 types, model_load checked). */
+static void
+read_biases(struct cpu_ctx *c)
+{
+	const struct kvc_hparams *hp = &c->hp;
+	int F = hp->n_ff_exp, E = hp->n_embd;
+
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct kvc_layer_weights *lw = &c->m->layers[il];
+
+		q_dequant_row(lw->gate_inp_b.type, lw->gate_inp_b.data, router_bias(c, il), hp->n_expert);
+		for (int e = 0; e < hp->n_expert; e++) {
+			float *b = expert_bias(c, il, e);
+
+			q_dequant_row(lw->gate_exps_b.type, (const char *)lw->gate_exps_b.data +
+			    (size_t)e * lw->gate_exps_b.row_bytes, b, F);
+			q_dequant_row(lw->up_exps_b.type, (const char *)lw->up_exps_b.data +
+			    (size_t)e * lw->up_exps_b.row_bytes, b + F, F);
+			q_dequant_row(lw->down_exps_b.type, (const char *)lw->down_exps_b.data +
+			    (size_t)e * lw->down_exps_b.row_bytes, b + 2 * F, E);
+		}
+	}
 }
 
 int
@@ -113,9 +167,14 @@ cpu_moe_reserve(struct cpu_ctx *c, int n_tok, char *err, size_t errlen)
 	mo->xq = malloc(t * k * q_act_bytes(moe_act_in(hp)));
 	mo->sh = malloc(t * E * sizeof *mo->sh);
 	mo->shg = malloc(E * sizeof *mo->shg);
+	if (hp->gpt_oss)
+		mo->bias = malloc((size_t)hp->n_layer * bias_floats(hp) * sizeof *mo->bias);
 	if (!mo->logit || !mo->sel || !mo->wt || !mo->row || !mo->count || !mo->first ||
-	    !mo->active || !mo->x || !mo->g || !mo->u || !mo->y || !mo->xq || !mo->sh || !mo->shg)
+	    !mo->active || !mo->x || !mo->g || !mo->u || !mo->y || !mo->xq || !mo->sh || !mo->shg ||
+	    (hp->gpt_oss && mo->bias == NULL))
 		goto oom;
+	if (hp->gpt_oss)
+		read_biases(c);
 	mo->cap = n_tok;
 	return 0;
 oom:
@@ -134,11 +193,12 @@ route(const struct kvc_hparams *hp, float *p, int *sel, float *wt)
 	int ne = hp->n_expert, k = hp->n_expert_used, e, r, i;
 	float mx = -INFINITY, sum = 0;
 
-	for (e = 0; e < ne; e++)
+	/* gpt-oss chooses by the logits themselves; the others by their softmax */
+	for (e = 0; e < ne && !hp->gpt_oss; e++)
 		mx = p[e] > mx ? p[e] : mx;
-	for (e = 0; e < ne; e++)
+	for (e = 0; e < ne && !hp->gpt_oss; e++)
 		sum += p[e] = expf(p[e] - mx);
-	for (e = 0; e < ne; e++)
+	for (e = 0; e < ne && !hp->gpt_oss; e++)
 		p[e] /= sum;
 	/* insertion into the sorted top k: strictly larger moves up, so ties keep the lower index first */
 	for (r = 0; r < k; r++)
@@ -152,6 +212,14 @@ route(const struct kvc_hparams *hp, float *p, int *sel, float *wt)
 			sel[i] = sel[i - 1];
 		sel[r] = e;
 	}
+	if (hp->gpt_oss) {
+		/* softmax over the chosen logits (sel[0] holds the largest) */
+		for (sum = 0, r = 0; r < k; r++)
+			sum += wt[r] = expf(p[sel[r]] - p[sel[0]]);
+		for (r = 0; r < k; r++)
+			wt[r] /= sum;
+		return;
+	}
 	for (sum = 0, r = 0; r < k; r++)
 		sum += wt[r] = p[sel[r]];
 	if (hp->expert_norm) {
@@ -163,10 +231,30 @@ route(const struct kvc_hparams *hp, float *p, int *sel, float *wt)
 	}
 }
 
+static void
+add_bias(float *y, const float *b, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r++)
+		y[r] += b[r];
+}
+
+/* gpt-oss's clamped SwiGLU (ggml's swiglu_oai), element by element. */
+static void
+oai_act(float *g, const float *u, int64_t r0, int64_t r1, float alpha, float limit)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		float x = g[r] < limit ? g[r] : limit;
+		float y = u[r] < -limit ? -limit : u[r] > limit ? limit : u[r];
+
+		g[r] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+	}
+}
+
 /* The (expert, chunk of rows) items of one phase of the experts. */
 struct moe_job {
 	struct cpu_ctx *c;
 	const struct kvc_layer_weights *lw;
+	int il;
 	bool down;		/* phase 2: down over the SwiGLU rows; else gate and up */
 	int n_active;
 	int64_t rows;		/* rows of each expert's matrix in this phase */
@@ -209,11 +297,24 @@ moe_run(void *arg, int ith, int nth)
 		if (j->act)
 			mj.xq = (const char *)mo->xq + (size_t)f * ab;
 		cpu_mm_rows(&mj, 0, r0, r1);
-		if (j->down)
+		if (j->down) {
+			if (hp->gpt_oss)
+				for (tok = 0; tok < n; tok++)
+					add_bias(mj.t[0].y + (size_t)tok * E, expert_bias(c, j->il, e) + 2 * F, r0, r1);
 			continue;
+		}
 		cpu_mm_rows(&mj, 1, r0, r1);
-		for (tok = 0; tok < n; tok++)
-			cpu_gate_act(mj.t[0].y + (size_t)tok * F, mj.t[1].y + (size_t)tok * F, r0, r1, false);
+		for (tok = 0; tok < n; tok++) {
+			float *g = mj.t[0].y + (size_t)tok * F, *u = mj.t[1].y + (size_t)tok * F;
+
+			if (hp->gpt_oss) {
+				add_bias(g, expert_bias(c, j->il, e), r0, r1);
+				add_bias(u, expert_bias(c, j->il, e) + F, r0, r1);
+				oai_act(g, u, r0, r1, hp->swiglu_alpha, hp->swiglu_limit);
+			} else {
+				cpu_gate_act(g, u, r0, r1, false);
+			}
+		}
 	}
 }
 
@@ -228,7 +329,7 @@ run_phase(struct cpu_ctx *c, const struct kvc_layer_weights *lw, bool down, int 
 	int64_t rows = down ? hp->n_embd : hp->n_ff_exp, n_in = down ? hp->n_ff_exp : hp->n_embd;
 	enum gguf_dtype t0 = down ? lw->down_exps.type : lw->gate_exps.type;
 	enum gguf_dtype t1 = down ? t0 : lw->up_exps.type;
-	struct moe_job j = { c, lw, down, n_active, rows, 0, 0, false, 0 };
+	struct moe_job j = { c, lw, (int)(lw - c->m->layers), down, n_active, rows, 0, 0, false, 0 };
 	int64_t per = (rows * n_active + (int64_t)nth * 8 - 1) / ((int64_t)nth * 8);
 
 	j.act = q_act_supported(t0) || q_act_supported(t1);
@@ -283,6 +384,8 @@ cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 
 	cpu_matmul(c, &j);
 	memset(mo->count, 0, (size_t)ne * sizeof *mo->count);
+	for (t = 0; t < n && hp->gpt_oss; t++)
+		add_bias(mo->logit + (size_t)t * ne, router_bias(c, il), 0, ne);
 	for (t = 0; t < n; t++) {
 		route(hp, mo->logit + (size_t)t * ne, mo->sel + (size_t)t * k, mo->wt + (size_t)t * k);
 		for (r = 0; r < k; r++)

@@ -26,17 +26,14 @@
  * post-norms. phi3's sliding window is ignored, as llama.cpp does; its
  * LongRoPE factors (rope_factors_long/short) are refused by name.
  *
- * Mixture of experts (llama.cpp's load_hparams/load_tensors for
- * LLM_ARCH_QWEN3MOE, QWEN2MOE and LLAMA with expert_count > 0): every layer
- * has a router ffn_gate_inp and the experts stacked in 3-D tensors
- * ffn_{gate,up,down}_exps; one expert's width is expert_feed_forward_length,
- * by default feed_forward_length (llama) or feed_forward_length /
- * expert_used_count (qwen). qwen2moe adds a shared expert (ffn_*_shexp,
- * width expert_shared_feed_forward_length, default feed_forward_length) and
- * its gate vector ffn_gate_inp_shexp. The selected experts' weights are
- * renormalised for llama and qwen3moe, not for qwen2moe, as llama.cpp's
- * graphs pass norm_w; expert_weights_scale is not read for these
- * architectures there, nor here.
+ * Mixture of experts (llama.cpp's load_hparams/load_tensors for QWEN3MOE, QWEN2MOE,
+ * OPENAI_MOE and LLAMA with expert_count > 0): a router ffn_gate_inp and the experts
+ * stacked in 3-D ffn_{gate,up,down}_exps of width expert_feed_forward_length (default
+ * feed_forward_length for llama, / expert_used_count for qwen; required for gpt-oss).
+ * qwen2moe adds a shared expert (ffn_*_shexp, expert_shared_feed_forward_length,
+ * default feed_forward_length) gated by ffn_gate_inp_shexp. Weights are renormalised
+ * for llama and qwen3moe, not qwen2moe (llama.cpp's norm_w); expert_weights_scale is
+ * not read for these architectures there, nor here.
  */
 #include "model.h"
 #include "quant/quant.h"
@@ -66,6 +63,7 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_GPT2: return "gpt2";
 	case KVC_ARCH_QWEN3MOE: return "qwen3moe";
 	case KVC_ARCH_QWEN2MOE: return "qwen2moe";
+	case KVC_ARCH_GPT_OSS: return "gpt-oss";
 	}
 	return "?";
 }
@@ -251,6 +249,8 @@ static const char *const layer_suffixes[] = {
 	"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
 	"ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
 	"ffn_down_shexp.weight",
+	"attn_sinks.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+	"ffn_down_exps.bias",
 };
 
 /* phi3, chatglm, glm4, gpt2: Q/K/V (and gate+up) may come fused. */
@@ -292,6 +292,12 @@ known_tensor(const struct kvc_model *m, const char *name)
 		if (strcmp(name + off, layer_suffixes[j]) == 0)
 			break;
 	if (j == nsuf)
+		return false;
+	if (j >= 31 || j == 20)	/* gpt-oss's sinks and biases (attn_output.bias: and gpt2's) */
+		return m->hp.gpt_oss || (j == 20 && m->hp.arch == KVC_ARCH_GPT2);
+	if (j == 14 && m->hp.gpt_oss)	/* post_attention_norm: gpt-oss's FFN input norm */
+		return true;
+	if (j == 5 && m->hp.gpt_oss)	/* ffn_norm: gpt-oss has none */
 		return false;
 	if (j >= 27)	/* the shared expert: qwen2moe's */
 		return m->hp.n_ff_shexp > 0;
@@ -397,7 +403,8 @@ static int
 read_experts(struct loader *l)
 {
 	struct kvc_hparams *hp = &l->m->hp;
-	bool moe_arch = hp->arch == KVC_ARCH_QWEN3MOE || hp->arch == KVC_ARCH_QWEN2MOE;
+	bool moe_arch = hp->arch == KVC_ARCH_QWEN3MOE || hp->arch == KVC_ARCH_QWEN2MOE ||
+	    hp->arch == KVC_ARCH_GPT_OSS;
 	int rc;
 
 	if ((rc = hp_int(l, "expert_count", 0, &hp->n_expert)))
@@ -406,7 +413,7 @@ read_experts(struct loader *l)
 		return 0;
 	if (hp->n_expert > 0 && !moe_arch && hp->arch != KVC_ARCH_LLAMA) {
 		kvc_err(l->err, l->errlen, "%s: mixture-of-experts %s (%s.expert_count = %d) is not supported "
-		    "(llama, qwen2moe, qwen3moe)", gguf_path(l->f), l->arch, l->arch, hp->n_expert);
+		    "(llama, qwen2moe, qwen3moe, gpt-oss)", gguf_path(l->f), l->arch, l->arch, hp->n_expert);
 		return KVC_EUNSUPPORTED;
 	}
 	if ((rc = hp_int(l, "expert_used_count", 0, &hp->n_expert_used)))
@@ -418,7 +425,7 @@ read_experts(struct loader *l)
 		    hp->n_expert_used, MAX_EXPERTS);
 		return KVC_EFORMAT;
 	}
-	if ((rc = hp_int(l, "expert_feed_forward_length",
+	if ((rc = hp_int(l, "expert_feed_forward_length", hp->arch == KVC_ARCH_GPT_OSS ? -1 :
 	    moe_arch ? hp->n_ff / hp->n_expert_used : hp->n_ff, &hp->n_ff_exp)))
 		return rc;
 	if (hp->arch == KVC_ARCH_QWEN2MOE &&
@@ -429,7 +436,38 @@ read_experts(struct loader *l)
 		    hp->n_ff_exp, hp->n_ff_shexp);
 		return KVC_EFORMAT;
 	}
-	hp->expert_norm = hp->arch != KVC_ARCH_QWEN2MOE;
+	hp->expert_norm = hp->arch != KVC_ARCH_QWEN2MOE && hp->arch != KVC_ARCH_GPT_OSS;
+	return 0;
+}
+
+/*
+ * gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): a window of
+ * attention.sliding_window positions in every other layer (the pattern's
+ * default 2: even layers windowed), the windowed layers rotating with the
+ * global RoPE (rope.freq_base_swa may set their base), the clamped SwiGLU
+ * of alpha 1.702 and limit 7 (constants in llama.cpp's graph).
+ */
+static int
+read_gpt_oss(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	int rc;
+
+	hp->gpt_oss = true;
+	hp->swiglu_alpha = 1.702f;
+	hp->swiglu_limit = 7.0f;
+	hp->swa_period = 2;
+	hp->rope_theta_swa = hp->rope_theta;
+	hp->rope_freq_scale_swa = hp->rope_freq_scale;
+	if ((rc = hp_int(l, "attention.sliding_window", -1, &hp->n_swa)) ||
+	    (rc = hp_int(l, "attention.sliding_window_pattern", 2, &hp->swa_period)) ||
+	    (rc = hp_float(l, "rope.freq_base_swa", hp->rope_theta, false, &hp->rope_theta_swa)))
+		return rc;
+	if (hp->n_swa <= 0 || hp->swa_period <= 0 || !(hp->rope_theta_swa > 1)) {
+		kvc_err(l->err, l->errlen, "%s: bad sliding window %d (period %d, base %g)", gguf_path(l->f),
+		    hp->n_swa, hp->swa_period, hp->rope_theta_swa);
+		return KVC_EFORMAT;
+	}
 	return 0;
 }
 
@@ -546,6 +584,8 @@ read_hparams(struct loader *l)
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	if (hp->arch == KVC_ARCH_GEMMA2 || hp->arch == KVC_ARCH_GEMMA3)
 		return read_gemma(l);
+	if (hp->arch == KVC_ARCH_GPT_OSS)
+		return read_gpt_oss(l);
 	return 0;
 }
 
@@ -656,6 +696,23 @@ load_experts(struct loader *l, struct kvc_layer_weights *w, int il)
 		m->n_params_active -= (uint64_t)(st[i]->n_in * st[i]->n_out / ne * unused);
 		m->weight_bytes += st[i]->row_bytes * (size_t)(st[i]->n_out / ne * hp->n_expert_used);
 	}
+	if (hp->gpt_oss) {
+		/* biases: read whole at init (cpu_moe.c), so counted in full */
+		struct kvc_weight *b[] = { &w->gate_inp_b, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b };
+
+		if ((rc = layer_tensor(l, b[0], il, "ffn_gate_inp.bias", ne, 1, false)) ||
+		    (rc = layer_tensor(l, b[1], il, "ffn_gate_exps.bias", F, ne, false)) ||
+		    (rc = layer_tensor(l, b[2], il, "ffn_up_exps.bias", F, ne, false)) ||
+		    (rc = layer_tensor(l, b[3], il, "ffn_down_exps.bias", E, ne, false)) ||
+		    (rc = layer_tensor(l, &w->attn_sinks, il, "attn_sinks.weight", hp->n_head, 1, false)))
+			return rc;
+		for (i = 0; i < 4; i++)
+			if (gguf_dtype_block(b[i]->type) != 1) {
+				kvc_err(l->err, l->errlen, "%s: layer %d: expert bias of type %s (F32/F16/BF16 expected)",
+				    gguf_path(l->f), il, gguf_dtype_name(b[i]->type));
+				return KVC_EUNSUPPORTED;
+			}
+	}
 	return 0;
 }
 
@@ -685,7 +742,8 @@ load_layer(struct loader *l, int il)
 	    (rc = layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
-	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm, il, hp->gpt_oss ? "post_attention_norm.weight" :
+	    "ffn_norm.weight", hp->n_embd, 1, false)) ||
 	    (rc = moe ? load_experts(l, w, il) : load_gate_up(l, w, il)) ||
 	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, moe)) ||
 	    (rc = layer_tensor(l, &w->attn_norm_b, il, "attn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
@@ -693,7 +751,8 @@ load_layer(struct loader *l, int il)
 	    (rc = layer_tensor(l, &w->bo, il, "attn_output.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
 	    (rc = layer_tensor(l, &w->b_up, il, "ffn_up.bias", hp->n_ff, 1, !hp->ffn_plain)) ||
 	    (rc = layer_tensor(l, &w->b_down, il, "ffn_down.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
-	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
+	    (!hp->gpt_oss &&	/* gpt-oss's post_attention_norm is its FFN input norm, above */
+	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post))) ||
 	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
 		return rc;
 	/* qwen2 always has Q/K/V biases; a partial set is a broken file */
@@ -710,6 +769,7 @@ load_layer(struct loader *l, int il)
 			&w->w_up, &w->w_down, &w->attn_post_norm, &w->ffn_post_norm,
 			&w->attn_norm_b, &w->ffn_norm_b, &w->bo, &w->b_up, &w->b_down,
 			&w->gate_inp, &w->gate_inp_shexp, &w->gate_shexp, &w->up_shexp, &w->down_shexp,
+			&w->gate_inp_b, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b, &w->attn_sinks,
 		};
 
 		for (j = 0; j < sizeof all / sizeof all[0]; j++)
@@ -758,9 +818,11 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_QWEN3MOE;
 	else if (strcmp(arch, "qwen2moe") == 0)
 		hp->arch = KVC_ARCH_QWEN2MOE;
+	else if (strcmp(arch, "gpt-oss") == 0)
+		hp->arch = KVC_ARCH_GPT_OSS;
 	else {
 		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
-		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2, qwen2moe, qwen3moe)",
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2, qwen2moe, qwen3moe, gpt-oss)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}

@@ -19,7 +19,7 @@
 enum kvc_arch {
 	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
 	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4, KVC_ARCH_GPT2,
-	KVC_ARCH_QWEN3MOE, KVC_ARCH_QWEN2MOE,
+	KVC_ARCH_QWEN3MOE, KVC_ARCH_QWEN2MOE, KVC_ARCH_GPT_OSS,
 };
 
 struct kvc_hparams {
@@ -79,6 +79,17 @@ struct kvc_hparams {
 	int n_ff_exp;		/* one expert's FFN width */
 	int n_ff_shexp;		/* the shared expert's, or 0 */
 	bool expert_norm;
+	/*
+	 * gpt-oss (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE, gating SOFTMAX_WEIGHT):
+	 * the router has a bias, the n_expert_used largest logits are chosen and
+	 * their weights are the softmax over those logits only; every expert
+	 * product has a bias; the activation is (u + 1) * g' * sigmoid(alpha
+	 * g'), g' = min(g, limit), u clamped to [-limit, limit]. Attention
+	 * adds one learned logit per head (attn_sinks) to each softmax's
+	 * denominator.
+	 */
+	bool gpt_oss;
+	float swiglu_alpha, swiglu_limit;	/* 1.702, 7 */
 };
 
 /*
@@ -127,6 +138,10 @@ struct kvc_layer_weights {
 	struct kvc_weight gate_inp_shexp;	/* qwen2moe: shared expert's gate (n_embd), else absent */
 	struct kvc_weight gate_shexp, up_shexp;	/* (n_ff_shexp, n_embd) or absent */
 	struct kvc_weight down_shexp;	/* (n_embd, n_ff_shexp) or absent */
+	/* gpt-oss: router bias (n_expert), the experts' biases as n_expert rows of
+	 * (n_ff_exp) (gate, up) and (n_embd) (down), attention sinks (n_head) */
+	struct kvc_weight gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
+	struct kvc_weight attn_sinks;
 };
 
 struct kvc_model {

@@ -1,6 +1,8 @@
 /*
  * test_moe: mixture-of-experts models (qwen3moe, qwen2moe with its shared
- * expert, llama with experts) on tiny random-weight files built here:
+ * expert, llama with experts, gpt-oss with its attention sinks, biases,
+ * clamped SwiGLU, alternating windowed layers and YaRN) on tiny
+ * random-weight files built here:
  * model_load's hyper-parameters and defaults, the CPU backend's logits
  * against the float64 reference (tests/fixtures/ref_forward.c, which routes
  * and sums the experts on its own) for every weight type with F32 and F16
@@ -66,7 +68,7 @@ struct mspec {
 	bool norm;		/* renormalised weights (the architecture's, for the reference) */
 };
 
-enum { E = 256, N_LAYER = 2, N_HEAD = 4, N_HEAD_KV = 2, HD = 64, N_VOCAB = 300 };
+enum { E = 256, N_LAYER = 2, N_HEAD = 4, N_HEAD_KV = 2, HD = 64, N_VOCAB = 300, GPT_OSS_SWA = 5 };
 
 static uint64_t rng_state;
 
@@ -87,6 +89,9 @@ static int
 add_t(struct gguf_writer *w, const char *name, enum gguf_dtype type, int64_t n_in, int64_t n_out,
     int64_t n_mat, double scale, double offset, int zero_below)
 {
+	/* a vector (or a row of biases) that adds to the routing coordinates: zero them */
+	bool zero_cols = zero_below > 0 && n_in == E && strstr(name, "bias") != NULL;
+
 	size_t rb = gguf_dtype_row_size(type, n_in);
 	int64_t rows = n_out * n_mat, ne[3] = { n_in, n_out, n_mat };
 	float *row = malloc((size_t)n_in * sizeof *row);
@@ -95,7 +100,8 @@ add_t(struct gguf_writer *w, const char *name, enum gguf_dtype type, int64_t n_i
 
 	for (int64_t r = 0; r < rows && rc == 0; r++) {
 		for (int64_t i = 0; i < n_in; i++)
-			row[i] = r % n_out < zero_below ? 0 : (float)(offset + scale * rnd());
+			row[i] = (zero_cols ? i < zero_below : r % n_out < zero_below) ? 0 :
+			    (float)(offset + scale * rnd());
 		rc = q_quantize_row(type, row, data + (size_t)r * rb, n_in);
 	}
 	if (rc == 0)
@@ -146,6 +152,7 @@ build(const struct mspec *s, void **mem, const char *skip)
 	int qd = N_HEAD * HD, kvd = N_HEAD_KV * HD, F = s->n_ff_exp_eff;
 	double ms = 1.0 / sqrt(E), fs = 1.0 / sqrt(F);
 	bool qwen = strncmp(s->arch, "qwen", 4) == 0, q2 = strcmp(s->arch, "qwen2moe") == 0;
+	bool oss = strcmp(s->arch, "gpt-oss") == 0;
 	size_t len;
 
 #define K(name) (snprintf(key, sizeof key, "%s.%s", s->arch, name), key)
@@ -162,6 +169,13 @@ build(const struct mspec *s, void **mem, const char *skip)
 	gguf_w_u32(w, K("expert_used_count"), (uint32_t)s->n_used);
 	if (s->n_ff_exp > 0)
 		gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)s->n_ff_exp);
+	if (oss) {
+		/* a window of 5 in the even layers; YaRN as gpt-oss files have it (smaller) */
+		gguf_w_u32(w, K("attention.sliding_window"), GPT_OSS_SWA);
+		gguf_w_str(w, K("rope.scaling.type"), "yarn");
+		gguf_w_f32(w, K("rope.scaling.factor"), 4.0f);
+		gguf_w_u32(w, K("rope.scaling.original_context_length"), 4096);
+	}
 #undef K
 	add_routed(w, "token_embd.weight", s->wtype, E, N_VOCAB, s->n_expert, s->n_used, false);
 	add_t(w, "output_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0, 0);
@@ -175,7 +189,7 @@ build(const struct mspec *s, void **mem, const char *skip)
 		T("attn_q.weight", s->wtype, E, qd, 1, 2 * ms, 0);
 		T("attn_k.weight", s->wtype, E, kvd, 1, 2 * ms, 0);
 		T("attn_v.weight", s->wtype, E, kvd, 1, ms, 0);
-		if (q2) {
+		if (q2 || oss) {
 			T("attn_q.bias", GGML_TYPE_F32, qd, 1, 1, 0.3, 0);
 			T("attn_k.bias", GGML_TYPE_F32, kvd, 1, 1, 0.3, 0);
 			T("attn_v.bias", GGML_TYPE_F32, kvd, 1, 1, 0.3, 0);
@@ -185,7 +199,16 @@ build(const struct mspec *s, void **mem, const char *skip)
 			T("attn_k_norm.weight", GGML_TYPE_F32, HD, 1, 1, 0.3, 1.0);
 		}
 		T("attn_output.weight", s->wtype, qd, E, 1, ms, 0);
-		T("ffn_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0);
+		T(oss ? "post_attention_norm.weight" : "ffn_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0);
+		if (oss) {
+			T("attn_output.bias", GGML_TYPE_F32, E, 1, 1, 0.3, 0);
+			/* sinks around the scores' size, so they take a real share */
+			T("attn_sinks.weight", GGML_TYPE_F32, N_HEAD, 1, 1, 1.0, 0.5);
+			T("ffn_gate_inp.bias", GGML_TYPE_F32, s->n_expert, 1, 1, 0.1, 0);
+			T("ffn_gate_exps.bias", GGML_TYPE_F32, F, s->n_expert, 1, 0.3, 0);
+			T("ffn_up_exps.bias", GGML_TYPE_F32, F, s->n_expert, 1, 0.3, 0);
+			T("ffn_down_exps.bias", GGML_TYPE_F32, E, s->n_expert, 1, 0.3, 0);
+		}
 		/* the router stays F32, as llama.cpp's quantizer leaves it */
 		snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", l);
 		if (strcmp(skip ? skip : "", "ffn_gate_inp.weight") != 0)
@@ -232,6 +255,14 @@ ref_of(const struct mspec *s)
 	rc.n_ff_exp = s->n_ff_exp_eff;
 	rc.n_ff_shexp = strcmp(s->arch, "qwen2moe") == 0 ? s->n_ff_shexp : 0;
 	rc.expert_norm = s->norm;
+	if (strcmp(s->arch, "gpt-oss") == 0) {
+		rc.gpt_oss = true;
+		rc.n_swa = GPT_OSS_SWA;
+		rc.swa_period = 2;
+		rc.rope_freq_scale = 0.25;
+		rc.yarn_orig_ctx = 4096;
+		rc.yarn_attn_factor = 1;
+	}
 	return rc;
 }
 
@@ -366,7 +397,7 @@ check_model(const struct kvc_model *m, const struct mspec *s)
 	    (unsigned long long)m->n_params);
 	/* every tensor but the experts' and the embedding (a row per token), whole */
 	for (int64_t i = 0; i < gguf_n_tensors(m->file); i++)
-		if (strstr(gguf_tensor(m->file, i)->name, "_exps") == NULL &&
+		if (strstr(gguf_tensor(m->file, i)->name, "_exps.weight") == NULL &&
 		    strcmp(gguf_tensor(m->file, i)->name, "token_embd.weight") != 0)
 			other += gguf_tensor(m->file, i)->nbytes;
 	test_cond(m->weight_bytes == other + stack * (uint64_t)s->n_used * N_LAYER,
@@ -382,6 +413,8 @@ refusals(void)
 		{ "qwen3moe", "ffn_up_exps.weight", "ffn_up_exps", KVC_EFORMAT },
 		{ "qwen2moe", "ffn_gate_inp_shexp.weight", "ffn_gate_inp_shexp", KVC_EFORMAT },
 		{ "llama", "ffn_gate_inp.weight", "ffn_gate_inp", KVC_EFORMAT },
+		{ "gpt-oss", "attn_sinks.weight", "attn_sinks", KVC_EFORMAT },
+		{ "gpt-oss", "ffn_down_exps.bias", "ffn_down_exps.bias", KVC_EFORMAT },
 	};
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -432,6 +465,8 @@ main(void)
 		{ "qwen2moe", 0, 8, 2, 512, 0, 256, 512, false },
 		/* Mixtral: experts of feed_forward_length, renormalised; 3 of 4 */
 		{ "llama", 0, 4, 3, 256, 0, 256, 0, true },
+		/* gpt-oss: biases everywhere, softmax over the chosen logits (not renormalised: exact) */
+		{ "gpt-oss", 0, 8, 2, 512, 256, 256, 0, false },
 	};
 	int32_t tok[N_TOK];
 
