@@ -1169,10 +1169,16 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		return KVC_EINVAL;
 	}
 	/*
-	 * Every architecture model_load accepts runs here (gemma's windowed
-	 * layers keep every position: kv_lowest stays 0); what the kernels
-	 * cannot shape is refused by name, and --device auto runs it on the CPU.
+	 * Every dense architecture model_load accepts runs here (gemma's
+	 * windowed layers keep every position: kv_lowest stays 0); experts and
+	 * YaRN are CPU-only for now, refused by name, and --device auto runs
+	 * them on the CPU.
 	 */
+	if (hp->n_expert > 0 || hp->rope_yarn) {
+		kvc_err(err, errlen, "cuda: %s is not implemented on the GPU (use --device cpu)",
+		    hp->n_expert > 0 ? "a mixture of experts" : "YaRN RoPE scaling");
+		return KVC_EUNSUPPORTED;
+	}
 	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
 		kvc_err(err, errlen, "cuda: %s's head shape (%d heads, %d KV heads, head size %d, "
 		    "%d rotated) is not one the GPU kernels take (head size at most 256)",

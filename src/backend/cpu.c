@@ -36,7 +36,8 @@
  * layers (model_layer_swa) attending to the last hp.n_swa positions with
  * their own RoPE: their caches are bounded (cpu_kv.c keeps the last
  * positions, mapped to slots; the window is applied as a mask over them).
- * gpt2: learned positions, LayerNorm, biases, GELU MLP.
+ * gpt2: learned positions, LayerNorm, biases, GELU MLP. Mixture-of-experts
+ * layers run their FFN in cpu_moe.c; the products themselves are cpu_mm.c's.
  */
 #include "backend.h"
 #include "cpu_arch.h"
@@ -55,162 +56,7 @@
 /* a bounded windowed layer makes room for one chunk at a time */
 _Static_assert(CPU_CHUNK <= KVC_KV_WINDOW_SLACK, "CPU_CHUNK exceeds the windowed caches' slack");
 
-/* ---- threaded jobs ---- */
-
-struct mm_task {
-	const struct kvc_weight *w;	/* w->n_in == the job's n_in */
-	float *y;			/* (n_tok, w->n_out) */
-};
-
-/* Products that read the same input, run in one dispatch. */
-struct mm_job {
-	const float *x;		/* (n_tok, n_in) */
-	struct mm_task t[3];
-	int n_task;
-	int n_tok;
-	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = act(gate) * up */
-	bool gelu;		/* act = GELU (tanh form), else SiLU */
-	/* filled by matmul() */
-	int64_t n_in;
-	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
-	const void *pk[3];	/* t[i]'s packed copy (cpu_pack.c), or NULL */
-};
-
-/* A job's rows in chunks, handed out by mm_run. */
-struct mm_split {
-	const struct mm_job *j;
-	int64_t chunk;		/* rows per chunk */
-	int n_chunk[3];		/* chunks of each task (swiglu: of the gate/up pair, in [0]) */
-	int next;		/* the next chunk not yet taken, over all tasks */
-};
-
-/* Rows [r0, r1) of task i: every token's product for them. */
-static void
-mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
-{
-	const struct kvc_weight *w = j->t[i].w;
-
-	if (j->pk[i] != NULL)	/* r0 is a multiple of Q_PACK_ROWS (mm_chunks) */
-		q_matmul_packed_act(w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
-		    w->n_out, r0 / Q_PACK_ROWS, (r1 + Q_PACK_ROWS - 1) / Q_PACK_ROWS);
-	else if (j->xq != NULL && q_act_supported(w->type))
-		q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
-		    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
-	else
-		q_matmul_rows(w->type, w->data, w->row_bytes, j->x, j->n_tok,
-		    j->n_in, j->t[i].y, w->n_out, r0, r1);
-}
-
-/*
- * The threads take chunks of rows from a shared counter (one atomic add per
- * chunk) rather than fixed slices: a thread that starts late (the workers
- * wake after the caller has begun) or is slowed by other work on the machine
- * leaves its rows to the others, so the threads finish a product together
- * instead of the first ones waiting for the last. A row's result does not
- * depend on which thread computed it or on the chunk it was in.
- */
-static void
-mm_run(void *arg, int ith, int nth)
-{
-	struct mm_split *sp = arg;
-	const struct mm_job *j = sp->j;
-	int c, i, tok, nt = j->swiglu ? 1 : j->n_task;
-
-	(void)ith;
-	(void)nth;
-	for (;;) {
-		c = __atomic_fetch_add(&sp->next, 1, __ATOMIC_RELAXED);
-		for (i = 0; i < nt && c >= sp->n_chunk[i]; i++)
-			c -= sp->n_chunk[i];
-		if (i == nt)
-			return;
-		int64_t n = j->t[i].w->n_out, r0 = c * sp->chunk;
-		int64_t r1 = r0 + sp->chunk < n ? r0 + sp->chunk : n;
-		if (!j->swiglu) {
-			mm_rows(j, i, r0, r1);
-			continue;
-		}
-		mm_rows(j, 0, r0, r1);
-		mm_rows(j, 1, r0, r1);
-		for (tok = 0; tok < j->n_tok; tok++)
-			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
-	}
-}
-
-/*
- * Rows per chunk: about MM_CHUNKS chunks per thread over all of a job's
- * rows, a multiple of Q_PACK_ROWS (16: a packed matrix's groups, and a
- * multiple of the kernels' row tiles) and at least 16.
- */
-#define MM_CHUNKS 8
-
-static void
-mm_chunks(struct mm_split *sp, const struct mm_job *j, int nth)
-{
-	int64_t rows = 0, cs;
-	int i, nt = j->swiglu ? 1 : j->n_task;
-
-	for (i = 0; i < nt; i++)
-		rows += j->t[i].w->n_out;
-	cs = nth == 1 ? rows : (rows + (int64_t)nth * MM_CHUNKS - 1) / ((int64_t)nth * MM_CHUNKS);
-	cs = (cs + Q_PACK_ROWS - 1) / Q_PACK_ROWS * Q_PACK_ROWS;
-	sp->j = j;
-	sp->chunk = cs < 16 ? 16 : cs;
-	for (i = 0; i < 3; i++)
-		sp->n_chunk[i] = i < nt ? (int)((j->t[i].w->n_out + sp->chunk - 1) / sp->chunk) : 0;
-	sp->next = 0;
-}
-
-struct prep_job {
-	const float *x;		/* (n_tok, n_in) */
-	void *xq;		/* (n_tok) x q_act_bytes(n_in) */
-	int n_tok;
-	int64_t n_in;
-};
-
-/* Threads split the tokens; each token's row is rounded independently. */
-static void
-prep_run(void *arg, int ith, int nth)
-{
-	const struct prep_job *p = arg;
-	int t0 = (int)((int64_t)p->n_tok * ith / nth), t1 = (int)((int64_t)p->n_tok * (ith + 1) / nth);
-	size_t ab = q_act_bytes(p->n_in);
-	int t;
-
-	for (t = t0; t < t1; t++)
-		q_act_prepare(p->x + (size_t)t * p->n_in, p->n_in, (char *)p->xq + (size_t)t * ab);
-}
-
-/*
- * Run the products of j. When one of them has an integer kernel, the input
- * is rounded to int8 first, once for all of them, before the rows are split
- * between the threads. n_tok <= cap_tok.
- */
-static void
-matmul(struct cpu_ctx *c, struct mm_job *j)
-{
-	struct mm_split sp;
-	int i;
-
-	j->n_in = j->t[0].w->n_in;
-	j->xq = NULL;
-	for (i = 0; i < j->n_task; i++) {
-		j->pk[i] = cpu_pack_find(c, j->t[i].w);
-		if (q_act_supported(j->t[i].w->type))
-			j->xq = c->xq;
-	}
-	if (j->xq != NULL) {
-		struct prep_job p = { j->x, c->xq, j->n_tok, j->n_in };
-
-		/* one row is a few microseconds: not worth waking the workers */
-		if (j->n_tok == 1)
-			prep_run(&p, 0, 1);
-		else
-			tp_run(c->pool, prep_run, &p);
-	}
-	mm_chunks(&sp, j, tp_size(c->pool));
-	tp_run(c->pool, mm_run, &sp);
-}
+/* ---- attention ---- */
 
 struct att_job {
 	struct cpu_ctx *c;
@@ -471,8 +317,9 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
 	c->act_in = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
-	if (hp->n_ff > c->act_in)
-		c->act_in = hp->n_ff;
+	c->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+	if (c->ff_max > c->act_in)
+		c->act_in = c->ff_max;
 	c->act_in = (c->act_in + 31) / 32 * 32;
 #ifdef HAVE_X86_SIMD
 	c->simd = kvc_cpu_avx2();
@@ -498,6 +345,10 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 			n_vec += 2 * (size_t)hp->n_embd;
 		if (w->attn_norm_b.data)	/* gpt2: two norm biases, bo, b_down, b_up */
 			n_vec += 4 * (size_t)hp->n_embd + (size_t)hp->n_ff;
+		else if (w->bo.data)	/* gpt-oss: bo, and the sinks */
+			n_vec += (size_t)hp->n_embd;
+		if (w->attn_sinks.data)
+			n_vec += (size_t)hp->n_head;
 	}
 	n_vec += 2 * (size_t)hp->n_embd;
 	c->vec_mem = malloc(n_vec * sizeof(float));
@@ -530,6 +381,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		dequant_vec(&w->bo, &v->bo, &mem);
 		dequant_vec(&w->b_up, &v->b_up, &mem);
 		dequant_vec(&w->b_down, &v->b_down, &mem);
+		dequant_vec(&w->attn_sinks, &v->sinks, &mem);
 	}
 	dequant_vec(&m->output_norm, &c->out_norm, &mem);
 	dequant_vec(&m->output_norm_b, &c->out_norm_b, &mem);
@@ -539,6 +391,13 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		    hp->rope_freq_scale_swa, NULL);
 	else
 		memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	if (hp->rope_yarn) {
+		cpu_rope_yarn(c->inv_freq, hp, hp->rope_freq_scale);
+		if (hp->n_swa > 0)
+			cpu_rope_yarn(c->inv_freq_swa, hp, hp->rope_freq_scale_swa);
+		else
+			memcpy(c->inv_freq_swa, c->inv_freq, (size_t)(hp->rope_dim / 2) * sizeof *c->inv_freq);
+	}
 	if (p && p->progress)
 		p->progress(p->progress_arg, m->weight_bytes, m->weight_bytes);
 	*out = c;
@@ -573,6 +432,7 @@ cpu_free(void *ctx)
 	tp_free(c->pool);
 	cpu_pack_free(c);
 	free_scratch(c);
+	cpu_moe_free(c);
 	free(c->att_s);
 	free(c->att_o);
 	free(c->vec_mem);
@@ -600,8 +460,8 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 		c->k = malloc(t * c->kv_dim * sizeof(float));
 		c->v = malloc(t * c->kv_dim * sizeof(float));
 		c->att = malloc(t * c->q_dim * sizeof(float));
-		c->hb = malloc(t * hp->n_ff * sizeof(float));
-		c->hb2 = malloc(t * hp->n_ff * sizeof(float));
+		c->hb = malloc(t * c->ff_max * sizeof(float));
+		c->hb2 = malloc(t * c->ff_max * sizeof(float));
 		c->rope_cs = malloc(2 * t * (size_t)(hp->rope_dim + 2) * sizeof(float));
 		c->xq = malloc(t * q_act_bytes(c->act_in));
 		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||
@@ -612,6 +472,8 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 		}
 		c->cap_tok = n_tok;
 	}
+	if (cpu_moe_reserve(c, n_tok, err, errlen))
+		return KVC_ENOMEM;
 	if (c->att_o == NULL) {
 		c->att_o = malloc((size_t)nth * hp->head_dim * sizeof(float));
 		if (c->att_o == NULL) {
@@ -671,8 +533,9 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
 			for (i = 0; i < half; i++) {
 				double a = (double)pos[t] * f[i];
 
-				cs[2 * i] = (float)cos(a);
-				cs[2 * i + 1] = (float)sin(a);
+				/* YaRN scales both by its magnitude factor (1 otherwise) */
+				cs[2 * i] = (float)(cos(a) * hp->rope_mscale);
+				cs[2 * i + 1] = (float)(sin(a) * hp->rope_mscale);
 			}
 		}
 	}
@@ -697,28 +560,36 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		/* xb: the normed input */
 		j = (struct mm_job){ c->xb, { { &w->wq, c->q }, { &w->wk, c->k },
 		    { &w->wv, c->v } }, 3, n, false, false, 0, NULL, { NULL } };
-		matmul(c, &j);
+		cpu_matmul(c, &j);
 		cpu_rows_qkv(c, kv, pos, il, n);
 
 		tp_run(c->pool, att_run, &aj);
+		if (v->sinks != NULL)
+			cpu_rows_sinks(c, kv, pos, il, n);
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
-		matmul(c, &j);
+		cpu_matmul(c, &j);
 		cpu_rows_residual(c, n, true, v->bo, v->attn_post_norm, v->ffn_norm, v->ffn_norm_b);
 
+		if (hp->n_expert > 0) {
+			cpu_moe_ffn(c, il, n);	/* xb in, xb out */
+			cpu_rows_residual(c, n, true, NULL, v->ffn_post_norm,
+			    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);
+			continue;
+		}
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
 			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL, { NULL } };
-			matmul(c, &j);
+			cpu_matmul(c, &j);
 			for (t = 0; t < n; t++)
 				cpu_gelu_bias(c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
 		} else {
 			j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
 			    2, n, true, hp->ffn_gelu, 0, NULL, { NULL } };
-			matmul(c, &j);
+			cpu_matmul(c, &j);
 		}
 		j = (struct mm_job){ c->hb, { { &w->w_down, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
-		matmul(c, &j);
+		cpu_matmul(c, &j);
 		/* and the next layer's input norm, by the same thread */
 		cpu_rows_residual(c, n, true, v->b_down, v->ffn_post_norm,
 		    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);
@@ -731,7 +602,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 			cpu_norm(c, c->xb + (size_t)(t - lo) * E, c->x + (size_t)t * E, c->out_norm,
 			    c->out_norm_b);
 		j = (struct mm_job){ c->xb, { { &m->output, out } }, 1, n - lo, false, false, 0, NULL, { NULL } };
-		matmul(c, &j);
+		cpu_matmul(c, &j);
 		if (hp->final_softcap > 0)
 			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
 	}

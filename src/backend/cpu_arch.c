@@ -1,7 +1,7 @@
 /*
  * cpu_arch.c: the pieces of the CPU forward that differ between
  * architectures, kept out of cpu.c's data flow: RoPE frequencies (gemma's
- * windowed layers have their own base), the gate activation (SwiGLU for
+ * windowed layers have their own base; YaRN's blend), the gate activation (SwiGLU for
  * llama/qwen, GELU with tanh for gemma, as ggml_gelu), softcapping (gemma2).
  */
 #include "cpu_arch.h"
@@ -125,6 +125,19 @@ cpu_rope_freqs(double *inv_freq, int rope_dim, double theta, double scale,
 			f /= ff;
 		}
 		inv_freq[i] = f;
+	}
+}
+
+void
+cpu_rope_yarn(double *inv_freq, const struct kvc_hparams *hp, double scale)
+{
+	double span = hp->yarn_high - hp->yarn_low > 0.001 ? hp->yarn_high - hp->yarn_low : 0.001;
+
+	for (int i = 0; i < hp->rope_dim / 2; i++) {
+		double y = (i - hp->yarn_low) / span, mix = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+
+		/* inv_freq holds scale * f_i: the interpolated frequency; f_i is the extrapolated one */
+		inv_freq[i] = inv_freq[i] * (1 - mix) + inv_freq[i] / scale * mix;
 	}
 }
 

@@ -19,6 +19,14 @@
 void cpu_rope_freqs(double *inv_freq, int rope_dim, double theta, double scale,
     const struct kvc_weight *factors);
 
+/*
+ * YaRN (hp->rope_yarn): inv_freq from cpu_rope_freqs with linear scale
+ * `scale` becomes, pair by pair, the blend of scaled and unscaled
+ * frequencies model.h describes. The angle stays linear in the position, so
+ * kv_shift's rotations by a position delta remain exact.
+ */
+void cpu_rope_yarn(double *inv_freq, const struct kvc_hparams *hp, double scale);
+
 /* g[r] = act(g[r]) * u[r] for r in [r0, r1): act SiLU, or GELU (tanh form) when gelu. */
 void cpu_gate_act(float *g, const float *u, int64_t r0, int64_t r1, bool gelu);
 

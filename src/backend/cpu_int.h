@@ -39,6 +39,7 @@ struct cpu_vecs {
 	float *q_norm, *k_norm;		/* (head_dim) or NULL */
 	float *attn_post_norm, *ffn_post_norm;	/* gemma (n_embd), else NULL */
 	float *attn_norm_b, *ffn_norm_b, *bo, *b_up, *b_down;	/* gpt2's biases, else NULL */
+	float *sinks;			/* gpt-oss: (n_head) attention sinks, else NULL */
 };
 
 struct cpu_ctx {
@@ -63,7 +64,8 @@ struct cpu_ctx {
 	float *q;			/* (cap_tok, q_dim) */
 	float *k, *v;			/* (cap_tok, kv_dim) */
 	float *att;			/* (cap_tok, q_dim) attention output */
-	float *hb, *hb2;		/* (cap_tok, n_ff) */
+	float *hb, *hb2;		/* (cap_tok, ff_max) */
+	int ff_max;			/* widest dense FFN: n_ff, or a shared expert's n_ff_shexp */
 	float *rope_cs;			/* (2, cap_tok, rope_dim/2, 2) cos, sin: global, windowed layers */
 	void *xq;			/* (cap_tok) x q_act_bytes(act_in): int8 activations */
 	int64_t act_in;			/* widest product input, rounded up to 32 elements */
@@ -75,11 +77,54 @@ struct cpu_ctx {
 	size_t kv_used;			/* bytes committed by all caches */
 	struct cpu_kv *caches;
 
+	struct cpu_moe *moe;		/* cpu_moe.c's scratch (mixture-of-experts models), or NULL */
+
 	struct cpu_pack *packs;		/* cpu_pack.c: packed matrices, by weight address */
 	int n_packs;
 	size_t pack_bytes;		/* their bytes */
 	bool pack_released;		/* the file's pages of them handed back */
 };
+
+struct mm_task {
+	const struct kvc_weight *w;	/* w->n_in == the job's n_in */
+	float *y;			/* (n_tok, w->n_out) */
+};
+
+/* Products that read the same input, run in one dispatch. */
+struct mm_job {
+	const float *x;		/* (n_tok, n_in) */
+	struct mm_task t[3];
+	int n_task;
+	int n_tok;
+	bool swiglu;		/* t[0] = gate, t[1] = up: t[0].y = act(gate) * up */
+	bool gelu;		/* act = GELU (tanh form), else SiLU */
+	/* filled by cpu_matmul() */
+	int64_t n_in;
+	const void *xq;		/* (n_tok) x q_act_bytes(n_in): x as int8, or NULL */
+	const void *pk[3];	/* t[i]'s packed copy (cpu_pack.c), or NULL */
+};
+
+/*
+ * cpu_mm.c. cpu_matmul: run the products of j, the threads taking chunks of
+ * their rows; when one of them has an integer kernel the input is rounded to
+ * int8 first (into c->xq), once for all of them. n_tok <= cap_tok.
+ * cpu_mm_rows: rows [r0, r1) of task i of a job whose n_in, xq and pk are
+ * set, for every token (the kernels give each (row, token) the same bits
+ * whatever the rows and tokens around it). cpu_act_prep: n_tok rows of x
+ * rounded to int8 activations (q_act_prepare) into xq, threads splitting them.
+ */
+void cpu_matmul(struct cpu_ctx *c, struct mm_job *j);
+void cpu_mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1);
+void cpu_act_prep(struct cpu_ctx *c, const float *x, void *xq, int n_tok, int64_t n_in);
+
+/*
+ * cpu_moe.c: a mixture-of-experts layer's FFN. cpu_moe_reserve: scratch for
+ * n_tok tokens (nothing for dense models); cpu_moe_ffn: layer il's FFN over
+ * the n normed rows in xb, its output into xb.
+ */
+int cpu_moe_reserve(struct cpu_ctx *c, int n_tok, char *err, size_t errlen);
+void cpu_moe_free(struct cpu_ctx *c);
+void cpu_moe_ffn(struct cpu_ctx *c, int il, int n);
 
 /* cpu_pack.c: packed copies of the matrices that have a packed kernel here. */
 int cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen);
@@ -123,6 +168,14 @@ void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t
 void cpu_rows_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 void cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const float *post,
     const float *nw, const float *nb);
+/*
+ * Attention sinks (gpt-oss): each (token, head) output of layer il, computed
+ * over its scores alone, rescaled as if the head's sink logit had been in
+ * the softmax's denominator: o / (1 + exp(sink - logsumexp(scores))). The
+ * log-sum-exp is a second pass over the query's keys; folding the sink into
+ * the attention kernels would save it.
+ */
+void cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 /* y = x / rms(x) * w over n elements (x and y may alias); a block's input norm (gpt2: LayerNorm). */
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);

@@ -25,6 +25,15 @@
  * the first rope.dimension_count dimensions of each head; glm4 adds
  * post-norms. phi3's sliding window is ignored, as llama.cpp does; its
  * LongRoPE factors (rope_factors_long/short) are refused by name.
+ *
+ * Mixture of experts (llama.cpp's load_hparams/load_tensors for QWEN3MOE, QWEN2MOE,
+ * OPENAI_MOE and LLAMA with expert_count > 0): a router ffn_gate_inp and the experts
+ * stacked in 3-D ffn_{gate,up,down}_exps of width expert_feed_forward_length (default
+ * feed_forward_length for llama, / expert_used_count for qwen; required for gpt-oss).
+ * qwen2moe adds a shared expert (ffn_*_shexp, expert_shared_feed_forward_length,
+ * default feed_forward_length) gated by ffn_gate_inp_shexp. Weights are renormalised
+ * for llama and qwen3moe, not qwen2moe (llama.cpp's norm_w); expert_weights_scale is
+ * not read for these architectures there, nor here.
  */
 #include "model.h"
 #include "quant/quant.h"
@@ -37,6 +46,7 @@
 /* Generous bounds that keep every size product far from overflow. */
 #define MAX_DIM (1 << 24)
 #define MAX_LAYERS 4096
+#define MAX_EXPERTS 4096
 
 const char *
 model_arch_name(enum kvc_arch a)
@@ -51,6 +61,9 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_CHATGLM: return "chatglm";
 	case KVC_ARCH_GLM4: return "glm4";
 	case KVC_ARCH_GPT2: return "gpt2";
+	case KVC_ARCH_QWEN3MOE: return "qwen3moe";
+	case KVC_ARCH_QWEN2MOE: return "qwen2moe";
+	case KVC_ARCH_GPT_OSS: return "gpt-oss";
 	}
 	return "?";
 }
@@ -123,31 +136,14 @@ hp_float(struct loader *l, const char *name, double def, bool required, float *o
 	return 0;
 }
 
-/*
- * Locate tensor `name` of shape (n_out, n_in) (n_out = 1: a vector) into w.
- * An optional tensor that is absent leaves w->data NULL.
- */
+/* t, whose shape the caller checked, as n_out rows of n_in: type and size. */
 static int
-tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
-    int64_t n_out, bool optional)
+tensor_rows(struct loader *l, struct kvc_weight *w, const struct gguf_tensor *t, int64_t n_in,
+    int64_t n_out)
 {
-	const struct gguf_tensor *t = gguf_find_tensor(l->f, name);
+	const char *name = t->name;
 	size_t rb;
 
-	memset(w, 0, sizeof *w);
-	if (t == NULL) {
-		if (optional)
-			return 0;
-		kvc_err(l->err, l->errlen, "%s: missing tensor %s", gguf_path(l->f), name);
-		return KVC_EFORMAT;
-	}
-	if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
-		kvc_err(l->err, l->errlen,
-		    "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-		    gguf_path(l->f), name, (long long)t->ne[0], (long long)t->ne[1],
-		    (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)n_out);
-		return KVC_EFORMAT;
-	}
 	if (!q_supported(t->type)) {
 		kvc_err(l->err, l->errlen,
 		    "%s: tensor %s has type %s, which kvchat does not implement "
@@ -174,7 +170,61 @@ tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
 	w->n_out = n_out;
 	w->row_bytes = rb;
 	l->m->n_params += (uint64_t)n_in * (uint64_t)n_out;
+	l->m->n_params_active += (uint64_t)n_in * (uint64_t)n_out;
 	return 0;
+}
+
+/*
+ * Locate tensor `name` of shape (n_out, n_in) (n_out = 1: a vector) into w.
+ * An optional tensor that is absent leaves w->data NULL.
+ */
+static int
+tensor(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
+    int64_t n_out, bool optional)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(l->f, name);
+
+	memset(w, 0, sizeof *w);
+	if (t == NULL) {
+		if (optional)
+			return 0;
+		kvc_err(l->err, l->errlen, "%s: missing tensor %s", gguf_path(l->f), name);
+		return KVC_EFORMAT;
+	}
+	if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+		kvc_err(l->err, l->errlen,
+		    "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+		    gguf_path(l->f), name, (long long)t->ne[0], (long long)t->ne[1],
+		    (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)n_out);
+		return KVC_EFORMAT;
+	}
+	return tensor_rows(l, w, t, n_in, n_out);
+}
+
+/*
+ * A stack of n_expert matrices (n_out, n_in), GGUF ne = {n_in, n_out,
+ * n_expert}: contiguous, so w is one matrix of n_expert * n_out rows.
+ */
+static int
+tensor3(struct loader *l, struct kvc_weight *w, const char *name, int64_t n_in,
+    int64_t n_out, int64_t n_expert)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(l->f, name);
+
+	memset(w, 0, sizeof *w);
+	if (t == NULL) {
+		kvc_err(l->err, l->errlen, "%s: missing tensor %s", gguf_path(l->f), name);
+		return KVC_EFORMAT;
+	}
+	if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert || t->ne[3] != 1) {
+		kvc_err(l->err, l->errlen,
+		    "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+		    gguf_path(l->f), name, (long long)t->ne[0], (long long)t->ne[1],
+		    (long long)t->ne[2], (long long)t->ne[3], (long long)n_in, (long long)n_out,
+		    (long long)n_expert);
+		return KVC_EFORMAT;
+	}
+	return tensor_rows(l, w, t, n_in, n_out * n_expert);
 }
 
 static int
@@ -196,7 +246,26 @@ static const char *const layer_suffixes[] = {
 	"post_attention_norm.weight", "post_ffw_norm.weight",
 	"attn_qkv.weight", "attn_qkv.bias",
 	"attn_norm.bias", "ffn_norm.bias", "attn_output.bias", "ffn_up.bias", "ffn_down.bias",
+	"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+	"ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
+	"ffn_down_shexp.weight",
+	"attn_sinks.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
+	"ffn_down_exps.bias",
 };
+
+/* phi3, chatglm, glm4, gpt2: Q/K/V (and gate+up) may come fused. */
+static bool
+arch_fused(enum kvc_arch a)
+{
+	return a == KVC_ARCH_PHI3 || a == KVC_ARCH_CHATGLM || a == KVC_ARCH_GLM4 || a == KVC_ARCH_GPT2;
+}
+
+/* qwen3, qwen3moe, gemma3: per-head RMSNorm of Q and K. */
+static bool
+arch_qk_norm(enum kvc_arch a)
+{
+	return a == KVC_ARCH_QWEN3 || a == KVC_ARCH_QWEN3MOE || a == KVC_ARCH_GEMMA3;
+}
 
 /*
  * True when the loader knows what to do with tensor `name`; any other
@@ -224,14 +293,26 @@ known_tensor(const struct kvc_model *m, const char *name)
 			break;
 	if (j == nsuf)
 		return false;
+	if (j >= 31 || j == 20)	/* gpt-oss's sinks and biases (attn_output.bias: and gpt2's) */
+		return m->hp.gpt_oss || (j == 20 && m->hp.arch == KVC_ARCH_GPT2);
+	if (j == 14 && m->hp.gpt_oss)	/* post_attention_norm: gpt-oss's FFN input norm */
+		return true;
+	if (j == 5 && m->hp.gpt_oss)	/* ffn_norm: gpt-oss has none */
+		return false;
+	if (j >= 27)	/* the shared expert: qwen2moe's */
+		return m->hp.n_ff_shexp > 0;
+	if (j >= 23)	/* router and experts */
+		return m->hp.n_expert > 0;
+	if (j >= 6 && j <= 8)	/* dense FFN */
+		return m->hp.n_expert == 0;
 	if (j >= 18)	/* gpt2's norm and product biases */
 		return m->hp.arch == KVC_ARCH_GPT2;
 	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4, gpt2 */
-		return m->hp.arch >= KVC_ARCH_PHI3;
+		return arch_fused(m->hp.arch);
 	if (j >= 14)	/* post-norms: gemma's, glm4's */
 		return m->hp.post_norms;
 	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
-		return m->hp.arch == KVC_ARCH_QWEN3 || m->hp.arch == KVC_ARCH_GEMMA3;
+		return arch_qk_norm(m->hp.arch);
 	return true;
 }
 
@@ -280,6 +361,116 @@ read_gemma(struct loader *l)
 	return 0;
 }
 
+/*
+ * YaRN, as llama.cpp computes it for the architectures here (llama-context.cpp,
+ * ggml's rope_yarn): extrapolation factor 1, beta fast 32 and slow 1 (it
+ * reads no beta keys for them), the correction dims
+ *   dim(beta) = rope_dim * ln(n_ctx_orig / (2 pi beta)) / (2 ln base),
+ *   low = max(0, floor(dim(32))), high = min(rope_dim - 1, ceil(dim(1))),
+ * and the magnitude factor rope.scaling.attn_factor * (1 + 0.1 ln factor)
+ * when factor > 1 (llama.cpp's attn_factor cancels the ramp's own, leaving
+ * this on cos and sin).
+ */
+static int
+read_yarn(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	float factor, attn = 1.0f;
+	int n_orig, rc;
+	double lo, hi;
+
+	if ((rc = hp_float(l, "rope.scaling.factor", 1.0, false, &factor)) ||
+	    (rc = hp_int(l, "rope.scaling.original_context_length", hp->n_ctx_train, &n_orig)) ||
+	    (rc = hp_float(l, "rope.scaling.attn_factor", 1.0, false, &attn)))
+		return rc;
+	if (!(factor >= 1.0f / 1024 && factor <= 1024) || n_orig <= 0 || !(attn > 0 && attn < 1024)) {
+		kvc_err(l->err, l->errlen, "%s: bad YaRN scaling: factor %g, original context %d, attn_factor %g",
+		    gguf_path(l->f), factor, n_orig, attn);
+		return KVC_EFORMAT;
+	}
+	lo = floor(hp->rope_dim * log(n_orig / (2 * M_PI * 32.0)) / (2 * log(hp->rope_theta)));
+	hi = ceil(hp->rope_dim * log(n_orig / (2 * M_PI * 1.0)) / (2 * log(hp->rope_theta)));
+	hp->rope_yarn = true;
+	hp->rope_freq_scale = 1.0f / factor;
+	hp->yarn_low = (float)(lo > 0 ? lo : 0);
+	hp->yarn_high = (float)(hi < hp->rope_dim - 1 ? hi : hp->rope_dim - 1);
+	hp->rope_mscale = attn * (factor > 1 ? 1.0f + 0.1f * logf(factor) : 1.0f);
+	return 0;
+}
+
+/* The experts' keys (see the top); n_ff is read. */
+static int
+read_experts(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	bool moe_arch = hp->arch == KVC_ARCH_QWEN3MOE || hp->arch == KVC_ARCH_QWEN2MOE ||
+	    hp->arch == KVC_ARCH_GPT_OSS;
+	int rc;
+
+	if ((rc = hp_int(l, "expert_count", 0, &hp->n_expert)))
+		return rc;
+	if (hp->n_expert == 0 && !moe_arch)
+		return 0;
+	if (hp->n_expert > 0 && !moe_arch && hp->arch != KVC_ARCH_LLAMA) {
+		kvc_err(l->err, l->errlen, "%s: mixture-of-experts %s (%s.expert_count = %d) is not supported "
+		    "(llama, qwen2moe, qwen3moe, gpt-oss)", gguf_path(l->f), l->arch, l->arch, hp->n_expert);
+		return KVC_EUNSUPPORTED;
+	}
+	if ((rc = hp_int(l, "expert_used_count", 0, &hp->n_expert_used)))
+		return rc;
+	if (hp->n_expert < 1 || hp->n_expert > MAX_EXPERTS || hp->n_expert_used < 1 ||
+	    hp->n_expert_used > hp->n_expert || hp->n_ff <= 0) {
+		kvc_err(l->err, l->errlen, "%s: bad experts: %s.expert_count %d, expert_used_count %d "
+		    "(1 <= used <= count <= %d)", gguf_path(l->f), l->arch, hp->n_expert,
+		    hp->n_expert_used, MAX_EXPERTS);
+		return KVC_EFORMAT;
+	}
+	if ((rc = hp_int(l, "expert_feed_forward_length", hp->arch == KVC_ARCH_GPT_OSS ? -1 :
+	    moe_arch ? hp->n_ff / hp->n_expert_used : hp->n_ff, &hp->n_ff_exp)))
+		return rc;
+	if (hp->arch == KVC_ARCH_QWEN2MOE &&
+	    (rc = hp_int(l, "expert_shared_feed_forward_length", hp->n_ff, &hp->n_ff_shexp)))
+		return rc;
+	if (hp->n_ff_exp <= 0 || (hp->arch == KVC_ARCH_QWEN2MOE && hp->n_ff_shexp <= 0)) {
+		kvc_err(l->err, l->errlen, "%s: bad expert width %d (shared %d)", gguf_path(l->f),
+		    hp->n_ff_exp, hp->n_ff_shexp);
+		return KVC_EFORMAT;
+	}
+	hp->expert_norm = hp->arch != KVC_ARCH_QWEN2MOE && hp->arch != KVC_ARCH_GPT_OSS;
+	return 0;
+}
+
+/*
+ * gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE): a window of
+ * attention.sliding_window positions in every other layer (the pattern's
+ * default 2: even layers windowed), the windowed layers rotating with the
+ * global RoPE (rope.freq_base_swa may set their base), the clamped SwiGLU
+ * of alpha 1.702 and limit 7 (constants in llama.cpp's graph).
+ */
+static int
+read_gpt_oss(struct loader *l)
+{
+	struct kvc_hparams *hp = &l->m->hp;
+	int rc;
+
+	hp->gpt_oss = true;
+	hp->swiglu_alpha = 1.702f;
+	hp->swiglu_limit = 7.0f;
+	hp->swa_period = 2;
+	hp->rope_theta_swa = hp->rope_theta;
+	hp->rope_freq_scale_swa = hp->rope_freq_scale;
+	if ((rc = hp_int(l, "attention.sliding_window", -1, &hp->n_swa)) ||
+	    (rc = hp_int(l, "attention.sliding_window_pattern", 2, &hp->swa_period)) ||
+	    (rc = hp_float(l, "rope.freq_base_swa", hp->rope_theta, false, &hp->rope_theta_swa)))
+		return rc;
+	if (hp->n_swa <= 0 || hp->swa_period <= 0 || !(hp->rope_theta_swa > 1)) {
+		kvc_err(l->err, l->errlen, "%s: bad sliding window %d (period %d, base %g)", gguf_path(l->f),
+		    hp->n_swa, hp->swa_period, hp->rope_theta_swa);
+		return KVC_EFORMAT;
+	}
+	return 0;
+}
+
 static int
 read_hparams(struct loader *l)
 {
@@ -287,7 +478,7 @@ read_hparams(struct loader *l)
 	const struct gguf_file *f = l->f;
 	char key[128];
 	const char *st;
-	int rc, n_expert = 0, v_len = 0;
+	int rc, v_len = 0;
 	float factor;
 
 	if ((rc = hp_int(l, "context_length", 0, &hp->n_ctx_train)) ||
@@ -295,13 +486,8 @@ read_hparams(struct loader *l)
 	    (rc = hp_int(l, "block_count", -1, &hp->n_layer)) ||
 	    (rc = hp_int(l, "feed_forward_length", -1, &hp->n_ff)) ||
 	    (rc = hp_int(l, "attention.head_count", -1, &hp->n_head)) ||
-	    (rc = hp_int(l, "expert_count", 0, &n_expert)))
+	    (rc = read_experts(l)))
 		return rc;
-	if (n_expert > 0) {
-		kvc_err(l->err, l->errlen, "%s: mixture-of-experts models (%s.expert_count = %d) are not supported",
-		    gguf_path(f), l->arch, n_expert);
-		return KVC_EUNSUPPORTED;
-	}
 	if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > MAX_LAYERS ||
 	    hp->n_ff <= 0 || hp->n_head <= 0) {
 		kvc_err(l->err, l->errlen, "%s: bad dimensions (embedding %d, layers %d, ffn %d, heads %d)",
@@ -346,19 +532,22 @@ read_hparams(struct loader *l)
 		return KVC_EFORMAT;
 	}
 
-	/* RoPE scaling: only none and linear; anything else changes the angles. */
+	/* RoPE scaling: none, linear and YaRN; anything else changes the angles. */
 	hp->rope_freq_scale = 1.0f;
+	hp->rope_mscale = 1.0f;
 	snprintf(key, sizeof key, "%s.rope.scaling.type", l->arch);
 	st = gguf_get_str(f, key, NULL);
 	if (st == NULL && gguf_find_key(f, key) >= 0) {
 		kvc_err(l->err, l->errlen, "%s: key %s is not a string", gguf_path(f), key);
 		return KVC_EFORMAT;
 	}
-	if (st != NULL && strcmp(st, "none") != 0 && strcmp(st, "linear") != 0) {
-		kvc_err(l->err, l->errlen, "%s: rope scaling type '%s' is not supported (none, linear)",
+	if (st != NULL && strcmp(st, "none") != 0 && strcmp(st, "linear") != 0 && strcmp(st, "yarn") != 0) {
+		kvc_err(l->err, l->errlen, "%s: rope scaling type '%s' is not supported (none, linear, yarn)",
 		    gguf_path(f), st);
 		return KVC_EUNSUPPORTED;
 	}
+	if (st != NULL && strcmp(st, "yarn") == 0 && (rc = read_yarn(l)))
+		return rc;
 	if (st == NULL || strcmp(st, "linear") == 0) {
 		/* older files carry only rope.scale_linear */
 		if ((rc = hp_float(l, st ? "rope.scaling.factor" : "rope.scale_linear", 1.0, false, &factor)))
@@ -395,6 +584,8 @@ read_hparams(struct loader *l)
 	hp->attn_scale = (float)(1.0 / sqrt((double)hp->head_dim));
 	if (hp->arch == KVC_ARCH_GEMMA2 || hp->arch == KVC_ARCH_GEMMA3)
 		return read_gemma(l);
+	if (hp->arch == KVC_ARCH_GPT_OSS)
+		return read_gpt_oss(l);
 	return 0;
 }
 
@@ -464,7 +655,7 @@ load_gate_up(struct loader *l, struct kvc_layer_weights *w, int il)
 	if (hp->ffn_plain)	/* gpt2: up, GELU, down; no gate */
 		return layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false);
 	snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
-	if (gguf_find_tensor(l->f, name) != NULL || hp->arch < KVC_ARCH_PHI3)
+	if (gguf_find_tensor(l->f, name) != NULL || !arch_fused(hp->arch))
 		return (rc = layer_tensor(l, &w->w_gate, il, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)) ||
 		    (rc = layer_tensor(l, &w->w_up, il, "ffn_up.weight", hp->n_embd, hp->n_ff, false)) ? rc : 0;
 	if ((rc = layer_tensor(l, &f, il, "ffn_up.weight", hp->n_embd, 2 * (int64_t)hp->n_ff, false)))
@@ -472,6 +663,65 @@ load_gate_up(struct loader *l, struct kvc_layer_weights *w, int il)
 	w->w_gate = view(&f, 0, hp->n_ff);
 	w->w_up = view(&f, hp->n_ff, hp->n_ff);
 	return 0;
+}
+
+/*
+ * A mixture-of-experts layer's router, experts and shared expert. Only
+ * n_expert_used of the experts count as read per token (weight_bytes,
+ * n_params_active): decode reads nothing of the others.
+ */
+static int
+load_experts(struct loader *l, struct kvc_layer_weights *w, int il)
+{
+	struct kvc_model *m = l->m;
+	const struct kvc_hparams *hp = &m->hp;
+	int64_t E = hp->n_embd, F = hp->n_ff_exp, ne = hp->n_expert, unused = ne - hp->n_expert_used;
+	bool sh = hp->n_ff_shexp > 0;
+	struct kvc_weight *st[] = { &w->gate_exps, &w->up_exps, &w->down_exps };
+	char name[96];
+	int rc, i;
+
+	if ((rc = layer_tensor(l, &w->gate_inp, il, "ffn_gate_inp.weight", E, ne, false)) ||
+	    (rc = layer_tensor(l, &w->gate_inp_shexp, il, "ffn_gate_inp_shexp.weight", E, 1, !sh)) ||
+	    (rc = layer_tensor(l, &w->gate_shexp, il, "ffn_gate_shexp.weight", E, hp->n_ff_shexp, !sh)) ||
+	    (rc = layer_tensor(l, &w->up_shexp, il, "ffn_up_shexp.weight", E, hp->n_ff_shexp, !sh)) ||
+	    (rc = layer_tensor(l, &w->down_shexp, il, "ffn_down_shexp.weight", hp->n_ff_shexp, E, !sh)))
+		return rc;
+	for (i = 0; i < 3; i++) {
+		static const char *const sfx[] = { "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps" };
+
+		snprintf(name, sizeof name, "blk.%d.%s.weight", il, sfx[i]);
+		if ((rc = tensor3(l, st[i], name, i == 2 ? F : E, i == 2 ? E : F, ne)))
+			return rc;
+		m->n_params_active -= (uint64_t)(st[i]->n_in * st[i]->n_out / ne * unused);
+		m->weight_bytes += st[i]->row_bytes * (size_t)(st[i]->n_out / ne * hp->n_expert_used);
+	}
+	if (hp->gpt_oss) {
+		/* biases: read whole at init (cpu_moe.c), so counted in full */
+		struct kvc_weight *b[] = { &w->gate_inp_b, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b };
+
+		if ((rc = layer_tensor(l, b[0], il, "ffn_gate_inp.bias", ne, 1, false)) ||
+		    (rc = layer_tensor(l, b[1], il, "ffn_gate_exps.bias", F, ne, false)) ||
+		    (rc = layer_tensor(l, b[2], il, "ffn_up_exps.bias", F, ne, false)) ||
+		    (rc = layer_tensor(l, b[3], il, "ffn_down_exps.bias", E, ne, false)) ||
+		    (rc = layer_tensor(l, &w->attn_sinks, il, "attn_sinks.weight", hp->n_head, 1, false)))
+			return rc;
+		for (i = 0; i < 4; i++)
+			if (gguf_dtype_block(b[i]->type) != 1) {
+				kvc_err(l->err, l->errlen, "%s: layer %d: expert bias of type %s (F32/F16/BF16 expected)",
+				    gguf_path(l->f), il, gguf_dtype_name(b[i]->type));
+				return KVC_EUNSUPPORTED;
+			}
+	}
+	return 0;
+}
+
+struct kvc_weight
+model_expert(const struct kvc_model *m, const struct kvc_weight *stack, int e)
+{
+	int64_t rows = stack->n_out / m->hp.n_expert;
+
+	return view(stack, e * rows, rows);
 }
 
 /* Layer il's tensors: presence, shapes and types, and their bytes counted. */
@@ -482,8 +732,8 @@ load_layer(struct loader *l, int il)
 	const struct kvc_hparams *hp = &m->hp;
 	struct kvc_layer_weights *w = &m->layers[il];
 	int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-	bool qk_norm = hp->arch == KVC_ARCH_QWEN3 || hp->arch == KVC_ARCH_GEMMA3;
-	bool post = hp->post_norms;
+	bool qk_norm = arch_qk_norm(hp->arch);
+	bool post = hp->post_norms, moe = hp->n_expert > 0;
 	int rc;
 	size_t j;
 
@@ -492,15 +742,17 @@ load_layer(struct loader *l, int il)
 	    (rc = layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
-	    (rc = layer_tensor(l, &w->ffn_norm, il, "ffn_norm.weight", hp->n_embd, 1, false)) ||
-	    (rc = load_gate_up(l, w, il)) ||
-	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, false)) ||
+	    (rc = layer_tensor(l, &w->ffn_norm, il, hp->gpt_oss ? "post_attention_norm.weight" :
+	    "ffn_norm.weight", hp->n_embd, 1, false)) ||
+	    (rc = moe ? load_experts(l, w, il) : load_gate_up(l, w, il)) ||
+	    (rc = layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, moe)) ||
 	    (rc = layer_tensor(l, &w->attn_norm_b, il, "attn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
 	    (rc = layer_tensor(l, &w->ffn_norm_b, il, "ffn_norm.bias", hp->n_embd, 1, !hp->layer_norm)) ||
 	    (rc = layer_tensor(l, &w->bo, il, "attn_output.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
 	    (rc = layer_tensor(l, &w->b_up, il, "ffn_up.bias", hp->n_ff, 1, !hp->ffn_plain)) ||
 	    (rc = layer_tensor(l, &w->b_down, il, "ffn_down.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
-	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post)) ||
+	    (!hp->gpt_oss &&	/* gpt-oss's post_attention_norm is its FFN input norm, above */
+	    (rc = layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post))) ||
 	    (rc = layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
 		return rc;
 	/* qwen2 always has Q/K/V biases; a partial set is a broken file */
@@ -516,6 +768,8 @@ load_layer(struct loader *l, int il)
 			&w->q_norm, &w->k_norm, &w->wo, &w->ffn_norm, &w->w_gate,
 			&w->w_up, &w->w_down, &w->attn_post_norm, &w->ffn_post_norm,
 			&w->attn_norm_b, &w->ffn_norm_b, &w->bo, &w->b_up, &w->b_down,
+			&w->gate_inp, &w->gate_inp_shexp, &w->gate_shexp, &w->up_shexp, &w->down_shexp,
+			&w->gate_inp_b, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b, &w->attn_sinks,
 		};
 
 		for (j = 0; j < sizeof all / sizeof all[0]; j++)
@@ -560,9 +814,15 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_GLM4;
 	else if (strcmp(arch, "gpt2") == 0)
 		hp->arch = KVC_ARCH_GPT2;
+	else if (strcmp(arch, "qwen3moe") == 0)
+		hp->arch = KVC_ARCH_QWEN3MOE;
+	else if (strcmp(arch, "qwen2moe") == 0)
+		hp->arch = KVC_ARCH_QWEN2MOE;
+	else if (strcmp(arch, "gpt-oss") == 0)
+		hp->arch = KVC_ARCH_GPT_OSS;
 	else {
 		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
-		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2)",
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2, qwen2moe, qwen3moe, gpt-oss)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}

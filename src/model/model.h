@@ -1,7 +1,8 @@
 /*
  * model.h: a transformer's hyper-parameters and weight tensors, read from a
  * GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm,
- * glm4). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
+ * glm4, gpt2, and the mixture-of-experts qwen3moe, qwen2moe and llama with
+ * experts). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
  * parts: views of the fused rows, so backends see one layout. The weights stay in the file's
  * mapping in their stored types; backends compute from (or upload) them.
  *
@@ -18,6 +19,7 @@
 enum kvc_arch {
 	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
 	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4, KVC_ARCH_GPT2,
+	KVC_ARCH_QWEN3MOE, KVC_ARCH_QWEN2MOE, KVC_ARCH_GPT_OSS,
 };
 
 struct kvc_hparams {
@@ -35,6 +37,17 @@ struct kvc_hparams {
 	int rope_dim;		/* dimensions rotated per head (rope.dimension_count; default head_dim) */
 	bool rope_neox;		/* qwen2/qwen3/gemma/phi3: rotate (i, i + d/2); llama/chatglm/glm4: adjacent pairs (2i, 2i+1) */
 	float rope_freq_scale;	/* linear rope scaling: angle = pos * freq_scale * theta^(-2i/d) / freq_factor[i] (1 = none) */
+	/*
+	 * YaRN (rope.scaling.type yarn; llama.cpp's rope_yarn): pair i's
+	 * frequency blends the scaled one (freq_scale * f_i) and the unscaled f_i
+	 * with weight ramp_i = 1 - clamp((i - yarn_low) / max(0.001, yarn_high -
+	 * yarn_low), 0, 1) on the unscaled; cos and sin are multiplied by
+	 * rope_mscale. yarn_low/high are llama.cpp's correction dims (from the
+	 * original context, the base and beta fast 32 / slow 1).
+	 */
+	bool rope_yarn;
+	float yarn_low, yarn_high;
+	float rope_mscale;	/* 1 without YaRN */
 
 	/* Gemma's additions (neutral values for the other architectures) */
 	float embd_scale;	/* token embeddings are multiplied by this: gemma sqrt(n_embd), else 1 */
@@ -52,6 +65,31 @@ struct kvc_hparams {
 	 * an ungated GELU MLP; biases on every product */
 	bool layer_norm;
 	bool ffn_plain;
+
+	/*
+	 * Mixture of experts (n_expert 0: a dense FFN). A router picks, per
+	 * token, the n_expert_used experts with the largest softmax
+	 * probabilities; their outputs are summed weighted by those
+	 * probabilities, renormalised to sum 1 when expert_norm (llama.cpp's
+	 * norm_w: llama and qwen3moe yes, qwen2moe no). n_ff_shexp > 0: a shared
+	 * expert every token runs too, scaled by a sigmoid gate (qwen2moe).
+	 */
+	int n_expert;
+	int n_expert_used;
+	int n_ff_exp;		/* one expert's FFN width */
+	int n_ff_shexp;		/* the shared expert's, or 0 */
+	bool expert_norm;
+	/*
+	 * gpt-oss (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE, gating SOFTMAX_WEIGHT):
+	 * the router has a bias, the n_expert_used largest logits are chosen and
+	 * their weights are the softmax over those logits only; every expert
+	 * product has a bias; the activation is (u + 1) * g' * sigmoid(alpha
+	 * g'), g' = min(g, limit), u clamped to [-limit, limit]. Attention
+	 * adds one learned logit per head (attn_sinks) to each softmax's
+	 * denominator.
+	 */
+	bool gpt_oss;
+	float swiglu_alpha, swiglu_limit;	/* 1.702, 7 */
 };
 
 /*
@@ -86,6 +124,24 @@ struct kvc_layer_weights {
 	struct kvc_weight w_gate, w_up;	/* (n_ff, n_embd) */
 	struct kvc_weight w_down;	/* (n_embd, n_ff) */
 	struct kvc_weight ffn_post_norm;	/* gemma: (n_embd), else absent */
+
+	/*
+	 * Mixture-of-experts layers (hp.n_expert > 0) have these instead of
+	 * w_gate/w_up/w_down. A GGUF stacks the experts in one 3-D tensor
+	 * (ne = {n_in, n_out, n_expert}), which is a matrix of n_expert * n_out
+	 * rows: expert e is rows [e * n_out, (e + 1) * n_out) (model_expert).
+	 * They stay in the file's mapping in the type the file has.
+	 */
+	struct kvc_weight gate_inp;	/* router (n_expert, n_embd) */
+	struct kvc_weight gate_exps, up_exps;	/* (n_expert * n_ff_exp, n_embd) */
+	struct kvc_weight down_exps;	/* (n_expert * n_embd, n_ff_exp) */
+	struct kvc_weight gate_inp_shexp;	/* qwen2moe: shared expert's gate (n_embd), else absent */
+	struct kvc_weight gate_shexp, up_shexp;	/* (n_ff_shexp, n_embd) or absent */
+	struct kvc_weight down_shexp;	/* (n_embd, n_ff_shexp) or absent */
+	/* gpt-oss: router bias (n_expert), the experts' biases as n_expert rows of
+	 * (n_ff_exp) (gate, up) and (n_embd) (down), attention sinks (n_head) */
+	struct kvc_weight gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
+	struct kvc_weight attn_sinks;
 };
 
 struct kvc_model {
@@ -98,7 +154,8 @@ struct kvc_model {
 	struct kvc_weight output_norm_b;	/* gpt2: (n_embd), or absent */
 	struct kvc_layer_weights *layers;	/* [n_layer] */
 	uint64_t n_params;
-	uint64_t weight_bytes;		/* bytes of all tensors used per token */
+	uint64_t n_params_active;	/* used per token: only n_expert_used of each layer's experts */
+	uint64_t weight_bytes;		/* bytes of the tensors read per token (active experts only) */
 	const struct gguf_file *file;	/* not owned */
 };
 
@@ -109,6 +166,8 @@ struct kvc_model {
  */
 int model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t errlen);
 void model_free(struct kvc_model *m);
+/* Expert e (< hp.n_expert) of a stacked expert tensor, as a matrix of its own (a view). */
+struct kvc_weight model_expert(const struct kvc_model *m, const struct kvc_weight *stack, int e);
 const char *model_arch_name(enum kvc_arch a);
 
 #endif

@@ -4,7 +4,8 @@
 # forward gives over the same positions (tests/fixtures/refppl, sharing no
 # code with kvchat's forward or scoring): a qwen2 fixture (no BOS) and a
 # gemma3 fixture (SPM, BOS put in place of each chunk's first token,
-# sliding windows shorter than a chunk). F32 weights and cache: the logits
+# sliding windows shorter than a chunk), qwen3moe and qwen2moe fixtures
+# (experts). F32 weights and cache: the logits
 # agree to ~1e-7 relative (test_forward), so the perplexities to 1e-4.
 . "$top_srcdir/tests/e2e/lib.sh"
 REFPPL="$top_builddir/tests/fixtures/refppl"
@@ -57,6 +58,9 @@ PY
 }
 one qwen2 nobos
 one gemma3 bos
+# experts: refppl routes and sums them on its own (src/model/model.c's defaults)
+one qwen3moe nobos
+one qwen2moe nobos
 
 # Too short a text is refused with the count, as llama-perplexity does.
 head -n 2 "$TMPD/text.txt" >"$TMPD/short.txt"

@@ -58,6 +58,7 @@
  *    bounds (measured: <= 5.4e-7 for F32/F16/BF16, <= 0.054 quantised).
  *  - gpt2: learned positions, LayerNorm with bias, biases on every product,
  *    GELU MLP (one product fewer per layer), same bounds.
+ *  - YaRN changes only the angles and the rotated magnitude (yarn_checks).
  */
 #include "gguf/gguf.h"
 #include "backend/backend.h"
@@ -572,7 +573,8 @@ ref_of(const struct spec *s)
 {
 	struct ref_config rc = { s->arch, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
 	    s->n_head_kv, s->head_dim, s->n_ff, s->rope_dim ? s->rope_dim : s->head_dim, s->eps, s->theta,
-	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, false, false, 0, 0, 0 };
+	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, 0, 0, false, false, 0, 0, 0, 0, 0, 0, 0,
+	    false, NULL, false };
 	bool g2 = strcmp(s->arch, "gemma2") == 0;
 
 	rc.post_norms = strcmp(s->arch, "glm4") == 0;
@@ -641,9 +643,63 @@ static void extra_unknown(struct gguf_writer *w)
 {
 	add_tensor(w, "blk.0.attn_output.bias", GGML_TYPE_F32, 256, 1, 0.1, 0);
 }
+static void extra_scaling(struct gguf_writer *w) { gguf_w_str(w, "llama.rope.scaling.type", "longrope"); }
+
+/* YaRN keys for yarn_arch: factor 4 over an original context of 4096, attn_factor 0.9 */
+static const char *yarn_arch;
 static void extra_yarn(struct gguf_writer *w)
 {
-	gguf_w_str(w, "llama.rope.scaling.type", "yarn");
+	char k[4][96];
+	for (int i = 0; i < 4; i++)
+		snprintf(k[i], sizeof k[i], "%s.rope.scaling.%s", yarn_arch,
+		    (const char *[]){ "type", "factor", "original_context_length", "attn_factor" }[i]);
+	gguf_w_str(w, k[0], "yarn");
+	gguf_w_f32(w, k[1], 4.0f);
+	gguf_w_u32(w, k[2], 4096);
+	gguf_w_f32(w, k[3], 0.9f);
+}
+
+/* YaRN on each RoPE layout: adjacent pairs (llama), NeoX with Q/K norms (qwen3), half rotated
+ * (chatglm), windowed (gemma3); the ramp covers pairs 10..23 (base 1e4) or 6..16 (1e6) of 32. */
+static void
+yarn_checks(const struct spec *specs, size_t n_spec, const int32_t *tok)
+{
+	for (size_t si = 0; si < n_spec; si++) {
+		struct spec s = specs[si];
+		struct kvc_backend_params bp = { .n_threads = 2 };
+		struct kvc_model m;
+		struct ref_config rc = ref_of(&s);
+		void *mem, *ctx = NULL;
+		char err[256] = "";
+
+		if (strstr(" llama qwen3 chatglm gemma3 ", s.arch) == NULL)
+			continue;	/* the others' layouts are these */
+		s.wtype = GGML_TYPE_F32;	/* a wrong blend or magnitude fails the float bound */
+		s.rope_freqs = false;
+		s.linear_scale = 0;
+		yarn_arch = s.arch;
+		struct gguf_file *f = open_spec(&s, &mem, extra_yarn);
+		int r = f ? model_load(&m, f, err, sizeof err) : -1;
+		double *ref = malloc((size_t)N_TOK * s.n_vocab * sizeof *ref), e = 1e9;
+		float *lg = malloc((size_t)N_TOK * s.n_vocab * sizeof *lg);
+
+		test_cond(r == 0 && m.hp.rope_yarn && fabsf(m.hp.rope_freq_scale - 0.25f) < 1e-7f &&
+		    fabsf(m.hp.rope_mscale - 0.9f * (1 + 0.1f * logf(4))) < 1e-6f, "%s yarn: load %s", s.arch, err);
+		rc.rope_freq_scale = 0.25;
+		rc.yarn_orig_ctx = 4096;
+		rc.yarn_attn_factor = 0.9;
+		if (r == 0 && ref_forward(f, &rc, tok, N_TOK, ref) == 0 &&
+		    kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0) {
+			e = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
+			kvc_backend_cpu.free(ctx);
+		}
+		printf("%-7s yarn  rel err %.2e\n", s.arch, e);
+		test_cond(e <= TOL_F32, "%s yarn: %g %s", s.arch, e, err);
+		if (r == 0)
+			model_free(&m);
+		free(ref), free(lg), free(mem);
+		gguf_close(f);
+	}
 }
 static void extra_longrope(struct gguf_writer *w)
 {
@@ -651,7 +707,7 @@ static void extra_longrope(struct gguf_writer *w)
 }
 static void extra_moe(struct gguf_writer *w)
 {
-	gguf_w_u32(w, "llama.expert_count", 8);
+	gguf_w_u32(w, "qwen2.expert_count", 8);	/* experts in a qwen2 file: not llama.cpp's */
 }
 
 static void
@@ -666,8 +722,8 @@ refusals(const struct spec *base)
 		const char *needle;
 	} cases[] = {
 		{ "unknown tensor", extra_unknown, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "attn_output.bias" },
-		{ "yarn", extra_yarn, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "yarn" },
-		{ "moe", extra_moe, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
+		{ "rope scaling", extra_scaling, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "longrope" },
+		{ "moe", extra_moe, "qwen2", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
 		{ "weight type", NULL, "llama", GGML_TYPE_Q2_K, KVC_EUNSUPPORTED, "Q2_K" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
@@ -838,5 +894,6 @@ main(void)
 	}
 	refusals(&specs[0]);
 	gemma_defaults();
+	yarn_checks(specs, sizeof specs / sizeof specs[0], tok);
 	return test_done();
 }

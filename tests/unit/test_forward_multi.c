@@ -8,7 +8,8 @@
  * changing anything; an evicted sequence is brought back by its own
  * prefill first. One gemma3 case has a window of 8 and prompts past its
  * bounded layers' capacity (2 * 8 - 1 + 128 = 143 slots), so the pass reads
- * trimmed caches at their slot offsets.
+ * trimmed caches at their slot offsets. The mixture-of-experts cases
+ * (qwen3moe, qwen2moe) group a pass's rows by the experts they chose.
  */
 #include "test.h"
 
@@ -185,6 +186,8 @@ main(void)
 		{ "llama", "q8_0", "f16", 0 }, { "qwen2", "q4_k", "f16", 0 }, { "qwen3", "f16", "f32", 0 },
 		{ "llama", "q6_k", "q8_0", 0 }, { "qwen2", "q4_0", "q8_0", 0 }, { "gemma3", "q5_k", "f16", 0 },
 		{ "gpt2", "f32", "f16", 0 }, { "phi3", "bf16", "f16", 0 }, { "gemma3", "q8_0", "f32", 8 },
+		/* experts: the pass groups its rows by expert as a prefill does */
+		{ "qwen3moe", "q4_k", "f16", 0 }, { "qwen2moe", "q8_0", "q8_0", 0 },
 	};
 	char dir[] = "/tmp/kvc-test-fmulti-XXXXXX";
 	const char *bd = getenv("top_builddir");

@@ -101,9 +101,12 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 	const struct gguf_file *f = eng_gguf(e);
 	double by_type[GGML_TYPE_COUNT] = { 0 };
 
-	printf("model:   %s (%s, %.1f M params, %.1f MiB read per token)\n",
-	    o->model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6,
-	    (double)m->weight_bytes / (1024.0 * 1024.0));
+	printf("model:   %s (%s, %.1f M params", o->model, model_arch_name(m->hp.arch), (double)m->n_params / 1e6);
+	/* experts: only n_expert_used of each layer's are read per token, and counted so */
+	if (m->hp.n_expert > 0)
+		printf(", %.1f M active: %d of %d experts", (double)m->n_params_active / 1e6,
+		    m->hp.n_expert_used, m->hp.n_expert);
+	printf(", %.1f MiB read per token)\n", (double)m->weight_bytes / (1024.0 * 1024.0));
 	/* Files called "Q4_K" mix types; say which, by size. */
 	for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
 		const struct gguf_tensor *t = gguf_tensor(f, i);

@@ -118,6 +118,19 @@ sub_info(int argc, char **argv)
 	    (long long)arch_int(f, arch, "attention.head_count_kv",
 		arch_int(f, arch, "attention.head_count", 0)));
 	printf("%-18s %lld\n", "feed-forward", (long long)arch_int(f, arch, "feed_forward_length", 0));
+	if (arch_int(f, arch, "expert_count", 0) > 0) {
+		/* the experts' width and the shared expert's from their tensors: keys may be absent */
+		const struct gguf_tensor *ex = gguf_find_tensor(f, "blk.0.ffn_up_exps.weight");
+		const struct gguf_tensor *sh = gguf_find_tensor(f, "blk.0.ffn_up_shexp.weight");
+
+		printf("%-18s %lld, %lld used per token", "experts", (long long)arch_int(f, arch, "expert_count", 0),
+		    (long long)arch_int(f, arch, "expert_used_count", 0));
+		if (ex != NULL)
+			printf(", %lld wide", (long long)ex->ne[1]);
+		if (sh != NULL)
+			printf("; shared expert %lld wide", (long long)sh->ne[1]);
+		printf("\n");
+	}
 
 	if (gguf_find_key(f, "tokenizer.ggml.model") < 0) {
 		printf("%-18s none\n", "vocabulary");
