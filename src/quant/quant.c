@@ -604,7 +604,7 @@ q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, in
 	float r;
 
 	if (q_iq_type(t))
-		return q_iq_dot_act(t, row, d, q, n);
+		return q_iq_dot_act(t, row, act, n);
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
 	    q_tile_rows_act(s != Q_SIMD_AVX2, t, row, 0, act, q_act_bytes(n), 1, n, &r, 1, 0, 1))
 		return r;
@@ -619,8 +619,11 @@ q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_by
 	const uint8_t *w = W, *a = act;
 	size_t ab = q_act_bytes(n_in);
 
-	/* the types of quant_iq.c have no tile kernel: one row and token at a time */
-	if (!q_iq_type(t) && s != Q_SIMD_SCALAR && q_avx2_cpu() &&
+	if (q_iq_type(t)) {
+		q_iq_matmul_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
+		return;
+	}
+	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
 	    q_tile_rows_act(s != Q_SIMD_AVX2, t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
 		return;
 	for (int64_t r = r0; r < r1; r++)

@@ -247,29 +247,61 @@ q_iq_dequant_block(enum gguf_dtype t, const uint8_t *blk, float *y)
 		y[e] = b.s[e / 16] * (float)b.q[e] - b.m[e / 16];
 }
 
-float
-q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const float *d, const int8_t *q, int64_t n)
+/*
+ * One row against n_tok <= ROW_TOKENS prepared tokens (ab bytes apart):
+ * each block is unpacked once for all of them. Every token's sums run in
+ * the same order whatever n_tok is, so its result is bitwise the same
+ * alone or in a batch.
+ */
+#define ROW_TOKENS 16
+
+static void
+row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
+    float *out, size_t out_stride)
 {
-	int64_t bs = q_iq_block_elems(t);
+	int64_t bs = q_iq_block_elems(t), nb32 = n / 32;
 	size_t bb = q_iq_block_bytes(t);
 	struct q_iq_int ib;
-	float sum = 0, msum = 0;
+	float sum[ROW_TOKENS] = {0}, msum[ROW_TOKENS] = {0};
 
-	if (bs == 0)
-		return 0;
-	for (int64_t b = 0; b < n / bs; b++) {
+	for (int64_t b = 0; bs > 0 && b < n / bs; b++) {
 		q_iq_unpack(t, row + (size_t)b * bb, &ib);
-		for (int g = 0; g < bs / 16; g++) {
-			int64_t e0 = b * bs + 16 * g;
-			int32_t isum = 0, xsum = 0;
-			for (int i = 0; i < 16; i++) {
-				isum += ib.q[16 * g + i] * q[e0 + i];
-				xsum += q[e0 + i];
+		for (int tok = 0; tok < n_tok; tok++) {
+			const float *d = (const float *)(act + (size_t)tok * ab);
+			const int8_t *q = (const int8_t *)(d + 2 * nb32);
+			for (int g = 0; g < bs / 16; g++) {
+				int64_t e0 = b * bs + 16 * g;
+				int32_t isum = 0, xsum = 0;
+				for (int i = 0; i < 16; i++) {
+					isum += ib.q[16 * g + i] * q[e0 + i];
+					xsum += q[e0 + i];
+				}
+				sum[tok] += ib.s[g] * d[e0 / 32] * (float)isum;
+				if (ib.has_m)
+					msum[tok] += ib.m[g] * d[e0 / 32] * (float)xsum;
 			}
-			sum += ib.s[g] * d[e0 / 32] * (float)isum;
-			if (ib.has_m)
-				msum += ib.m[g] * d[e0 / 32] * (float)xsum;
 		}
 	}
-	return sum - msum;
+	for (int tok = 0; tok < n_tok; tok++)
+		out[(size_t)tok * out_stride] = sum[tok] - msum[tok];
+}
+
+float
+q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const void *act, int64_t n)
+{
+	float r;
+
+	row_act(t, row, act, 0, 1, n, &r, 1);
+	return r;
+}
+
+void
+q_iq_matmul_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r++)
+		for (int t0 = 0; t0 < n_tok; t0 += ROW_TOKENS)
+			row_act(t, W + (size_t)r * rb, act + (size_t)t0 * ab, ab,
+			    n_tok - t0 < ROW_TOKENS ? n_tok - t0 : ROW_TOKENS, n_in,
+			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
 }

@@ -140,7 +140,10 @@ void q_iq_dequant_block(enum gguf_dtype t, const uint8_t *blk, float *y);
  * integer sum of q_x (so the offset also sees the rounded x: the error
  * bound is quant.h's with m_i = 0 and |w_i| the value's magnitude).
  */
-float q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const float *d, const int8_t *q, int64_t n);
+float q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const void *act, int64_t n);
+/* q_matmul_rows_act's loop for these types (act: tokens ab bytes apart); each result is q_iq_dot_act's */
+void q_iq_matmul_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 
 /* quant_ref_iq.c (libkvcref.a): quantise one block of floats; 0 or KVC_EUNSUPPORTED. */
 int q_iq_quantize_block(enum gguf_dtype t, const float *x, uint8_t *blk);
