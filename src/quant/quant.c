@@ -603,8 +603,13 @@ q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, in
 	const int8_t *q = (const int8_t *)(xs + nb);
 	float r;
 
-	if (q_iq_type(t))
-		return q_iq_dot_act(t, row, act, n);
+	if (q_iq_type(t)) {
+		/* a batch of one through the matrix kernel: bitwise its result */
+		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
+			return q_iq_dot_act(t, row, act, n);
+		q_iq_avx2_rows_act(t, row, 0, act, 0, 1, n, &r, 1, 0, 1);
+		return r;
+	}
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
 	    q_tile_rows_act(s != Q_SIMD_AVX2, t, row, 0, act, q_act_bytes(n), 1, n, &r, 1, 0, 1))
 		return r;
@@ -619,8 +624,11 @@ q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_by
 	const uint8_t *w = W, *a = act;
 	size_t ab = q_act_bytes(n_in);
 
-	if (q_iq_type(t)) {
-		q_iq_matmul_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
+	if (q_iq_type(t)) {	/* no tile kernel: quant_iq.c's loops, AVX2 products where the CPU has them */
+		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
+			q_iq_matmul_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
+		else
+			q_iq_avx2_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
 		return;
 	}
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&

@@ -101,6 +101,10 @@ const char *q_simd_name(void);
  * 4 products, then scale and add them 8 lanes per 32 values on AVX2, 16
  * lanes per 64 on AVX-512), so their results may differ in the last bits.
  *
+ * The quant_iq.h types (Q2_K, IQ*, MXFP4) have no tiles yet: their
+ * blocks are decoded once per row for up to 32 tokens and their products
+ * run on AVX2 (quant_iq_avx2.c), which the AVX-512 path uses too.
+ *
  * On the AVX2/AVX-512 paths the products run as tiles of 2 rows x 4
  * tokens (AVX2 int8), 4 x 4 (AVX-512 int8), 2 x 3 (AVX2 float) or 4 x 4
  * (AVX-512 float),

@@ -248,12 +248,11 @@ q_iq_dequant_block(enum gguf_dtype t, const uint8_t *blk, float *y)
 }
 
 /*
- * One row against n_tok <= ROW_TOKENS prepared tokens (ab bytes apart):
+ * One row against n_tok <= Q_IQ_TOKENS prepared tokens (ab bytes apart):
  * each block is unpacked once for all of them. Every token's sums run in
  * the same order whatever n_tok is, so its result is bitwise the same
  * alone or in a batch.
  */
-#define ROW_TOKENS 16
 
 static void
 row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
@@ -262,7 +261,7 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 	int64_t bs = q_iq_block_elems(t), nb32 = n / 32;
 	size_t bb = q_iq_block_bytes(t);
 	struct q_iq_int ib;
-	float sum[ROW_TOKENS] = {0}, msum[ROW_TOKENS] = {0};
+	float sum[Q_IQ_TOKENS] = {0}, msum[Q_IQ_TOKENS] = {0};
 
 	for (int64_t b = 0; bs > 0 && b < n / bs; b++) {
 		q_iq_unpack(t, row + (size_t)b * bb, &ib);
@@ -300,8 +299,8 @@ q_iq_matmul_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	for (int64_t r = r0; r < r1; r++)
-		for (int t0 = 0; t0 < n_tok; t0 += ROW_TOKENS)
+		for (int t0 = 0; t0 < n_tok; t0 += Q_IQ_TOKENS)
 			row_act(t, W + (size_t)r * rb, act + (size_t)t0 * ab, ab,
-			    n_tok - t0 < ROW_TOKENS ? n_tok - t0 : ROW_TOKENS, n_in,
+			    n_tok - t0 < Q_IQ_TOKENS ? n_tok - t0 : Q_IQ_TOKENS, n_in,
 			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
 }

@@ -141,8 +141,21 @@ void q_iq_dequant_block(enum gguf_dtype t, const uint8_t *blk, float *y);
  * bound is quant.h's with m_i = 0 and |w_i| the value's magnitude).
  */
 float q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const void *act, int64_t n);
-/* q_matmul_rows_act's loop for these types (act: tokens ab bytes apart); each result is q_iq_dot_act's */
+/*
+ * q_matmul_rows_act's loop for these types (act: tokens ab bytes apart);
+ * each result is q_iq_dot_act's. A row's blocks are decoded once for up to
+ * Q_IQ_TOKENS tokens.
+ */
+#define Q_IQ_TOKENS 32
 void q_iq_matmul_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+
+/*
+ * quant_iq_avx2.c, AVX2+FMA CPUs only: the same contract as
+ * q_iq_matmul_rows_act, AVX2 products (each (row, token) bitwise the same
+ * for any batch; within float rounding of the portable kernel's).
+ */
+void q_iq_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 
 /* quant_ref_iq.c (libkvcref.a): quantise one block of floats; 0 or KVC_EUNSUPPORTED. */

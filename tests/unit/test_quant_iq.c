@@ -266,7 +266,7 @@ test_dot(void)
 static void
 test_act(void)
 {
-	enum { N = 1024, N_OUT = 7, N_TOK = 5 };
+	enum { N = 1024, N_OUT = 7, N_TOK = 37 };	/* more tokens than one call decodes a block for (Q_IQ_TOKENS) */
 	static float x[N_TOK * N], w[N_OUT * N], yb[N_TOK * N_OUT], y1[N_OUT];
 	static uint8_t W[N_OUT * N], act[N_TOK * (N + 8 * N / 32)];
 	static double r[N];
