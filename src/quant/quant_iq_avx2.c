@@ -18,6 +18,46 @@
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
+/* 32 levels from 16 bytes of nibbles through a 16-entry table (elements 0-15 low nibbles, 16-31 high). */
+AVX2 static inline void
+nibbles32(const uint8_t *qs, __m256i table, int8_t *q)
+{
+	__m128i b = _mm_loadu_si128((const __m128i *)qs);
+	__m256i n = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0xF)),
+	    _mm_and_si128(b, _mm_set1_epi8(0xF)));
+
+	_mm256_storeu_si256((__m256i *)q, _mm256_shuffle_epi8(table, n));
+}
+
+/*
+ * q_iq_unpack for the nibble types (IQ4_NL, IQ4_XS, MXFP4) with a table
+ * lookup per 32 values: the same levels and scales; false for the others.
+ */
+AVX2 static bool
+unpack_nibbles(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
+{
+	const int8_t *tab = t == GGML_TYPE_MXFP4 ? q_mxfp4_values : q_iq4nl_values;
+	__m256i table;
+
+	if (t != GGML_TYPE_IQ4_NL && t != GGML_TYPE_IQ4_XS && t != GGML_TYPE_MXFP4)
+		return false;
+	table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
+	o->has_m = false;
+	if (t == GGML_TYPE_IQ4_XS) {
+		float d = q_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+		unsigned sh = (unsigned)(p[2] | p[3] << 8);
+		for (int b = 0; b < 8; b++) {
+			int ls = ((p[4 + b / 2] >> (4 * (b % 2))) & 0xF) | (int)((sh >> (2 * b)) & 3) << 4;
+			o->s[2 * b] = o->s[2 * b + 1] = d * (float)(ls - 32);
+			nibbles32(p + 8 + 16 * b, table, o->q + 32 * b);
+		}
+		return true;
+	}
+	o->s[0] = o->s[1] = t == GGML_TYPE_MXFP4 ? q_mxfp4_scale(p[0]) : q_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+	nibbles32(p + (t == GGML_TYPE_MXFP4 ? 1 : 2), table, o->q);
+	return true;
+}
+
 AVX2 static void
 row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
     float *out, size_t out_stride)
@@ -32,7 +72,8 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 	for (int tok = 0; tok < n_tok; tok++)
 		acc[tok] = _mm256_setzero_ps();
 	for (int64_t b = 0; bs > 0 && b < n / bs; b++) {
-		q_iq_unpack(t, row + (size_t)b * bb, &ib);
+		if (!unpack_nibbles(t, row + (size_t)b * bb, &ib))
+			q_iq_unpack(t, row + (size_t)b * bb, &ib);
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab);
 			const int8_t *q = (const int8_t *)(d + 2 * nb32);

@@ -260,8 +260,11 @@ test_dot(void)
 /*
  * The int8 kernels: |q_dot_act - exact| <= sum_b (d_b / 2) sum_{i in b} |w_i|
  * (the rounding of x; w the reference's values) plus float rounding of the
- * scaled group sums, on every path; and q_matmul_rows_act's result for each
- * (row, token) bitwise q_dot_act's, whatever rows and tokens share the call.
+ * scaled group sums, on every path; the SIMD paths within float rounding
+ * (1e-5 of sum |w| (|x| + d_b)) of the portable kernel's, which forms the
+ * same integer sums (a much tighter check than the bound: a scale off by
+ * one step fails it); and q_matmul_rows_act's result for each (row, token)
+ * bitwise q_dot_act's, whatever rows and tokens share the call.
  */
 static void
 test_act(void)
@@ -300,9 +303,12 @@ test_act(void)
 					}
 					bound += 1e-5 * mag;
 					float got = q_dot_act(s, t, W + row * rb, act + tok * ab, N);
-					if ((!(fabs(got - exact) <= bound) || yb[tok * N_OUT + row] != got) && bad++ < 3)
-						fprintf(stderr, "%s path %d row %d tok %d: %g (matmul %g) exact %g bound %g\n",
-						    gguf_dtype_name(t), p, row, tok, got, yb[tok * N_OUT + row], exact, bound);
+					float sc = q_dot_act(Q_SIMD_SCALAR, t, W + row * rb, act + tok * ab, N);
+					if ((!(fabs(got - exact) <= bound) || yb[tok * N_OUT + row] != got ||
+					    !(fabs(got - sc) <= 1e-5 * mag)) && bad++ < 3)
+						fprintf(stderr, "%s path %d row %d tok %d: %g (matmul %g, scalar %g) exact %g "
+						    "bound %g\n", gguf_dtype_name(t), p, row, tok, got, yb[tok * N_OUT + row], sc,
+						    exact, bound);
 				}
 			}
 			/* one token at a time, over ranges of rows: bitwise the batch's, rows outside untouched */
