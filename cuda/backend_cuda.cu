@@ -1028,6 +1028,20 @@ upload(struct cuda_ctx *c, const void *src, size_t bytes, void **dst, char *err,
 	return KVC_OK;
 }
 
+/* The weight types block_dot has a case for; the CPU computes more (Q2_K, IQ*, MXFP4). */
+static bool
+dev_type_ok(enum gguf_dtype t)
+{
+	switch (t) {
+	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
+	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
+	case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+		return true;
+	default:
+		return false;
+	}
+}
+
 /* The types cuBLAS multiplies as stored (the others are dequantised to F16 first). */
 static bool
 matmul_native(int type)
@@ -1046,6 +1060,11 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	memset(d, 0, sizeof *d);
 	if (w->data == NULL)
 		return KVC_OK;
+	if (!dev_type_ok(w->type)) {
+		/* block_dot would give zeros: refuse, the CPU backend runs these files */
+		kvc_err(err, errlen, "cuda: no kernel for %s weights (use --device cpu)", gguf_dtype_name(w->type));
+		return KVC_EUNSUPPORTED;
+	}
 	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
 		/* the float types run through 32-element pseudo-blocks */
 		kvc_err(err, errlen, "cuda: %s matrix with %lld columns (not a multiple of 32)",

@@ -37,7 +37,7 @@ static const char *const ftype_names[] = {
 	[19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S", [22] = "IQ3_XS",
 	[23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S",
 	[27] = "IQ3_M", [28] = "IQ2_S", [29] = "IQ2_M", [30] = "IQ4_XS",
-	[31] = "IQ1_M", [32] = "BF16", [36] = "TQ1_0", [37] = "TQ2_0",
+	[31] = "IQ1_M", [32] = "BF16", [36] = "TQ1_0", [37] = "TQ2_0", [38] = "MXFP4_MOE",
 };
 
 const char *

@@ -103,6 +103,7 @@ static const struct {
 	[GGML_TYPE_BF16] = { "BF16", 1, 2 },
 	[GGML_TYPE_TQ1_0] = { "TQ1_0", 256, 54 },
 	[GGML_TYPE_TQ2_0] = { "TQ2_0", 256, 66 },
+	[GGML_TYPE_MXFP4] = { "MXFP4", 32, 17 },
 };
 
 int64_t

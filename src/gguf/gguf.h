@@ -70,6 +70,7 @@ enum gguf_dtype {
 	GGML_TYPE_BF16 = 30,
 	GGML_TYPE_TQ1_0 = 34,
 	GGML_TYPE_TQ2_0 = 35,
+	GGML_TYPE_MXFP4 = 39,
 	GGML_TYPE_COUNT = 40
 };
 

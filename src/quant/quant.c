@@ -5,6 +5,7 @@
  * quantisers for fixtures in quant_ref.c.
  */
 #include "quant_impl.h"
+#include "quant_iq.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ q_block_elems(enum gguf_dtype t)
 	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
 	case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: return QK4_0;
 	case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return QK_K;
-	default: return 0;
+	default: return q_iq_block_elems(t);	/* Q2_K, IQ*, MXFP4: quant_iq.c */
 	}
 }
 
@@ -48,7 +49,7 @@ block_bytes(enum gguf_dtype t)
 	case GGML_TYPE_Q4_K: return sizeof(block_q4_K);
 	case GGML_TYPE_Q5_K: return sizeof(block_q5_K);
 	case GGML_TYPE_Q6_K: return sizeof(block_q6_K);
-	default: return 0;
+	default: return q_iq_block_bytes(t);
 	}
 }
 
@@ -220,6 +221,10 @@ deq_block(enum gguf_dtype t, const void *src, int64_t i, float *y)
 	union any_block b;
 	size_t bs = block_bytes(t);
 
+	if (q_iq_type(t)) {
+		q_iq_dequant_block(t, (const uint8_t *)src + (size_t)i * bs, y);
+		return;
+	}
 	memcpy(&b, (const uint8_t *)src + (size_t)i * bs, bs);
 	switch (t) {
 	case GGML_TYPE_Q8_0: deq_q8_0(&b.q8_0, y); break;
@@ -420,7 +425,7 @@ q_act_supported(enum gguf_dtype t)
 	case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
 		return true;
 	default:
-		return false;
+		return q_iq_type(t);	/* every type of quant_iq.c has an int8 kernel */
 	}
 }
 
@@ -598,6 +603,13 @@ q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, in
 	const int8_t *q = (const int8_t *)(xs + nb);
 	float r;
 
+	if (q_iq_type(t)) {
+		/* a batch of one through the matrix kernel: bitwise its result */
+		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
+			return q_iq_dot_act(t, row, act, n);
+		q_iq_avx2_rows_act(t, row, 0, act, 0, 1, n, &r, 1, 0, 1);
+		return r;
+	}
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
 	    q_tile_rows_act(s != Q_SIMD_AVX2, t, row, 0, act, q_act_bytes(n), 1, n, &r, 1, 0, 1))
 		return r;
@@ -612,6 +624,13 @@ q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_by
 	const uint8_t *w = W, *a = act;
 	size_t ab = q_act_bytes(n_in);
 
+	if (q_iq_type(t)) {	/* no tile kernel: quant_iq.c's loops, AVX2 products where the CPU has them */
+		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
+			q_iq_matmul_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
+		else
+			q_iq_avx2_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
+		return;
+	}
 	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
 	    q_tile_rows_act(s != Q_SIMD_AVX2, t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
 		return;

@@ -1,6 +1,8 @@
 /*
  * quant.h: the weight formats kvchat computes with: F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K. (Q5_0/Q5_1 are what
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, and (quant_iq.c, their
+ * blocks in the internal quant_iq.h) Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS,
+ * IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. (Q5_0/Q5_1 are what
  * llama.cpp's K-quant mixes fall back to for rows 256 does not divide, e.g.
  * Qwen2.5-0.5B's 896-wide matrices in a Q4_K_M file.) Block layouts are ggml's (part of the GGUF format);
  * all multi-byte fields are little-endian, fp16 scales are IEEE half.
@@ -99,6 +101,10 @@ const char *q_simd_name(void);
  * 4 products, then scale and add them 8 lanes per 32 values on AVX2, 16
  * lanes per 64 on AVX-512), so their results may differ in the last bits.
  *
+ * The quant_iq.h types (Q2_K, IQ*, MXFP4) have no tiles yet: their
+ * blocks are decoded once per row for up to 32 tokens and their products
+ * run on AVX2 (quant_iq_avx2.c), which the AVX-512 path uses too.
+ *
  * On the AVX2/AVX-512 paths the products run as tiles of 2 rows x 4
  * tokens (AVX2 int8), 4 x 4 (AVX-512 int8), 2 x 3 (AVX2 float) or 4 x 4
  * (AVX-512 float),
@@ -129,7 +135,9 @@ int64_t q_block_elems(enum gguf_dtype t);
  * (Q4_K/Q5_K sub-block min dmin * m_j, Q4_1/Q5_1 m; 0 for the other
  * types): the offset terms use the exact float sums of x, only the d * q
  * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K,
- * Q5_K, Q6_K (q_act_supported); others must use q_matmul_rows.
+ * Q5_K, Q6_K and the quant_iq.h types (q_act_supported; for Q2_K the
+ * offsets too see the rounded x, so its m_i is 0 in the bound and |w_i| the
+ * value's magnitude); others must use q_matmul_rows.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],

@@ -6,6 +6,7 @@
  * built into libkvcref.a, never into libkvchat.a.
  */
 #include "quant_impl.h"
+#include "quant_iq.h"
 #include "quant_ref.h"
 
 #include <math.h>
@@ -322,7 +323,11 @@ q_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 		case GGML_TYPE_Q4_K: quant_q4_k(x, &b.q4_k); break;
 		case GGML_TYPE_Q5_K: quant_q5_k(x, &b.q5_k); break;
 		case GGML_TYPE_Q6_K: quant_q6_k(x, &b.q6_k); break;
-		default: return KVC_EUNSUPPORTED;
+		default:
+			/* Q2_K, IQ*, MXFP4 (quant_ref_iq.c) write straight to dst */
+			if (q_iq_quantize_block(t, x, p + (size_t)i * bb) != 0)
+				return KVC_EUNSUPPORTED;
+			continue;
 		}
 		if (bs > 1)
 			memcpy(p + (size_t)i * bb, &b, bb);

@@ -17,6 +17,18 @@ for arch in llama qwen2 qwen3; do
 	done
 done
 
+# The later formats (quant_iq.c): each makes a model that kvchat reads,
+# names the type of, and generates from.
+for type in q2_k iq4_nl iq4_xs mxfp4 iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s; do
+	m="$TMPD/qwen2-$type.gguf"
+	check "mkmodel qwen2 $type" "$MKMODEL" -o "$m" --arch qwen2 --type "$type" --quiet
+	want=$(echo "$type" | tr a-z A-Z)
+	out=$(info "$m")
+	case $out in *"$want"*) ok ;; *) fail "$type: info does not name $want: $out" ;; esac
+	check "$type model generates" sh -c \
+	    "'$KVCHAT' generate -m '$m' --device cpu -n 4 --temp 0 -p hello >/dev/null 2>'$TMPD/err'"
+done
+
 # q4_k_m: Q6_K for ffn_down and output (untied llama)
 out=$(info "$TMPD/llama-q4_k_m.gguf")
 case $out in *Q6_K*) ok ;; *) fail "q4_k_m has no Q6_K tensors: $out" ;; esac
@@ -34,8 +46,10 @@ out=$(info "$TMPD/spm.gguf")
 case $out in *llama*1000*) ok ;; *) fail "spm vocab not padded to 1000: $out" ;; esac
 
 # A width no K-quant block divides falls back as llama.cpp does (Q4_K ->
-# Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) with a note, and the model runs.
-for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K q3_k:Q4_0:Q3_K; do
+# Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, the 256-value IQ
+# types -> IQ4_NL) with a note, and the model runs.
+for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K q3_k:Q4_0:Q3_K q2_k:Q4_0:Q2_K \
+    iq4_xs:IQ4_NL:IQ4_XS iq2_xxs:IQ4_NL:IQ2_XXS; do
 	t=${tf%%:*}; fb=${tf#*:}; fb=${fb%%:*}; orig=${tf##*:}
 	note=$("$MKMODEL" -o "$TMPD/odd-$t.gguf" --arch llama --type "$t" --n-embd 384 --n-head 6 --n-ff 512 2>&1)
 	case $note in *"$fb instead of $orig"*) ok ;; *) fail "$t: no $fb fallback note: $note" ;; esac
@@ -44,7 +58,7 @@ for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K q3_k:Q4_0:Q3_K; do
 done
 
 # Bad options are refused.
-check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type q2_k 2>/dev/null"
+check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type iq1_s 2>/dev/null"
 check "vocab smaller than the fixture refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --n-vocab 10 2>/dev/null"
 
 done_testing

@@ -1,0 +1,344 @@
+/*
+ * test_quant_iq.c: the Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS,
+ * IQ2_XS and IQ2_S formats: the lattice tables against their definition,
+ * dequantisation bitwise against the float64 reference written from the
+ * format (tests/fixtures/ref_dequant.c) on random blocks, the fixture
+ * quantisers, the float dot and the int8-activation kernels within their
+ * bounds, and every kernel's (row, token) result bitwise the same whatever
+ * the batch (batch independence).
+ */
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "quant/quant_iq.h"
+#include "quant/quant_ref.h"
+#include "../fixtures/ref_dequant.h"
+#include "test.h"
+
+#include <stdint.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static uint32_t
+rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static float
+frand(void)	/* uniform in [-1, 1) */
+{
+	return (float)(rnd() & 0xFFFFFF) / (float)(1 << 23) - 1.0f;
+}
+
+static const enum gguf_dtype types[] = {
+	GGML_TYPE_Q2_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_IQ3_XXS,
+	GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+};
+#define N_TYPES (sizeof types / sizeof types[0])
+
+static uint64_t
+fnv(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* the bytes of every entry of a grid are among the format's levels, and no entry repeats */
+static int
+grid_bad(const void *grid, int count, int bytes, const uint8_t *levels, int nlev)
+{
+	int bad = 0;
+
+	for (int k = 0; k < count; k++) {
+		uint64_t g = bytes == 8 ? ((const uint64_t *)grid)[k] : ((const uint32_t *)grid)[k];
+		for (int j = 0; j < bytes; j++) {
+			int ok = 0;
+			for (int v = 0; v < nlev; v++)
+				ok |= (int)((g >> (8 * j)) & 0xFF) == levels[v];
+			bad += !ok;
+		}
+		for (int m = 0; m < k; m++)
+			bad += (bytes == 8 ? ((const uint64_t *)grid)[m] : ((const uint32_t *)grid)[m]) == g;
+	}
+	return bad;
+}
+
+static void
+test_tables(void)
+{
+	static const uint8_t l2[] = {0x08, 0x19, 0x2b}, l3x[] = {4, 12, 20, 28, 36, 44, 52, 62},
+	    l3s[] = {1, 3, 5, 7, 9, 11, 13, 15};
+	int bad = 0;
+
+	/* the checksums scripts/gen-quant-grid.py printed when it wrote quant_grid.c (x86 is little-endian) */
+	test_cond(fnv(q_iq_ksigns, sizeof q_iq_ksigns) == 0xf19ba8f8c3292ba5ull, "ksigns checksum");
+	test_cond(fnv(q_iq2xxs_grid, sizeof q_iq2xxs_grid) == 0xbb4ee025b5ac6e8eull, "iq2xxs checksum");
+	test_cond(fnv(q_iq2xs_grid, sizeof q_iq2xs_grid) == 0xc9b1ee61e79909bdull, "iq2xs checksum");
+	test_cond(fnv(q_iq2s_grid, sizeof q_iq2s_grid) == 0x123edd38a3b62b90ull, "iq2s checksum");
+	test_cond(fnv(q_iq3xxs_grid, sizeof q_iq3xxs_grid) == 0xdfa5dc83d6a155d5ull, "iq3xxs checksum");
+	test_cond(fnv(q_iq3s_grid, sizeof q_iq3s_grid) == 0xfa37020c25b44829ull, "iq3s checksum");
+	test_cond(fnv(q_iq4nl_values, 16) == 0x055d06d2d8fa0f75ull, "iq4nl checksum");
+	test_cond(grid_bad(q_iq2xxs_grid, 256, 8, l2, 3) == 0, "iq2xxs grid levels");
+	test_cond(grid_bad(q_iq2xs_grid, 512, 8, l2, 3) == 0, "iq2xs grid levels");
+	test_cond(grid_bad(q_iq2s_grid, 1024, 8, l2, 3) == 0, "iq2s grid levels");
+	test_cond(grid_bad(q_iq3xxs_grid, 256, 4, l3x, 8) == 0, "iq3xxs grid levels");
+	test_cond(grid_bad(q_iq3s_grid, 512, 4, l3s, 8) == 0, "iq3s grid levels");
+	/* spot values of the grids (first and last entries) */
+	test_cond(q_iq2xxs_grid[0] == 0x0808080808080808ull && q_iq2xxs_grid[1] == 0x080808080808082bull,
+	    "iq2xxs spot");
+	test_cond(q_iq3xxs_grid[0] == 0x04040404u && q_iq3s_grid[0] == 0x01010101u && q_iq3s_grid[1] == 0x01010103u,
+	    "iq3 spot");
+	/* the sign table: 7 bits as given, the 8th the parity */
+	for (int s = 0; s < 128; s++)
+		bad += q_iq_ksigns[s] != (s | (__builtin_popcount((unsigned)s) & 1) << 7);
+	test_cond(bad == 0, "ksigns parity: %d bad", bad);
+	/* IQ4_NL: 16 increasing levels from -127 to 113; MXFP4: twice E2M1, sign in bit 3 */
+	bad = q_iq4nl_values[0] != -127 || q_iq4nl_values[15] != 113;
+	for (int k = 1; k < 16; k++)
+		bad += q_iq4nl_values[k] <= q_iq4nl_values[k - 1];
+	static const int e2m1x2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+	for (int k = 0; k < 16; k++)
+		bad += q_mxfp4_values[k] != (k & 8 ? -e2m1x2[k & 7] : e2m1x2[k & 7]);
+	test_cond(bad == 0, "iq4nl/mxfp4 levels: %d bad", bad);
+	test_cond(q_mxfp4_scale(0) == ldexpf(1, -128) && q_mxfp4_scale(128) == 1 && q_mxfp4_scale(255) == ldexpf(1, 127),
+	    "e8m0 scale");
+}
+
+static void
+test_sizes(void)
+{
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		enum gguf_dtype t = types[ti];
+		int64_t b = q_block_elems(t);
+		test_cond(q_supported(t) && q_act_supported(t), "%s supported", gguf_dtype_name(t));
+		test_cond(b == gguf_dtype_block(t) && q_row_bytes(t, 4 * b) == 4 * gguf_dtype_size(t) &&
+		    q_row_bytes(t, b + 16) == 0, "%s sizes", gguf_dtype_name(t));
+	}
+	test_cond(strcmp(gguf_dtype_name(GGML_TYPE_MXFP4), "MXFP4") == 0 && gguf_dtype_size(GGML_TYPE_MXFP4) == 17,
+	    "MXFP4 in gguf");
+	test_cond(!q_supported(GGML_TYPE_IQ1_S) && !q_supported(GGML_TYPE_IQ1_M), "IQ1 not supported");
+}
+
+/* Random bytes, with each fp16 scale a random normal half in [2^-10, 4) (MXFP4: exponents 100..150). */
+static void
+random_block(enum gguf_dtype t, uint8_t *p)
+{
+	size_t bb = gguf_dtype_size(t);
+	int off[2] = {0, -1};
+
+	for (size_t i = 0; i < bb; i++)
+		p[i] = (uint8_t)rnd();
+	if (t == GGML_TYPE_MXFP4) {
+		p[0] = (uint8_t)(100 + rnd() % 51);
+		return;
+	}
+	if (t == GGML_TYPE_Q2_K) {
+		off[0] = 80;
+		off[1] = 82;
+	}
+	for (int k = 0; k < 2 && off[k] >= 0; k++) {
+		uint16_t h = q_f32_to_fp16(ldexpf(1 + (float)(rnd() % 1024) / 1024, (int)(rnd() % 12) - 10));
+		if (rnd() & 1)
+			h |= 0x8000;
+		p[off[k]] = (uint8_t)h;
+		p[off[k] + 1] = (uint8_t)(h >> 8);
+	}
+}
+
+/* Every value of random rows, at an odd address, equals the float64 reference's (exact in a float). */
+static void
+test_dequant(void)
+{
+	enum { NB = 64 };
+	static uint8_t raw[NB * 136 + 1];
+	static float y[NB * 256];
+	static double r[NB * 256];
+
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		enum gguf_dtype t = types[ti];
+		int64_t n = NB * q_block_elems(t);
+		uint8_t *row = raw + 1;
+		int bad = 0;
+		test_cond(ref_dequant_known(t), "reference knows %s", gguf_dtype_name(t));
+		for (int b = 0; b < NB; b++)
+			random_block(t, row + (size_t)b * gguf_dtype_size(t));
+		q_dequant_row(t, row, y, n);
+		ref_dequant_row(t, row, r, n);
+		for (int64_t i = 0; i < n; i++)
+			if (y[i] != (float)r[i] && bad++ < 3)
+				fprintf(stderr, "%s value %lld: %.9g, reference %.17g\n", gguf_dtype_name(t),
+				    (long long)i, y[i], r[i]);
+		test_cond(bad == 0, "%s dequantisation bitwise the reference's: %d bad", gguf_dtype_name(t), bad);
+	}
+}
+
+/*
+ * The fixture quantisers: rows quantised at an odd address decode (through
+ * the reference) to values near the input. The bound is loose and per
+ * type, from the levels each format has per group: a check that the
+ * encoding is the intended one, not a measure of quality.
+ */
+static void
+test_quantize(void)
+{
+	enum { N = 2048 };
+	static float x[N];
+	static uint8_t raw[N + 1];
+	static double r[N];
+	/* relative RMS error allowed: 2-bit grids coarse, 4-bit levels fine */
+	static const double max_rel[N_TYPES] = {0.45, 0.12, 0.12, 0.2, 0.3, 0.3, 0.6, 0.55, 0.5};
+
+	for (int i = 0; i < N; i++)
+		x[i] = frand() * (1 + (float)(i % 37) / 8);
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		enum gguf_dtype t = types[ti];
+		double e2 = 0, x2 = 0;
+		test_cond(q_quantize_row(t, x, raw + 1, N) == 0, "%s quantises", gguf_dtype_name(t));
+		ref_dequant_row(t, raw + 1, r, N);
+		for (int i = 0; i < N; i++) {
+			e2 += (r[i] - x[i]) * (r[i] - x[i]);
+			x2 += (double)x[i] * x[i];
+		}
+		test_cond(sqrt(e2 / x2) <= max_rel[ti], "%s relative RMS error %.3f > %.2f", gguf_dtype_name(t),
+		    sqrt(e2 / x2), max_rel[ti]);
+	}
+	float z[256] = {0};
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		double rz[256];
+		int bad = 0;
+		q_quantize_row(types[ti], z, raw, q_block_elems(types[ti]));
+		ref_dequant_row(types[ti], raw, rz, q_block_elems(types[ti]));
+		for (int i = 0; i < q_block_elems(types[ti]); i++)
+			bad += rz[i] != 0;
+		test_cond(bad == 0, "%s zeros stay zeros", gguf_dtype_name(types[ti]));
+	}
+}
+
+/* the float kernel (q_dot): within float summation's bound of the exact dot of the reference's values */
+static void
+test_dot(void)
+{
+	enum { N = 4096 };
+	static float x[N], w[N];
+	static uint8_t raw[N + 1];
+	static double r[N];
+
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		enum gguf_dtype t = types[ti];
+		for (int64_t n = q_block_elems(t); n <= N; n *= 4) {
+			double want = 0, mag = 0;
+			for (int64_t i = 0; i < n; i++) {
+				w[i] = frand() * (1 + (float)(i % 97) / 10);
+				x[i] = frand();
+			}
+			q_quantize_row(t, w, raw + 1, n);
+			ref_dequant_row(t, raw + 1, r, n);
+			for (int64_t i = 0; i < n; i++) {
+				want += r[i] * x[i];
+				mag += fabs(r[i] * x[i]);
+			}
+			/* recursive float summation of n products: |error| <= (n + 1) u sum |w x| */
+			double tol = (double)(n + 1) * ldexp(1, -24) * mag;
+			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
+				float got = q_dot_simd((enum q_simd)p, t, raw + 1, x, n);
+				test_cond(fabs(got - want) <= tol, "%s n %lld path %d: %g want %g (bound %g)",
+				    gguf_dtype_name(t), (long long)n, p, got, want, tol);
+			}
+		}
+	}
+}
+
+/*
+ * The int8 kernels: |q_dot_act - exact| <= sum_b (d_b / 2) sum_{i in b} |w_i|
+ * (the rounding of x; w the reference's values) plus float rounding of the
+ * scaled group sums, on every path; the SIMD paths within float rounding
+ * (1e-5 of sum |w| (|x| + d_b)) of the portable kernel's, which forms the
+ * same integer sums (a much tighter check than the bound: a scale off by
+ * one step fails it); and q_matmul_rows_act's result for each (row, token)
+ * bitwise q_dot_act's, whatever rows and tokens share the call.
+ */
+static void
+test_act(void)
+{
+	enum { N = 1024, N_OUT = 7, N_TOK = 37 };	/* more tokens than one call decodes a block for (Q_IQ_TOKENS) */
+	static float x[N_TOK * N], w[N_OUT * N], yb[N_TOK * N_OUT], y1[N_OUT];
+	static uint8_t W[N_OUT * N], act[N_TOK * (N + 8 * N / 32)];
+	static double r[N];
+	static const int ranges[][2] = { { 0, 7 }, { 3, 7 }, { 1, 4 }, { 5, 6 } };
+	size_t ab = q_act_bytes(N);
+
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	for (size_t ti = 0; ti < N_TYPES; ti++) {
+		enum gguf_dtype t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		int bad = 0, bad_batch = 0;
+		for (int r0 = 0; r0 < N_OUT; r0++)
+			q_quantize_row(t, w + r0 * N, W + r0 * rb, N);
+		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
+			enum q_simd s = (enum q_simd)p;
+			q_matmul_rows_act(s, t, W, rb, act, N_TOK, N, yb, N_OUT, 0, N_OUT);
+			for (int row = 0; row < N_OUT; row++) {
+				ref_dequant_row(t, W + row * rb, r, N);
+				for (int tok = 0; tok < N_TOK; tok++) {
+					const float *xt = x + tok * N, *d = (const float *)(act + tok * ab);
+					double exact = 0, bound = 0, mag = 0;
+					for (int i = 0; i < N; i++) {
+						exact += r[i] * xt[i];
+						bound += d[i / 32] / 2 * fabs(r[i]);
+						mag += fabs(r[i]) * (fabs(xt[i]) + d[i / 32]);
+					}
+					bound += 1e-5 * mag;
+					float got = q_dot_act(s, t, W + row * rb, act + tok * ab, N);
+					float sc = q_dot_act(Q_SIMD_SCALAR, t, W + row * rb, act + tok * ab, N);
+					if ((!(fabs(got - exact) <= bound) || yb[tok * N_OUT + row] != got ||
+					    !(fabs(got - sc) <= 1e-5 * mag)) && bad++ < 3)
+						fprintf(stderr, "%s path %d row %d tok %d: %g (matmul %g, scalar %g) exact %g "
+						    "bound %g\n", gguf_dtype_name(t), p, row, tok, got, yb[tok * N_OUT + row], sc,
+						    exact, bound);
+				}
+			}
+			/* one token at a time, over ranges of rows: bitwise the batch's, rows outside untouched */
+			for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+				for (int tok = 0; tok < N_TOK; tok++) {
+					for (int k = 0; k < N_OUT; k++)
+						y1[k] = -1e30f;
+					q_matmul_rows_act(s, t, W, rb, act + tok * ab, 1, N, y1, N_OUT,
+					    ranges[ri][0], ranges[ri][1]);
+					for (int k = 0; k < N_OUT; k++) {
+						bool in = k >= ranges[ri][0] && k < ranges[ri][1];
+						bad_batch += in ? y1[k] != yb[tok * N_OUT + k] : y1[k] != -1e30f;
+					}
+				}
+			}
+		}
+		test_cond(bad == 0, "%s int8 kernels within the bound: %d bad", gguf_dtype_name(t), bad);
+		test_cond(bad_batch == 0, "%s int8 kernels batch independent: %d bad", gguf_dtype_name(t), bad_batch);
+	}
+}
+
+int
+main(void)
+{
+	printf("simd: %s\n", q_simd_name());
+	test_tables();
+	test_sizes();
+	test_dequant();
+	test_quantize();
+	test_dot();
+	test_act();
+	return test_done();
+}
