@@ -48,7 +48,7 @@ struct kvc_repl {
 	int recap;			/* messages shown on resume (--recap) */
 };
 
-/* options.c */
+/* notice.c */
 /*
  * More --threads than the cores this process may run on: cut to the cores,
  * saying so on stderr (the chat and every subcommand, before the engine
@@ -56,8 +56,6 @@ struct kvc_repl {
  */
 struct kvc_engine_params;
 void repl_cap_threads(struct kvc_engine_params *ep);
-
-/* notice.c */
 /* An error line "kvchat: ..." on stderr (red on a terminal); r may be NULL. */
 void repl_error(struct kvc_repl *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A notice line "kvchat: LINE" on stderr (yellow on a terminal); arg is the
