@@ -299,16 +299,3 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	return 0;
 }
-
-void
-repl_cap_threads(struct kvc_engine_params *ep)
-{
-	int cores = kvc_n_cores();
-
-	/* 999 threads on 2 cores took turns: a 67 s first token, 0.6 tok/s. */
-	if (cores > 0 && ep->n_threads > cores) {
-		fprintf(stderr, "kvchat: --threads %d is more than the %d cores this process may "
-		    "run on; using %d\n", ep->n_threads, cores, cores);
-		ep->n_threads = cores;
-	}
-}

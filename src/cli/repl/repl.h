@@ -60,15 +60,6 @@ struct kvc_repl {
 	struct repl_think stream;	/* the reply streaming now: reasoning or answer */
 };
 
-/* options.c */
-/*
- * More --threads than the cores this process may run on: cut to the cores,
- * saying so on stderr (the chat and every subcommand, before the engine
- * starts).
- */
-struct kvc_engine_params;
-void repl_cap_threads(struct kvc_engine_params *ep);
-
 /* think.c */
 /* Before a reply streams: whether the prompt left it inside a reasoning block. */
 void repl_think_begin(struct kvc_repl *r);
@@ -80,6 +71,14 @@ void repl_think_end(struct kvc_repl *r);
 int repl_think_tokens(struct kvc_repl *r);
 
 /* notice.c */
+/*
+ * More --threads than the cores this process may run on: cut to the cores,
+ * saying so on stderr (the chat and every subcommand, before the engine
+ * starts).
+ */
+struct kvc_engine_params;
+void repl_cap_threads(struct kvc_engine_params *ep);
+
 /* An error line "kvchat: ..." on stderr (red on a terminal); r may be NULL. */
 void repl_error(struct kvc_repl *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A notice line "kvchat: LINE" on stderr (yellow on a terminal); arg is the
