@@ -133,7 +133,9 @@ arith(struct ev *e, int op, struct jj_val a, struct jj_val b)
 {
 	static const char *const names[] = { "+", "-", "*", "/", "//", "%", "**" };
 	bool ints = a.t != JV_FLOAT && b.t != JV_FLOAT;
-	int64_t x = a.t == JV_INT ? a.u.i : a.u.b, y = b.t == JV_INT ? b.u.i : b.u.b, r;
+	/* a float's union holds no int: read the int side only for ints and bools */
+	int64_t x = a.t == JV_INT ? a.u.i : a.t == JV_BOOL ? a.u.b : 0;
+	int64_t y = b.t == JV_INT ? b.u.i : b.t == JV_BOOL ? b.u.b : 0, r;
 	double fx = jv_num(a), fy = jv_num(b);
 
 	if ((op == OP_DIV || op == OP_FDIV || op == OP_MOD) && fy == 0.0)
