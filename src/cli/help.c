@@ -52,6 +52,24 @@ help_environment(FILE *f)
 "See kvchat(1).\n");
 }
 
+/* The FILES section of --help (the man page's FILES). */
+static void
+help_files(FILE *f)
+{
+	fprintf(f,
+"\n"
+"Files:\n"
+"  $XDG_DATA_HOME/kvchat/sessions.db    conversations (default ~/.local/share)\n"
+"  $XDG_DATA_HOME/kvchat/models/        models kvchat finds by itself\n"
+"  $XDG_STATE_HOME/kvchat/history       line-editing history (default ~/.local/state)\n"
+"  also searched for models: ollama's store (~/.ollama/models), the Hugging\n"
+"  Face hub cache, LM Studio's models folder\n"
+"  Files kvchat writes are created 0600 and its folders 0700; a database\n"
+"  folder others can write is refused. ~ is $HOME, or the password database's\n"
+"  home when $HOME is unset or relative.\n"
+"\n");
+}
+
 /*
  * The whole --help text, in one place: man/kvchat.1 documents the same
  * options, commands, files and environment. The chat's /commands come from
@@ -174,17 +192,6 @@ cli_help(FILE *f, void (*print_commands)(FILE *f))
 "Other commands:\n");
 	for (const struct cli_subcommand *c = cli_subcommands; c->name; c++)
 		fprintf(f, "  kvchat %s\n", c->usage);
-	fprintf(f,
-"\n"
-"Files:\n"
-"  $XDG_DATA_HOME/kvchat/sessions.db    conversations (default ~/.local/share)\n"
-"  $XDG_DATA_HOME/kvchat/models/        models kvchat finds by itself\n"
-"  $XDG_STATE_HOME/kvchat/history       line-editing history (default ~/.local/state)\n"
-"  also searched for models: ollama's store (~/.ollama/models), the Hugging\n"
-"  Face hub cache, LM Studio's models folder\n"
-"  Files kvchat writes are created 0600 and its folders 0700; a database\n"
-"  folder others can write is refused. ~ is $HOME, or the password database's\n"
-"  home when $HOME is unset or relative.\n"
-"\n");
+	help_files(f);
 	help_environment(f);
 }

@@ -87,9 +87,20 @@ conv_retokenize(struct conv *c, char *err, size_t errlen)
 		int32_t *ids;
 
 		t.n = 0;
-		/* The first message's ids hold the system prompt before it. */
-		rc = chat_render_delta(eng_tokenizer(c->m->e), c->m->p.family, c->m->jinja, v,
-		    i == 0 ? 0 : at, at + 1, v[at].role == CHAT_USER, &t, err, errlen);
+		if (c->m->p.family == CHAT_JINJA && v[at].role == CHAT_ASSISTANT && i > 0) {
+			/*
+			 * The model's own template renders a delta only after a
+			 * reply's ids: a reply's ids are its text's tokens, as
+			 * generated ones are, and the template's closing of the
+			 * turn comes with the next delta.
+			 */
+			rc = tok_encode(eng_tokenizer(c->m->e), v[at].text, strlen(v[at].text), 0,
+			    &t, err, errlen);
+		} else {
+			/* The first message's ids hold the system prompt before it. */
+			rc = conv_render_delta(c->m, v, i == 0 ? 0 : at, at + 1,
+			    v[at].role == CHAT_USER, &t, err, errlen);
+		}
 		if (rc)
 			break;
 		ids = malloc((t.n > 0 ? t.n : 1) * sizeof *ids);
@@ -102,6 +113,10 @@ conv_retokenize(struct conv *c, char *err, size_t errlen)
 		free(c->msgs[i].ids);
 		c->msgs[i].ids = ids;
 		c->msgs[i].n_ids = (int)t.n;
+		if (c->m->p.family == CHAT_JINJA && v[at].role == CHAT_ASSISTANT) {
+			v[at].ids = ids;	/* what the next delta follows */
+			v[at].n_ids = t.n;
+		}
 	}
 	kvc_tokens_free(&t);
 	free(v);

@@ -432,6 +432,27 @@ pick_template(struct kvc_repl *r, const struct repl_opts *o, const char **jinja,
 	return fam < 0 ? CHAT_CHATML : fam;
 }
 
+/* --draft: its engine, with the model's context and the same vocabulary. 0 or 1. */
+static int
+open_draft(const struct repl_opts *o, struct kvc_engine *e, struct kvc_engine **draft)
+{
+	struct kvc_engine_params dp = o->ep;
+	char err[512];
+
+	dp.n_ctx = eng_n_ctx(e);
+	dp.progress = NULL;
+	if (eng_open(draft, o->draft, &dp, err, sizeof err) != 0) {
+		fprintf(stderr, "kvchat: draft model %s: %s\n", o->draft, err);
+		return 1;
+	}
+	if (!eng_same_vocab(e, *draft)) {
+		fprintf(stderr, "kvchat: draft model %s: its vocabulary differs from the model's\n",
+		    o->draft);
+		return 1;
+	}
+	return 0;
+}
+
 int
 repl_main(int argc, char **argv)
 {
@@ -502,21 +523,8 @@ repl_main(int argc, char **argv)
 	}
 
 	warn_engine_options(&o, r.e);
-	if (o.draft != NULL) {
-		struct kvc_engine_params dp = o.ep;
-
-		dp.n_ctx = eng_n_ctx(r.e);
-		dp.progress = NULL;
-		if (eng_open(&draft, o.draft, &dp, err, sizeof err) != 0) {
-			fprintf(stderr, "kvchat: draft model %s: %s\n", o.draft, err);
-			goto out;
-		}
-		if (!eng_same_vocab(r.e, draft)) {
-			fprintf(stderr, "kvchat: draft model %s: its vocabulary differs from the model's\n",
-			    o.draft);
-			goto out;
-		}
-	}
+	if (o.draft != NULL && open_draft(&o, r.e, &draft) != 0)
+		goto out;
 	if ((fam = pick_template(&r, &o, &jinja, &tmpl_text)) < 0)
 		goto out;
 	memset(&cp, 0, sizeof cp);
