@@ -67,3 +67,25 @@ kvrun() {
 # reaches a server on its way out ("server exited unexpectedly").
 KVC_TMUX_CONF="$TMPD/tmux.conf"
 printf 'set -s exit-empty off\n' >"$KVC_TMUX_CONF"
+
+# serve_start DB ARGS...: kvchat serve -m "$M" --db DB on a free loopback
+# port, its stderr appended to $TMPD/serve.err; SPID is its pid and PORT
+# the port its "listening" line names. A server that does not start fails
+# the test with its messages.
+serve_start() {
+	_db=$1
+	shift
+	: >"$TMPD/serve.err"
+	"$KVCHAT" serve -m "$M" --port 0 --db "$_db" --threads 2 "$@" 2>>"$TMPD/serve.err" &
+	SPID=$!
+	PORT=""
+	for _i in $(seq 1 300); do
+		PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
+		[ -n "$PORT" ] && break
+		kill -0 "$SPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$PORT" ]; then
+		echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1
+	fi
+}

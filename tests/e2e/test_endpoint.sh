@@ -15,17 +15,7 @@ tiny_model 11
 SPID=""
 trap '[ -n "$SPID" ] && kill "$SPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
 printf 'endpoint-key-1\n' >"$TMPD/key"
-"$KVCHAT" serve -m "$M" --port 0 --db "$TMPD/server.db" --threads 2 \
-    --api-key-file "$TMPD/key" 2>"$TMPD/serve.err" &
-SPID=$!
-PORT=""
-for _i in $(seq 1 300); do
-	PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
-	[ -n "$PORT" ] && break
-	kill -0 "$SPID" 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$PORT" ] || { echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1; }
+serve_start "$TMPD/server.db" --api-key-file "$TMPD/key"
 URL="http://127.0.0.1:$PORT/v1"
 DB="$TMPD/local.db"
 EP="--endpoint $URL --api-key-file $TMPD/key --db $DB --temp 0 -n 10"

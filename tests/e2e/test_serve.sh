@@ -35,22 +35,8 @@ stop_server() {
 }
 trap 'stop_server quiet; [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
 
-# start_server ARGS...: kvchat serve on a free port; PORT from its "listening" line.
-start_server() {
-	: >"$TMPD/serve.err"
-	"$KVCHAT" serve -m "$M" --port 0 --db "$DB" --threads 2 "$@" 2>>"$TMPD/serve.err" &
-	SPID=$!
-	PORT=""
-	for _i in $(seq 1 300); do
-		PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
-		[ -n "$PORT" ] && break
-		kill -0 "$SPID" 2>/dev/null || break
-		sleep 0.1
-	done
-	if [ -z "$PORT" ]; then
-		echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1
-	fi
-}
+# start_server ARGS...: kvchat serve on the test's database (lib.sh's serve_start).
+start_server() { serve_start "$DB" "$@"; }
 
 client() {
 	if python3 "$top_srcdir/tests/e2e/serve_client.py" "$1" "$PORT" "$KVCHAT" "$M" "$TMPD"; then

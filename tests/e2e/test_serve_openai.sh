@@ -24,17 +24,7 @@ tiny_model 11
 SPID=""
 trap '[ -n "$SPID" ] && kill "$SPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
 printf 'test-key-12345\n' >"$TMPD/key"
-"$KVCHAT" serve -m "$M" --port 0 --db "$TMPD/s.db" --threads 2 --api-key-file "$TMPD/key" \
-    2>"$TMPD/serve.err" &
-SPID=$!
-PORT=""
-for _i in $(seq 1 300); do
-	PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\)\/v1.*/\1/p' "$TMPD/serve.err")
-	[ -n "$PORT" ] && break
-	kill -0 "$SPID" 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$PORT" ] || { echo "FAIL: kvchat serve did not start:"; cat "$TMPD/serve.err"; exit 1; }
+serve_start "$TMPD/s.db" --api-key-file "$TMPD/key"
 
 "$VENV/bin/python" - "$PORT" "$KVCHAT" "$M" <<'PY'
 import subprocess, sys
