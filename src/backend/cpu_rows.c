@@ -11,7 +11,6 @@
 #include "backend.h"
 #include "cpu_arch.h"
 #include "cpu_int.h"
-#include "cpu_simd.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -20,33 +19,12 @@
 #define ROWS_MIN_SPLIT 4
 
 void
-cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-	double ss;
-	float sc;
-	int i;
-
-#ifdef HAVE_X86_SIMD
-	if (kvc_cpu_avx2()) {
-		sc = (float)(1.0 / sqrt(cpu_sumsq_avx(x, n) / n + eps));
-		cpu_scale_mul_avx(y, x, sc, w, n);
-		return;
-	}
-#endif
-	for (ss = 0, i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	sc = (float)(1.0 / sqrt(ss / n + eps));
-	for (i = 0; i < n; i++)
-		y[i] = x[i] * sc * w[i];
-}
-
-void
 cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
 {
 	if (c->hp.layer_norm)
 		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
 	else
-		cpu_rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
+		c->kern->rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
 }
 
 /* A step over a chunk's tokens; see cpu_rows_qkv and cpu_rows_residual. */
@@ -105,16 +83,16 @@ qkv_run(void *arg, int ith, int nth)
 		}
 		for (h = 0; h < hp->n_head; h++) {
 			if (v->q_norm)
-				cpu_rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
+				c->kern->rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
 			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
 		for (h = 0; h < hp->n_head_kv; h++) {
 			if (v->k_norm)
-				cpu_rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
+				c->kern->rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
 			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
-		cpu_kv_store_row(kv, kv->k[j->il], slot, k, c->kv_dim);
-		cpu_kv_store_row(kv, kv->v[j->il], slot, vv, c->kv_dim);
+		cpu_kv_store_row(c, kv, kv->k[j->il], slot, k, c->kv_dim);
+		cpu_kv_store_row(c, kv, kv->v[j->il], slot, vv, c->kv_dim);
 	}
 }
 
@@ -142,7 +120,7 @@ residual_run(void *arg, int ith, int nth)
 				for (i = 0; i < E; i++)
 					xb[i] += j->bias[i];
 			if (j->post != NULL)
-				cpu_rmsnorm(xb, xb, j->post, E, c->hp.rms_eps);
+				c->kern->rmsnorm(xb, xb, j->post, E, c->hp.rms_eps);
 			for (i = 0; i < E; i++)
 				x[i] += xb[i];
 		}
