@@ -13,8 +13,10 @@ main(int argc, char **argv)
 		cli_help(stdout);
 		return 0;
 	}
+	if (cli_kernels_check(stderr) != 0)
+		return 2;
 	if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-		printf("kvchat %s\n", PACKAGE_VERSION);
+		printf("kvchat %s\nCPU kernels: %s\n", PACKAGE_VERSION, cli_kernels_name());
 		return 0;
 	}
 	if (argc >= 2 && argv[1][0] != '-') {

@@ -198,6 +198,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	memset(&bp, 0, sizeof bp);
 	bp.n_threads = p.n_threads;
 	bp.gpu = p.gpu;
+	bp.kernels = p.kernels;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
 	rc = e->be->init(&e->bctx, &e->model, &bp, err, errlen);

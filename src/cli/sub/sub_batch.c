@@ -523,6 +523,7 @@ sub_batch(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	memset(&b, 0, sizeof b);
 	o.ep = kvc_engine_default_params();
+	o.ep.kernels = cli_kernels();
 	o.set = conv_default_settings();
 	o.parallel = 4;
 	o.n_predict = 256;

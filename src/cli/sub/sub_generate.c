@@ -297,6 +297,7 @@ sub_generate(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
+	o.ep.kernels = cli_kernels();
 	o.set = conv_default_settings();
 	o.n_predict = -1;
 	rc = -1;

@@ -296,6 +296,7 @@ sub_perplexity(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
+	o.ep.kernels = cli_kernels();
 	o.n_ctx = 512;
 	o.n_chunks = -1;
 	for (i = 1; i < argc; i++)
