@@ -63,39 +63,29 @@ tile_f(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t 
 			out[r * 3 + k] = q_hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
 }
 
-/* Rows in fours for one token, else in twos (the last repeated), tokens in threes. */
+/* The tile of t's shape (R, NT): 4 x 1 (one token) or 2 x 1-3; t constant in each. */
 INLINE void
-rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
-    float *y, int64_t n_out, int64_t r0, int64_t r1)
+tile_shape(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
 {
-	int R = n_tok == 1 ? 4 : 2;
-
-	for (int64_t r = r0; r < r1; r += R) {
-		const uint8_t *w[4], *nx[4];
-		int nr = r1 - r < R ? (int)(r1 - r) : R;
-		for (int i = 0; i < R; i++) {
-			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
-			nx[i] = r + R + i < r1 ? W + (size_t)(r + R + i) * rb : w[i];
-		}
-		for (int tok = 0; tok < n_tok; tok += 3) {
-			const float *xt = x + (size_t)tok * (size_t)n_in;
-			float out[12];
-			int nt = n_tok - tok < 3 ? n_tok - tok : 3;
-			switch (nt) {
-			case 3: tile_f(t, 2, 3, w, nx, xt, n_in, out); break;
-			case 2: tile_f(t, 2, 2, w, nx, xt, n_in, out); break;
-			default:
-				if (R == 4)
-					tile_f(t, 4, 1, w, nx, xt, n_in, out);
-				else
-					tile_f(t, 2, 1, w, nx, xt, n_in, out);
-				break;
-			}
-			for (int i = 0; i < nr; i++)
-				for (int k = 0; k < nt; k++)
-					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * 3 + k];
-		}
+	switch (R == 4 ? 0 : NT) {
+	case 0: tile_f(t, 4, 1, w, nx, x, n, out); break;
+	case 3: tile_f(t, 2, 3, w, nx, x, n, out); break;
+	case 2: tile_f(t, 2, 2, w, nx, x, n, out); break;
+	default: tile_f(t, 2, 1, w, nx, x, n, out); break;
 	}
+}
+
+static void
+tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	if (t == GGML_TYPE_F32)
+		tile_shape(GGML_TYPE_F32, R, NT, w, nx, x, n, out);
+	else if (t == GGML_TYPE_F16)
+		tile_shape(GGML_TYPE_F16, R, NT, w, nx, x, n, out);
+	else
+		tile_shape(GGML_TYPE_BF16, R, NT, w, nx, x, n, out);
 }
 
 /*
@@ -181,12 +171,9 @@ kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
 			}
 		return true;
 	}
-	switch (t) {
-	case GGML_TYPE_F32: rows_f(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_F16: rows_f(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_BF16: rows_f(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	default: return false;
-	}
+	/* rows in fours for one token, else in twos; tokens in threes */
+	rows_f_tiled(tile_any, 4, 2, 3, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	return true;
 }
 
 /* The sum of 32 floats: four vectors added pairwise, then q_hsum8. */

@@ -61,43 +61,30 @@ tile_f16w(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
 }
 
-/*
- * Rows in eights for one token, else in fours (the last ones repeated to
- * fill a tile, their copies dropped), tokens in fours.
- */
+/* The tile of t's shape (R, NT): 8 x 1 (one token) or 4 x 1-4; t constant in each. */
 INLINE void
-rows_f16w(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
-    float *y, int64_t n_out, int64_t r0, int64_t r1)
+tile_shape(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
 {
-	int R = n_tok == 1 ? 8 : 4;
-
-	for (int64_t r = r0; r < r1; r += R) {
-		const uint8_t *w[8], *nx[8];
-		int nr = r1 - r < R ? (int)(r1 - r) : R;
-		for (int i = 0; i < R; i++) {
-			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
-			nx[i] = r + R + i < r1 ? W + (size_t)(r + R + i) * rb : w[i];
-		}
-		for (int tok = 0; tok < n_tok; tok += 4) {
-			const float *xt = x + (size_t)tok * (size_t)n_in;
-			float out[32];
-			int nt = n_tok - tok < 4 ? n_tok - tok : 4;
-			switch (nt) {
-			case 4: tile_f16w(t, 4, 4, w, nx, xt, n_in, out); break;
-			case 3: tile_f16w(t, 4, 3, w, nx, xt, n_in, out); break;
-			case 2: tile_f16w(t, 4, 2, w, nx, xt, n_in, out); break;
-			default:
-				if (R == 8)
-					tile_f16w(t, 8, 1, w, nx, xt, n_in, out);
-				else
-					tile_f16w(t, 4, 1, w, nx, xt, n_in, out);
-				break;
-			}
-			for (int i = 0; i < nr; i++)
-				for (int k = 0; k < nt; k++)
-					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * 4 + k];
-		}
+	switch (R == 8 ? 0 : NT) {
+	case 0: tile_f16w(t, 8, 1, w, nx, x, n, out); break;
+	case 4: tile_f16w(t, 4, 4, w, nx, x, n, out); break;
+	case 3: tile_f16w(t, 4, 3, w, nx, x, n, out); break;
+	case 2: tile_f16w(t, 4, 2, w, nx, x, n, out); break;
+	default: tile_f16w(t, 4, 1, w, nx, x, n, out); break;
 	}
+}
+
+static void
+tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	if (t == GGML_TYPE_F32)
+		tile_shape(GGML_TYPE_F32, R, NT, w, nx, x, n, out);
+	else if (t == GGML_TYPE_F16)
+		tile_shape(GGML_TYPE_F16, R, NT, w, nx, x, n, out);
+	else
+		tile_shape(GGML_TYPE_BF16, R, NT, w, nx, x, n, out);
 }
 
 /*
@@ -106,7 +93,7 @@ rows_f16w(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_
  * is converted to float once per chunk of F_KC values for a block of F_TB
  * tokens (instead of once per 4 tokens), and each 6-token slice of the
  * chunk's activations is used by the band's 4 row tiles while it is in L1
- * (rows_f16w reads every token's activations from L2 once per 4 rows:
+ * (rows_f_tiled reads every token's activations from L2 once per 4 rows:
  * qdot at n_in 4864, 64-128 tokens, gave 70 GFLOP/s that way and 100-110
  * this way). The accumulators go to memory between chunks and come back
  * unchanged, so each (row, token) still sees one FMA per 16 values in order
@@ -213,11 +200,10 @@ kern_avx512_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *
 		case GGML_TYPE_BF16: rows_f16p(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
 		default: return false;
 		}
-	switch (t) {
-	case GGML_TYPE_F32: rows_f16w(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_F16: rows_f16w(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_BF16: rows_f16w(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
-	default: return false;
-	}
+	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16)
+		return false;
+	/* rows in eights for one token, else in fours; tokens in fours */
+	rows_f_tiled(tile_any, 8, 4, 4, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	return true;
 }
 

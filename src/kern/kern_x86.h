@@ -361,4 +361,44 @@ pf_step(struct pf_rows *f, int R, int64_t i)
 	}
 }
 
+/* ---- the float tiles' driver ------------------------------------------------ */
+
+/*
+ * A float tile (kern_avx2.c's, kern_avx512.c's): R rows w[] (nx[]: the same
+ * rows of the next tile, for the prefetches) times NT tokens of x (n values
+ * each, n apart); out[r * (its tile's tokens) + k].
+ */
+typedef void tile_f_fn(enum gguf_dtype t, int R, int NT, const uint8_t *const *w,
+    const uint8_t *const *nx, const float *x, int64_t n, float *out);
+
+/*
+ * Rows [r0, r1) in tiles of r_one rows for one token, else of r_many (the
+ * last rows repeated to fill a tile, their copies dropped), tokens in tiles
+ * of tt: the one driver of both tables' float tiles (r_one <= 8, tt <= 4).
+ */
+INLINE void
+rows_f_tiled(tile_f_fn *tile, int r_one, int r_many, int tt, enum gguf_dtype t, const uint8_t *W,
+    size_t rb, const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0,
+    int64_t r1)
+{
+	int R = n_tok == 1 ? r_one : r_many;
+
+	for (int64_t r = r0; r < r1; r += R) {
+		const uint8_t *w[8], *nx[8];
+		int nr = r1 - r < R ? (int)(r1 - r) : R;
+		for (int i = 0; i < R; i++) {
+			w[i] = W + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+			nx[i] = r + R + i < r1 ? W + (size_t)(r + R + i) * rb : w[i];
+		}
+		for (int tok = 0; tok < n_tok; tok += tt) {
+			float out[32];
+			int nt = n_tok - tok < tt ? n_tok - tok : tt;
+			tile(t, R, nt, w, nx, x + (size_t)tok * (size_t)n_in, n_in, out);
+			for (int i = 0; i < nr; i++)
+				for (int k = 0; k < nt; k++)
+					y[(size_t)(tok + k) * (size_t)n_out + (size_t)(r + i)] = out[i * tt + k];
+		}
+	}
+}
+
 #endif
