@@ -1,16 +1,17 @@
 /*
- * qdot: throughput of q_matmul_rows (float activations) and
- * q_matmul_rows_act (int8 activations) per weight type, in GB/s of weight
+ * qdot: throughput of kern_matmul (float activations) and
+ * kern_matmul_act (int8 activations) per weight type, in GB/s of weight
  * bytes, for a matrix much larger than the caches (decode: one token) and
  * for a batch (prefill-like: n_tok tokens, GFLOP/s). Threads split the rows
  * as the CPU backend does. An int8 column of 0 means no integer kernel.
  *
  *   bench/qdot [-s MiB] [-n N_IN (multiple of 32; K-quants: of 256)] [-t THREADS] [-b BATCH] [-r REPEATS]
  *              [-T TYPE (one type only, e.g. q4_0: for callgrind)] [--scalar]
+ * The kernel table is KVCHAT_KERNELS's (kern_find), --scalar forces "scalar".
  */
 #include "config.h"
 
-#include "quant/quant.h"
+#include "kern/kern.h"
 #include "quant/quant_ref.h"
 
 #include <pthread.h>
@@ -23,7 +24,7 @@
 struct job {
 	bool act;		/* integer kernels on prepared activations */
 	const void *xa;		/* prepared activations (q_act_prepare) */
-	enum q_simd simd;
+	const struct kern *k;
 	enum gguf_dtype t;
 	const uint8_t *W;
 	size_t rb;
@@ -39,9 +40,9 @@ run(void *arg)
 	struct job *j = arg;
 
 	if (j->act)
-		q_matmul_rows_act(j->simd, j->t, j->W, j->rb, j->xa, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
+		kern_matmul_act(j->k, j->t, j->W, j->rb, j->xa, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
 	else
-		q_matmul_rows_simd(j->simd, j->t, j->W, j->rb, j->x, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
+		kern_matmul(j->k, j->t, j->W, j->rb, j->x, j->n_tok, j->n_in, j->y, j->n_out, j->r0, j->r1);
 	return NULL;
 }
 
@@ -57,7 +58,7 @@ matmul(struct job *base, int nt)
 	/* the activations are prepared once per matmul, before the threads split the rows */
 	if (base->act)
 		for (int tok = 0; tok < base->n_tok; tok++)
-			q_act_prepare(base->x + (size_t)tok * (size_t)base->n_in, base->n_in,
+			base->k->act_prepare(base->x + (size_t)tok * (size_t)base->n_in, base->n_in,
 			    (uint8_t *)base->xa + (size_t)tok * q_act_bytes(base->n_in));
 
 	for (int i = 0; i < nt; i++) {
@@ -89,12 +90,14 @@ main(int argc, char **argv)
 	size_t mib = 256;
 	int64_t n_in = 4096;
 	int nt = 1, batch = 16, reps = 3, o;
-	enum q_simd simd = Q_SIMD_AUTO;
+	const char *table = getenv("KVCHAT_KERNELS");
+	const struct kern *k;
+	char err[256];
 	const char *only = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--scalar") == 0) {
-			simd = Q_SIMD_SCALAR;
+			table = "scalar";
 			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
 			argc--;
 			i--;
@@ -113,6 +116,10 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (kern_find(table, &k, err, sizeof err)) {
+		fprintf(stderr, "qdot: %s\n", err);
+		return 2;
+	}
 	if (nt < 1 || nt > 64 || n_in <= 0 || n_in % 32 != 0 || batch < 1) {
 		fprintf(stderr, "qdot: need 1 <= threads <= 64, N_IN a multiple of 32, batch >= 1\n");
 		return 2;
@@ -123,11 +130,11 @@ main(int argc, char **argv)
 		s ^= s << 13; s ^= s >> 7; s ^= s << 17;
 		x[i] = (float)(s >> 40) / 16777216.0f - 0.5f;
 	}
-	printf("simd %s, %d thread(s), n_in %lld, %zu MiB of weights per type, batch %d\n",
-	    simd == Q_SIMD_SCALAR ? "scalar (forced)" : q_simd_name(), nt, (long long)n_in, mib, batch);
+	printf("kernels %s, %d thread(s), n_in %lld, %zu MiB of weights per type, batch %d\n",
+	    k->name, nt, (long long)n_in, mib, batch);
 	void *xa = malloc(q_act_bytes(n_in) * (size_t)batch);
 	printf("weight GB/s per decode matmul (1 token), GFLOP/s for a batch of %d tokens;\n"
-	    "int8: activations rounded to int8 per 32 (q_matmul_rows_act), float: q_matmul_rows\n", batch);
+	    "int8: activations rounded to int8 per 32 (kern_matmul_act), float: kern_matmul\n", batch);
 	printf("type   float GB/s  int8 GB/s  float GFLOP/s  int8 GFLOP/s\n");
 	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
 		enum gguf_dtype t = types[ti];
@@ -160,7 +167,7 @@ main(int argc, char **argv)
 		for (int act = 0; act < 2; act++) {
 			if (act && !q_act_supported(t))
 				continue;
-			struct job j = {act == 1, xa, simd, t, W, rb, x, 1, n_in, n_out, 0, n_out, y};
+			struct job j = {act == 1, xa, k, t, W, rb, x, 1, n_in, n_out, 0, n_out, y};
 			double best = 1e30, bestb = 1e30;
 			for (int r = 0; r < reps; r++) {
 				double tt = matmul(&j, nt);

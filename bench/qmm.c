@@ -1,6 +1,6 @@
 /*
- * qmm: the thread CPU time of one q_matmul_rows_act call (int8 kernels),
- * or of one q_matmul_rows call for f32/f16/bf16 (float activations), the
+ * qmm: the thread CPU time of one kern_matmul_act call (int8 kernels),
+ * or of one kern_matmul call for f32/f16/bf16 (float activations), the
  * minimum over repeats, for one weight type and shape. CPU time of the
  * calling thread counts only the time it ran, so on a machine shared with
  * other work the minimum moves far less than wall-clock rates do (it is
@@ -14,13 +14,14 @@
  * distinct copies of the matrix, a repeat is one call on each copy in turn
  * and its time their mean: with their total well past the last-level cache
  * every call streams its weights from memory, as decoding a whole model
- * does, e.g. bench/qmm bf16 1 896 4864 5 auto 256 (2.2 GB). packed: the
- * packed kernel of quant_pack.c (Q8_0, Q4_0, Q5_0 on AVX512-VNNI CPUs),
- * each copy packed first, untimed.
+ * does, e.g. bench/qmm bf16 1 896 4864 5 auto 256 (2.2 GB). scalar, avx2,
+ * avx512: that kernel table (src/kern), auto: the best this CPU runs.
+ * packed: the best table's packed kernel (Q8_0, Q4_0, Q5_0 in the avx512
+ * table), each copy packed first (quant_pack.c), untimed.
  */
 #include "config.h"
 
-#include "quant/quant.h"
+#include "kern/kern.h"
 #include "quant/quant_ref.h"
 
 #include <stdio.h>
@@ -54,7 +55,9 @@ is_float(enum gguf_dtype t)
 int
 main(int argc, char **argv)
 {
-	enum q_simd simd = Q_SIMD_AUTO;
+	const char *table = "auto";
+	const struct kern *k;
+	char err[256];
 	bool packed = false;
 	int ti = -1, n_tok, reps = 11, copies = 1;
 	int64_t n_in, n_out;
@@ -74,9 +77,7 @@ main(int argc, char **argv)
 	if (argc > 6 && strcmp(argv[6], "packed") == 0)
 		packed = true;
 	else if (argc > 6)
-		simd = strcmp(argv[6], "scalar") == 0 ? Q_SIMD_SCALAR :
-		    strcmp(argv[6], "avx2") == 0 ? Q_SIMD_AVX2 :
-		    strcmp(argv[6], "auto") == 0 ? Q_SIMD_AUTO : Q_SIMD_AVX512;
+		table = argv[6];
 	if (argc > 7)
 		copies = atoi(argv[7]);
 	if (ti < 0 || n_tok < 1 || n_out < 1 || reps < 1 || copies < 1 || q_row_bytes(types[ti].t, n_in) == 0) {
@@ -84,12 +85,12 @@ main(int argc, char **argv)
 		    "f16 bf16), N_IN a multiple of its block, N_TOK, N_OUT, REPEATS, COPIES >= 1\n");
 		return 2;
 	}
-	if (simd != Q_SIMD_AUTO && !q_simd_available(simd)) {
-		fprintf(stderr, "qmm: %s is not available on this CPU\n", argv[6]);
+	if (kern_find(table, &k, err, sizeof err)) {
+		fprintf(stderr, "qmm: %s\n", err);
 		return 2;
 	}
 	enum gguf_dtype t = types[ti].t;
-	if (packed && !q_pack_supported(t, n_in)) {
+	if (packed && !kern_packs(k, t, n_in)) {
 		fprintf(stderr, "qmm: no packed kernel for %s on this CPU\n", types[ti].name);
 		return 2;
 	}
@@ -110,12 +111,12 @@ main(int argc, char **argv)
 	}
 	for (int c = 1; c < copies; c++)
 		memcpy(W + wb * (size_t)c, W, wb);
-	for (int k = 0; k < n_tok; k++) {
+	for (int tk = 0; tk < n_tok; tk++) {
 		for (int64_t i = 0; i < n_in; i++)
 			x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-		memcpy(xf + (size_t)k * (size_t)n_in, x, (size_t)n_in * sizeof *x);
+		memcpy(xf + (size_t)tk * (size_t)n_in, x, (size_t)n_in * sizeof *x);
 		if (!is_float(t))
-			q_act_prepare(x, n_in, act + (size_t)k * ab);
+			k->act_prepare(x, n_in, act + (size_t)tk * ab);
 	}
 	size_t pb = packed ? q_pack_bytes(t, n_in, n_out) : 0;
 	int64_t groups = (n_out + Q_PACK_ROWS - 1) / Q_PACK_ROWS;
@@ -133,11 +134,11 @@ main(int argc, char **argv)
 			const uint8_t *Wc = W + wb * (size_t)c;
 			double t0 = cpu_now();
 			if (packed)
-				q_matmul_packed_act(t, P + pb * (size_t)c, act, n_tok, n_in, y, n_out, 0, groups);
+				kern_matmul_packed(k, t, P + pb * (size_t)c, act, n_tok, n_in, y, n_out, 0, groups);
 			else if (is_float(t))
-				q_matmul_rows_simd(simd, t, Wc, rb, xf, n_tok, n_in, y, n_out, 0, n_out);
+				kern_matmul(k, t, Wc, rb, xf, n_tok, n_in, y, n_out, 0, n_out);
 			else
-				q_matmul_rows_act(simd, t, Wc, rb, act, n_tok, n_in, y, n_out, 0, n_out);
+				kern_matmul_act(k, t, Wc, rb, act, n_tok, n_in, y, n_out, 0, n_out);
 			d += cpu_now() - t0;
 		}
 		d /= copies;
@@ -145,7 +146,7 @@ main(int argc, char **argv)
 			best = d;
 	}
 	printf("%s (%s) %d tok x %lld x %lld: %.3f ms, %.1f GFLOP/s, %.2f GB/s of weights\n",
-	    types[ti].name, simd == Q_SIMD_AUTO && !packed ? q_simd_name() : argv[6], n_tok, (long long)n_in,
+	    types[ti].name, packed ? "packed" : k->name, n_tok, (long long)n_in,
 	    (long long)n_out, best * 1e3, 2.0 * (double)n_in * (double)n_out * n_tok / best * 1e-9,
 	    (double)wb / best * 1e-9);
 	free(P);

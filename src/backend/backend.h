@@ -30,6 +30,11 @@ struct kvc_backend_params {
 	 * --device auto can run on another one instead.
 	 */
 	enum gguf_dtype kv_type;
+	/*
+	 * The CPU kernel table by name ("scalar", "avx2", "avx512"; NULL or
+	 * "auto": the best this CPU runs); init refuses one the CPU cannot run.
+	 */
+	const char *kernels;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

@@ -8,15 +8,16 @@
  * that computed each row -> down product -> residual. Matrix products run
  * on the stored (possibly quantised) weights, the threads taking chunks of
  * the output rows; a batch of tokens shares every weight row read (prefill
- * is matrix x matrix). F32/F16/BF16 weights go through q_matmul_rows with
+ * is matrix x matrix). Every kernel comes from the table chosen at init
+ * (c->k, src/kern). F32/F16/BF16 weights go through kern_matmul with
  * float activations. For the types q_act_supported accepts (Q8_0, Q4_0,
  * Q4_K, Q5_K, Q6_K) the input rows are first rounded to int8 per block of
- * 32 (q_act_prepare, once per product, shared by the products that read the
- * same input) and the threads run the integer kernels (q_matmul_rows_act):
+ * 32 (act_prepare, once per product, shared by the products that read the
+ * same input) and the threads run the integer kernels (kern_matmul_act):
  * 1.5-2.5x faster per core, for a small activation-rounding error bounded
  * in quant.h (tests/unit/test_forward.c derives what it does to the logits).
- * Where quant can pack a matrix on this CPU (Q8_0, Q4_0, Q5_0 with
- * AVX512-VNNI), cpu_pack.c made a packed copy at init and the threads run
+ * Where the table has a packed kernel for a matrix (kern_packs: Q8_0,
+ * Q4_0, Q5_0 in the avx512 table), cpu_pack.c made a packed copy at init and the threads run
  * the packed kernel on it, each taking whole groups of 16 rows.
  *
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
@@ -24,11 +25,9 @@
  * chunks of at most CPU_CHUNK tokens to bound that scratch. A KV cache holds,
  * per layer, K and V as (cap, n_head_kv * head_dim) rows of F16, F32 or
  * Q8_0 blocks, grown by doubling up to n_ctx. Attention over F16/F32
- * caches runs in tiles of queries that share a KV head (cpu_simd.c's
- * cpu_att_tile: each cache row read once per tile, not once per query;
- * with AVX-512 prefill's tiles of up to 32 queries run cpu_att512.c's,
- * bitwise the same), the threads taking runs of tiles of equal work;
- * over Q8_0 rows one query at a time (kv_q8.c). The per-token steps
+ * caches runs in tiles of queries that share a KV head (the table's
+ * att_tile: each cache row read once per tile, not once per query), the threads taking runs of tiles of equal work;
+ * over Q8_0 rows one query at a time (the table's kvq8 kernels). The per-token steps
  * between the products (norms, RoPE, K/V stores, residuals) are in
  * cpu_rows.c, threads splitting the tokens;
  * what differs between architectures (RoPE, activations, norms, softcaps)
@@ -42,8 +41,6 @@
 #include "backend.h"
 #include "cpu_arch.h"
 #include "cpu_int.h"
-#include "cpu_simd.h"
-#include "kv_q8.h"
 #include "kv_shift.h"
 #include "quant/quant.h"
 #include "threadpool.h"
@@ -66,14 +63,7 @@ struct att_job {
 	int n_tok;
 };
 
-/* kvq8_NAME_avx when simd (whole blocks, AVX2) else kvq8_NAME. */
-#ifdef HAVE_X86_SIMD
-#define KVQ8(simd, name) ((simd) ? kvq8_##name##_avx : kvq8_##name)
-#else
-#define KVQ8(simd, name) kvq8_##name
-#endif
-
-/* Most queries in one attention tile (cpu_att_tile), and its tokens x heads shape. */
+/* Most queries in one attention tile (kern_att_tile), and its tokens x heads shape. */
 #define ATT_TILE 32
 
 static int
@@ -91,7 +81,7 @@ att_scratch(const struct kvc_hparams *hp, int cap)
 {
 	int group = hp->n_head / hp->n_head_kv, nq = group > ATT_TILE ? group : ATT_TILE;
 
-	return (size_t)nq * ((size_t)cap + CPU_ATT_PB) + cpu_att_buf_floats(hp->head_dim);
+	return (size_t)nq * ((size_t)cap + KERN_ATT_PB) + kern_att_buf_floats(hp->head_dim);
 }
 
 /* Work of token t's query: the positions it reads, and a fixed part. */
@@ -133,7 +123,7 @@ att_owner(const struct att_job *j, int it, int n_ht, int tb, int win, int nth)
 
 /*
  * F16/F32 caches: tiles of up to ATT_TILE queries (tokens x heads of one KV
- * head) read each cache row once (cpu_att_tile); threads split the tiles.
+ * head) read each cache row once (kern_att_tile); threads split the tiles.
  */
 static void
 att_tiles(struct att_job *j, int ith, int nth)
@@ -167,12 +157,12 @@ att_tiles(struct att_job *j, int ith, int nth)
 		size_t esz = f16 ? 2 : 4;
 		/* rows are read at slots: position p of a bounded layer sits at p + kb */
 		int kb = cpu_kv_slot(kv, j->layer, 0);
-		struct cpu_att_tile at = {
+		struct kern_att_tile at = {
 			(const char *)kv->k[j->layer] + (size_t)g * hd * esz,
 			(const char *)kv->v[j->layer] + (size_t)g * hd * esz,
 			kv->row_bytes, f16, hd, 0, q, o, lo, hi, hp->attn_scale,
-			hp->attn_softcap, scr, (size_t)c->cap_att + CPU_ATT_PB,
-			scr + (att_scratch(hp, c->cap_att) - cpu_att_buf_floats(hd)),
+			hp->attn_softcap, scr, (size_t)c->cap_att + KERN_ATT_PB,
+			scr + (att_scratch(hp, c->cap_att) - kern_att_buf_floats(hd)),
 		};
 
 		for (t = tt * tb; t < j->n_tok && t < (tt + 1) * tb; t++)
@@ -187,14 +177,7 @@ att_tiles(struct att_job *j, int ith, int nth)
 				hi[nq] = n_pos + kb;
 			}
 		at.nq = nq;
-#ifdef HAVE_X86_SIMD
-		if (c->simd && cpu_att_avx512_cpu() && cpu_att_tile_avx512_fits(&at))
-			cpu_att_tile_avx512(&at);
-		else if (c->simd)
-			cpu_att_tile_avx(&at);
-		else
-#endif
-			cpu_att_tile(&at);
+		c->kern->att_tile(&at);
 	}
 }
 
@@ -214,7 +197,7 @@ att_run(void *arg, int ith, int nth)
 	/* a windowed layer sees keys p with (query position - p) < n_swa */
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 
-	/* F16/F32 caches attend in tiles; Q8_0 caches one query at a time, below */
+	/* F16/F32 caches attend in tiles; Q8_0 caches one query at a time, below, in place */
 	if (j->kv[0]->type != GGML_TYPE_Q8_0) {
 		att_tiles(j, ith, nth);
 		return;
@@ -223,29 +206,16 @@ att_run(void *arg, int ith, int nth)
 		int t = it / hp->n_head, h = it % hp->n_head, n_pos = j->pos[t] + 1, p;
 		int p0 = win > 0 && n_pos > win ? n_pos - win : 0;
 		const struct cpu_kv *kv = j->kv[t];
-		bool f16 = kv->type == GGML_TYPE_F16, q8 = kv->type == GGML_TYPE_Q8_0;
-		bool q8_simd = q8 && c->simd && kvq8_whole_blocks(hd, hd);
 		const char *K = kv->k[j->layer], *V = kv->v[j->layer];
 		size_t rb = kv->row_bytes;
 		int kb = cpu_kv_slot(kv, j->layer, 0);	/* -(position in slot 0): bounded layers */
-		size_t off = q8 ? 0 : (size_t)(h / group) * hd * (f16 ? 2 : 4);
-		int e0 = (h / group) * hd;	/* the head's first element (Q8_0 rows) */
+		int e0 = (h / group) * hd;	/* the head's first element */
 		const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
 		float mx = -INFINITY, sum = 0;
 
 		for (p = p0; p < n_pos; p++) {
-			const void *kr = K + (size_t)(p + kb) * rb + off;
-			float d;
+			float d = c->kern->kvq8_dot(K + (size_t)(p + kb) * rb, e0, q, hd);
 
-			if (q8)
-				d = KVQ8(q8_simd, dot)(kr, e0, q, hd);
-			else
-#ifdef HAVE_X86_SIMD
-			if (c->simd)
-				d = f16 ? cpu_dot_f16_avx(kr, q, hd) : cpu_dot_f32_avx(kr, q, hd);
-			else
-#endif
-				d = f16 ? cpu_dot_f16(kr, q, hd) : cpu_dot_f32(kr, q, hd);
 			s[p] = cap > 0 ? cap * tanhf(d * scale / cap) : d * scale;
 			if (s[p] > mx)
 				mx = s[p];
@@ -256,24 +226,7 @@ att_run(void *arg, int ith, int nth)
 		}
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (p = p0; p < n_pos; p++) {
-			const void *vr = V + (size_t)(p + kb) * rb + off;
-			float a = s[p] / sum;
-
-			if (q8)
-				KVQ8(q8_simd, axpy)(o, a, vr, e0, hd);
-			else
-#ifdef HAVE_X86_SIMD
-			if (c->simd) {
-				if (f16)
-					cpu_axpy_f16_avx(o, a, vr, hd);
-				else
-					cpu_axpy_f32_avx(o, a, vr, hd);
-			} else
-#endif
-			if (f16)
-				cpu_axpy_f16(o, a, vr, hd);
-			else
-				cpu_axpy_f32(o, a, vr, hd);
+			c->kern->kvq8_axpy(o, s[p] / sum, V + (size_t)(p + kb) * rb, e0, hd);
 		}
 		memcpy(c->att + (size_t)t * c->q_dim + (size_t)h * hd, o, (size_t)hd * sizeof *o);
 	}
@@ -321,9 +274,10 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	if (c->ff_max > c->act_in)
 		c->act_in = c->ff_max;
 	c->act_in = (c->act_in + 31) / 32 * 32;
-#ifdef HAVE_X86_SIMD
-	c->simd = kvc_cpu_avx2();
-#endif
+	if ((rc = kern_find(p ? p->kernels : NULL, &c->kern, err, errlen))) {
+		free(c);
+		return rc;
+	}
 	if ((rc = tp_new(&c->pool, n_threads, err, errlen))) {
 		free(c);
 		return rc;
@@ -582,7 +536,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 			j = (struct mm_job){ c->xb, { { &w->w_up, c->hb } }, 1, n, false, false, 0, NULL, { NULL } };
 			cpu_matmul(c, &j);
 			for (t = 0; t < n; t++)
-				cpu_gelu_bias(c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
+				cpu_gelu_bias(c->kern, c->hb + (size_t)t * hp->n_ff, v->b_up, hp->n_ff);
 		} else {
 			j = (struct mm_job){ c->xb, { { &w->w_gate, c->hb }, { &w->w_up, c->hb2 } },
 			    2, n, true, hp->ffn_gelu, 0, NULL, { NULL } };
@@ -667,9 +621,8 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 
 	for (kv = c->caches; kv != NULL; kv = kv->next)
 		n++;
-	kvc_buf_printf(out, "backend cpu: %d threads, matmul %s (int8 activations for "
-	    "Q8_0/Q4_0/Q4_K/Q5_K/Q6_K), attention %s\n",
-	    tp_size(c->pool), q_simd_name(), c->simd ? "avx2+f16c" : "scalar");
+	kvc_buf_printf(out, "backend cpu: %d threads, kernels %s (int8 activations for "
+	    "Q8_0/Q4_0/Q4_K/Q5_K/Q6_K)\n", tp_size(c->pool), c->kern->name);
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
 	if (c->n_packs > 0)

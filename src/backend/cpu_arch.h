@@ -6,6 +6,7 @@
 #ifndef KVC_CPU_ARCH_H
 #define KVC_CPU_ARCH_H
 
+#include "kern/kern.h"
 #include "model/model.h"
 
 #include <stdbool.h>
@@ -28,7 +29,7 @@ void cpu_rope_freqs(double *inv_freq, int rope_dim, double theta, double scale,
 void cpu_rope_yarn(double *inv_freq, const struct kvc_hparams *hp, double scale);
 
 /* g[r] = act(g[r]) * u[r] for r in [r0, r1): act SiLU, or GELU (tanh form) when gelu. */
-void cpu_gate_act(float *g, const float *u, int64_t r0, int64_t r1, bool gelu);
+void cpu_gate_act(const struct kern *k, float *g, const float *u, int64_t r0, int64_t r1, bool gelu);
 
 /* x[i] = cap * tanh(x[i] / cap) over n elements (cap > 0). */
 void cpu_softcap(float *x, size_t n, float cap);
@@ -43,6 +44,6 @@ void cpu_rope(float *x, const float *cs, int rope_dim, bool neox);
 void cpu_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps);
 
 /* gpt2's MLP activation: x[i] = GELU(x[i] + b[i]) (tanh form; b may be NULL). */
-void cpu_gelu_bias(float *x, const float *b, int64_t n);
+void cpu_gelu_bias(const struct kern *k, float *x, const float *b, int64_t n);
 
 #endif

@@ -7,6 +7,7 @@
 #define KVC_CPU_INT_H
 
 #include "backend.h"
+#include "kern/kern.h"
 
 /*
  * A cache. Layers hold rows in slots: slot = position - base[layer]. Full
@@ -47,7 +48,7 @@ struct cpu_ctx {
 	struct kvc_hparams hp;
 	int q_dim, kv_dim;		/* n_head * head_dim, n_head_kv * head_dim */
 	struct tp_pool *pool;
-	bool simd;			/* AVX2+FMA+F16C usable for attention */
+	const struct kern *kern;	/* the kernel table, chosen once at init (src/kern) */
 	bool kv_whole;			/* kvc_backend_params.kv_whole: no bounded layers */
 
 	float *vec_mem;			/* backing store of vecs and out_norm */
@@ -111,10 +112,11 @@ struct mm_job {
  * cpu_mm_rows: rows [r0, r1) of task i of a job whose n_in, xq and pk are
  * set, for every token (the kernels give each (row, token) the same bits
  * whatever the rows and tokens around it). cpu_act_prep: n_tok rows of x
- * rounded to int8 activations (q_act_prepare) into xq, threads splitting them.
+ * rounded to int8 activations (the table's act_prepare) into xq, threads
+ * splitting them.
  */
 void cpu_matmul(struct cpu_ctx *c, struct mm_job *j);
-void cpu_mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1);
+void cpu_mm_rows(const struct kern *k, const struct mm_job *j, int i, int64_t r0, int64_t r1);
 void cpu_act_prep(struct cpu_ctx *c, const float *x, void *xq, int n_tok, int64_t n_in);
 
 /*
@@ -176,8 +178,7 @@ void cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, co
  * the attention kernels would save it.
  */
 void cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
-/* y = x / rms(x) * w over n elements (x and y may alias); a block's input norm (gpt2: LayerNorm). */
-void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* A block's input norm: the table's RMSNorm (gpt2: LayerNorm). */
 void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);
 
 /* cpu_multi.c: the forward_multi entry. */
@@ -210,7 +211,8 @@ void cpu_kv_room(struct cpu_ctx *c, struct cpu_kv *kv, int pos, int n);
 /* The slot of position pos in layer il. */
 static inline int cpu_kv_slot(const struct cpu_kv *kv, int il, int pos) { return pos - kv->base[il]; }
 /* Slot `slot` of one layer's K or V (base) from n floats, in the cache's type. */
-void cpu_kv_store_row(const struct cpu_kv *kv, void *base, int slot, const float *src, int n);
+void cpu_kv_store_row(const struct cpu_ctx *c, const struct cpu_kv *kv, void *base, int slot,
+    const float *src, int n);
 /* A line on the bounded layers for /show (nothing when there are none). */
 void cpu_kv_describe(const struct cpu_ctx *c, struct kvc_buf *out);
 

@@ -7,8 +7,6 @@
  */
 #include "backend.h"
 #include "cpu_int.h"
-#include "cpu_simd.h"
-#include "kv_q8.h"
 #include "kv_shift.h"
 #include "quant/quant.h"
 
@@ -364,26 +362,17 @@ cpu_kv_shift(void *ctx, void *kvp, int p0, int n_drop, char *err, size_t errlen)
 }
 
 void
-cpu_kv_store_row(const struct cpu_kv *kv, void *base, int slot, const float *src, int n)
+cpu_kv_store_row(const struct cpu_ctx *c, const struct cpu_kv *kv, void *base, int slot,
+    const float *src, int n)
 {
-	int i;
+	void *d = (char *)base + (size_t)slot * kv->row_bytes;
 
-	if (kv->type == GGML_TYPE_F32) {
-		memcpy((char *)base + (size_t)slot * kv->row_bytes, src, (size_t)n * sizeof(float));
-	} else if (kv->type == GGML_TYPE_Q8_0) {
-		kvq8_quantize(src, (char *)base + (size_t)slot * kv->row_bytes, n);
-	} else {
-		uint16_t *d = (uint16_t *)((char *)base + (size_t)slot * kv->row_bytes);
-
-#ifdef HAVE_X86_SIMD
-		if (kvc_cpu_avx2()) {	/* F16C rounds as q_f32_to_fp16 does: the same bits */
-			cpu_f32_to_f16_avx(d, src, n);
-			return;
-		}
-#endif
-		for (i = 0; i < n; i++)
-			d[i] = q_f32_to_fp16(src[i]);
-	}
+	if (kv->type == GGML_TYPE_F32)
+		memcpy(d, src, (size_t)n * sizeof(float));
+	else if (kv->type == GGML_TYPE_Q8_0)
+		kern_kvq8_quantize(src, d, n);
+	else	/* every table rounds as q_f32_to_fp16 does: the same bits */
+		c->kern->f32_to_f16(d, src, n);
 }
 
 void

@@ -1,12 +1,14 @@
 /*
  * cpu_mm.c: the CPU backend's matrix products, threads splitting a
- * product's output rows (cpu_matmul), over the kernels quant offers for a
- * weight: the packed copy cpu_pack.c made, the int8-activation kernels (the
- * input rounded once per product, cpu_act_prep), or float activations. The
- * layers (cpu.c) and the experts (cpu_moe.c) both run their products here.
+ * product's output rows (cpu_matmul), through the context's kernel table
+ * (c->kern, src/kern): the packed copy cpu_pack.c made, the int8-activation
+ * kernels (the input rounded once per product, cpu_act_prep), or float
+ * activations. The layers (cpu.c) and the experts (cpu_moe.c) both run their
+ * products here.
  */
 #include "cpu_arch.h"
 #include "cpu_int.h"
+#include "kern/kern.h"
 #include "quant/quant.h"
 #include "threadpool.h"
 
@@ -15,24 +17,25 @@
 /* A job's rows in chunks, handed out by mm_run. */
 struct mm_split {
 	const struct mm_job *j;
+	const struct kern *k;	/* the context's kernel table */
 	int64_t chunk;		/* rows per chunk */
 	int n_chunk[3];		/* chunks of each task (swiglu: of the gate/up pair, in [0]) */
 	int next;		/* the next chunk not yet taken, over all tasks */
 };
 
 void
-cpu_mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
+cpu_mm_rows(const struct kern *k, const struct mm_job *j, int i, int64_t r0, int64_t r1)
 {
 	const struct kvc_weight *w = j->t[i].w;
 
 	if (j->pk[i] != NULL)	/* r0 is a multiple of Q_PACK_ROWS (mm_chunks) */
-		q_matmul_packed_act(w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
+		kern_matmul_packed(k, w->type, j->pk[i], j->xq, j->n_tok, j->n_in, j->t[i].y,
 		    w->n_out, r0 / Q_PACK_ROWS, (r1 + Q_PACK_ROWS - 1) / Q_PACK_ROWS);
 	else if (j->xq != NULL && q_act_supported(w->type))
-		q_matmul_rows_act(Q_SIMD_AUTO, w->type, w->data, w->row_bytes, j->xq,
+		kern_matmul_act(k, w->type, w->data, w->row_bytes, j->xq,
 		    j->n_tok, j->n_in, j->t[i].y, w->n_out, r0, r1);
 	else
-		q_matmul_rows(w->type, w->data, w->row_bytes, j->x, j->n_tok,
+		kern_matmul(k, w->type, w->data, w->row_bytes, j->x, j->n_tok,
 		    j->n_in, j->t[i].y, w->n_out, r0, r1);
 }
 
@@ -62,13 +65,13 @@ mm_run(void *arg, int ith, int nth)
 		int64_t n = j->t[i].w->n_out, r0 = c * sp->chunk;
 		int64_t r1 = r0 + sp->chunk < n ? r0 + sp->chunk : n;
 		if (!j->swiglu) {
-			cpu_mm_rows(j, i, r0, r1);
+			cpu_mm_rows(sp->k, j, i, r0, r1);
 			continue;
 		}
-		cpu_mm_rows(j, 0, r0, r1);
-		cpu_mm_rows(j, 1, r0, r1);
+		cpu_mm_rows(sp->k, j, 0, r0, r1);
+		cpu_mm_rows(sp->k, j, 1, r0, r1);
 		for (tok = 0; tok < j->n_tok; tok++)
-			cpu_gate_act(j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
+			cpu_gate_act(sp->k, j->t[0].y + tok * n, j->t[1].y + tok * n, r0, r1, j->gelu);
 	}
 }
 
@@ -97,6 +100,7 @@ mm_chunks(struct mm_split *sp, const struct mm_job *j, int nth)
 }
 
 struct prep_job {
+	const struct kern *k;
 	const float *x;		/* (n_tok, n_in) */
 	void *xq;		/* (n_tok) x q_act_bytes(n_in) */
 	int n_tok;
@@ -113,13 +117,13 @@ prep_run(void *arg, int ith, int nth)
 	int t;
 
 	for (t = t0; t < t1; t++)
-		q_act_prepare(p->x + (size_t)t * p->n_in, p->n_in, (char *)p->xq + (size_t)t * ab);
+		p->k->act_prepare(p->x + (size_t)t * p->n_in, p->n_in, (char *)p->xq + (size_t)t * ab);
 }
 
 void
 cpu_act_prep(struct cpu_ctx *c, const float *x, void *xq, int n_tok, int64_t n_in)
 {
-	struct prep_job p = { x, xq, n_tok, n_in };
+	struct prep_job p = { c->kern, x, xq, n_tok, n_in };
 
 	/* one row is a few microseconds: not worth waking the workers */
 	if (n_tok == 1)
@@ -144,5 +148,6 @@ cpu_matmul(struct cpu_ctx *c, struct mm_job *j)
 	if (j->xq != NULL)
 		cpu_act_prep(c, j->x, c->xq, j->n_tok, j->n_in);
 	mm_chunks(&sp, j, tp_size(c->pool));
+	sp.k = c->kern;
 	tp_run(c->pool, mm_run, &sp);
 }

@@ -296,14 +296,14 @@ moe_run(void *arg, int ith, int nth)
 		}
 		if (j->act)
 			mj.xq = (const char *)mo->xq + (size_t)f * ab;
-		cpu_mm_rows(&mj, 0, r0, r1);
+		cpu_mm_rows(c->kern, &mj, 0, r0, r1);
 		if (j->down) {
 			if (hp->gpt_oss)
 				for (tok = 0; tok < n; tok++)
 					add_bias(mj.t[0].y + (size_t)tok * E, expert_bias(c, j->il, e) + 2 * F, r0, r1);
 			continue;
 		}
-		cpu_mm_rows(&mj, 1, r0, r1);
+		cpu_mm_rows(c->kern, &mj, 1, r0, r1);
 		for (tok = 0; tok < n; tok++) {
 			float *g = mj.t[0].y + (size_t)tok * F, *u = mj.t[1].y + (size_t)tok * F;
 
@@ -312,7 +312,7 @@ moe_run(void *arg, int ith, int nth)
 				add_bias(u, expert_bias(c, j->il, e) + F, r0, r1);
 				oai_act(g, u, r0, r1, hp->swiglu_alpha, hp->swiglu_limit);
 			} else {
-				cpu_gate_act(g, u, r0, r1, false);
+				cpu_gate_act(c->kern, g, u, r0, r1, false);
 			}
 		}
 	}

@@ -1,8 +1,8 @@
 /*
  * cpu_pack.c: the CPU backend's packed copies of weight matrices.
  *
- * Where quant.h has a packed kernel for a matrix's type on this CPU
- * (q_pack_supported: Q8_0, Q4_0, Q5_0 on AVX512-VNNI), the matrix is rearranged once,
+ * Where the kernel table has a packed kernel for a matrix's type
+ * (kern_packs: Q8_0, Q4_0, Q5_0 in the avx512 table), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
  * integer kernel then does several times fewer instructions per
  * multiply-add (quant_pack.c). The copy is the matrix's size; the
@@ -118,7 +118,7 @@ cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen)
 		const struct kvc_weight *w = ws[i];
 		size_t sz;
 
-		if (w->data == NULL || !q_pack_supported(w->type, w->n_in))
+		if (w->data == NULL || !kern_packs(c->kern, w->type, w->n_in))
 			continue;
 		sz = q_pack_bytes(w->type, w->n_in, w->n_out);
 		void *p = aligned_alloc(64, (sz + 63) / 64 * 64);

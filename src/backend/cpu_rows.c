@@ -11,8 +11,6 @@
 #include "backend.h"
 #include "cpu_arch.h"
 #include "cpu_int.h"
-#include "cpu_simd.h"
-#include "kv_q8.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -21,33 +19,12 @@
 #define ROWS_MIN_SPLIT 4
 
 void
-cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-	double ss;
-	float sc;
-	int i;
-
-#ifdef HAVE_X86_SIMD
-	if (kvc_cpu_avx2()) {
-		sc = (float)(1.0 / sqrt(cpu_sumsq_avx(x, n) / n + eps));
-		cpu_scale_mul_avx(y, x, sc, w, n);
-		return;
-	}
-#endif
-	for (ss = 0, i = 0; i < n; i++)
-		ss += (double)x[i] * x[i];
-	sc = (float)(1.0 / sqrt(ss / n + eps));
-	for (i = 0; i < n; i++)
-		y[i] = x[i] * sc * w[i];
-}
-
-void
 cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b)
 {
 	if (c->hp.layer_norm)
 		cpu_layernorm(y, x, w, b, c->hp.n_embd, c->hp.rms_eps);
 	else
-		cpu_rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
+		c->kern->rmsnorm(y, x, w, c->hp.n_embd, c->hp.rms_eps);
 }
 
 /* A step over a chunk's tokens; see cpu_rows_qkv and cpu_rows_residual. */
@@ -106,16 +83,16 @@ qkv_run(void *arg, int ith, int nth)
 		}
 		for (h = 0; h < hp->n_head; h++) {
 			if (v->q_norm)
-				cpu_rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
+				c->kern->rmsnorm(q + h * hd, q + h * hd, v->q_norm, hd, hp->rms_eps);
 			cpu_rope(q + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
 		for (h = 0; h < hp->n_head_kv; h++) {
 			if (v->k_norm)
-				cpu_rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
+				c->kern->rmsnorm(k + h * hd, k + h * hd, v->k_norm, hd, hp->rms_eps);
 			cpu_rope(k + h * hd, cs, hp->rope_dim, hp->rope_neox);
 		}
-		cpu_kv_store_row(kv, kv->k[j->il], slot, k, c->kv_dim);
-		cpu_kv_store_row(kv, kv->v[j->il], slot, vv, c->kv_dim);
+		cpu_kv_store_row(c, kv, kv->k[j->il], slot, k, c->kv_dim);
+		cpu_kv_store_row(c, kv, kv->v[j->il], slot, vv, c->kv_dim);
 	}
 }
 
@@ -143,7 +120,7 @@ residual_run(void *arg, int ith, int nth)
 				for (i = 0; i < E; i++)
 					xb[i] += j->bias[i];
 			if (j->post != NULL)
-				cpu_rmsnorm(xb, xb, j->post, E, c->hp.rms_eps);
+				c->kern->rmsnorm(xb, xb, j->post, E, c->hp.rms_eps);
 			for (i = 0; i < E; i++)
 				x[i] += xb[i];
 		}
@@ -159,6 +136,27 @@ cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const f
 	struct rows_job j = { c, NULL, NULL, 0, n, add, bias, post, nw, nb };
 
 	rows_run(c, residual_run, &j);
+}
+
+/* sum_i a[i] * b[i] over an F16 or F32 cache row, in order (the sinks' second pass only) */
+static float
+dot_f16(const uint16_t *a, const float *b, int n)
+{
+	float s = 0;
+
+	for (int i = 0; i < n; i++)
+		s += q_fp16_to_f32(a[i]) * b[i];
+	return s;
+}
+
+static float
+dot_f32(const float *a, const float *b, int n)
+{
+	float s = 0;
+
+	for (int i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
 }
 
 /* One query's log-sum-exp of its scores over the positions it attends to. */
@@ -177,8 +175,8 @@ query_lse(const struct cpu_ctx *c, const struct cpu_kv *kv, int il, const float 
 	for (int pass = 0; pass < 2; pass++)
 		for (p = p0; p < n_pos; p++) {
 			const void *kr = K + (size_t)(p + kb) * kv->row_bytes + off;
-			float d = q8 ? kvq8_dot(kr, kvh * hd, q, hd) : f16 ? cpu_dot_f16(kr, q, hd) :
-			    cpu_dot_f32(kr, q, hd);
+			float d = q8 ? c->kern->kvq8_dot(kr, kvh * hd, q, hd) : f16 ? dot_f16(kr, q, hd) :
+			    dot_f32(kr, q, hd);
 			double s = hp->attn_softcap > 0 ? hp->attn_softcap * tanh(d * hp->attn_scale /
 			    hp->attn_softcap) : (double)d * hp->attn_scale;
 

@@ -23,6 +23,14 @@ int sub_recover(int argc, char **argv);		/* sub_store.c */
 int cli_remote_main(int argc, char **argv);	/* remote_chat.c: kvchat --endpoint */
 int repl_main(int argc, char **argv);		/* repl/repl.c: the default command */
 
+/* kernels.c: KVCHAT_KERNELS */
+/* The table KVCHAT_KERNELS names, for kvc_engine_params.kernels (NULL when unset: the best). */
+const char *cli_kernels(void);
+/* The name of the table in use: KVCHAT_KERNELS's, else the best this CPU runs. */
+const char *cli_kernels_name(void);
+/* 0, or 2 after telling f why KVCHAT_KERNELS names no table this CPU runs. */
+int cli_kernels_check(FILE *f);
+
 /* help.c */
 struct cli_subcommand {
 	const char *name;

@@ -15,12 +15,14 @@ main(int argc, char **argv)
 		cli_help(stdout, cmd_print_help);
 		return 0;
 	}
+	if (cli_kernels_check(stderr) != 0)
+		return 2;
 	if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
 		struct kvc_buf b = { 0 };
 
-		/* what was installed: the backends built, and what CUDA finds here */
+		/* what was installed: the CPU kernels this CPU runs, the backends built, what CUDA finds here */
 		kvc_backend_version(&b);
-		printf("kvchat %s\n%s", PACKAGE_VERSION, b.p ? b.p : "");
+		printf("kvchat %s\nCPU kernels: %s\n%s", PACKAGE_VERSION, cli_kernels_name(), b.p ? b.p : "");
 		kvc_buf_free(&b);
 		return 0;
 	}

@@ -74,9 +74,14 @@ static inline bool kvc_add_ok(size_t a, size_t b, size_t *out)
 	return !__builtin_add_overflow(a, b, out);
 }
 
-/* Whether this CPU (and OS) runs AVX2 + FMA + F16C code: the SIMD paths of the
- * quant and CPU backend modules are compiled for exactly that set. */
-bool kvc_cpu_avx2(void);
+/*
+ * The instruction sets this CPU (and OS) runs, as KVC_CPU_* bits, probed
+ * once (util.c). KVC_CPU_AVX2: AVX2 + FMA + F16C; KVC_CPU_AVX512: that and
+ * AVX512 F, VL, BW and VNNI. src/kern compiles one kernel table for each.
+ */
+#define KVC_CPU_AVX2 1u
+#define KVC_CPU_AVX512 2u
+unsigned kvc_cpu_features(void);
 
 /* UTF-8: length of the longest valid prefix of s[0..n) ; == n when valid. */
 size_t kvc_utf8_valid_prefix(const char *s, size_t n);

@@ -195,48 +195,56 @@ kvc_utf8_valid_prefix(const char *str, size_t n)
 	return i;
 }
 
-/* clang 14 rejects __builtin_cpu_supports("f16c"), so F16C is read from CPUID
- * leaf 1 (ECX bit 29) directly; AVX2 and FMA through the builtin both
- * compilers accept (it also checks that the OS saves the YMM registers). */
+/*
+ * The one probe of the CPU's instruction sets (docs/ARCHITECTURE.md: the
+ * kernel tables of src/kern are chosen from it once, at backend init).
+ * clang 14 rejects __builtin_cpu_supports("f16c"), so F16C is read from
+ * CPUID leaf 1 (ECX bit 29) directly; the others through the builtin both
+ * compilers accept (it also checks that the OS saves the YMM/ZMM registers).
+ */
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-static bool
-probe_avx2(void)
+static unsigned
+probe_cpu(void)
 {
-	unsigned a, b, c, d;
+	unsigned a, b, c, d, f = 0;
 
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		return false;
-	if (!__get_cpuid(1, &a, &b, &c, &d))
-		return false;
-	return (c & (1u << 29)) != 0;
+		return 0;
+	if (!__get_cpuid(1, &a, &b, &c, &d) || (c & (1u << 29)) == 0)
+		return 0;
+	f |= KVC_CPU_AVX2;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+		f |= KVC_CPU_AVX512;
+	return f;
 }
+#else
+static unsigned
+probe_cpu(void)
+{
+	return 0;
+}
+#endif
 
 /*
- * The kernels ask on every matrix call, and CPUID is slow (a VM exit under
- * a hypervisor), so the answer is probed once and kept: a fact of the
- * machine, the same for every thread; a race only stores it twice.
+ * CPUID is slow (a VM exit under a hypervisor), so the answer is probed
+ * once and kept: a fact of the machine, the same for every thread; a race
+ * only stores it twice.
  */
-bool
-kvc_cpu_avx2(void)
+unsigned
+kvc_cpu_features(void)
 {
-	static int known = -1;	/* -1 not probed yet, else 0 or 1 */
+	static int known = -1;	/* -1 not probed yet, else the bits */
 	int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
 
 	if (v < 0) {
-		v = probe_avx2();
+		v = (int)probe_cpu();
 		__atomic_store_n(&known, v, __ATOMIC_RELAXED);
 	}
-	return v != 0;
+	return (unsigned)v;
 }
-#else
-bool
-kvc_cpu_avx2(void)
-{
-	return false;
-}
-#endif
 
 /* The CPUs this process may run on (its affinity mask), else those online. */
 int

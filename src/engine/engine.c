@@ -225,6 +225,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	memset(&bp, 0, sizeof bp);
 	bp.n_threads = p.n_threads;
 	bp.gpu = p.gpu;
+	bp.kernels = p.kernels;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
 	bp.kv_type = p.kv_type;

@@ -20,6 +20,7 @@ struct kvc_engine_params {
 	int n_threads;		/* 0 = number of cores */
 	int n_ctx;		/* 0 = min(model's training context, 8192) */
 	enum gguf_dtype kv_type;	/* GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
+	const char *kernels;	/* CPU kernel table by name (kvc_backend_params; NULL: the best) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
 	/*

@@ -1,8 +1,9 @@
 /*
- * quant.c: ggml block formats (sizes, dequantisation), the portable dot
- * products and integer kernels, and the dispatch to the SIMD kernels in
- * quant_avx2.c. The half-precision conversions are in half.c, the
- * quantisers for fixtures in quant_ref.c.
+ * quant.c: ggml block formats (sizes, dequantisation) and the scalar
+ * reference of the dot products, float and integer (src/kern's tables run
+ * it where they have no SIMD kernel). The half-precision conversions are in
+ * half.c, the packed layout in quant_pack.c, the quantisers for fixtures in
+ * quant_ref.c.
  */
 #include "quant_impl.h"
 #include "quant_iq.h"
@@ -74,7 +75,7 @@ _Static_assert(offsetof(block_q3_K, qs) == 32 && offsetof(block_q3_K, scales) ==
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
-/* quant_avx2.c addresses fields by these byte offsets */
+/* src/kern's kernels address fields by these byte offsets */
 _Static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 &&
     offsetof(block_q6_K, d) == 208, "block_q6_K offsets");
 _Static_assert(offsetof(block_q5_K, qh) == 16 && offsetof(block_q5_K, qs) == 48, "block_q5_K offsets");
@@ -325,93 +326,10 @@ dot_scalar(enum gguf_dtype t, const void *row, const float *x, int64_t n)
 	return sum;
 }
 
-bool
-q_simd_available(enum q_simd s)
-{
-	switch (s) {
-	case Q_SIMD_AUTO:
-	case Q_SIMD_SCALAR:
-		return true;
-	case Q_SIMD_AVX2:
-		return q_avx2_cpu();
-	case Q_SIMD_AVX512:
-		return q_tile_avx512_cpu();
-	}
-	return false;
-}
-
-const char *
-q_simd_name(void)
-{
-	if (!q_avx2_cpu())
-		return "scalar";
-	return q_tile_avx512_cpu() ? "avx512+vnni" : "avx2+fma";
-}
-
-float
-q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, int64_t n)
-{
-	float r;
-
-	/* the float types: a 1 x 1 tile, so a row's dot equals q_matmul_rows' */
-	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
-	    (q_tile_rows_f(s != Q_SIMD_AVX2, t, row, 0, x, 1, n, &r, 1, 0, 1) || q_avx2_dot(t, row, x, NULL, n, &r)))
-		return r;
-	return dot_scalar(t, row, x, n);
-}
-
 float
 q_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n)
 {
-	return q_dot_simd(Q_SIMD_AUTO, t, row, x, n);
-}
-
-/*
- * Row-outer, token-inner: a weight row (at most a few tens of KB) stays in
- * L1/L2 while every token's dot product reads it, so the matrix streams
- * from memory once per call whatever n_tok is. Each (row, token) computes
- * exactly what q_dot computes, so a token's result does not depend on how
- * many tokens share the batch. For Q4_K/Q5_K the per-32 sums of each
- * token's x (the min terms) are computed once per call instead of per row.
- */
-void
-q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
-    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1)
-{
-	const uint8_t *w = W;
-	bool avx2 = s != Q_SIMD_SCALAR && q_avx2_cpu();
-	float stack_xs[2048], *xs = NULL;
-	size_t n_xs = (size_t)n_tok * (size_t)(n_in / 32);
-
-	if (avx2 && q_tile_rows_f(s != Q_SIMD_AVX2, t, w, row_bytes, x, n_tok, n_in, y, n_out, r0, r1))
-		return;
-	if (avx2 && (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K)) {
-		/* without room the kernel sums x itself: same result, slower */
-		xs = n_xs <= sizeof stack_xs / sizeof stack_xs[0] ? stack_xs : malloc(n_xs * sizeof *xs);
-		if (xs != NULL)
-			for (int tok = 0; tok < n_tok; tok++)
-				q_avx2_xsums(x + (size_t)tok * (size_t)n_in, n_in, xs + (size_t)tok * (size_t)(n_in / 32));
-	}
-	for (int64_t r = r0; r < r1; r++) {
-		const void *row = w + (size_t)r * row_bytes;
-		for (int tok = 0; tok < n_tok; tok++) {
-			const float *xt = x + (size_t)tok * (size_t)n_in;
-			float *out = &y[(size_t)tok * (size_t)n_out + (size_t)r];
-			if (!avx2 || !q_avx2_dot(t, row, xt, xs ? xs + (size_t)tok * (size_t)(n_in / 32) : NULL, n_in, out))
-				*out = dot_scalar(t, row, xt, n_in);
-		}
-	}
-	if (xs != NULL && xs != stack_xs)
-		free(xs);
-}
-
-void
-q_matmul_rows(enum gguf_dtype t, const void *W, size_t row_bytes,
-    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1)
-{
-	q_matmul_rows_simd(Q_SIMD_AUTO, t, W, row_bytes, x, n_tok, n_in, y, n_out, r0, r1);
+	return dot_scalar(t, row, x, n);
 }
 
 /* ---- integer kernels over int8 activations -------------------------------- */
@@ -442,10 +360,6 @@ q_act_prepare(const float *x, int64_t n_in, void *act)
 	float *d = act, *xs = d + nb;
 	int8_t *q = (int8_t *)(xs + nb);
 
-	if (q_avx2_cpu()) {
-		q_avx2_act_prepare(x, n_in, act);
-		return;
-	}
 	for (int64_t b = 0; b < nb; b++) {
 		const float *xb = x + 32 * b;
 		float amax = 0, sum = 0;
@@ -596,46 +510,13 @@ dot_act_scalar(enum gguf_dtype t, const uint8_t *row, const float *d, const floa
 }
 
 float
-q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, int64_t n)
+q_dot_act(enum gguf_dtype t, const void *row, const void *act, int64_t n)
 {
 	int64_t nb = n / 32;
 	const float *d = act, *xs = d + nb;
 	const int8_t *q = (const int8_t *)(xs + nb);
-	float r;
 
-	if (q_iq_type(t)) {
-		/* a batch of one through the matrix kernel: bitwise its result */
-		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
-			return q_iq_dot_act(t, row, act, n);
-		q_iq_avx2_rows_act(t, row, 0, act, 0, 1, n, &r, 1, 0, 1);
-		return r;
-	}
-	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
-	    q_tile_rows_act(s != Q_SIMD_AVX2, t, row, 0, act, q_act_bytes(n), 1, n, &r, 1, 0, 1))
-		return r;
+	if (q_iq_type(t))
+		return q_iq_dot_act(t, row, act, n);
 	return dot_act_scalar(t, row, d, xs, q, n);
-}
-
-void
-q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
-    const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1)
-{
-	const uint8_t *w = W, *a = act;
-	size_t ab = q_act_bytes(n_in);
-
-	if (q_iq_type(t)) {	/* no tile kernel: quant_iq.c's loops, AVX2 products where the CPU has them */
-		if (s == Q_SIMD_SCALAR || !q_avx2_cpu())
-			q_iq_matmul_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
-		else
-			q_iq_avx2_rows_act(t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1);
-		return;
-	}
-	if (s != Q_SIMD_SCALAR && q_avx2_cpu() &&
-	    q_tile_rows_act(s != Q_SIMD_AVX2, t, w, row_bytes, a, ab, n_tok, n_in, y, n_out, r0, r1))
-		return;
-	for (int64_t r = r0; r < r1; r++)
-		for (int tok = 0; tok < n_tok; tok++)
-			y[(size_t)tok * (size_t)n_out + (size_t)r] =
-			    q_dot_act(s, t, w + (size_t)r * row_bytes, a + (size_t)tok * ab, n_in);
 }

@@ -7,8 +7,9 @@
  * Qwen2.5-0.5B's 896-wide matrices in a Q4_K_M file.) Block layouts are ggml's (part of the GGUF format);
  * all multi-byte fields are little-endian, fp16 scales are IEEE half.
  *
- * Dot products work directly on quantised blocks: a weight matrix is never
- * dequantised whole.
+ * The formats only: block layouts, row sizes, dequantisation, the scalar
+ * reference of the products and the packed layout; the kernels that compute
+ * with them, one table per instruction set, are src/kern's.
  */
 #ifndef KVC_QUANT_H
 #define KVC_QUANT_H
@@ -76,48 +77,13 @@ bool q_supported(enum gguf_dtype t);
  */
 void q_dequant_row(enum gguf_dtype t, const void *src, float *dst, int64_t n);
 
-/* sum_i row[i] * x[i] over n elements, row in type t. */
+/*
+ * The scalar reference of the products (the kernel tables of src/kern run
+ * them for any type or shape their SIMD entries do not take): sum_i row[i]
+ * * x[i] over n elements, row in type t, each block dequantised and dotted
+ * with x, the block sums added in order.
+ */
 float q_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n);
-
-/*
- * y[tok * n_out + r] = dot(W row r, x[tok * n_in ...]) for rows r in [r0, r1)
- * and tokens tok in [0, n_tok). W rows are row_bytes apart. Each weight row is
- * read once from memory and used for all tokens (prefill reuses it from cache).
- * Threads split [0, n_out) between them and call this on their own range.
- */
-void q_matmul_rows(enum gguf_dtype t, const void *W, size_t row_bytes,
-    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1);
-
-/* Which SIMD path q_dot/q_matmul_rows use on this CPU ("avx512+vnni", "avx2+fma" or "scalar"). */
-const char *q_simd_name(void);
-
-/*
- * Explicit choice of kernel, for tests and benchmarks: Q_SIMD_AUTO is what
- * q_dot/q_matmul_rows use: Q_SIMD_AVX512 when the CPU has AVX512F, VL,
- * BW and VNNI, else Q_SIMD_AVX2 when it has AVX2+FMA+F16C, else scalar.
- * A path the CPU lacks runs the next one down. Scalar, AVX2 and AVX-512
- * sum in different orders (the int8 kernels form the same integer sums of
- * 4 products, then scale and add them 8 lanes per 32 values on AVX2, 16
- * lanes per 64 on AVX-512), so their results may differ in the last bits.
- *
- * The quant_iq.h types (Q2_K, IQ*, MXFP4) have no tiles yet: their
- * blocks are decoded once per row for up to 32 tokens and their products
- * run on AVX2 (quant_iq_avx2.c), which the AVX-512 path uses too.
- *
- * On the AVX2/AVX-512 paths the products run as tiles of 2 rows x 4
- * tokens (AVX2 int8), 4 x 4 (AVX-512 int8), 2 x 3 (AVX2 float) or 4 x 4
- * (AVX-512 float),
- * quant_tile.c: each (row, token) result is bitwise the same whatever
- * n_tok is and whichever rows share the call, and q_dot / q_dot_act
- * return exactly what the matrix products compute.
- */
-enum q_simd { Q_SIMD_AUTO = 0, Q_SIMD_SCALAR = 1, Q_SIMD_AVX2 = 2, Q_SIMD_AVX512 = 3 };
-bool q_simd_available(enum q_simd s);
-float q_dot_simd(enum q_simd s, enum gguf_dtype t, const void *row, const float *x, int64_t n);
-void q_matmul_rows_simd(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
-    const float *x, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1);
 
 /* Bytes of n elements of a supported type; 0 if unsupported or n is not a multiple of the block. */
 size_t q_row_bytes(enum gguf_dtype t, int64_t n);
@@ -125,9 +91,9 @@ size_t q_row_bytes(enum gguf_dtype t, int64_t n);
 int64_t q_block_elems(enum gguf_dtype t);
 
 /*
- * Integer kernels (opt-in, llama.cpp's approach): the activations are
- * rounded to int8 per block of 32 once per matmul, and the dot products
- * run on integer multiply-adds: 1.5-2.5x the float kernels' speed for the
+ * Integer products (llama.cpp's approach): the activations are rounded to
+ * int8 per block of 32 once per matmul, and the dot products run on
+ * integer multiply-adds: 1.5-2.5x the float kernels' speed for the
  * quantised types (bench/qdot). The price is the rounding of x: with
  * d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
  *   |q_dot_act - sum_i w_i x_i| <= sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i)
@@ -137,38 +103,40 @@ int64_t q_block_elems(enum gguf_dtype t);
  * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K,
  * Q5_K, Q6_K and the quant_iq.h types (q_act_supported; for Q2_K the
  * offsets too see the rounded x, so its m_i is 0 in the bound and |w_i| the
- * value's magnitude); others must use q_matmul_rows.
+ * value's magnitude); others take float activations.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
  * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],
- * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart.
+ * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart. q_act_prepare is the
+ * scalar reference of the rounding (the SIMD tables' give the same d and
+ * levels, the sums of x in their vector order); q_dot_act the scalar
+ * reference of the integer product, which every kernel table bounds itself
+ * against.
  */
 bool q_act_supported(enum gguf_dtype t);
 size_t q_act_bytes(int64_t n_in);
 void q_act_prepare(const float *x, int64_t n_in, void *act);
-float q_dot_act(enum q_simd s, enum gguf_dtype t, const void *row, const void *act, int64_t n);
-void q_matmul_rows_act(enum q_simd s, enum gguf_dtype t, const void *W, size_t row_bytes,
-    const void *act, int n_tok, int64_t n_in, float *y, int64_t n_out,
-    int64_t r0, int64_t r1);
+float q_dot_act(enum gguf_dtype t, const void *row, const void *act, int64_t n);
 
 /*
- * Packed weights (quant_pack.c): on AVX512-VNNI CPUs, Q8_0 matrices are
+ * Packed weights (quant_pack.c): Q8_0, Q4_0 and Q5_0 matrices (q_packable)
  * rearranged once, at load, into groups of Q_PACK_ROWS rows whose levels
- * sit side by side, so that one multiply-add instruction serves 16 rows.
- * q_pack_supported says whether this CPU and type have a packed kernel;
- * q_pack writes groups [g0, g1) of the packed copy (q_pack_bytes bytes,
- * rows past n_out as zeros); q_matmul_packed_act computes rows of groups
- * [g0, g1) for n_tok prepared tokens, y as q_matmul_rows_act's. Each
- * (row, token) is bitwise the same for any n_tok and any split of the
- * groups (batch independence), and within q_dot_act's bound of the exact
- * product; it may differ from q_matmul_rows_act in the last bits.
+ * sit side by side, so that one multiply-add instruction serves 16 rows
+ * (for the kernel tables with a packed kernel, kern_packs). q_pack writes
+ * groups [g0, g1) of the packed copy (q_pack_bytes bytes, rows past n_out
+ * as zeros). Per block of 32 values a group holds q_pack_level_bytes of
+ * levels, q_pack_high_bytes of fifth bits and Q_PACK_SCALE_BYTES of
+ * scales, each part for all the group's blocks before the next
+ * (q_pack_group_bytes in all).
  */
 #define Q_PACK_ROWS 16
-bool q_pack_supported(enum gguf_dtype t, int64_t n_in);
+#define Q_PACK_SCALE_BYTES 32
+bool q_packable(enum gguf_dtype t);
+size_t q_pack_level_bytes(enum gguf_dtype t);
+size_t q_pack_high_bytes(enum gguf_dtype t);
+size_t q_pack_group_bytes(enum gguf_dtype t, int64_t nb);
 size_t q_pack_bytes(enum gguf_dtype t, int64_t n_in, int64_t n_out);
 void q_pack(enum gguf_dtype t, const void *W, size_t row_bytes, int64_t n_in, int64_t n_out,
     void *P, int64_t g0, int64_t g1);
-void q_matmul_packed_act(enum gguf_dtype t, const void *P, const void *act, int n_tok,
-    int64_t n_in, float *y, int64_t n_out, int64_t g0, int64_t g1);
 
 #endif

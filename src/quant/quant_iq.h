@@ -1,9 +1,11 @@
 /*
  * quant_iq.h: the weight formats added after the first set: Q2_K, IQ4_NL,
- * IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. Internal to the
- * quant module: quant.c dispatches to quant_iq.c for these types, the
- * fixture quantisers (quant_ref_iq.c) and the tests read the blocks and the
- * lattice tables (quant_grid.c) declared here.
+ * IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. Not part of
+ * quant.h: quant.c dispatches to quant_iq.c for these types, the fixture
+ * quantisers (quant_ref_iq.c) and the tests read the blocks and the lattice
+ * tables (quant_grid.c) declared here, and src/kern's tables read a block's
+ * integer form (q_iq_unpack) and run q_iq_matmul_rows_act as the scalar
+ * entry, so the lattice types have one decoder.
  *
  * Block layouts are ggml's (part of the GGUF format), little-endian. Every
  * value of every type is s * q - m with q a small integer (|q| <= 127), s
@@ -142,20 +144,12 @@ void q_iq_dequant_block(enum gguf_dtype t, const uint8_t *blk, float *y);
  */
 float q_iq_dot_act(enum gguf_dtype t, const uint8_t *row, const void *act, int64_t n);
 /*
- * q_matmul_rows_act's loop for these types (act: tokens ab bytes apart);
+ * The scalar table's rows_act entry for these types (act: tokens ab bytes apart);
  * each result is q_iq_dot_act's. A row's blocks are decoded once for up to
  * Q_IQ_TOKENS tokens.
  */
 #define Q_IQ_TOKENS 32
 void q_iq_matmul_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
-    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
-
-/*
- * quant_iq_avx2.c, AVX2+FMA CPUs only: the same contract as
- * q_iq_matmul_rows_act, AVX2 products (each (row, token) bitwise the same
- * for any batch; within float rounding of the portable kernel's).
- */
-void q_iq_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 
 /* quant_ref_iq.c (libkvcref.a): quantise one block of floats; 0 or KVC_EUNSUPPORTED. */

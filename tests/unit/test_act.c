@@ -1,7 +1,7 @@
 /*
- * test_act.c: the FFN activations of the CPU backend (cpu_arch.c), SiLU and
- * GELU's tanh form, against float64, and their independence from how a
- * thread's row range is cut.
+ * test_act.c: the FFN activations of the CPU backend (cpu_arch.c over each
+ * kernel table's act), SiLU and GELU's tanh form, against float64, and
+ * their independence from how a thread's row range is cut.
  *
  * Bound: on AVX2 CPUs y = x / (1 + e^(-s)) with a polynomial e^x of
  * relative error <= 2e-7 and four float roundings (s, the sum, the
@@ -28,7 +28,7 @@ ref_act(double x, bool gelu, double *s)
 }
 
 static void
-accuracy(bool gelu)
+accuracy(const struct kern *k, bool gelu)
 {
 	enum { N = 4001 };
 	static float g[N], u[N], x[N];
@@ -42,7 +42,7 @@ accuracy(bool gelu)
 	}
 	x[0] = -1e4f, x[1] = 1e4f, x[2] = -88.5f, x[3] = 1e-20f, x[4] = -1e-20f, x[5] = 0.0f;
 	memcpy(g, x, sizeof g);
-	cpu_gate_act(g, u, 0, N, gelu);
+	cpu_gate_act(k, g, u, 0, N, gelu);
 	for (i = 0; i < N; i++) {
 		double s, r = ref_act(x[i], gelu, &s), e = fabs(g[i] - r);
 		double tol = 1e-6 * fabs(r) + 2e-7 * fabs(s) * fabs(r) + 1e-30;
@@ -61,7 +61,7 @@ accuracy(bool gelu)
 	for (i = 0; i < N; i++)
 		u[i] = (float)(i % 7) - 3.0f;
 	memcpy(g, x, sizeof g);
-	cpu_gate_act(g, u, 0, N, gelu);
+	cpu_gate_act(k, g, u, 0, N, gelu);
 	for (bad = 0, i = 0; i < N; i++) {
 		double s, r = ref_act(x[i], gelu, &s) * u[i];
 
@@ -74,31 +74,31 @@ accuracy(bool gelu)
 
 /* every cut of [0, n) into [0, k) and [k, n) gives the same bits as one call */
 static void
-cuts(bool gelu)
+cuts(const struct kern *k, bool gelu)
 {
 	enum { N = 37 };
 	float x[N], u[N], whole[N], part[N];
-	int i, k, diff = 0;
+	int i, cut, diff = 0;
 
 	for (i = 0; i < N; i++) {
 		x[i] = (float)sin(i * 1.7) * 6.0f;
 		u[i] = (float)cos(i * 0.3);
 	}
 	memcpy(whole, x, sizeof x);
-	cpu_gate_act(whole, u, 0, N, gelu);
-	for (k = 0; k <= N; k++) {
+	cpu_gate_act(k, whole, u, 0, N, gelu);
+	for (cut = 0; cut <= N; cut++) {
 		memcpy(part, x, sizeof x);
-		cpu_gate_act(part, u, 0, k, gelu);
-		cpu_gate_act(part, u, k, N, gelu);
+		cpu_gate_act(k, part, u, 0, cut, gelu);
+		cpu_gate_act(k, part, u, cut, N, gelu);
 		diff += memcmp(part, whole, sizeof whole) != 0;
 	}
-	test_cond(diff == 0, "%s: %d of %d cuts of the range change a bit", gelu ? "gelu" : "silu",
-	    diff, N + 1);
+	test_cond(diff == 0, "%s %s: %d of %d cuts of the range change a bit", k->name,
+	    gelu ? "gelu" : "silu", diff, N + 1);
 }
 
 /* gpt2's GELU(x + b) equals the gate's GELU of the sum, bit for bit */
 static void
-gelu_bias(void)
+gelu_bias(const struct kern *k)
 {
 	enum { N = 29 };
 	float x[N], b[N], sum[N], one[N];
@@ -110,18 +110,26 @@ gelu_bias(void)
 		sum[i] = x[i] + b[i];
 		one[i] = 1.0f;
 	}
-	cpu_gelu_bias(x, b, N);
-	cpu_gate_act(sum, one, 0, N, true);
+	cpu_gelu_bias(k, x, b, N);
+	cpu_gate_act(k, sum, one, 0, N, true);
 	test_cond(memcmp(x, sum, sizeof x) == 0, "gelu_bias equals gelu of x + b");
 }
 
 int
 main(void)
 {
-	accuracy(false);
-	accuracy(true);
-	cuts(false);
-	cuts(true);
-	gelu_bias();
+	/* every kernel table this CPU runs */
+	for (int i = 0; kern_list(i) != NULL; i++) {
+		const struct kern *k = kern_list(i);
+
+		if (!kern_runs(k))
+			continue;
+		printf("kernels %s\n", k->name);
+		accuracy(k, false);
+		accuracy(k, true);
+		cuts(k, false);
+		cuts(k, true);
+		gelu_bias(k);
+	}
 	return test_done();
 }

@@ -1,19 +1,19 @@
 /*
- * test_att_tile.c: the attention tile kernels of the CPU backend
- * (cpu_simd.c, cpu_att512.c) give every query the same bits whichever
- * kernel runs its tile and whatever else is in the tile: the AVX-512 tile
- * (prefill's many-query tiles) against the AVX2 tile, and each query alone
- * (decode) against the same query inside a tile of up to 64, over F16 and
- * F32 rows, head sizes 64/80/256, causal and windowed ranges, softcaps.
- * And the F16 cache rows' vector stores, bitwise q_f32_to_fp16.
+ * test_att_tile.c: the attention tile kernels of every kernel table this
+ * CPU runs (src/kern, kern_att_tile) give each query the same bits whatever
+ * else is in its tile: each query alone (decode) against the same query
+ * inside a tile of up to 64, over F16 and F32 rows, head sizes 64/80/256,
+ * causal and windowed ranges, softcaps; the avx512 table's tile (prefill's
+ * many-query tiles) bitwise the avx2 table's; and every table within
+ * float rounding of the scalar one. And the F16 cache rows' stores of each
+ * table, bitwise q_f32_to_fp16.
  */
-#include "backend/cpu_simd.h"
-#include "quant/quant.h"
+#include "kern/kern.h"
 #include "test.h"
 
-#ifdef HAVE_X86_SIMD
-enum { NP = 300, MAXQ = 64, MAXHD = 256 };
+#include <math.h>
 
+enum { NP = 300, MAXQ = 64, MAXHD = 256 };
 static uint32_t rng = 12345;
 
 static float
@@ -33,8 +33,8 @@ run_init(struct run *r, int hd)
 {
 	int j;
 
-	r->s = calloc((size_t)MAXQ * (NP + CPU_ATT_PB), sizeof(float));
-	r->buf = calloc(cpu_att_buf_floats(hd), sizeof(float));
+	r->s = calloc((size_t)MAXQ * (NP + KERN_ATT_PB), sizeof(float));
+	r->buf = calloc(kern_att_buf_floats(hd), sizeof(float));
 	for (j = 0; j < MAXQ; j++)
 		r->o[j] = calloc((size_t)hd, sizeof(float));
 }
@@ -50,16 +50,38 @@ run_free(struct run *r)
 		free(r->o[j]);
 }
 
-/* One tile shape: nq queries of head size hd, their ranges by kind. */
+/* Each query's outputs from table k's tile of all nq, and alone: 0 or the queries that differ. */
+static int
+tile_run(const struct kern *k, const struct kern_att_tile *t, struct run *all, struct run *one_r)
+{
+	struct kern_att_tile tt = *t;
+	int j, diff = 0;
+
+	tt.o = all->o, tt.s = all->s, tt.buf = all->buf;
+	k->att_tile(&tt);
+	for (j = 0; j < t->nq; j++) {
+		struct kern_att_tile one = tt;
+
+		one.nq = 1, one.q = t->q + j, one.o = one_r->o + j, one.lo = t->lo + j, one.hi = t->hi + j;
+		one.s = one_r->s, one.buf = one_r->buf;
+		k->att_tile(&one);
+		diff += memcmp(all->o[j], one_r->o[j], (size_t)t->hd * sizeof(float)) != 0;
+	}
+	return diff;
+}
+
+/* One tile shape: nq queries of head size hd, their ranges by kind, in every table. */
 static void
 tile_case(bool f16, int hd, int nq, int kind, float cap)
 {
 	static uint16_t kh[NP * MAXHD], vh[NP * MAXHD];
 	static float kf[NP * MAXHD], vf[NP * MAXHD], qv[MAXQ][MAXHD];
 	const float *q[MAXQ];
-	int lo[MAXQ], hi[MAXQ], j, i, diff_kernel = 0, diff_alone = 0;
-	struct run a, b, c;
-	struct cpu_att_tile t;
+	int lo[MAXQ], hi[MAXQ], j, i, ti, diff_ref = 0, diff_512 = 0;
+	struct run ref, avx2, out, one;
+	struct kern_att_tile t;
+	bool have_avx2 = false;
+	double worst = 0;
 
 	for (i = 0; i < NP * hd; i++) {
 		kf[i] = frand() * 2, vf[i] = frand();
@@ -76,33 +98,45 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 		if (kind == 3)	/* a first chunk: few positions, one empty range */
 			hi[j] = tok + 1, lo[j] = j == 5 ? hi[j] : 0;
 	}
-	run_init(&a, hd), run_init(&b, hd), run_init(&c, hd);
-	t = (struct cpu_att_tile){ f16 ? (const char *)kh : (const char *)kf,
+	run_init(&ref, hd), run_init(&avx2, hd), run_init(&out, hd), run_init(&one, hd);
+	t = (struct kern_att_tile){ f16 ? (const char *)kh : (const char *)kf,
 		f16 ? (const char *)vh : (const char *)vf, (size_t)hd * (f16 ? 2 : 4), f16, hd, nq,
-		q, a.o, lo, hi, 0.0625f, cap, a.s, NP + CPU_ATT_PB, a.buf };
-	cpu_att_tile_avx(&t);
-	t.o = b.o, t.s = b.s, t.buf = b.buf;
-	test_cond(cpu_att_tile_avx512_fits(&t), "hd %d nq %d fits the AVX-512 tile", hd, nq);
-	cpu_att_tile_avx512(&t);
-	for (j = 0; j < nq; j++) {
-		struct cpu_att_tile one = t;
+		q, NULL, lo, hi, 0.0625f, cap, NULL, NP + KERN_ATT_PB, NULL };
+	for (ti = 0; kern_list(ti) != NULL; ti++) {
+		const struct kern *k = kern_list(ti);
+		bool is_scalar = strcmp(k->name, "scalar") == 0, is_avx2 = strcmp(k->name, "avx2") == 0;
+		int diff_alone;
 
-		diff_kernel += memcmp(a.o[j], b.o[j], (size_t)hd * sizeof(float)) != 0;
-		one.nq = 1, one.q = q + j, one.o = c.o + j, one.lo = lo + j, one.hi = hi + j;
-		one.s = c.s, one.buf = c.buf;
-		cpu_att_tile_avx(&one);
-		diff_alone += memcmp(a.o[j], c.o[j], (size_t)hd * sizeof(float)) != 0;
+		if (!kern_runs(k))
+			continue;
+		diff_alone = tile_run(k, &t, is_scalar ? &ref : is_avx2 ? &avx2 : &out, &one);
+		test_cond(diff_alone == 0, "%s %s hd %d nq %d ranges %d cap %g: each query alone "
+		    "bitwise (%d differ)", k->name, f16 ? "f16" : "f32", hd, nq, kind, cap, diff_alone);
+		have_avx2 |= is_avx2;
+		for (j = 0; j < nq && !is_scalar; j++) {
+			const float *o = is_avx2 ? avx2.o[j] : out.o[j];
+
+			for (i = 0; i < hd; i++) {
+				double e = fabs((double)o[i] - ref.o[j][i]);
+
+				worst = e > worst ? e : worst;
+				diff_ref += !(e <= 1e-5 * (1 + fabs(ref.o[j][i])));
+			}
+			/* AVX-512's tile: the AVX2 tile's sums, in the same order */
+			if (strcmp(k->name, "avx512") == 0 && have_avx2)
+				diff_512 += memcmp(out.o[j], avx2.o[j], (size_t)hd * sizeof(float)) != 0;
+		}
 	}
-	test_cond(diff_kernel == 0, "%s hd %d nq %d ranges %d cap %g: AVX-512 tile bitwise the AVX2 "
-	    "tile (%d queries differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_kernel);
-	test_cond(diff_alone == 0, "%s hd %d nq %d ranges %d cap %g: each query alone bitwise "
-	    "(%d differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_alone);
-	run_free(&a), run_free(&b), run_free(&c);
+	test_cond(diff_ref == 0, "%s hd %d nq %d ranges %d cap %g: the SIMD tables within 1e-5 of "
+	    "scalar (%d outside, worst %.3g)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_ref, worst);
+	test_cond(diff_512 == 0, "%s hd %d nq %d ranges %d cap %g: avx512 tile bitwise avx2's "
+	    "(%d queries differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_512);
+	run_free(&ref), run_free(&avx2), run_free(&out), run_free(&one);
 }
 
-/* The F16 cache stores: F16C's rounding against q_f32_to_fp16 over a sweep of float bit patterns. */
+/* Table k's F16 cache stores against q_f32_to_fp16 over a sweep of float bit patterns. */
 static void
-f16_store(void)
+f16_store(const struct kern *k)
 {
 	enum { N = 4096 };
 	static float x[N];
@@ -119,34 +153,29 @@ f16_store(void)
 				x[i] = 0.0f;	/* NaN payloads are not compared */
 		}
 		x[0] = 65520.0f, x[1] = 65519.996f, x[2] = 2.9802322e-8f, x[3] = 2.9802326e-8f;
-		cpu_f32_to_f16_avx(d, x, N - 3);
+		k->f32_to_f16(d, x, N - 3);
 		for (i = 0; i < N; i++)
 			if (i < N - 3 && d[i] != q_f32_to_fp16(x[i]) && bad++ < 3)
 				fprintf(stderr, "  %a: %04x, q_f32_to_fp16 %04x\n", (double)x[i], d[i],
 				    q_f32_to_fp16(x[i]));
 	}
-	test_cond(bad == 0, "F16C stores the bits q_f32_to_fp16 gives (%d differ)", bad);
+	test_cond(bad == 0, "%s stores the bits q_f32_to_fp16 gives (%d differ)", k->name, bad);
 }
-#endif
 
 int
 main(void)
 {
-#ifdef HAVE_X86_SIMD
 	static const int hds[] = { 64, 80, 256 }, nqs[] = { 9, 16, 17, 31, 32, 33, 64 };
 	int h, n, kind;
 
-	if (!kvc_cpu_avx2() || !cpu_att_avx512_cpu())
-		test_skip("this CPU has no AVX-512 (the AVX-512 tile is not used here)");
 	for (h = 0; h < 3; h++)
 		for (n = 0; n < 7; n++)
 			for (kind = 0; kind < 4; kind++)
 				tile_case((h + n + kind) % 2 == 0, hds[h], nqs[n], kind, 0.0f);
 	tile_case(true, 256, 32, 0, 50.0f);
 	tile_case(false, 64, 20, 1, 30.0f);
-	f16_store();
+	for (int i = 0; kern_list(i) != NULL; i++)
+		if (kern_runs(kern_list(i)))
+			f16_store(kern_list(i));
 	return test_done();
-#else
-	test_skip("not an x86-64 build");
-#endif
 }

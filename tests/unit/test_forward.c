@@ -69,6 +69,7 @@
 #include "gguf/gguf.h"
 #include "backend/backend.h"
 #include "model/model.h"
+#include "kern/kern.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
 #include "fixtures/ref_forward.h"
@@ -442,10 +443,11 @@ out:
  * the float types) and in one 512-token prefill (chunks of 128, full
  * tiles), at 1 and 2 threads (which pair the rows differently). This holds
  * because each (row, token) product runs the same instructions on the same
- * values in the same order whatever tile carries it (quant_tile.c).
+ * values in the same order whatever tile carries it (src/kern), in every
+ * kernel table this CPU runs.
  */
 static void
-batch_independence(const struct kvc_model *m)
+batch_independence(const struct kvc_model *m, const struct kern *k)
 {
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
 	enum { N = 512 };
@@ -458,7 +460,7 @@ batch_independence(const struct kvc_model *m)
 	for (i = 0; i < N; i++)
 		tok[i] = (int32_t)((rnd() + 1) * 150) % V;
 	for (th = 0; th < 2; th++) {
-		struct kvc_backend_params bp = { .n_threads = th + 1 };
+		struct kvc_backend_params bp = { .n_threads = th + 1, .kernels = k->name };
 		void *ctx = NULL, *kv = NULL;
 
 		for (i = 0; i < 3; i++)
@@ -488,13 +490,13 @@ batch_independence(const struct kvc_model *m)
 		for (i = 0; i < 3; i++)	/* 2 threads vs 1 */
 			bad[2] += memcmp(lg[1][i] + o, lg[0][i] + o, n) != 0;
 	}
-	printf("%-4s batch independence: %d/%d/%d of %d positions differ "
-	    "(prefill, batches of 5, 2 threads)\n", gguf_dtype_name(m->layers[0].wq.type),
+	printf("%-4s %-6s batch independence: %d/%d/%d of %d positions differ "
+	    "(prefill, batches of 5, 2 threads)\n", gguf_dtype_name(m->layers[0].wq.type), k->name,
 	    bad[0], bad[1], bad[2], N);
 	test_cond(bad[0] == 0 && bad[1] == 0 && bad[2] == 0,
-	    "%s: logits depend on the batch: %d positions differ in the 512-token prefill, "
+	    "%s %s: logits depend on the batch: %d positions differ in the 512-token prefill, "
 	    "%d in batches of 5, %d between 1 and 2 threads", gguf_dtype_name(m->layers[0].wq.type),
-	    bad[0], bad[1], bad[2]);
+	    k->name, bad[0], bad[1], bad[2]);
 	for (th = 0; th < 2; th++)
 		for (i = 0; i < 3; i++)
 			free(lg[th][i]);
@@ -841,7 +843,6 @@ main(void)
 			struct spec s = specs[si];
 			struct ref_config rc;
 			struct kvc_model m;
-			struct kvc_backend_params bp = { .n_threads = 2 };
 			struct gguf_file *f;
 			double *ref;
 			float *lg;
@@ -874,29 +875,37 @@ main(void)
 			lg = malloc((size_t)N_TOK * s.n_vocab * sizeof *lg);
 			test_cond(ref_forward(f, &rc, tok, N_TOK, ref) == 0, "reference");
 
-			test_cond(kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0, "init: %s", err);
-			e32 = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
-			e16 = run_vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref, lg);
-			kvc_backend_cpu.free(ctx);
-			printf("%-7s %-4s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
-			    gguf_dtype_name(s.wtype), e32, e16);
-			tol = tol_weights(s.wtype);
-			test_cond(e32 <= tol, "%s %s F32 cache: %g > %g", s.arch,
-			    gguf_dtype_name(s.wtype), e32, tol);
-			/* the cache's rounding and the activations' add up */
-			test_cond(e16 <= tol + TOL_F16, "%s %s F16 cache: %g > %g", s.arch,
-			    gguf_dtype_name(s.wtype), e16, tol + TOL_F16);
+			/* every kernel table this CPU runs, against the same reference */
+			for (int ki = 0; kern_list(ki) != NULL; ki++) {
+				const struct kern *k = kern_list(ki);
+				struct kvc_backend_params bp = { .n_threads = 2, .kernels = k->name };
+
+				if (!kern_runs(k))
+					continue;
+				test_cond(kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0, "init: %s", err);
+				e32 = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
+				e16 = run_vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref, lg);
+				kvc_backend_cpu.free(ctx);
+				printf("%-7s %-4s %-6s  rel err F32 cache %.2e  F16 cache %.2e\n", s.arch,
+				    gguf_dtype_name(s.wtype), k->name, e32, e16);
+				tol = tol_weights(s.wtype);
+				test_cond(e32 <= tol, "%s %s %s F32 cache: %g > %g", s.arch,
+				    gguf_dtype_name(s.wtype), k->name, e32, tol);
+				/* the cache's rounding and the activations' add up */
+				test_cond(e16 <= tol + TOL_F16, "%s %s %s F16 cache: %g > %g", s.arch,
+				    gguf_dtype_name(s.wtype), k->name, e16, tol + TOL_F16);
+				/*
+				 * qwen2: tied output, biases. Of the later formats only IQ4_XS (the
+				 * kernels of quant_iq.h's types share one loop; test_quant_iq checks
+				 * each type's batch independence): 1,536 positions of their kernels
+				 * per type would triple the test's time.
+				 */
+				if (si == 1 && (ti < n_first_types || s.wtype == GGML_TYPE_IQ4_XS))
+					batch_independence(&m, k);
+			}
 			/* the errors must be small because the paths agree, not because logits vanish */
 			test_cond(fabs(ref[(size_t)(N_TOK - 1) * s.n_vocab]) < 1e3, "ref sane");
 
-			/*
-			 * qwen2: tied output, biases. Of the later formats only IQ4_XS (the
-			 * kernels of quant_iq.c share one loop; test_quant_iq checks each
-			 * type's batch independence): 1,536 positions of portable kernels
-			 * per type would triple the test's time.
-			 */
-			if (si == 1 && (ti < n_first_types || s.wtype == GGML_TYPE_IQ4_XS))
-				batch_independence(&m);
 			if (s.wtype == GGML_TYPE_Q4_K) {
 				cache_contract(&m, tok, GGML_TYPE_F32);
 				cache_contract(&m, tok, GGML_TYPE_F16);

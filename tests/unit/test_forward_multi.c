@@ -10,6 +10,7 @@
  * bounded layers' capacity (2 * 8 - 1 + 128 = 143 slots), so the pass reads
  * trimmed caches at their slot offsets. The mixture-of-experts cases
  * (qwen3moe, qwen2moe) group a pass's rows by the experts they chose.
+ * Every case runs in every kernel table this CPU runs.
  */
 #include "test.h"
 
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "kern/kern.h"
 #include "sampler/sampler.h"
 
 #define N_SEQ 6
@@ -204,10 +206,16 @@ main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+	for (int ki = 0; kern_list(ki) != NULL; ki++) {
+		/* every kernel table this CPU runs */
+		const struct kern *k = kern_list(ki);
 		struct kvc_engine_params p = kvc_engine_default_params();
 		struct kvc_engine *e = NULL;
 		int rc;
+
+		if (!kern_runs(k))
+			continue;
 
 		snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, cases[i].arch, cases[i].type);
 		snprintf(cmd, sizeof cmd, "'%s' --preset tiny --arch %s --type %s --swa %d --quiet "
@@ -216,9 +224,10 @@ main(void)
 			test_cond(0, "%s failed", cmd);
 			continue;
 		}
-		snprintf(what, sizeof what, "%s %s, %s cache%s", cases[i].arch, cases[i].type, cases[i].kv,
-		    cases[i].swa ? ", bounded window 8" : "");
+		snprintf(what, sizeof what, "%s %s, %s cache%s, %s kernels", cases[i].arch, cases[i].type,
+		    cases[i].kv, cases[i].swa ? ", bounded window 8" : "", k->name);
 		p.device = "cpu";
+		p.kernels = k->name;
 		p.n_ctx = cases[i].swa ? 256 : 64;
 		prompt_base = cases[i].swa ? 140 : 0;
 		p.n_threads = 2;
@@ -227,7 +236,7 @@ main(void)
 		test_cond(rc == 0, "%s: open: %s", what, err);
 		if (rc == 0) {
 			test_cond(compare(e, what) == 0, "%s: every sequence's logits equal its own", what);
-			if (i == 0)
+			if (i == 0 && ki == 0)
 				edges(e);
 		}
 		eng_close(e);

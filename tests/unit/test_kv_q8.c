@@ -47,11 +47,11 @@
  *    Q8_0 snapshot is 34/64 = 53.1 % of an F16 one, plus its header.
  */
 #include "backend/backend.h"
-#include "backend/kv_q8.h"
 #include "convert/llama2c.h"
 #include "core/kvc.h"
 #include "engine/engine.h"
 #include "engine/snapshot.h"
+#include "kern/kern.h"
 #include "quant/quant.h"
 #include "test.h"
 
@@ -88,7 +88,7 @@ block_max(const float *row, int w, double *amax)
  * error / bound ratio (fails the test when above 1).
  */
 static double
-attention_case(int W, int hd, int e0, int n, bool simd, double kscale)
+attention_case(int W, int hd, int e0, int n, const struct kern *k, double kscale)
 {
 	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, W);
 	float *K = malloc((size_t)n * W * sizeof *K), *V = malloc((size_t)n * W * sizeof *V);
@@ -112,8 +112,8 @@ attention_case(int W, int hd, int e0, int n, bool simd, double kscale)
 		}
 		if (p % 3 == 0)
 			K[(size_t)p * W + (p * 7) % W] *= 6;
-		kvq8_quantize(K + (size_t)p * W, Kq + (size_t)p * rb, W);
-		kvq8_quantize(V + (size_t)p * W, Vq + (size_t)p * rb, W);
+		kern_kvq8_quantize(K + (size_t)p * W, Kq + (size_t)p * rb, W);
+		kern_kvq8_quantize(V + (size_t)p * W, Vq + (size_t)p * rb, W);
 		block_max(K + (size_t)p * W, W, ka + (size_t)p * (W / 32));
 		block_max(V + (size_t)p * W, W, va + (size_t)p * (W / 32));
 	}
@@ -148,22 +148,14 @@ attention_case(int W, int hd, int e0, int n, bool simd, double kscale)
 	}
 	/* the kernels, the way cpu.c's att_run uses them */
 	for (p = 0; p < n; p++) {
-#ifdef HAVE_X86_SIMD
-		sf[p] = (simd ? kvq8_dot_avx : kvq8_dot)(Kq + (size_t)p * rb, e0, q, hd) * scale;
-#else
-		sf[p] = kvq8_dot(Kq + (size_t)p * rb, e0, q, hd) * scale;
-#endif
+		sf[p] = k->kvq8_dot(Kq + (size_t)p * rb, e0, q, hd) * scale;
 		fmx = fmaxf(fmx, sf[p]);
 	}
 	for (p = 0; p < n; p++)
 		fsum += sf[p] = expf(sf[p] - fmx);
 	memset(o, 0, sizeof o);
 	for (p = 0; p < n; p++) {
-#ifdef HAVE_X86_SIMD
-		(simd ? kvq8_axpy_avx : kvq8_axpy)(o, sf[p] / fsum, Vq + (size_t)p * rb, e0, hd);
-#else
-		kvq8_axpy(o, sf[p] / fsum, Vq + (size_t)p * rb, e0, hd);
-#endif
+		k->kvq8_axpy(o, sf[p] / fsum, Vq + (size_t)p * rb, e0, hd);
 	}
 	for (i = 0; i < hd; i++) {
 		double eta = (n + 4) * ldexp(1.0, -23);
@@ -184,17 +176,19 @@ test_attention(void)
 	static const int lens[] = { 1, 7, 64, 700 };
 	double worst_all = 0;
 
-	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+	for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
 		for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
-			for (int simd = 0; simd < 2; simd++) {
+			/* every kernel table this CPU runs (the SIMD ones: whole blocks only) */
+			for (int ki = 0; kern_list(ki) != NULL; ki++) {
+				const struct kern *k = kern_list(ki);
 				double w;
 
-				if (simd && (!kvc_cpu_avx2() || !kvq8_whole_blocks(shapes[k][2], shapes[k][1])))
+				if (!kern_runs(k))
 					continue;
-				w = attention_case(shapes[k][0], shapes[k][1], shapes[k][2], lens[l], simd,
+				w = attention_case(shapes[sh][0], shapes[sh][1], shapes[sh][2], lens[l], k,
 				    l % 2 ? 0.5 : 2.0);
 				test_cond(w <= 1, "attention W=%d hd=%d e0=%d n=%d %s: error %.3g of the bound",
-				    shapes[k][0], shapes[k][1], shapes[k][2], lens[l], simd ? "avx2" : "scalar", w);
+				    shapes[sh][0], shapes[sh][1], shapes[sh][2], lens[l], k->name, w);
 				worst_all = fmax(worst_all, w);
 			}
 		}

@@ -6,6 +6,7 @@
  * kernels both); quantise -> dequantise against per-type error bounds.
  */
 #include "gguf/gguf.h"
+#include "kern/kern.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
 #include "test.h"
@@ -492,13 +493,12 @@ ref_dot(enum gguf_dtype t, const void *row, const float *x, int64_t n, double *m
 	return s;
 }
 
+/* k's one-row products within float summation of the exact dot (q_dot: the scalar reference). */
 static void
-test_dot(void)
+test_dot(const struct kern *k)
 {
 	static const int64_t lens[] = {256, 512, 4096, 4864};
-	bool have_avx2 = q_simd_available(Q_SIMD_AVX2), have_512 = q_simd_available(Q_SIMD_AVX512);
 
-	printf("simd: %s\n", q_simd_name());
 	for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
 		enum gguf_dtype t = all_types[ti];
 		for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -513,14 +513,10 @@ test_dot(void)
 			test_cond(q_quantize_row(t, w, row, n) == 0, "quantize");
 			double mag, want = ref_dot(t, row, x, n, &mag);
 			double tol = 1e-5 * mag + 1e-6;	/* float summation of n terms */
-			float s = q_dot_simd(Q_SIMD_SCALAR, t, row, x, n);
-			float a = q_dot_simd(Q_SIMD_AVX2, t, row, x, n);
-			float v = q_dot_simd(Q_SIMD_AVX512, t, row, x, n);
-			float d = q_dot(t, row, x, n);
-			test_cond(fabs(s - want) <= tol, "%s n=%lld scalar %g want %g", tname(t), (long long)n, s, want);
-			test_cond(fabs(a - want) <= tol, "%s n=%lld avx2 %g want %g", tname(t), (long long)n, a, want);
-			test_cond(fabs(v - want) <= tol, "%s n=%lld avx512 %g want %g", tname(t), (long long)n, v, want);
-			test_cond(d == (have_512 ? v : have_avx2 ? a : s), "q_dot picks the available path");
+			float s = q_dot(t, row, x, n), v = kern_dot(k, t, row, x, n);
+			test_cond(fabs(s - want) <= tol, "%s n=%lld q_dot %g want %g", tname(t), (long long)n, s, want);
+			test_cond(fabs(v - want) <= tol, "%s n=%lld %s %g want %g", tname(t), (long long)n, k->name,
+			    v, want);
 			free(x);
 			free(w);
 			free(raw);
@@ -534,8 +530,8 @@ test_dot(void)
 			w[i] = frand();
 			x[i] = frand();
 		}
-		for (int k = 0; k < 3; k++) {
-			enum gguf_dtype t = k == 0 ? GGML_TYPE_F32 : k == 1 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
+		for (int ty = 0; ty < 3; ty++) {
+			enum gguf_dtype t = ty == 0 ? GGML_TYPE_F32 : ty == 1 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
 			double want = 0, mag = 0;
 			q_quantize_row(t, w, row, n);
 			q_dequant_row(t, row, wr, n);
@@ -543,19 +539,15 @@ test_dot(void)
 				want += (double)wr[i] * x[i];
 				mag += fabs((double)wr[i] * x[i]);
 			}
-			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
-				float got = q_dot_simd((enum q_simd)p, t, row, x, n);
-				test_cond(fabs(got - want) <= 1e-6 * mag + 1e-7, "%s n=%d path %d: %g want %g",
-				    tname(t), n, p, got, want);
-			}
+			float got = kern_dot(k, t, row, x, n);
+			test_cond(fabs(got - want) <= 1e-6 * mag + 1e-7, "%s n=%d %s: %g want %g",
+			    tname(t), n, k->name, got, want);
 		}
 	}
-	if (!have_avx2)
-		printf("note: no AVX2 on this CPU; the AVX2 requests ran the scalar kernels\n");
 }
 
 static void
-test_matmul(void)
+test_matmul(const struct kern *k)
 {
 	enum { N_IN = 512, N_OUT = 7, N_TOK = 3 };
 	static float w[N_OUT * N_IN], x[N_TOK * N_IN], y[N_TOK * N_OUT];
@@ -570,11 +562,11 @@ test_matmul(void)
 		size_t rb = q_row_bytes(t, N_IN);
 		for (int r = 0; r < N_OUT; r++)
 			q_quantize_row(t, w + r * N_IN, W + r * rb, N_IN);
-		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
+		{
 			for (int i = 0; i < N_TOK * N_OUT; i++)
 				y[i] = -12345.0f;
 			/* only rows [2, 5) are this caller's */
-			q_matmul_rows_simd((enum q_simd)p, t, W, rb, x, N_TOK, N_IN, y, N_OUT, 2, 5);
+			kern_matmul(k, t, W, rb, x, N_TOK, N_IN, y, N_OUT, 2, 5);
 			int bad = 0;
 			for (int tok = 0; tok < N_TOK; tok++) {
 				for (int r = 0; r < N_OUT; r++) {
@@ -586,10 +578,10 @@ test_matmul(void)
 					double mag, want = ref_dot(t, W + r * rb, x + tok * N_IN, N_IN, &mag);
 					bad += !(fabs(got - want) <= 1e-5 * mag);
 					/* a token's result does not depend on the batch */
-					bad += got != q_dot_simd((enum q_simd)p, t, W + r * rb, x + tok * N_IN, N_IN);
+					bad += got != kern_dot(k, t, W + r * rb, x + tok * N_IN, N_IN);
 				}
 			}
-			test_cond(bad == 0, "%s path %d matmul: %d bad", tname(t), p, bad);
+			test_cond(bad == 0, "%s %s matmul: %d bad", tname(t), k->name, bad);
 		}
 	}
 }
@@ -602,29 +594,29 @@ test_matmul(void)
  * and rows outside the range are not written. Rows of 80 values (shorter
  * than the prefetch distance) and of 1040.
  */
-/* One q_matmul_rows_simd call against each row's q_dot_simd: the number of wrong outputs. */
+/* One kern_matmul call against each row's kern_dot: the number of wrong outputs. */
 static int
-float_tiles_bad(enum q_simd p, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
+float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
     int n_in, int n_tok, float *y, int n_out, int64_t r0, int64_t r1)
 {
 	int bad = 0;
 
 	for (int i = 0; i < n_tok * n_out; i++)
 		y[i] = -12345.0f;
-	q_matmul_rows_simd(p, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	kern_matmul(k, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
 	for (int tok = 0; tok < n_tok; tok++)
 		for (int r = 0; r < n_out; r++) {
 			float got = y[tok * n_out + r];
 			if (r < r0 || r >= r1)
 				bad += got != -12345.0f;
 			else
-				bad += got != q_dot_simd(p, t, W + r * rb, x + tok * n_in, n_in);
+				bad += got != kern_dot(k, t, W + r * rb, x + tok * n_in, n_in);
 		}
 	return bad;
 }
 
 static void
-test_matmul_float_tiles(void)
+test_matmul_float_tiles(const struct kern *k)
 {
 	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 13 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
@@ -646,12 +638,12 @@ test_matmul_float_tiles(void)
 				q_quantize_row(t, w + r * n_in, W + r * rb, n_in);
 			for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
 				for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++)
-					for (int p = Q_SIMD_AVX2; p <= Q_SIMD_AVX512; p++) {
+					{
 						int64_t r0 = ranges[gi][0], r1 = ranges[gi][1];
-						int bad = float_tiles_bad((enum q_simd)p, t, W, rb, x, n_in, toks[ki], y,
+						int bad = float_tiles_bad(k, t, W, rb, x, n_in, toks[ki], y,
 						    N_OUT, r0, r1);
-						test_cond(bad == 0, "%s path %d n_in %d, %d tokens, rows [%lld, %lld): %d bad",
-						    tname(t), p, n_in, toks[ki], (long long)r0, (long long)r1, bad);
+						test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad",
+						    tname(t), k->name, n_in, toks[ki], (long long)r0, (long long)r1, bad);
 					}
 		}
 }
@@ -665,14 +657,15 @@ static const enum gguf_dtype int8_types[] = {
 /*
  * The integer kernels: activations rounded to int8 per 32. Bound against the
  * exact dot: sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i) (quant.h), plus
- * float rounding. Scalar and AVX2 compute the same integer sums: they agree to
- * float rounding of the scaled block sums.
+ * float rounding. Every table computes the same integer sums as the scalar
+ * reference q_dot_act: they agree to float rounding of the scaled block sums.
+ * The table's rounding of x gives q_act_prepare's d and levels.
  */
 static void
-test_act(void)
+test_act(const struct kern *k)
 {
 	enum { N = 1024, N_OUT = 5, N_TOK = 6 };
-	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], yv[N_TOK * N_OUT];
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 2], act[N_TOK * (N + 8 * N / 32)];
 	size_t ab = q_act_bytes(N);
 
@@ -698,6 +691,21 @@ test_act(void)
 		}
 		test_cond(bad == 0, "q_act_prepare: %d bad", bad);
 	}
+	{
+		static uint8_t mine[N + 8 * N / 32];
+		int bad = 0;
+		for (int tok = 0; tok < N_TOK; tok++) {
+			k->act_prepare(x + tok * N, N, mine);
+			const float *xs = (const float *)mine + N / 32;
+			const float *xr = (const float *)(act + tok * ab) + N / 32;
+			/* d and levels bitwise; the sums of x within float rounding */
+			bad += memcmp(mine, act + tok * ab, N / 32 * 4) != 0;
+			bad += memcmp(mine + N / 32 * 8, act + tok * ab + N / 32 * 8, N) != 0;
+			for (int b = 0; b < N / 32; b++)
+				bad += !(fabs(xs[b] - xr[b]) <= 1e-5 * (1 + fabs(xr[b])));
+		}
+		test_cond(bad == 0, "%s act_prepare as q_act_prepare: %d bad", k->name, bad);
+	}
 	test_cond(!q_act_supported(GGML_TYPE_F16) && q_act_supported(GGML_TYPE_Q6_K), "act types");
 	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
 		enum gguf_dtype t = int8_types[ti];
@@ -705,10 +713,8 @@ test_act(void)
 		int bad = 0;
 		for (int r = 0; r < N_OUT; r++)
 			q_quantize_row(t, w + r * N, W + r * rb, N);
-		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX2; p++)
-			q_matmul_rows_act((enum q_simd)p, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
-		/* the AVX-512 tiles: 4 rows x 4 tokens, here one full tile and partial ones */
-		q_matmul_rows_act(Q_SIMD_AVX512, t, W, rb, act, N_TOK, N, yv, N_OUT, 0, N_OUT);
+		/* AVX2's tiles are 2 rows x 4 tokens, AVX-512's 4 x 4: here full and partial ones */
+		kern_matmul_act(k, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
 		for (int r = 0; r < N_OUT; r++) {
 			q_dequant_row(t, W + r * rb, wd, N);
 			for (int tok = 0; tok < N_TOK; tok++) {
@@ -734,23 +740,19 @@ test_act(void)
 					mag += fabs((double)wd[i] * xt[i]);
 				}
 				bound += 1e-5 * mag;
-				float sc = q_dot_act(Q_SIMD_SCALAR, t, W + r * rb, act + tok * ab, N);
-				float av = q_dot_act(Q_SIMD_AVX2, t, W + r * rb, act + tok * ab, N);
-				float v5 = q_dot_act(Q_SIMD_AVX512, t, W + r * rb, act + tok * ab, N);
-				/* each path: within the bound, and a token's result independent of the batch */
-				if (!(fabs(sc - exact) <= bound) || !(fabs(av - exact) <= bound) ||
-				    !(fabs(v5 - exact) <= bound) || !(fabs(av - sc) <= 1e-5 * mag) ||
-				    !(fabs(v5 - sc) <= 1e-5 * mag) || y[tok * N_OUT + r] != av ||
-				    yv[tok * N_OUT + r] != v5) {
+				float sc = q_dot_act(t, W + r * rb, act + tok * ab, N);
+				float v = kern_dot_act(k, t, W + r * rb, act + tok * ab, N);
+				/* within the bound, and a token's result independent of the batch */
+				if (!(fabs(sc - exact) <= bound) || !(fabs(v - exact) <= bound) ||
+				    !(fabs(v - sc) <= 1e-5 * mag) || y[tok * N_OUT + r] != v) {
 					if (bad++ < 3)
-						fprintf(stderr, "%s row %d tok %d: scalar %g avx2 %g avx512 %g (tile %g) "
-						    "exact %g bound %g\n", tname(t), r, tok, sc, av, v5,
-						    yv[tok * N_OUT + r], exact, bound);
+						fprintf(stderr, "%s row %d tok %d: scalar %g %s %g (tile %g) "
+						    "exact %g bound %g\n", tname(t), r, tok, sc, k->name, v,
+						    y[tok * N_OUT + r], exact, bound);
 				}
 			}
 		}
-		test_cond(bad == 0, "%s integer kernels (AVX-512 %s): %d bad", tname(t),
-		    q_simd_available(Q_SIMD_AVX512) ? "present" : "absent, AVX2 ran", bad);
+		test_cond(bad == 0, "%s %s integer kernels: %d bad", tname(t), k->name, bad);
 	}
 }
 
@@ -761,7 +763,7 @@ test_act(void)
  * and in the batch.
  */
 static void
-test_act_odd(void)
+test_act_odd(const struct kern *k)
 {
 	static const enum gguf_dtype types[] = {
 		GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
@@ -783,15 +785,15 @@ test_act_odd(void)
 		int bad = 0;
 		for (int r = 0; r < N_OUT; r++)
 			q_quantize_row(t, w + r * N, W + r * rb, N);
-		q_matmul_rows_act(Q_SIMD_AVX512, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
+		kern_matmul_act(k, t, W, rb, act, N_TOK, N, y, N_OUT, 0, N_OUT);
 		for (int r = 0; r < N_OUT; r++) {
 			for (int tok = 0; tok < N_TOK; tok++) {
-				float sc = q_dot_act(Q_SIMD_SCALAR, t, W + r * rb, act + tok * ab, N);
-				float v5 = q_dot_act(Q_SIMD_AVX512, t, W + r * rb, act + tok * ab, N);
+				float sc = q_dot_act(t, W + r * rb, act + tok * ab, N);
+				float v5 = kern_dot_act(k, t, W + r * rb, act + tok * ab, N);
 				bad += !(fabs(v5 - sc) <= 1e-5 * (1 + fabs(sc))) || y[tok * N_OUT + r] != v5;
 			}
 		}
-		test_cond(bad == 0, "%s odd block count: %d bad", tname(t), bad);
+		test_cond(bad == 0, "%s %s odd block count: %d bad", tname(t), k->name, bad);
 	}
 }
 
@@ -814,7 +816,8 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
 }
 
 /*
- * Packed matrices (quant_pack.c, AVX512-VNNI only): every (row, token)
+ * Packed matrices (quant_pack.c's layout, the kernel of a table that has
+ * one: avx512): every (row, token)
  * bitwise equal to the documented float order on the stored integers, and
  * within q_dot_act's bound of the exact product; and the same for any
  * number of tokens in the call and any cut of the groups. The shape has a
@@ -822,7 +825,7 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
  * holds the extreme level -128 that a foreign quantiser may write.
  */
 static void
-test_pack_type(enum gguf_dtype t)
+test_pack_type(const struct kern *k, enum gguf_dtype t)
 {
 	enum { N = 96, N_OUT = 37, N_TOK = 7 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
@@ -849,7 +852,7 @@ test_pack_type(enum gguf_dtype t)
 	memset(P, 0xA5, pb);		/* padding rows must be written, not inherited */
 	q_pack(t, W, rb, N, N_OUT, P, 0, 1);
 	q_pack(t, W, rb, N, N_OUT, P, 1, 3);
-	q_matmul_packed_act(t, P, act, N_TOK, N, y, N_OUT, 0, 3);
+	kern_matmul_packed(k, t, P, act, N_TOK, N, y, N_OUT, 0, 3);
 	for (int r = 0; r < N_OUT; r++) {
 		q_dequant_row(t, W + r * rb, wd, N);
 		for (int tok = 0; tok < N_TOK; tok++) {
@@ -886,29 +889,29 @@ test_pack_type(enum gguf_dtype t)
 	/* one token at a time, each group alone: bitwise the batch's */
 	for (int tok = 0; tok < N_TOK; tok++) {
 		for (int g = 0; g < 3; g++)
-			q_matmul_packed_act(t, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
+			kern_matmul_packed(k, t, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
 		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
 	}
 	/* tokens 2..6 as a batch of 5 (a tile of 4 and one) */
-	q_matmul_packed_act(t, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, 3);
+	kern_matmul_packed(k, t, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, 3);
 	same += memcmp(y2, y + 2 * N_OUT, (N_TOK - 2) * N_OUT * sizeof *y) == 0;
 	test_cond(same == N_TOK + 1, "packed %s batch independence: %d of %d", tname(t), same, N_TOK + 1);
 	free(P);
 }
 
 static void
-test_pack(void)
+test_pack(const struct kern *k)
 {
-	if (!q_pack_supported(GGML_TYPE_Q8_0, 96)) {
-		test_cond(!q_pack_supported(GGML_TYPE_Q4_0, 32), "no packed kernel on this CPU "
-		    "(no AVX512-VNNI): none offered");
+	if (!kern_packs(k, GGML_TYPE_Q8_0, 96)) {
+		test_cond(!kern_packs(k, GGML_TYPE_Q4_0, 32), "%s has no packed kernel: none offered",
+		    k->name);
 		return;
 	}
-	test_cond(!q_pack_supported(GGML_TYPE_Q4_K, 256) && !q_pack_supported(GGML_TYPE_Q8_0, 48) &&
+	test_cond(!kern_packs(k, GGML_TYPE_Q4_K, 256) && !kern_packs(k, GGML_TYPE_Q8_0, 48) &&
 	    q_pack_bytes(GGML_TYPE_Q6_K, 256, 16) == 0, "packed types");
-	test_pack_type(GGML_TYPE_Q8_0);
-	test_pack_type(GGML_TYPE_Q4_0);
-	test_pack_type(GGML_TYPE_Q5_0);
+	test_pack_type(k, GGML_TYPE_Q8_0);
+	test_pack_type(k, GGML_TYPE_Q4_0);
+	test_pack_type(k, GGML_TYPE_Q5_0);
 }
 
 /*
@@ -917,25 +920,25 @@ test_pack(void)
  * rows outside a range must be left alone. Returns the mismatches.
  */
 static int
-decode_vs_batch(enum q_simd simd, enum gguf_dtype t, const uint8_t *W, size_t rb,
+decode_vs_batch(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb,
     const uint8_t *act, int n_tok, int n, int n_out, float *yb, float *y1)
 {
 	static const int ranges[][2] = { { 0, 21 }, { 3, 21 }, { 1, 9 }, { 5, 6 }, { 2, 19 } };
 	size_t ab = q_act_bytes(n);
 	int bad = 0;
 
-	q_matmul_rows_act(simd, t, W, rb, act, n_tok, n, yb, n_out, 0, n_out);
+	kern_matmul_act(k, t, W, rb, act, n_tok, n, yb, n_out, 0, n_out);
 	for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
 		int r0 = ranges[ri][0], r1 = ranges[ri][1] < n_out ? ranges[ri][1] : n_out;
 		for (int tok = 0; tok < n_tok; tok++) {
 			for (int r = 0; r < n_out; r++)
 				y1[r] = -1e30f;
-			q_matmul_rows_act(simd, t, W, rb, act + tok * ab, 1, n, y1, n_out, r0, r1);
+			kern_matmul_act(k, t, W, rb, act + tok * ab, 1, n, y1, n_out, r0, r1);
 			for (int r = 0; r < n_out; r++) {
 				bool in = r >= r0 && r < r1;
 				if ((in ? y1[r] != yb[tok * n_out + r] : y1[r] != -1e30f) && bad++ < 3)
 					fprintf(stderr, "%s %s n %d rows [%d, %d) row %d tok %d: alone %.9g, "
-					    "in the batch %.9g\n", tname(t), simd == Q_SIMD_AVX2 ? "avx2" : "auto",
+					    "in the batch %.9g\n", tname(t), k->name,
 					    n, r0, r1, r, tok, y1[r], yb[tok * n_out + r]);
 			}
 		}
@@ -948,11 +951,10 @@ decode_vs_batch(enum q_simd simd, enum gguf_dtype t, const uint8_t *W, size_t rb
  * rows of a 32-value type or four of a K-quant at a time, the rest one by
  * one; AVX2: the tile's pairs with the rows prefetched). Each row's result
  * must be bitwise the one the tiles give the same token in a batch, with
- * even and odd block counts, on the AVX-512 kernels where present and on
- * the AVX2 ones.
+ * even and odd block counts, in every table.
  */
 static void
-test_act_decode(void)
+test_act_decode(const struct kern *k)
 {
 	enum { NMAX = 512, N_OUT = 21, N_TOK = 5 };
 	static float x[N_TOK * NMAX], w[N_OUT * NMAX], yb[N_TOK * N_OUT], y1[N_OUT];
@@ -960,10 +962,10 @@ test_act_decode(void)
 
 	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
 		enum gguf_dtype t = int8_types[ti];
-		bool k = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+		bool kq = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
 		    t == GGML_TYPE_Q6_K;
 		/* K-quants: two blocks; the others 15 blocks (odd) or 16 */
-		for (int n = k ? 512 : 480; n <= 512; n += 32) {
+		for (int n = kq ? 512 : 480; n <= 512; n += 32) {
 			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n);
 			int bad;
 			for (int i = 0; i < N_TOK * n; i++)
@@ -974,9 +976,9 @@ test_act_decode(void)
 				q_act_prepare(x + tok * n, n, act + tok * ab);
 			for (int r = 0; r < N_OUT; r++)
 				q_quantize_row(t, w + r * n, W + r * rb, n);
-			bad = decode_vs_batch(Q_SIMD_AUTO, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
-			bad += decode_vs_batch(Q_SIMD_AVX2, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
-			test_cond(bad == 0, "%s n %d decode rows bitwise the batch's: %d bad", tname(t), n, bad);
+			bad = decode_vs_batch(k, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
+			test_cond(bad == 0, "%s %s n %d decode rows bitwise the batch's: %d bad", tname(t),
+			    k->name, n, bad);
 		}
 	}
 }
@@ -1007,13 +1009,23 @@ main(void)
 	test_fp16();
 	test_dequant_by_hand();
 	test_roundtrip();
-	test_dot();
-	test_matmul();
-	test_matmul_float_tiles();
-	test_act();
-	test_act_odd();
-	test_pack();
-	test_act_decode();
+	/* the kernels of every table this CPU runs (so CI on an AVX-512 machine checks avx2's too) */
+	for (int i = 0; kern_list(i) != NULL; i++) {
+		const struct kern *k = kern_list(i);
+
+		if (!kern_runs(k)) {
+			printf("kernels %s: not on this CPU\n", k->name);
+			continue;
+		}
+		printf("kernels %s\n", k->name);
+		test_dot(k);
+		test_matmul(k);
+		test_matmul_float_tiles(k);
+		test_act(k);
+		test_act_odd(k);
+		test_pack(k);
+		test_act_decode(k);
+	}
 	test_misc();
 	return test_done();
 }

@@ -5,9 +5,11 @@
  * format (tests/fixtures/ref_dequant.c) on random blocks, the fixture
  * quantisers, the float dot and the int8-activation kernels within their
  * bounds, and every kernel's (row, token) result bitwise the same whatever
- * the batch (batch independence).
+ * the batch (batch independence), in every kernel table (src/kern) this CPU
+ * runs.
  */
 #include "gguf/gguf.h"
+#include "kern/kern.h"
 #include "quant/quant.h"
 #include "quant/quant_iq.h"
 #include "quant/quant_ref.h"
@@ -248,10 +250,13 @@ test_dot(void)
 			}
 			/* recursive float summation of n products: |error| <= (n + 1) u sum |w x| */
 			double tol = (double)(n + 1) * ldexp(1, -24) * mag;
-			for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
-				float got = q_dot_simd((enum q_simd)p, t, raw + 1, x, n);
-				test_cond(fabs(got - want) <= tol, "%s n %lld path %d: %g want %g (bound %g)",
-				    gguf_dtype_name(t), (long long)n, p, got, want, tol);
+			for (int ki = 0; kern_list(ki) != NULL; ki++) {
+				const struct kern *k = kern_list(ki);
+				if (!kern_runs(k))
+					continue;
+				float got = kern_dot(k, t, raw + 1, x, n);
+				test_cond(fabs(got - want) <= tol, "%s n %lld table %s: %g want %g (bound %g)",
+				    gguf_dtype_name(t), (long long)n, k->name, got, want, tol);
 			}
 		}
 	}
@@ -263,8 +268,9 @@ test_dot(void)
  * scaled group sums, on every path; the SIMD paths within float rounding
  * (1e-5 of sum |w| (|x| + d_b)) of the portable kernel's, which forms the
  * same integer sums (a much tighter check than the bound: a scale off by
- * one step fails it); and q_matmul_rows_act's result for each (row, token)
- * bitwise q_dot_act's, whatever rows and tokens share the call.
+ * one step fails it); and each table's kern_matmul_act result for each
+ * (row, token) bitwise its kern_dot_act's, whatever rows and tokens share
+ * the call.
  */
 static void
 test_act(void)
@@ -288,9 +294,11 @@ test_act(void)
 		int bad = 0, bad_batch = 0;
 		for (int r0 = 0; r0 < N_OUT; r0++)
 			q_quantize_row(t, w + r0 * N, W + r0 * rb, N);
-		for (int p = Q_SIMD_SCALAR; p <= Q_SIMD_AVX512; p++) {
-			enum q_simd s = (enum q_simd)p;
-			q_matmul_rows_act(s, t, W, rb, act, N_TOK, N, yb, N_OUT, 0, N_OUT);
+		for (int ki = 0; kern_list(ki) != NULL; ki++) {
+			const struct kern *k = kern_list(ki);
+			if (!kern_runs(k))
+				continue;
+			kern_matmul_act(k, t, W, rb, act, N_TOK, N, yb, N_OUT, 0, N_OUT);
 			for (int row = 0; row < N_OUT; row++) {
 				ref_dequant_row(t, W + row * rb, r, N);
 				for (int tok = 0; tok < N_TOK; tok++) {
@@ -302,25 +310,25 @@ test_act(void)
 						mag += fabs(r[i]) * (fabs(xt[i]) + d[i / 32]);
 					}
 					bound += 1e-5 * mag;
-					float got = q_dot_act(s, t, W + row * rb, act + tok * ab, N);
-					float sc = q_dot_act(Q_SIMD_SCALAR, t, W + row * rb, act + tok * ab, N);
+					float got = kern_dot_act(k, t, W + row * rb, act + tok * ab, N);
+					float sc = q_dot_act(t, W + row * rb, act + tok * ab, N);
 					if ((!(fabs(got - exact) <= bound) || yb[tok * N_OUT + row] != got ||
 					    !(fabs(got - sc) <= 1e-5 * mag)) && bad++ < 3)
-						fprintf(stderr, "%s path %d row %d tok %d: %g (matmul %g, scalar %g) exact %g "
-						    "bound %g\n", gguf_dtype_name(t), p, row, tok, got, yb[tok * N_OUT + row], sc,
+						fprintf(stderr, "%s table %s row %d tok %d: %g (matmul %g, scalar %g) exact %g "
+						    "bound %g\n", gguf_dtype_name(t), k->name, row, tok, got, yb[tok * N_OUT + row], sc,
 						    exact, bound);
 				}
 			}
 			/* one token at a time, over ranges of rows: bitwise the batch's, rows outside untouched */
 			for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
 				for (int tok = 0; tok < N_TOK; tok++) {
-					for (int k = 0; k < N_OUT; k++)
-						y1[k] = -1e30f;
-					q_matmul_rows_act(s, t, W, rb, act + tok * ab, 1, N, y1, N_OUT,
+					for (int o = 0; o < N_OUT; o++)
+						y1[o] = -1e30f;
+					kern_matmul_act(k, t, W, rb, act + tok * ab, 1, N, y1, N_OUT,
 					    ranges[ri][0], ranges[ri][1]);
-					for (int k = 0; k < N_OUT; k++) {
-						bool in = k >= ranges[ri][0] && k < ranges[ri][1];
-						bad_batch += in ? y1[k] != yb[tok * N_OUT + k] : y1[k] != -1e30f;
+					for (int o = 0; o < N_OUT; o++) {
+						bool in = o >= ranges[ri][0] && o < ranges[ri][1];
+						bad_batch += in ? y1[o] != yb[tok * N_OUT + o] : y1[o] != -1e30f;
 					}
 				}
 			}
@@ -333,7 +341,7 @@ test_act(void)
 int
 main(void)
 {
-	printf("simd: %s\n", q_simd_name());
+	printf("kernels: %s\n", kern_best()->name);
 	test_tables();
 	test_sizes();
 	test_dequant();

@@ -230,6 +230,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 
 	memset(o, 0, sizeof *o);
 	o->ep = kvc_engine_default_params();
+	o->ep.kernels = cli_kernels();
 	o->set = conv_default_settings();
 	o->overflow = CONV_OVERFLOW_DROP;
 	o->recap = 2;	/* the last exchange */

@@ -513,6 +513,7 @@ sub_batch(int argc, char **argv)
 	memset(&b, 0, sizeof b);
 	o.ep = kvc_engine_default_params();
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
+	o.ep.kernels = cli_kernels();
 	o.set = conv_default_settings();
 	o.parallel = 4;
 	o.n_predict = 256;

@@ -120,8 +120,8 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 			printf(" %s %.1f MiB", gguf_dtype_name((enum gguf_dtype)t),
 			    by_type[t] / (1024.0 * 1024.0));
 	printf("\n");
-	printf("backend: %s, threads %d, KV cache %s; median of %d run%s\n",
-	    eng_backend_name(e), o->ep.n_threads > 0 ? o->ep.n_threads : kvc_n_cores(),
+	printf("backend: %s, threads %d, CPU kernels %s, KV cache %s; median of %d run%s\n",
+	    eng_backend_name(e), o->ep.n_threads > 0 ? o->ep.n_threads : kvc_n_cores(), cli_kernels_name(),
 	    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
 	printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
 	printf("|---------|--------|----------|------------------|---------------|\n");
@@ -146,6 +146,7 @@ sub_bench(int argc, char **argv)
 	int n_runs = 0, rc;
 	char err[512] = "";
 
+	o.ep.kernels = cli_kernels();
 	if ((rc = parse_args(argc, argv, &o)) != 0)
 		return rc < 0 ? 0 : rc;
 	rc = 1;

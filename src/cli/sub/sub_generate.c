@@ -282,6 +282,7 @@ sub_generate(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
+	o.ep.kernels = cli_kernels();
 	o.set = conv_default_settings();
 	o.n_predict = -1;
 	rc = parse_args(argc, argv, &o);

@@ -285,6 +285,7 @@ sub_perplexity(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
+	o.ep.kernels = cli_kernels();
 	o.n_ctx = 512;
 	o.n_chunks = -1;
 	if ((rc = parse_args(argc, argv, &o)) >= 0)

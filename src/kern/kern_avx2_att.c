@@ -1,125 +1,22 @@
 /*
- * cpu_simd.c: the vector kernels of the CPU backend's attention: dot
- * product and axpy over one cache row of F32 or F16 elements, portable and
- * with AVX2+FMA+F16C (chosen per call by cpu.c, which checks the CPU once),
- * and the attention of a tile of queries (cpu_att_tile). With AVX2 a tile
- * converts each block of K rows to float once, transposed, so that eight
- * positions' scores are one FMA per head element, and each block of V rows
- * once; the softmax runs eight positions at a time with a polynomial e^x.
- * Before the tiles, prefill converted every cache row once per query and
- * called expf per score: at 7000 positions of history the 119-token turn of
- * bench/ttft.sh spent about 14% of its time there, now about 6%.
+ * kern_avx2_att.c: the avx2 table's attention kernels (compiled with -mavx2
+ * -mfma -mf16c, kern.am). A tile of queries (kern_att_tile) converts each
+ * block of K rows to float once, transposed, so that eight positions'
+ * scores are one FMA per head element, and each block of V rows once; the
+ * softmax runs eight positions at a time with a polynomial e^x. Before the
+ * tiles, prefill converted every cache row once per query and called expf
+ * per score: at 7000 positions of history the 119-token turn of
+ * bench/ttft.sh spent about 14% of its time there, now about 6%. Q8_0 cache
+ * rows: the dot product and axpy over slices of whole blocks (others go to
+ * the scalar kernels).
  */
-#include "cpu_simd.h"
-#include "quant/quant.h"
+#include "kern_int.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#ifdef HAVE_X86_SIMD
-#include <immintrin.h>
-#endif
-
-float
-cpu_dot_f32(const float *a, const float *b, int n)
-{
-	float s = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-float
-cpu_dot_f16(const uint16_t *a, const float *b, int n)
-{
-	float s = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		s += q_fp16_to_f32(a[i]) * b[i];
-	return s;
-}
-
-void
-cpu_axpy_f32(float *y, float a, const float *x, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		y[i] += a * x[i];
-}
-
-void
-cpu_axpy_f16(float *y, float a, const uint16_t *x, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		y[i] += a * q_fp16_to_f32(x[i]);
-}
-
-size_t
-cpu_att_buf_floats(int hd)
-{
-	return 2 * (size_t)CPU_ATT_PB * (size_t)hd;
-}
-
-/*
- * Query j's raw dot products in s[lo, hi) become scores, then softmax
- * numerators; returns their sum (the same order as one query alone).
- */
 static float
-att_softmax(const struct cpu_att_tile *t, int j)
-{
-	float *s = t->s + (size_t)j * t->s_stride;
-	float mx = -INFINITY, sum = 0, scale = t->scale, cap = t->cap;
-	int p;
-
-	for (p = t->lo[j]; p < t->hi[j]; p++) {
-		s[p] = cap > 0 ? cap * tanhf(s[p] * scale / cap) : s[p] * scale;
-		if (s[p] > mx)
-			mx = s[p];
-	}
-	for (p = t->lo[j]; p < t->hi[j]; p++) {
-		s[p] = expf(s[p] - mx);
-		sum += s[p];
-	}
-	return sum;
-}
-
-/* Portable: one query at a time over the rows in place. */
-void
-cpu_att_tile(const struct cpu_att_tile *t)
-{
-	int hd = t->hd, j, p;
-
-	for (j = 0; j < t->nq; j++) {
-		float *s = t->s + (size_t)j * t->s_stride, *o = t->o[j], sum;
-
-		for (p = t->lo[j]; p < t->hi[j]; p++) {
-			const void *kr = t->k + (size_t)p * t->rb;
-
-			s[p] = t->f16 ? cpu_dot_f16(kr, t->q[j], hd) : cpu_dot_f32(kr, t->q[j], hd);
-		}
-		sum = att_softmax(t, j);
-		memset(o, 0, (size_t)hd * sizeof *o);
-		for (p = t->lo[j]; p < t->hi[j]; p++) {
-			const void *vr = t->v + (size_t)p * t->rb;
-
-			if (t->f16)
-				cpu_axpy_f16(o, s[p] / sum, vr, hd);
-			else
-				cpu_axpy_f32(o, s[p] / sum, vr, hd);
-		}
-	}
-}
-
-#ifdef HAVE_X86_SIMD
-#define SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
-
-SIMD_TARGET static float
 hsum8(__m256 v)
 {
 	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -129,120 +26,9 @@ hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-SIMD_TARGET float
-cpu_dot_f32_avx(const float *a, const float *b, int n)
-{
-	__m256 acc = _mm256_setzero_ps();
-	float s;
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-	s = hsum8(acc);
-	for (; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-SIMD_TARGET float
-cpu_dot_f16_avx(const uint16_t *a, const float *b, int n)
-{
-	__m256 acc = _mm256_setzero_ps();
-	float s;
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8) {
-		__m256 va = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));
-
-		acc = _mm256_fmadd_ps(va, _mm256_loadu_ps(b + i), acc);
-	}
-	s = hsum8(acc);
-	for (; i < n; i++)
-		s += q_fp16_to_f32(a[i]) * b[i];
-	return s;
-}
-
-SIMD_TARGET void
-cpu_axpy_f32_avx(float *y, float a, const float *x, int n)
-{
-	__m256 va = _mm256_set1_ps(a);
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
-		    _mm256_loadu_ps(y + i)));
-	for (; i < n; i++)
-		y[i] += a * x[i];
-}
-
-SIMD_TARGET void
-cpu_axpy_f16_avx(float *y, float a, const uint16_t *x, int n)
-{
-	__m256 va = _mm256_set1_ps(a);
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8) {
-		__m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-
-		_mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
-	}
-	for (; i < n; i++)
-		y[i] += a * q_fp16_to_f32(x[i]);
-}
-
-SIMD_TARGET double
-cpu_sumsq_avx(const float *x, int n)
-{
-	__m256d a0 = _mm256_setzero_pd(), a1 = a0;
-	__m128d h;
-	double s;
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8) {
-		__m256 v = _mm256_loadu_ps(x + i);
-		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-
-		/* a float's square is exact in double: the FMA rounds only the sum */
-		a0 = _mm256_fmadd_pd(lo, lo, a0);
-		a1 = _mm256_fmadd_pd(hi, hi, a1);
-	}
-	a0 = _mm256_add_pd(a0, a1);
-	h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
-	s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-	for (; i < n; i++)
-		s += (double)x[i] * x[i];
-	return s;
-}
-
-SIMD_TARGET void
-cpu_scale_mul_avx(float *y, const float *x, float sc, const float *w, int n)
-{
-	__m256 vs = _mm256_set1_ps(sc);
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
-		    _mm256_loadu_ps(w + i)));
-	for (; i < n; i++)
-		y[i] = x[i] * sc * w[i];
-}
-
-SIMD_TARGET void
-cpu_f32_to_f16_avx(uint16_t *d, const float *x, int n)
-{
-	int i;
-
-	for (i = 0; i + 8 <= n; i += 8)
-		_mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
-		    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-	for (; i < n; i++)
-		d[i] = q_f32_to_fp16(x[i]);
-}
-
 /* Row r of a cache block as floats, from F16 or F32 elements. */
-SIMD_TARGET static void
-att_row(const struct cpu_att_tile *t, const char *base, int p, float *dst)
+static void
+att_row(const struct kern_att_tile *t, const char *base, int p, float *dst)
 {
 	const char *row = base + (size_t)p * t->rb;
 	int i = 0;
@@ -260,14 +46,14 @@ att_row(const struct cpu_att_tile *t, const char *base, int p, float *dst)
 
 /* Element i of a cache row, F16 or F32, as a float. */
 static inline float
-att_elem(const struct cpu_att_tile *t, const char *row, int i)
+att_elem(const struct kern_att_tile *t, const char *row, int i)
 {
 	return t->f16 ? q_fp16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }
 
 /* Elements [i, i + 8) of a cache row as floats. */
-SIMD_TARGET static inline __attribute__((always_inline)) __m256
-att_ld8(const struct cpu_att_tile *t, const char *row, int i)
+static inline __attribute__((always_inline)) __m256
+att_ld8(const struct kern_att_tile *t, const char *row, int i)
 {
 	if (t->f16)
 		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
@@ -275,7 +61,7 @@ att_ld8(const struct cpu_att_tile *t, const char *row, int i)
 }
 
 /* v[e][r] = old v[r][e]: an 8 x 8 block transposed in registers. */
-SIMD_TARGET static inline __attribute__((always_inline)) void
+static inline __attribute__((always_inline)) void
 transpose8(__m256 v[8])
 {
 	__m256 a[8], b[8];
@@ -297,15 +83,15 @@ transpose8(__m256 v[8])
 }
 
 /*
- * K rows [blk, blk + n) transposed into kt (hd rows of CPU_ATT_PB floats),
+ * K rows [blk, blk + n) transposed into kt (hd rows of KERN_ATT_PB floats),
  * positions n..n8 zero, so that eight positions' dot products are one
  * vector FMA per element of the head. Eight rows at a time go through
  * 8 x 8 register transposes (the element-by-element copy this replaced was
  * most of a decode step's attention over an F16 cache: 8 KB of scattered
  * 4-byte stores per row of Gemma 3's 256-element heads).
  */
-SIMD_TARGET static void
-att_load_kt(const struct cpu_att_tile *t, int blk, int n, int n8, float *kt)
+static void
+att_load_kt(const struct kern_att_tile *t, int blk, int n, int n8, float *kt)
 {
 	int hd = t->hd, r, i;
 
@@ -321,21 +107,21 @@ att_load_kt(const struct cpu_att_tile *t, int blk, int n, int n8, float *kt)
 				v[e] = att_ld8(t, row[e], i);
 			transpose8(v);
 			for (int e = 0; e < 8; e++)
-				_mm256_storeu_ps(kt + (size_t)(i + e) * CPU_ATT_PB + r, v[e]);
+				_mm256_storeu_ps(kt + (size_t)(i + e) * KERN_ATT_PB + r, v[e]);
 		}
 		for (; i < hd; i++)
 			for (int e = 0; e < 8; e++)
-				kt[(size_t)i * CPU_ATT_PB + r + e] = att_elem(t, row[e], i);
+				kt[(size_t)i * KERN_ATT_PB + r + e] = att_elem(t, row[e], i);
 	}
 	for (; r < n; r++) {
 		const char *row = t->k + (size_t)(blk + r) * t->rb;
 
 		for (i = 0; i < hd; i++)
-			kt[(size_t)i * CPU_ATT_PB + r] = att_elem(t, row, i);
+			kt[(size_t)i * KERN_ATT_PB + r] = att_elem(t, row, i);
 	}
 	for (; r < n8; r++)
 		for (i = 0; i < hd; i++)
-			kt[(size_t)i * CPU_ATT_PB + r] = 0;
+			kt[(size_t)i * KERN_ATT_PB + r] = 0;
 }
 
 /*
@@ -344,7 +130,7 @@ att_load_kt(const struct cpu_att_tile *t, int blk, int n, int n8, float *kt)
  * elements in order, one FMA per element, the same in every lane (four
  * vectors of eight positions at a time keep four FMA chains in flight).
  */
-SIMD_TARGET static void
+static void
 att_dots(const float *kt, int hd, const float *q, int r0, int r1, float *s)
 {
 	int r = r0, i, r8 = (r1 + 7) & ~7;	/* the block is zero-padded to a multiple of 8 */
@@ -354,7 +140,7 @@ att_dots(const float *kt, int hd, const float *q, int r0, int r1, float *s)
 
 		for (i = 0; i < hd; i++) {
 			__m256 qi = _mm256_broadcast_ss(q + i);
-			const float *k = kt + (size_t)i * CPU_ATT_PB + r;
+			const float *k = kt + (size_t)i * KERN_ATT_PB + r;
 
 			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k), qi, a0);
 			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 8), qi, a1);
@@ -370,14 +156,14 @@ att_dots(const float *kt, int hd, const float *q, int r0, int r1, float *s)
 		__m256 a0 = _mm256_setzero_ps();
 
 		for (i = 0; i < hd; i++)
-			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kt + (size_t)i * CPU_ATT_PB + r),
+			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kt + (size_t)i * KERN_ATT_PB + r),
 			    _mm256_broadcast_ss(q + i), a0);
 		_mm256_storeu_ps(s + r, a0);
 	}
 }
 
 /* o += a[r] * vb[r] for r in [r0, r1) in order (vb rows of hd floats). */
-SIMD_TARGET static void
+static void
 att_wsum(float *o, const float *a, const float *vb, int hd, int r0, int r1)
 {
 	int i = 0, r;
@@ -419,7 +205,7 @@ att_wsum(float *o, const float *a, const float *vb, int hd, int r0, int r1)
  * gives e^-87 instead of a denormal or 0, which a softmax whose largest term
  * is 1, or SiLU's 1 + e^-x, does not notice.
  */
-SIMD_TARGET static inline __attribute__((always_inline)) __m256
+static inline __attribute__((always_inline)) __m256
 exp_neg(__m256 x)
 {
 	__m256 n, r, p;
@@ -445,8 +231,8 @@ exp_neg(__m256 x)
  * att_softmax with eight positions at a time (from lo, then one by one):
  * the same arithmetic for a query whatever its tile.
  */
-SIMD_TARGET float
-cpu_att_softmax_avx(const struct cpu_att_tile *t, int j)
+float
+kern_avx2_att_softmax(const struct kern_att_tile *t, int j)
 {
 	float *s = t->s + (size_t)j * t->s_stride, mx = -INFINITY, sum, tail = 0;
 	float scale = t->scale, cap = t->cap, m8[8];
@@ -499,11 +285,11 @@ cpu_att_softmax_avx(const struct cpu_att_tile *t, int j)
  * tile; softmax per query; then each block of V rows, converted once, into
  * every query's sum.
  */
-SIMD_TARGET void
-cpu_att_tile_avx(const struct cpu_att_tile *t)
+void
+kern_avx2_att_tile(const struct kern_att_tile *t)
 {
 	int hd = t->hd, P0 = INT32_MAX, P1 = 0, j, blk, r;
-	float *kt = t->buf, *vb = t->buf + (size_t)CPU_ATT_PB * hd;
+	float *kt = t->buf, *vb = t->buf + (size_t)KERN_ATT_PB * hd;
 
 	for (j = 0; j < t->nq; j++) {
 		if (t->lo[j] < P0)
@@ -512,8 +298,8 @@ cpu_att_tile_avx(const struct cpu_att_tile *t)
 			P1 = t->hi[j];
 		memset(t->o[j], 0, (size_t)hd * sizeof(float));
 	}
-	for (blk = P0; blk < P1; blk += CPU_ATT_PB) {
-		int n = P1 - blk < CPU_ATT_PB ? P1 - blk : CPU_ATT_PB;
+	for (blk = P0; blk < P1; blk += KERN_ATT_PB) {
+		int n = P1 - blk < KERN_ATT_PB ? P1 - blk : KERN_ATT_PB;
 
 		att_load_kt(t, blk, n, (n + 7) & ~7, kt);
 		for (j = 0; j < t->nq; j++) {
@@ -526,9 +312,9 @@ cpu_att_tile_avx(const struct cpu_att_tile *t)
 		}
 	}
 	for (j = 0; j < t->nq; j++)
-		(void)cpu_att_softmax_avx(t, j);	/* s: the weights, divided by their sum */
-	for (blk = P0; blk < P1; blk += CPU_ATT_PB) {
-		int n = P1 - blk < CPU_ATT_PB ? P1 - blk : CPU_ATT_PB;
+		(void)kern_avx2_att_softmax(t, j);	/* s: the weights, divided by their sum */
+	for (blk = P0; blk < P1; blk += KERN_ATT_PB) {
+		int n = P1 - blk < KERN_ATT_PB ? P1 - blk : KERN_ATT_PB;
 
 		for (r = 0; r < n; r++)
 			att_row(t, t->v, blk + r, vb + (size_t)r * hd);
@@ -542,4 +328,89 @@ cpu_att_tile_avx(const struct cpu_att_tile *t)
 		}
 	}
 }
-#endif
+
+/* ---- Q8_0 cache rows ---- */
+
+#define QB 32		/* elements per block */
+#define QBYTES 34	/* fp16 scale + 32 int8 */
+
+/* The scale of block b of row (stored little-endian, possibly unaligned). */
+static inline float
+blk_d(const unsigned char *row, int b)
+{
+	const unsigned char *p = row + (size_t)b * QBYTES;
+
+	return q_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+static inline const int8_t *
+blk_q(const unsigned char *row, int b)
+{
+	return (const int8_t *)(row + (size_t)b * QBYTES + 2);
+}
+
+/* Elements 8k..8k+7 of a block's 32 int8 as floats. */
+static inline __m256
+q8_lane(const int8_t *q, int k)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * k))));
+}
+
+static float
+kvq8_dot_avx(const void *row, int i0, const float *b, int n)
+{
+	const unsigned char *r = row;
+	__m256 acc = _mm256_setzero_ps();
+	__m128 s;
+	int blk;
+
+	for (blk = 0; blk < n / QB; blk++) {
+		const int8_t *q = blk_q(r, i0 / QB + blk);
+		const float *x = b + blk * QB;
+		__m256 t = _mm256_mul_ps(q8_lane(q, 0), _mm256_loadu_ps(x));
+
+		t = _mm256_fmadd_ps(q8_lane(q, 1), _mm256_loadu_ps(x + 8), t);
+		t = _mm256_fmadd_ps(q8_lane(q, 2), _mm256_loadu_ps(x + 16), t);
+		t = _mm256_fmadd_ps(q8_lane(q, 3), _mm256_loadu_ps(x + 24), t);
+		acc = _mm256_fmadd_ps(_mm256_set1_ps(blk_d(r, i0 / QB + blk)), t, acc);
+	}
+	s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static void
+kvq8_axpy_avx(float *y, float a, const void *row, int i0, int n)
+{
+	const unsigned char *r = row;
+	int blk, k;
+
+	for (blk = 0; blk < n / QB; blk++) {
+		const int8_t *q = blk_q(r, i0 / QB + blk);
+		__m256 ad = _mm256_set1_ps(a * blk_d(r, i0 / QB + blk));
+		float *o = y + blk * QB;
+
+		for (k = 0; k < 4; k++)
+			_mm256_storeu_ps(o + 8 * k, _mm256_fmadd_ps(ad, q8_lane(q, k),
+			    _mm256_loadu_ps(o + 8 * k)));
+	}
+}
+
+/* Slices of whole blocks with vectors, others through the scalar kernels. */
+float
+kern_avx2_kvq8_dot(const void *row, int i0, const float *b, int n)
+{
+	if (i0 % QB != 0 || n % QB != 0)
+		return kern_scalar_kvq8_dot(row, i0, b, n);
+	return kvq8_dot_avx(row, i0, b, n);
+}
+
+void
+kern_avx2_kvq8_axpy(float *y, float a, const void *row, int i0, int n)
+{
+	if (i0 % QB != 0 || n % QB != 0)
+		kern_scalar_kvq8_axpy(y, a, row, i0, n);
+	else
+		kvq8_axpy_avx(y, a, row, i0, n);
+}

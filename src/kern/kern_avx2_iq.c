@@ -1,6 +1,8 @@
 /*
- * quant_iq_avx2.c: the AVX2 int8-activation kernel of the quant_iq.c types
- * (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S).
+ * kern_avx2_iq.c: the AVX2 int8-activation kernel of quant_iq.h's types
+ * (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S),
+ * the rows_act entry of those types in the avx2 and avx512 tables (no tile
+ * kernel yet: AVX-512 runs this one too).
  * A row's block is decoded once (q_iq_unpack) for up to Q_IQ_TOKENS
  * tokens; each 32 values' product with a token is one sign/maddubs/madd
  * sequence giving 8 sums of 4 products (lanes 0-3 the first group of 16,
@@ -10,16 +12,17 @@
  * share the call, so a (row, token) result is bitwise batch independent;
  * it differs from the portable kernel's only in float rounding (the same
  * integer sums, scaled and added in another order).
+ *
+ * The blocks' integer form (struct q_iq_int, q_iq_unpack) is quant's one
+ * decoder of these formats; this file reads it through quant_iq.h rather
+ * than decoding the lattice types a second time.
  */
-#include "quant_impl.h"
-#include "quant_iq.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-
-#define AVX2 __attribute__((target("avx2,fma")))
+#include "kern_int.h"
+#include "kern_x86.h"
+#include "quant/quant_iq.h"
 
 /* 32 levels from 16 bytes of nibbles through a 16-entry table (elements 0-15 low nibbles, 16-31 high). */
-AVX2 static inline void
+static inline void
 nibbles32(const uint8_t *qs, __m256i table, int8_t *q)
 {
 	__m128i b = _mm_loadu_si128((const __m128i *)qs);
@@ -33,7 +36,7 @@ nibbles32(const uint8_t *qs, __m256i table, int8_t *q)
  * q_iq_unpack for the nibble types (IQ4_NL, IQ4_XS, MXFP4) with a table
  * lookup per 32 values: the same levels and scales; false for the others.
  */
-AVX2 static bool
+static bool
 unpack_nibbles(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
 {
 	const int8_t *tab = t == GGML_TYPE_MXFP4 ? q_mxfp4_values : q_iq4nl_values;
@@ -58,7 +61,7 @@ unpack_nibbles(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
 	return true;
 }
 
-AVX2 static void
+static void
 row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
     float *out, size_t out_stride)
 {
@@ -103,8 +106,8 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 		out[(size_t)tok * out_stride] = q_hsum8(acc[tok]);
 }
 
-void
-q_iq_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+bool
+kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	for (int64_t r = r0; r < r1; r++)
@@ -112,15 +115,5 @@ q_iq_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t
 			row_act(t, W + (size_t)r * rb, act + (size_t)t0 * ab, ab,
 			    n_tok - t0 < Q_IQ_TOKENS ? n_tok - t0 : Q_IQ_TOKENS, n_in,
 			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
+	return true;
 }
-
-#else	/* not x86: quant.c never calls this (q_avx2_cpu() is false) */
-
-void
-q_iq_avx2_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
-    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
-{
-	q_iq_matmul_rows_act(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
-}
-
-#endif

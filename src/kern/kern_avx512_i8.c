@@ -1,6 +1,6 @@
 /*
- * quant_tile_i8_512.h: the AVX512-VNNI int8 tile kernels of quant_tile.c
- * (included there once; internal to it). A tile is four weight rows times
+ * kern_avx512_i8.c: the avx512 table's products of int8 activations
+ * (compiled with AVX512 F, VL, BW and VNNI, kern.am). A tile is four weight rows times
  * up to four tokens, and the unit of work is a pair of 32-value groups (two
  * Q8_0/Q4_0/... blocks, or groups 2j and 2j + 1 of a K-quant block): one
  * 512-bit dpbusd forms the 16 four-value lane sums of both groups, so each
@@ -25,27 +25,36 @@
  * are in a different order from the AVX2 kernels', so AVX-512 and AVX2
  * results may differ in the last bits (each within quant.h's bound).
  */
+#include "kern_int.h"
+#include "kern_x86.h"
+
+/* mad_avx2's (kern_x86.h) multiply-add with VNNI: the same exact lane sums in one instruction. */
+INLINE __m256i
+mad_vnni(__m256i u, __m256i s)
+{
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
 
 /* lanes 0-7 take element 0 of a vector, lanes 8-15 element 1 */
 #define PAIR_IDX _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
 /* lanes 4q .. 4q + 3 take element q (the 16-value scales of Q3_K/Q6_K) */
 #define QUAD_IDX _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0)
 
-VNNI INLINE __m512i
+INLINE __m512i
 cat256(__m256i lo, __m256i hi)
 {
 	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* The 256-bit a in both halves. */
-VNNI INLINE __m512i
+INLINE __m512i
 twice256(const void *p)
 {
 	return _mm512_broadcast_i64x4(ld256(p));
 }
 
 /* Two floats at p, as lanes 0-7 = p[0], 8-15 = p[1]. */
-VNNI INLINE __m512
+INLINE __m512
 pair_f(const float *p)
 {
 	uint64_t u;
@@ -57,7 +66,7 @@ pair_f(const float *p)
 }
 
 /* Two fp16 (at a and b) as floats, in lanes 0 and 1. */
-VNNI INLINE __m128
+INLINE __m128
 two_h(const uint8_t *a, const uint8_t *b)
 {
 	uint16_t x, y;
@@ -68,7 +77,7 @@ two_h(const uint8_t *a, const uint8_t *b)
 }
 
 /* The fp16 at a in lanes 0-7, at b in lanes 8-15, as floats. */
-VNNI INLINE __m512
+INLINE __m512
 pair_h(const uint8_t *a, const uint8_t *b)
 {
 	uint16_t x, y;
@@ -88,7 +97,7 @@ struct pr {
 };
 
 /* Levels of blocks p0, p1 of a 32-value type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1). */
-VNNI INLINE __m512i
+INLINE __m512i
 pair_levels32(enum gguf_dtype t, const uint8_t *p0, const uint8_t *p1)
 {
 	if (t == GGML_TYPE_Q8_0)
@@ -112,7 +121,7 @@ pair_levels32(enum gguf_dtype t, const uint8_t *p0, const uint8_t *p1)
 }
 
 /* Levels of groups 2j, 2j + 1 of a K-quant block at p. */
-VNNI INLINE __m512i
+INLINE __m512i
 pair_levels_k(enum gguf_dtype t, const uint8_t *p, int j)
 {
 	const __m512i lo4 = _mm512_set1_epi8(0xF);
@@ -174,7 +183,7 @@ t_level_off(enum gguf_dtype t)
 }
 
 /* The correction for Q8_0's signed levels (see the top of this file). */
-VNNI INLINE __m512i
+INLINE __m512i
 pair_corr(__m512i w)
 {
 	__m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), w);
@@ -186,7 +195,7 @@ pair_corr(__m512i w)
  * An odd last block b of a 32-value type: the 256-bit tile's steps, on
  * lanes 0-7 of the accumulators only.
  */
-VNNI INLINE void
+INLINE void
 tail512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[], int64_t b, const float *const dx[4],
     const float *const xs[4], const int8_t *const qx[4], __m512 acc[][4])
 {
@@ -227,7 +236,7 @@ tail512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[], int64_t b, 
  * pf ahead as its blocks are read (decode, where nothing else hides the
  * memory latency).
  */
-VNNI INLINE void
+INLINE void
 tile512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[4], const uint8_t *act, size_t ab,
     int64_t n_in, size_t pf, float *out)
 {
@@ -361,7 +370,7 @@ tile512(enum gguf_dtype t, int NR, int NT, const uint8_t *const w[4], const uint
  *    multiplied by the token's two scales with one more; each row then takes
  *    its 16 lane products with one permute.
  */
-VNNI INLINE void
+INLINE void
 dec32(enum gguf_dtype t, int NR, const uint8_t *const w[8], const uint8_t *act, int64_t n_in,
     size_t pf, float *out)
 {
@@ -439,7 +448,7 @@ dec32(enum gguf_dtype t, int NR, const uint8_t *const w[8], const uint8_t *act, 
  * Decode: rows [r0, r1) of one token, DEC_NR at a time and the rest one by
  * one, each row's bytes prefetched one step of rows ahead.
  */
-VNNI INLINE void
+INLINE void
 dec512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, int64_t n_in,
     float *y, int64_t r0, int64_t r1)
 {
@@ -475,7 +484,7 @@ dec512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, int64
 }
 
 /* Rows in fours (the last ones repeated to fill a tile, their copies dropped), tokens in fours. */
-VNNI INLINE void
+INLINE void
 rows512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
     int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
@@ -505,23 +514,34 @@ rows512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size
 	}
 }
 
-VNNI static bool
-rows_act_512(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
-    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
-{
-	switch (t) {
-	case GGML_TYPE_Q8_0: rows512(GGML_TYPE_Q8_0, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q4_0: rows512(GGML_TYPE_Q4_0, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q4_1: rows512(GGML_TYPE_Q4_1, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q5_0: rows512(GGML_TYPE_Q5_0, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q5_1: rows512(GGML_TYPE_Q5_1, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q3_K: rows512(GGML_TYPE_Q3_K, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q4_K: rows512(GGML_TYPE_Q4_K, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q5_K: rows512(GGML_TYPE_Q5_K, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	case GGML_TYPE_Q6_K: rows512(GGML_TYPE_Q6_K, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
-	default: return false;
-	}
+/*
+ * One entry per type, its type a constant so each gets its own straight-line
+ * loops; false when n_in is not whole blocks (the scalar reference runs).
+ */
+#define ROWS_512(T, name)							\
+static bool									\
+name(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, \
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)		\
+{										\
+	(void)t;								\
+	if (n_in % (32 * t_group_count(T)) != 0)				\
+		return false;							\
+	rows512(T, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);		\
+	return true;								\
 }
+ROWS_512(GGML_TYPE_Q8_0, rows_q8_0)
+ROWS_512(GGML_TYPE_Q4_0, rows_q4_0)
+ROWS_512(GGML_TYPE_Q4_1, rows_q4_1)
+ROWS_512(GGML_TYPE_Q5_0, rows_q5_0)
+ROWS_512(GGML_TYPE_Q5_1, rows_q5_1)
+ROWS_512(GGML_TYPE_Q3_K, rows_q3_k)
+ROWS_512(GGML_TYPE_Q4_K, rows_q4_k)
+ROWS_512(GGML_TYPE_Q5_K, rows_q5_k)
+ROWS_512(GGML_TYPE_Q6_K, rows_q6_k)
 
-#undef PAIR_IDX
-#undef QUAD_IDX
+kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE] = {
+	[GGML_TYPE_Q8_0] = rows_q8_0, [GGML_TYPE_Q4_0] = rows_q4_0, [GGML_TYPE_Q4_1] = rows_q4_1,
+	[GGML_TYPE_Q5_0] = rows_q5_0, [GGML_TYPE_Q5_1] = rows_q5_1, [GGML_TYPE_Q3_K] = rows_q3_k,
+	[GGML_TYPE_Q4_K] = rows_q4_k, [GGML_TYPE_Q5_K] = rows_q5_k, [GGML_TYPE_Q6_K] = rows_q6_k,
+	KERN_AVX2_IQ_ROWS_ACT,
+};

@@ -1,8 +1,8 @@
 /*
- * cpu_att512.c: the attention of a tile of queries (struct cpu_att_tile)
+ * kern_avx512_att.c: the avx512 table's attention of a tile of queries (struct kern_att_tile)
  * with AVX-512, for prefill's tiles of many queries that share a KV head.
  *
- * cpu_att_tile_avx (cpu_simd.c) puts eight positions in a vector's lanes:
+ * kern_avx2_att_tile (kern_avx2_att.c) puts eight positions in a vector's lanes:
  * each block of K rows is transposed, element by element, once per tile,
  * and on the real Gemma 3 270M (head size 256, four queries per KV head)
  * that transposition was a third of prefill's attention time. Here the
@@ -13,7 +13,7 @@
  * over V keeps the head's elements in the lanes, but four queries share
  * each V vector, converted from F16 in the loop instead of into a buffer.
  *
- * Bitwise the same as cpu_att_tile_avx: a score is still
+ * Bitwise the same as kern_avx2_att_tile: a score is still
  * fma(q[i], k[i], acc) over i in order from 0 (the product is exact, so
  * the operands' order does not matter), the softmax is the same function,
  * and o[e] still takes fma(a[r], v[r][e], o[e]) for r in order from the
@@ -21,15 +21,12 @@
  * given a zero weight). So which kernel a tile runs, and which queries share
  * it, changes no bit of any output: prefill and decode agree.
  */
-#include "cpu_simd.h"
-#include "core/kvc.h"
+#include "kern_int.h"
 
 #include <string.h>
 
-#ifdef HAVE_X86_SIMD
 #include <immintrin.h>
 
-#define A512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
 /* Queries per pass of the scores (two vectors of sixteen lanes). */
@@ -37,29 +34,16 @@
 /* Positions per block of scores: rows converted, and broadcast, together. */
 #define PPMAX 8
 
-bool
-cpu_att_avx512_cpu(void)
+static bool
+att512_fits(const struct kern_att_tile *t)
 {
-	static int known = -1;	/* a fact of the machine: probed once */
-	int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
-
-	if (v < 0) {
-		v = kvc_cpu_avx2() && __builtin_cpu_supports("avx512f");
-		__atomic_store_n(&known, v, __ATOMIC_RELAXED);
-	}
-	return v != 0;
-}
-
-bool
-cpu_att_tile_avx512_fits(const struct cpu_att_tile *t)
-{
-	/* whole vectors of the head; the buffer below fits in cpu_att_buf_floats */
+	/* whole vectors of the head; the buffer below fits in kern_att_buf_floats */
 	return t->hd % 16 == 0 && t->hd >= 16 && t->nq > 8;
 }
 
 /* Rows [p, p + n) of base as floats into kf (rows of hd), rows n..pp zero. */
-A512 static void
-load_rows(const struct cpu_att_tile *t, const char *base, int p, int n, int pp, float *kf)
+static void
+load_rows(const struct kern_att_tile *t, const char *base, int p, int n, int pp, float *kf)
 {
 	int hd = t->hd, r, i;
 
@@ -83,7 +67,7 @@ load_rows(const struct cpu_att_tile *t, const char *base, int p, int n, int pp, 
  * out[r][j] = sum over i in order of qt[i][j] * kf[r][i], for NG groups of
  * sixteen queries (qt rows of 16 NG floats) and PP rows of kf.
  */
-A512 INLINE void
+INLINE void
 dots_block(const float *qt, int hd, const float *kf, int NG, int PP, float *out)
 {
 	__m512 acc[2][PPMAX];
@@ -113,8 +97,8 @@ dots_block(const float *qt, int hd, const float *kf, int NG, int PP, float *out)
 }
 
 /* Raw scores of queries [j0, j0 + nq) over their positions, into t->s. */
-A512 static void
-tile_scores(const struct cpu_att_tile *t, int j0, int nq)
+static void
+tile_scores(const struct kern_att_tile *t, int j0, int nq)
 {
 	int hd = t->hd, NG = nq > 16 ? 2 : 1, W = 16 * NG, PP = NG == 1 ? 8 : 6;
 	int P0 = INT32_MAX, P1 = 0, i, j, p, r;
@@ -152,8 +136,8 @@ tile_scores(const struct cpu_att_tile *t, int j0, int nq)
  * which the set of queries whose [lo, hi) holds r does not change (F16:
  * the rows are F16, else F32; both constant where this is inlined).
  */
-A512 INLINE void
-wsum_part(const struct cpu_att_tile *t, int j0, int nj, int e0, int NE, bool F16, const int *b,
+INLINE void
+wsum_part(const struct kern_att_tile *t, int j0, int nj, int e0, int NE, bool F16, const int *b,
     int nb)
 {
 	__m512 o[4][4];
@@ -222,7 +206,7 @@ wsum_part(const struct cpu_att_tile *t, int j0, int nj, int e0, int NE, bool F16
 
 /* The sorted distinct lo and hi of queries [j0, j0 + nj) into b; returns their count. */
 static int
-bounds(const struct cpu_att_tile *t, int j0, int nj, int *b)
+bounds(const struct kern_att_tile *t, int j0, int nj, int *b)
 {
 	int n = 0, j, k, x;
 
@@ -239,15 +223,15 @@ bounds(const struct cpu_att_tile *t, int j0, int nj, int *b)
 	return k;
 }
 
-A512 void
-cpu_att_tile_avx512(const struct cpu_att_tile *t)
+static void
+att512(const struct kern_att_tile *t)
 {
 	int hd = t->hd, j0, e0, b[8], nb;
 
 	for (j0 = 0; j0 < t->nq; j0 += QL)
 		tile_scores(t, j0, t->nq - j0 < QL ? t->nq - j0 : QL);
 	for (j0 = 0; j0 < t->nq; j0++)
-		(void)cpu_att_softmax_avx(t, j0);	/* s: the weights, divided by their sum */
+		(void)kern_avx2_att_softmax(t, j0);	/* s: the weights, divided by their sum */
 	for (j0 = 0; j0 < t->nq; j0 += 4) {
 		int nj = t->nq - j0 < 4 ? t->nq - j0 : 4;
 
@@ -261,4 +245,13 @@ cpu_att_tile_avx512(const struct cpu_att_tile *t)
 			wsum_part(t, j0, nj, e0, 1, t->f16, b, nb);
 	}
 }
-#endif
+
+/* Tiles of more than eight queries (prefill) here, smaller ones as avx2's: the same bits. */
+void
+kern_avx512_att_tile(const struct kern_att_tile *t)
+{
+	if (att512_fits(t))
+		att512(t);
+	else
+		kern_avx2_att_tile(t);
+}

@@ -1,0 +1,225 @@
+/*
+ * kern_avx2.c: the avx2 table's products of float activations (F32, F16,
+ * BF16 weights) and its int8 rounding of activations; compiled with -mavx2
+ * -mfma -mf16c (kern.am). A tile is two weight rows times up to three
+ * tokens (one token: four rows), each (row, token) with its own
+ * accumulators, so a product is bitwise the same for any batch.
+ */
+#include "kern_int.h"
+#include "kern_x86.h"
+
+INLINE __m256
+ldw(enum gguf_dtype t, const uint8_t *row, int64_t i)
+{
+	if (t == GGML_TYPE_F32)
+		return _mm256_loadu_ps((const float *)(row + 4 * i));
+	__m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+	if (t == GGML_TYPE_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/*
+ * R rows (2, or 4 for one token) times NT tokens; each (row, token) keeps
+ * two accumulators, the 8-value chunks alternating between them, added at
+ * the end, whatever R and NT are. Prefetched (kern_x86.h's pf_rows) as the
+ * 512-bit tiles of kern_avx512.c.
+ */
+INLINE void
+tile_f(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	int64_t es = t == GGML_TYPE_F32 ? 4 : 2;
+	__m256 acc[4][3][2];
+	struct pf_rows f;
+
+	pf_init(&f, R, w, nx, es, n);
+	UNROLL
+	for (int r = 0; r < R; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		pf_step(&f, R, i);
+		UNROLL
+		for (int h = 0; h < 2; h++) {
+			__m256 wv[4];
+			UNROLL
+			for (int r = 0; r < R; r++)
+				wv[r] = ldw(t, w[r], i + 8 * h);
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
+				UNROLL
+				for (int r = 0; r < R; r++)
+					acc[r][k][h] = _mm256_fmadd_ps(wv[r], xv, acc[r][k][h]);
+			}
+		}
+	}
+	UNROLL
+	for (int r = 0; r < R; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			out[r * 3 + k] = q_hsum8(_mm256_add_ps(acc[r][k][0], acc[r][k][1]));
+}
+
+/* The tile of t's shape (R, NT): 4 x 1 (one token) or 2 x 1-3; t constant in each. */
+INLINE void
+tile_shape(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	switch (R == 4 ? 0 : NT) {
+	case 0: tile_f(t, 4, 1, w, nx, x, n, out); break;
+	case 3: tile_f(t, 2, 3, w, nx, x, n, out); break;
+	case 2: tile_f(t, 2, 2, w, nx, x, n, out); break;
+	default: tile_f(t, 2, 1, w, nx, x, n, out); break;
+	}
+}
+
+static void
+tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	if (t == GGML_TYPE_F32)
+		tile_shape(GGML_TYPE_F32, R, NT, w, nx, x, n, out);
+	else if (t == GGML_TYPE_F16)
+		tile_shape(GGML_TYPE_F16, R, NT, w, nx, x, n, out);
+	else
+		tile_shape(GGML_TYPE_BF16, R, NT, w, nx, x, n, out);
+}
+
+/*
+ * Rows whose length is not a multiple of 16 (no tile takes them): one row
+ * and one token at a time, four accumulators of eight, the tail in order.
+ */
+static float
+dot_f32(const float *w, const float *x, int64_t n)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t i = 0;
+	float t = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+		a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+		a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+		a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+	for (; i < n; i++) {
+		float v;
+		memcpy(&v, w + i, 4);
+		t += v * x[i];
+	}
+	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+}
+
+static inline __m256
+ld_f16(const uint8_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256
+ld_bf16(const uint8_t *p)
+{
+	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+
+	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static float
+dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
+{
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	int64_t i = 0;
+	float t = 0;
+
+#define LD(k) (bf ? ld_bf16(w + 2 * (i + (k))) : ld_f16(w + 2 * (i + (k))))
+	for (; i + 32 <= n; i += 32) {
+		a0 = _mm256_fmadd_ps(LD(0), _mm256_loadu_ps(x + i), a0);
+		a1 = _mm256_fmadd_ps(LD(8), _mm256_loadu_ps(x + i + 8), a1);
+		a2 = _mm256_fmadd_ps(LD(16), _mm256_loadu_ps(x + i + 16), a2);
+		a3 = _mm256_fmadd_ps(LD(24), _mm256_loadu_ps(x + i + 24), a3);
+	}
+	for (; i + 8 <= n; i += 8)
+		a0 = _mm256_fmadd_ps(LD(0), _mm256_loadu_ps(x + i), a0);
+#undef LD
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, w + 2 * i, 2);
+		t += (bf ? q_bf16_to_f32(h) : q_fp16_to_f32(h)) * x[i];
+	}
+	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
+}
+
+/* F32, F16, BF16 (false for other types: the scalar reference runs). */
+bool
+kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16)
+		return false;
+	if (n_in % 16 != 0) {
+		for (int64_t r = r0; r < r1; r++)
+			for (int tok = 0; tok < n_tok; tok++) {
+				const uint8_t *w = W + (size_t)r * rb;
+				const float *xt = x + (size_t)tok * (size_t)n_in;
+				y[(size_t)tok * (size_t)n_out + (size_t)r] = t == GGML_TYPE_F32 ?
+				    dot_f32((const float *)w, xt, n_in) : dot_f16(w, xt, n_in, t == GGML_TYPE_BF16);
+			}
+		return true;
+	}
+	/* rows in fours for one token, else in twos; tokens in threes */
+	rows_f_tiled(tile_any, 4, 2, 3, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	return true;
+}
+
+/* The sum of 32 floats: four vectors added pairwise, then q_hsum8. */
+INLINE __m256
+sum32(const float *x)
+{
+	return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
+	    _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
+}
+
+/*
+ * q_act_prepare's work with vectors: the same d, the same levels (the
+ * conversion rounds to nearest even, as lrintf does in the default mode),
+ * the sum of x in a vector order (so it may differ from the scalar sum in
+ * the last bits; every token on this CPU takes this path).
+ */
+void
+kern_avx2_act_prepare(const float *x, int64_t n_in, void *act)
+{
+	int64_t nb = n_in / 32;
+	float *d = act, *xs = d + nb;
+	int8_t *q = (int8_t *)(xs + nb);
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+
+	for (int64_t b = 0; b < nb; b++) {
+		const float *xb = x + 32 * b;
+		__m256 v[4], m;
+		for (int i = 0; i < 4; i++)
+			v[i] = _mm256_loadu_ps(xb + 8 * i);
+		m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+		    _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+		__m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+		h = _mm_max_ss(h, _mm_movehdup_ps(h));
+		float amax = _mm_cvtss_f32(h);
+		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
+		__m256 iv = _mm256_set1_ps(id);
+		d[b] = db;
+		xs[b] = q_hsum8(sum32(xb));
+		__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], iv));
+		__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], iv));
+		__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], iv));
+		__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], iv));
+		/* packs interleave 128-bit lanes: put the 8 dwords groups back in order */
+		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)(q + 32 * b), p);
+	}
+}

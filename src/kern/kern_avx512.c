@@ -1,0 +1,209 @@
+/*
+ * kern_avx512.c: the avx512 table's products of float activations (F32,
+ * F16, BF16 weights) with 512-bit vectors, one accumulator per (row,
+ * token); compiled with AVX512 F, VL, BW and VNNI (kern.am).
+ */
+#include "kern_int.h"
+#include "kern_x86.h"
+
+INLINE __m512
+ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
+{
+	if (t == GGML_TYPE_F32)
+		return _mm512_loadu_ps(row + 4 * i);
+	__m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+	if (t == GGML_TYPE_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/*
+ * R rows (4, or 8 for one token) times NT tokens, one 16-lane accumulator
+ * per (row, token): one FMA per 16 values in order from 0, then the
+ * 512 -> 256 add and q_hsum8, whatever R and NT are (so the same as
+ * rows_f16p's prefill tiles). 8 rows at one token: more independent
+ * streams in flight (bench/qmm bf16 1 896 4864, weights from memory:
+ * 4 rows 9.8 GB/s, 4 rows + prefetch 11.0, 8 rows + prefetch 12.1).
+ */
+INLINE void
+tile_f16w(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	int64_t es = t == GGML_TYPE_F32 ? 4 : 2;
+	__m512 acc[8][4];
+	struct pf_rows f;
+
+	pf_init(&f, R, w, nx, es, n);
+	UNROLL
+	for (int r = 0; r < R; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k] = _mm512_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		__m512 wv[8];
+		pf_step(&f, R, i);
+		UNROLL
+		for (int r = 0; r < R; r++)
+			wv[r] = ldw16(t, w[r], i);
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)k * (size_t)n + i);
+			UNROLL
+			for (int r = 0; r < R; r++)
+				acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+		}
+	}
+	UNROLL
+	for (int r = 0; r < R; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			out[r * 4 + k] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][k]),
+			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
+}
+
+/* The tile of t's shape (R, NT): 8 x 1 (one token) or 4 x 1-4; t constant in each. */
+INLINE void
+tile_shape(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	switch (R == 8 ? 0 : NT) {
+	case 0: tile_f16w(t, 8, 1, w, nx, x, n, out); break;
+	case 4: tile_f16w(t, 4, 4, w, nx, x, n, out); break;
+	case 3: tile_f16w(t, 4, 3, w, nx, x, n, out); break;
+	case 2: tile_f16w(t, 4, 2, w, nx, x, n, out); break;
+	default: tile_f16w(t, 4, 1, w, nx, x, n, out); break;
+	}
+}
+
+static void
+tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
+    const float *x, int64_t n, float *out)
+{
+	if (t == GGML_TYPE_F32)
+		tile_shape(GGML_TYPE_F32, R, NT, w, nx, x, n, out);
+	else if (t == GGML_TYPE_F16)
+		tile_shape(GGML_TYPE_F16, R, NT, w, nx, x, n, out);
+	else
+		tile_shape(GGML_TYPE_BF16, R, NT, w, nx, x, n, out);
+}
+
+/*
+ * Prefill (8 tokens or more): tiles of 4 rows x 6 tokens (24 accumulators,
+ * the 4 rows' vectors and one token's), blocked twice: a band of F_RB rows
+ * is converted to float once per chunk of F_KC values for a block of F_TB
+ * tokens (instead of once per 4 tokens), and each 6-token slice of the
+ * chunk's activations is used by the band's 4 row tiles while it is in L1
+ * (rows_f_tiled reads every token's activations from L2 once per 4 rows:
+ * qdot at n_in 4864, 64-128 tokens, gave 70 GFLOP/s that way and 100-110
+ * this way). The accumulators go to memory between chunks and come back
+ * unchanged, so each (row, token) still sees one FMA per 16 values in order
+ * from 0, then the same horizontal sum: bitwise what tile_f16w gives (the
+ * path of decode and of small batches).
+ */
+#define F_KC 256
+#define F_TB 48
+#define F_RB 16
+
+INLINE void
+tile_f16p(int NT, const float *wf, int kc, const float *x, int64_t n, __m512 *am)
+{
+	__m512 acc[4][6];
+
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[r][k] = am[r * 6 + k];
+	for (int i = 0; i < kc; i += 16) {
+		__m512 wv[4];
+		UNROLL
+		for (int r = 0; r < 4; r++)
+			wv[r] = _mm512_load_ps(wf + r * F_KC + i);
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)k * (size_t)n + i);
+			UNROLL
+			for (int r = 0; r < 4; r++)
+				acc[r][k] = _mm512_fmadd_ps(wv[r], xv, acc[r][k]);
+		}
+	}
+	UNROLL
+	for (int r = 0; r < 4; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			am[r * 6 + k] = acc[r][k];
+}
+
+INLINE void
+rows_f16p(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	float wf[F_RB * F_KC] __attribute__((aligned(64)));
+	__m512 am[F_RB / 4][F_TB / 6][24];
+
+	for (int64_t rband = r0; rband < r1; rband += F_RB) {
+		int nrb = r1 - rband < F_RB ? (int)(r1 - rband) : F_RB, ng = (nrb + 3) / 4;
+		for (int tb = 0; tb < n_tok; tb += F_TB) {
+			int nb = n_tok - tb < F_TB ? n_tok - tb : F_TB;
+			for (int q = 0; q < ng; q++)
+				for (int g = 0; g * 6 < nb; g++)
+					for (int a = 0; a < 24; a++)
+						am[q][g][a] = _mm512_setzero_ps();
+			for (int64_t c = 0; c < n_in; c += F_KC) {
+				int kc = n_in - c < F_KC ? (int)(n_in - c) : F_KC;
+				/* rows past the band's end repeat its last row; their sums are dropped */
+				for (int i = 0; i < 4 * ng; i++) {
+					const uint8_t *w = W + (size_t)(rband + (i < nrb ? i : nrb - 1)) * rb;
+					for (int e = 0; e < kc; e += 16)
+						_mm512_store_ps(wf + i * F_KC + e, ldw16(t, w, c + e));
+				}
+				for (int g = 0; g * 6 < nb; g++) {
+					const float *xt = x + (size_t)(tb + 6 * g) * (size_t)n_in + c;
+					int nt = nb - 6 * g < 6 ? nb - 6 * g : 6;
+					for (int q = 0; q < ng; q++) {
+						const float *wq = wf + 4 * q * F_KC;
+						switch (nt) {
+						case 6: tile_f16p(6, wq, kc, xt, n_in, am[q][g]); break;
+						case 5: tile_f16p(5, wq, kc, xt, n_in, am[q][g]); break;
+						case 4: tile_f16p(4, wq, kc, xt, n_in, am[q][g]); break;
+						case 3: tile_f16p(3, wq, kc, xt, n_in, am[q][g]); break;
+						case 2: tile_f16p(2, wq, kc, xt, n_in, am[q][g]); break;
+						default: tile_f16p(1, wq, kc, xt, n_in, am[q][g]); break;
+						}
+					}
+				}
+			}
+			for (int q = 0; q < ng; q++)
+				for (int g = 0; g * 6 < nb; g++)
+					for (int i = 0; i < 4 && 4 * q + i < nrb; i++)
+						for (int k = 0; k < 6 && 6 * g + k < nb; k++) {
+							__m512 v = am[q][g][i * 6 + k];
+							y[(size_t)(tb + 6 * g + k) * (size_t)n_out +
+							    (size_t)(rband + 4 * q + i)] =
+							    q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v),
+							    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+						}
+		}
+	}
+}
+
+bool
+kern_avx512_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_in % 16 != 0)	/* no tile takes these rows: avx2's one-row products */
+		return kern_avx2_rows_f(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	if (n_tok >= 8)
+		switch (t) {
+		case GGML_TYPE_F32: rows_f16p(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+		case GGML_TYPE_F16: rows_f16p(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+		case GGML_TYPE_BF16: rows_f16p(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); return true;
+		default: return false;
+		}
+	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16)
+		return false;
+	/* rows in eights for one token, else in fours; tokens in fours */
+	rows_f_tiled(tile_any, 8, 4, 4, t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	return true;
+}
+

@@ -1,0 +1,62 @@
+/*
+ * kern_int.h: the entries each instruction set's files give the tables of
+ * kern.c; internal to src/kern. The x86 files are built only on x86-64,
+ * each with its own flags (kern.am), and only called through a table the
+ * CPU runs (kern_runs).
+ */
+#ifndef KVC_KERN_INT_H
+#define KVC_KERN_INT_H
+
+#include "kern.h"
+
+/* kern_scalar.c: the scalar reference, every type q_supported takes */
+bool kern_scalar_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+bool kern_scalar_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+extern kern_rows_f_fn *const kern_scalar_rows_f_t[KERN_NTYPE];
+extern kern_rows_act_fn *const kern_scalar_rows_act_t[KERN_NTYPE];
+void kern_scalar_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+void kern_scalar_f32_to_f16(uint16_t *d, const float *x, int n);
+void kern_scalar_act(float *g, const float *u, int64_t n, bool gelu);
+
+/* kern_att.c: attention one query at a time, Q8_0 cache rows */
+void kern_scalar_att_tile(const struct kern_att_tile *t);
+float kern_scalar_kvq8_dot(const void *row, int i0, const float *b, int n);
+void kern_scalar_kvq8_axpy(float *y, float a, const void *row, int i0, int n);
+
+#if defined(__x86_64__)
+#define KERN_X86 1
+/* kern_avx2.c, kern_avx2_i8.c, kern_avx2_att.c, kern_avx2_vec.c */
+bool kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+extern kern_rows_act_fn *const kern_avx2_rows_act[KERN_NTYPE];
+void kern_avx2_act_prepare(const float *x, int64_t n_in, void *act);
+void kern_avx2_att_tile(const struct kern_att_tile *t);
+/* Query j's raw dot products in s[lo, hi) become its weights (divided by their sum). */
+float kern_avx2_att_softmax(const struct kern_att_tile *t, int j);
+float kern_avx2_kvq8_dot(const void *row, int i0, const float *b, int n);
+void kern_avx2_kvq8_axpy(float *y, float a, const void *row, int i0, int n);
+void kern_avx2_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+void kern_avx2_f32_to_f16(uint16_t *d, const float *x, int n);
+void kern_avx2_act(float *g, const float *u, int64_t n, bool gelu);
+/* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 and avx512 tables */
+bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+#define KERN_AVX2_IQ_ROWS_ACT							\
+	[GGML_TYPE_Q2_K] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ4_XS] = kern_avx2_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ2_S] = kern_avx2_iq_rows_act
+
+/* kern_avx512.c, kern_avx512_i8.c, kern_avx512_att.c, kern_avx512_pack.c */
+bool kern_avx512_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+extern kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE];
+void kern_avx512_att_tile(const struct kern_att_tile *t);
+extern kern_packed_fn *const kern_avx512_packed[KERN_NTYPE];
+bool kern_avx512_pack_fits(int64_t n_in);
+#endif
+
+#endif
