@@ -6,12 +6,13 @@ Not run by the suite: run by hand, once, with a llama.cpp built as
 tests/e2e/qwen25_llamacpp.json (what test_qwen25_chat.sh and
 test_qwen25_score.sh compare kvchat with).
 
-    python3 tests/e2e/qwen25_record.py /tmp/peers/llama.cpp/build-cpu/bin \\
+    python3 tests/e2e/qwen25_record.py LLAMA_BIN \\
         ~/.cache/kvchat/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
         "llama.cpp f53577432541bb9edc1588c4ef45c66bf07e4468, build-cpu" \\
         > tests/e2e/qwen25_llamacpp.json
 
-(the third argument, where the llama.cpp came from, is only recorded).
+(LLAMA_BIN: the bin folder of that build, the one holding llama-server;
+the third argument, where the llama.cpp came from, is only recorded).
 
 It starts `llama-server -m MODEL --jinja -fa off -nr -c 2048 -t 2 --host
 127.0.0.1 --port 18089` (the file's own chat template, rendered by
