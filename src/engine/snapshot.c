@@ -85,6 +85,8 @@ eng_snap_part_offset(const struct eng_snap *h, size_t row_bytes, int layer, enum
 
 	for (int l = 0; l < layer; l++)
 		off += 2 * eng_snap_part_bytes(h, row_bytes, l);
+	if (layer >= (int)h->n_layer)	/* the end of the blob (eng_snap_bytes): no such layer */
+		return off;
 	return off + (size_t)part * eng_snap_part_bytes(h, row_bytes, layer);
 }
 
