@@ -67,7 +67,7 @@ show_info(struct kvc_repl *r)
 	const struct kvc_model *mo = eng_model(r->e);
 	const struct kvc_hparams *hp = &mo->hp;
 	uint64_t wb = file_weight_bytes(eng_gguf(r->e));
-	char b1[32], b2[32], b3[32];
+	char b1[32], b2[32], b3[32], t[256];
 	int n_open, n_res, n_pos;
 	size_t kv = conv_mgr_kv_bytes(r->mgr, &n_open, &n_res);
 
@@ -95,7 +95,7 @@ show_info(struct kvc_repl *r)
 	printf("%-12s %s\n", "fingerprint", eng_fingerprint(r->e));
 	printf("%-12s %s\n", "database", r->db_path);
 	printf("%-12s %" PRId64 " (%s), %d messages\n", "conversation", conv_id(r->cur),
-	    conv_title(r->cur), conv_n_msgs(r->cur));
+	    repl_title(conv_title(r->cur), t, sizeof t), conv_n_msgs(r->cur));
 }
 
 /* One setting a line, by the names /set takes. */

@@ -15,6 +15,7 @@ static int
 cmd_new_exec(struct kvc_repl *r, const char *args)
 {
 	char err[512];
+	char t[256];
 	struct conv *c;
 
 	if (conv_new(r->mgr, args[0] ? args : NULL, r->system, &r->set, &c, err, sizeof err)) {
@@ -22,7 +23,8 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 		return 1;
 	}
 	repl_switch(r, c);
-	printf("new conversation (%s): saved with its first message\n", conv_title(c));
+	printf("new conversation (%s): saved with its first message\n",
+	    repl_title(conv_title(c), t, sizeof t));
 	return 0;
 }
 
@@ -53,7 +55,7 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 static int
 cmd_resume_exec(struct kvc_repl *r, const char *args)
 {
-	char err[512];
+	char err[512], t[256];
 	struct conv *c;
 	int64_t id;
 	int n, rc;
@@ -80,7 +82,7 @@ cmd_resume_exec(struct kvc_repl *r, const char *args)
 	repl_switch(r, c);
 	(void)conv_stream(c, &n);
 	printf("conversation %" PRId64 " (%s): %d messages, %d tokens\n", conv_id(c),
-	    conv_title(c), conv_n_msgs(c), n);
+	    repl_title(conv_title(c), t, sizeof t), conv_n_msgs(c), n);
 	if (r->recap > 0)
 		repl_show_msgs(r, r->recap, true);
 	return 0;
@@ -107,7 +109,7 @@ static bool
 confirm_delete(struct kvc_repl *r, int64_t id)
 {
 	struct sess_conv row = {0};
-	char q[640], *a;
+	char q[640], t[256], *a;
 	bool yes;
 
 	if (!r->tty || !isatty(0))
@@ -115,7 +117,7 @@ confirm_delete(struct kvc_repl *r, int64_t id)
 	if (sess_conv_get(r->st, id, &row, NULL, 0) != 0)
 		return true;	/* the delete says what is wrong */
 	snprintf(q, sizeof q, "delete conversation %" PRId64 " (%s, %d messages)? [y/N] ", id,
-	    row.title ? row.title : "", row.n_msgs);
+	    repl_title(row.title, t, sizeof t), row.n_msgs);
 	sess_conv_clear(&row);
 	a = readline(q);
 	yes = a != NULL && (strcmp(a, "y") == 0 || strcmp(a, "Y") == 0 || strcmp(a, "yes") == 0);
@@ -128,7 +130,7 @@ confirm_delete(struct kvc_repl *r, int64_t id)
 static int
 cmd_delete_exec(struct kvc_repl *r, const char *args)
 {
-	char err[512];
+	char err[512], t[256];
 	int64_t id;
 	struct conv *c;
 
@@ -156,7 +158,7 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 		}
 		repl_switch(r, c);
 		printf("deleted conversation %" PRId64 "; new conversation (%s)\n", id,
-		    conv_title(c));
+		    repl_title(conv_title(c), t, sizeof t));
 		return 0;
 	}
 	/* Not brought into memory first; one in use elsewhere is refused by its lock. */
@@ -192,13 +194,13 @@ cmd_retry_exec(struct kvc_repl *r, const char *args)
 static int
 cmd_clear_exec(struct kvc_repl *r, const char *args)
 {
-	char err[512];
+	char err[512], t[256];
 
 	if (conv_clear(r->cur, err, sizeof err)) {
 		repl_error(r, "/clear: %s", err);
 		return 1;
 	}
-	printf("conversation %s cleared\n", conv_title(r->cur));
+	printf("conversation %s cleared\n", repl_title(conv_title(r->cur), t, sizeof t));
 	return 0;
 }
 

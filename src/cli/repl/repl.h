@@ -142,6 +142,12 @@ void repl_warn_exposed(struct kvc_repl *r, const char *db_path);
  * whether in needed no cleaning (out may be NULL with len 0 to ask only).
  */
 bool repl_clean_text(const char *in, char *out, size_t len);
+/*
+ * title (a conversation's, as stored; NULL reads as "") cleaned as
+ * repl_clean_text does, into buf: every message that names a conversation
+ * shows its title through this, never raw. Returns buf.
+ */
+const char *repl_title(const char *title, char *buf, size_t len);
 /* What is wrong with a listed conversation row, in buf; NULL when nothing is. */
 const char *repl_conv_damage(const struct sess_conv *c, char *buf, size_t len);
 /*

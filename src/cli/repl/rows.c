@@ -71,6 +71,13 @@ repl_clean_text(const char *in, char *out, size_t len)
 }
 
 const char *
+repl_title(const char *title, char *buf, size_t len)
+{
+	(void)repl_clean_text(title ? title : "", buf, len);
+	return buf;
+}
+
+const char *
 repl_conv_damage(const struct sess_conv *c, char *buf, size_t len)
 {
 	char why[256];

@@ -229,7 +229,7 @@ repl_describe(struct kvc_repl *r, char *buf, size_t len)
 	char title[256];
 
 	/* The title as stored may hold anything: shown cleaned, as /list does. */
-	(void)repl_clean_text(conv_title(r->cur) ? conv_title(r->cur) : "", title, sizeof title);
+	(void)repl_title(conv_title(r->cur), title, sizeof title);
 	if (conv_id(r->cur) == 0)
 		snprintf(buf, len, "new conversation (%s)", title);
 	else
