@@ -235,6 +235,21 @@ make_room(struct run *r, struct kvc_engine *e, struct kvc_seq *s, struct conv_ge
 	return put(r, e, s, g->ids.v[g->ids.n - 1], g, err, errlen);
 }
 
+/*
+ * An interrupt that came during the forward pass just run: the run stops
+ * before the id it computed is shown. Ctrl-C lands in a pass nearly always
+ * (the pass is most of a step), and the terminal has echoed "^C" by then:
+ * nothing may be printed after that mark.
+ */
+static bool
+interrupted_in_pass(struct run *r, struct conv_gen *g)
+{
+	if (r->p->interrupt == NULL || !*r->p->interrupt)
+		return false;
+	g->interrupted = true;
+	return true;
+}
+
 int
 conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
     const struct conv_gen_params *p, struct conv_gen *g, char *err, size_t errlen)
@@ -265,14 +280,22 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
 		}
 		if (p->max_tokens >= 0 && (int)g->ids.n >= p->max_tokens)
 			break;
-		if ((rc = make_room(&r, e, s, g, err, errlen)) != 0 || g->ctx_full ||
-		    (rc = sample(&r, e, s, smp, g, &id, err, errlen)) != 0)
+		if ((rc = make_room(&r, e, s, g, err, errlen)) != 0 || g->ctx_full)
+			break;
+		if (interrupted_in_pass(&r, g))
+			break;
+		if ((rc = sample(&r, e, s, smp, g, &id, err, errlen)) != 0)
 			break;
 		eog = tok_is_eog(r.tok, id);
 		if (p->mode == CONV_GEN_REPLY) {
 			/* The id goes into the cache before it counts as said. */
 			if ((rc = put(&r, e, s, id, g, err, errlen)) != 0)
 				break;
+			if (interrupted_in_pass(&r, g)) {
+				/* computed but never said: the cache is cut back below */
+				r.pos--;
+				break;
+			}
 		}
 		if (g->t_first == 0)
 			g->t_first = kvc_now();

@@ -54,7 +54,13 @@ read_line(struct kvc_repl *r, const char *prompt, bool *cancelled)
 				/*
 				 * readline has the terminal's echo off: say "^C" once
 				 * after what was typed, as a shell does, then drop it.
+				 * The cursor goes to the line's end first: on a line
+				 * wrapped over several rows it may sit on an earlier
+				 * one, and the new prompt would be drawn over the
+				 * rows below, leaving their text behind it.
 				 */
+				rl_point = rl_end;
+				rl_redisplay();
 				fputs("^C", rl_outstream ? rl_outstream : stdout);
 				rl_replace_line("", 0);
 				rl_crlf();

@@ -24,6 +24,7 @@
 #include "core/kvc.h"
 #include "conv/conv.h"
 #include "cli/progress.h"
+#include "cli/wrap.h"
 
 /* What the chat program holds while it runs (repl.c owns it). */
 /* think.c: where a streaming reply is, reasoning or answer. */
@@ -58,6 +59,7 @@ struct kvc_repl {
 	int think;			/* enable_thinking for the model's template: 1, 0, -1 unset */
 	const char *effort;		/* reasoning_effort: "low", "medium", "high" or NULL */
 	struct repl_think stream;	/* the reply streaming now: reasoning or answer */
+	struct kvc_wrap wrap;		/* its rows at a terminal, wrapped between words */
 };
 
 /* think.c */

@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "repl.h"
 #include "cli/colour.h"
@@ -47,6 +48,8 @@ repl_think_begin(struct kvc_repl *r)
 {
 	memset(&r->stream, 0, sizeof r->stream);
 	r->stream.started = true;
+	/* wrapped only on a terminal: piped, the reply's bytes are written as they are */
+	kvc_wrap_begin(&r->wrap, kvc_wrap_width(STDOUT_FILENO));
 	r->stream.state = prompt_opens_think(r) ? REPL_THINKING : REPL_THINK_START;
 	if (r->stream.state == REPL_THINKING && r->tty)
 		printf("%s", kvc_sgr(r->color, KVC_SGR_DIM));
@@ -58,7 +61,7 @@ emit(struct kvc_repl *r, const char *s, size_t n)
 {
 	if (n == 0 || (r->stream.state == REPL_THINKING && !r->tty))
 		return;
-	fwrite(s, 1, n, stdout);
+	kvc_wrap_put(&r->wrap, stdout, s, n);
 }
 
 /* How much of s[0..n) could be the start of tag (a prefix cut by the piece's end). */
@@ -128,7 +131,7 @@ feed(struct kvc_repl *r, const char *s, size_t n)
 			/* the blank lines between the reasoning and the answer */
 			while (n > 0 && strchr(" \n", s[0])) {
 				if (r->tty)
-					fputc(s[0], stdout);
+					kvc_wrap_put(&r->wrap, stdout, s, 1);
 				s++;
 				n--;
 			}
