@@ -1,7 +1,7 @@
 /*
  * tok_internal.h: what the tokenizer's files share: the vocabulary's
  * layout (tokenizer.c loads it), its hash maps (tok_maps.c), the merge
- * heap (tok_heap.c), the GPT-2 byte map (tok_bytes.c) and the two merge
+ * heap (tok_heap.c), the rank buckets of long BPE words (tok_ranks.c), the GPT-2 byte map (tok_bytes.c) and the two merge
  * loops (tok_bpe.c, tok_spm.c). Not part of the module's contract: use
  * tokenizer.h.
  */
@@ -72,6 +72,8 @@ struct kvc_tokenizer {
 	struct tok_pairmap merges;
 	enum pretok_kind pre_kind;
 	bool ignore_merges;	/* Llama 3: a pre-token already in the vocab is emitted whole */
+	size_t long_word;	/* words of this many bytes or more merge by rank buckets
+				 * (TOK_LONG_WORD; the tests set it to take either path) */
 	int32_t byte_tok[256];	/* BPE: id of the byte's GPT-2 unicode char; SPM: <0xXX>; -1 none */
 
 	/* SPM */
@@ -118,11 +120,48 @@ size_t tok_put_utf8(char *o, uint32_t cp);
  * Scratch buffers reused across the words of one tok_encode call (no
  * global state: each call owns its own).
  */
+/*
+ * tok_ranks.c: the merge candidates of a long BPE word by rank, for a
+ * merge loop linear in the word: one bucket of left positions per rank
+ * present (any order), the buckets taken lowest rank first. A rank maps to
+ * its bucket through a small open-addressing hash; the ranks present sit
+ * in a heap of their own, which holds as many ranks as the word has
+ * distinct pairs, not one entry per pair.
+ */
+struct tok_bucket {
+	int32_t rank;
+	int32_t *left;		/* (n) left symbols of the candidate pairs */
+	size_t n, cap;
+};
+struct tok_rankq {
+	struct tok_bucket *b;	/* (nb) buckets; kept with their arrays for reuse */
+	size_t nb, b_cap;
+	int32_t *slot;		/* (mask + 1) bucket index of a rank, -1 = empty */
+	uint32_t mask;
+	int32_t *heap;		/* (nheap) bucket indices, lowest rank on top */
+	size_t nheap, heap_cap;
+};
+/* Empty the queue (its memory is kept). */
+void tok_rankq_reset(struct tok_rankq *q);
+/* Add the candidate whose left symbol is left to rank's bucket: 0 or KVC_ENOMEM. */
+int tok_rankq_push(struct tok_rankq *q, int32_t rank, int32_t left);
+/*
+ * The lowest rank's bucket taken off the queue: its rank and candidates
+ * (left[0..n), valid while no candidate of this rank is pushed: the caller
+ * pushes only higher ranks from then on); false when empty.
+ */
+bool tok_rankq_pop(struct tok_rankq *q, int32_t *rank, const int32_t **left, size_t *n);
+void tok_rankq_free(struct tok_rankq *q);
+
+/* Words this long (bytes) merge by rank buckets; shorter ones with the heap, faster there. */
+#define TOK_LONG_WORD 256
+
 struct tok_scratch {
 	void *sym;		/* symbols of the current word */
 	size_t sym_cap;
 	struct tok_cand *heap;	/* candidate merges */
 	size_t heap_cap;
+	struct tok_rankq ranks;	/* candidate merges of a long BPE word, by rank */
 	char *buf;		/* mapped text of the current word */
 	size_t buf_cap;
 	struct pretok_out pieces;

@@ -20,6 +20,7 @@ tok_scratch_free(struct tok_scratch *s)
 {
 	free(s->sym);
 	free(s->heap);
+	tok_rankq_free(&s->ranks);
 	free(s->buf);
 	pretok_out_free(&s->pieces);
 	memset(s, 0, sizeof *s);
@@ -415,6 +416,7 @@ tok_load_inner(struct kvc_tokenizer *t, const struct gguf_file *f, char *err, si
 			return KVC_EUNSUPPORTED;
 		}
 		t->ignore_merges = ign;
+		t->long_word = TOK_LONG_WORD;
 		snprintf(t->pre, sizeof t->pre, "%s", pre ? pre : "default");
 	}
 	if ((rc = load_tokens(t, f, path, err, errlen)) != KVC_OK)

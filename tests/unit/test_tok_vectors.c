@@ -3,13 +3,16 @@
  * ($SHARED_DATA/llama.cpp-vocab/ggml-vocab-NAME.gguf{,.inp,.out}): every
  * string must tokenize to exactly the expected ids (no BOS, no special-token
  * parsing, as llama.cpp's test-tokenizer-0) and detokenize back to itself.
- * SKIP when the shared data is absent.
+ * BPE vocabularies run twice: as loaded, and with every word of two bytes
+ * or more merged by rank buckets (tok_bpe.c's path for long words), which
+ * must give the same ids. SKIP when the shared data is absent.
  */
 #include "gguf/gguf.h"
 #include "test.h"
 
 #include "tok_testlib.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tok_internal.h"
 
 static void
 print_ids(const char *label, const int32_t *v, size_t n)
@@ -20,8 +23,44 @@ print_ids(const char *label, const int32_t *v, size_t n)
 	fputc('\n', stderr);
 }
 
+/*
+ * Random texts over a few letters and digits make long runs of overlapping
+ * pairs of one rank ("aaaa", "1111"), where the order of merges decides
+ * the tokens: the buckets (long_word 2) must give the heap's ids.
+ */
 static void
-run_vocab(const char *dir, const char *name)
+buckets_equal_heap(struct kvc_tokenizer *tok, const char *name)
+{
+	static const char alpha[] = "aaaabbeet  00011\n";
+	unsigned seed = 26;
+	int n_diff = 0;
+	char s[400], err[256];
+
+	for (int k = 0; k < 300; k++) {
+		struct kvc_tokens a = { 0 }, b = { 0 };
+		size_t n = 40 + (size_t)(k % 9) * 40;
+		int rc;
+
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			s[i] = alpha[(seed >> 16) % (sizeof alpha - 1)];
+		}
+		tok->long_word = 2;
+		rc = tok_encode(tok, s, n, 0, &a, err, sizeof err);
+		tok->long_word = SIZE_MAX;
+		rc = rc ? rc : tok_encode(tok, s, n, 0, &b, err, sizeof err);
+		if (rc != 0 || a.n != b.n || memcmp(a.v, b.v, a.n * sizeof *a.v) != 0)
+			n_diff++;
+		kvc_tokens_free(&a);
+		kvc_tokens_free(&b);
+	}
+	tok->long_word = 2;
+	test_cond(n_diff == 0, "%s: %d of 300 random texts merge differently by buckets and by the heap",
+	    name, n_diff);
+}
+
+static void
+run_vocab(const char *dir, const char *name, bool buckets)
 {
 	static const char sep[] = "\n__ggml_vocab_test__\n";
 	char path[4096], err[512];
@@ -32,6 +71,14 @@ run_vocab(const char *dir, const char *name)
 	if (tok_test_load_vocab(dir, name, &tok, err, sizeof err) != 0) {
 		test_cond(0, "%s", err);
 		return;
+	}
+	if (buckets) {
+		if (tok_kind(tok) != TOK_KIND_BPE) {
+			tok_free(tok);
+			return;
+		}
+		tok->long_word = 2;
+		buckets_equal_heap(tok, name);
 	}
 	snprintf(path, sizeof path, "%s/llama.cpp-vocab/ggml-vocab-%s.gguf.inp", dir, name);
 	inp = tok_test_slurp(path, &inp_len);
@@ -84,8 +131,8 @@ run_vocab(const char *dir, const char *name)
 		kvc_tokens_free(&want);
 		kvc_buf_free(&back);
 	}
-	printf("%-16s %zu/%zu strings tokenize as expected, %zu/%zu detokenize back\n",
-	    name, n_ok, n_all, n_rt, n_all);
+	printf("%-16s %zu/%zu strings tokenize as expected%s, %zu/%zu detokenize back\n",
+	    name, n_ok, n_all, buckets ? " (rank buckets)" : "", n_rt, n_all);
 	test_cond(n_all >= 40, "%s: only %zu test strings", name, n_all);
 	test_cond(n_ok == n_all, "%s: %zu of %zu strings differ", name, n_all - n_ok, n_all);
 	test_cond(n_rt == n_all, "%s: %zu of %zu strings do not round-trip", name, n_all - n_rt, n_all);
@@ -102,7 +149,9 @@ main(void)
 
 	if (dir == NULL)
 		test_skip("SHARED_DATA (../shared/data) not found: no llama.cpp vocab vectors");
-	for (size_t i = 0; i < tok_test_n_vocabs; i++)
-		run_vocab(dir, tok_test_vocabs[i]);
+	for (size_t i = 0; i < tok_test_n_vocabs; i++) {
+		run_vocab(dir, tok_test_vocabs[i], false);
+		run_vocab(dir, tok_test_vocabs[i], true);
+	}
 	return test_done();
 }
