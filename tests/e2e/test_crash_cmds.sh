@@ -16,6 +16,8 @@
 #     the stored token stream;
 #   - the next kvchat resumes it and answers (from the snapshot or by
 #     rebuilding).
+# With KVCHAT_CRASH_STRICT=1 a resume after whole exchanges must also
+# restore the snapshot (test_crash_slide.sh runs this test so, sliding).
 # KVCHAT_CRASH_KILLS (default 6, to keep the suite short) and KVCHAT_CRASH_SEED make longer or
 # repeatable runs (docs/CRASH.md), KVCHAT_CRASH_OPTS other settings.
 . "$top_srcdir/tests/e2e/lib.sh"
@@ -167,6 +169,14 @@ while read -r op frac; do
 		rc=$?
 		[ $rc -eq 0 ] || { fail "kill $k ($op): resume failed ($rc)"; cat "$TMPD/res.err" >&2; }
 		grep -q "rebuil\|recomput" "$TMPD/res.err" && rebuilt=$((rebuilt + 1))
+		# KVCHAT_CRASH_STRICT=1: a resume after a kill that left whole
+		# exchanges restores the snapshot, never rebuilds from the tokens
+		# (test_crash_slide.sh; a slide's "none recomputed" is no rebuild)
+		if [ "${KVCHAT_CRASH_STRICT:-0}" = 1 ] && [ $((n1 % 2)) = 0 ] &&
+		    grep -qE '\| rebuilt( \||\])|rebuilding' "$TMPD/res.err"; then
+			fail "kill $k ($op after ${delay}s): the resume rebuilt the cache ($n1 messages, whole exchanges)"
+			grep -E 'rebuil' "$TMPD/res.err" >&2
+		fi
 		[ "$(nmsg "$id")" -gt "$n1" ] || fail "kill $k ($op): resumed turn not stored"
 	fi
 	n_ok=$((n_ok + 1))
