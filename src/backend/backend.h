@@ -129,6 +129,21 @@ struct kvc_backend_i {
 	 */
 	int (*forward_multi)(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
 	    const int *pos, float *logits, char *err, size_t errlen);
+
+	/*
+	 * The prefill of n_seq sequences in one pass (optional): sequence i's
+	 * n_tok[i] >= 1 tokens (the next n_tok[i] of tokens, the sequences'
+	 * runs one after the other) at positions pos0[i] .. pos0[i] +
+	 * n_tok[i] - 1 of cache kvs[i], as forward of each alone would run
+	 * them (positions at or past pos0[i] overwritten). logits receives
+	 * n_seq x n_vocab floats: row i after sequence i's last token. The
+	 * caches must be distinct. Each sequence gets the bits forward gives
+	 * it alone. On failure nothing is known of the caches' positions from
+	 * pos0[i] on. The CUDA backend leaves it NULL: the engine then
+	 * prefills the sequences one at a time.
+	 */
+	int (*prefill_multi)(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
+	    const int *n_tok, const int *pos0, float *logits, char *err, size_t errlen);
 };
 
 /*

@@ -21,4 +21,5 @@ const struct kvc_backend_i kvc_backend_cpu = {
 	.describe = cpu_describe,
 	.kv_lowest = cpu_kv_lowest,
 	.forward_multi = cpu_forward_multi,
+	.prefill_multi = cpu_prefill_multi,
 };

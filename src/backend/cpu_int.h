@@ -181,9 +181,11 @@ void cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos,
 /* A block's input norm: the table's RMSNorm (gpt2: LayerNorm). */
 void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);
 
-/* cpu_multi.c: the forward_multi entry. */
+/* cpu_multi.c: the forward_multi and prefill_multi entries. */
 int cpu_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
     const int *pos, float *logits, char *err, size_t errlen);
+int cpu_prefill_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
+    const int *n_tok, const int *pos0, float *logits, char *err, size_t errlen);
 
 /* cpu_kv.c: the vtable's cache entries, and what the forward needs of them. */
 int cpu_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *err,

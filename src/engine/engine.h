@@ -133,6 +133,20 @@ int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *l
  */
 int eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
     char *err, size_t errlen);
+/*
+ * multi.c: eng_seq_append of toks[i][0..n_tok[i]) (n_tok[i] >= 1) to each
+ * of n distinct sequences of one engine, all computed in one pass where
+ * the backend can (the CPU's prefill_multi: each weight row read once for
+ * every prompt), each sequence getting the bits its own append gives it;
+ * otherwise, or while a prefill hook is set (its slices stop on Ctrl-C),
+ * one after the other. st (NULL, or n entries): each sequence's figures,
+ * t_prefill the shared pass's time. Positions a sequence has pending are
+ * computed first by its own prefill. KVC_ERANGE when a sequence's tokens
+ * do not fit its context, KVC_EINVAL for a bad argument (nothing changes
+ * then); after a failure every sequence is as it was before the call.
+ */
+int eng_seq_append_multi(struct kvc_seq *const *seqs, int n, const int32_t *const *toks,
+    const int *n_tok, struct eng_stats *st, char *err, size_t errlen);
 /* Whether two engines share a vocabulary (same ids, same pieces): a draft model's test. */
 bool eng_same_vocab(const struct kvc_engine *a, const struct kvc_engine *b);
 /*

@@ -4,7 +4,8 @@
 # and 8, with requests of different lengths leaving and joining; output in
 # input order; the messages form rendered by the template; bad lines
 # reported by line number (exit 1) while the others run; a full context
-# stops a request with "length"; -o writes a private file.
+# stops a request with "length"; -o writes a private file; requests that
+# start together share one prefill pass.
 . "$top_srcdir/tests/e2e/lib.sh"
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to read the JSON lines"
 
@@ -96,6 +97,13 @@ for par in 1 3 8; do
 	check "--parallel $par: a summary line" grep -q "decode .* tok/s aggregate" "$B/err$par"
 	check "--parallel $par: one line per request" test "$(grep -c 'batch: #' "$B/err$par")" -eq 20
 done
+# Issue 26: the requests that start together are prefilled in one pass
+# (the outputs above equal each request run alone all the same): 20
+# requests take 20 prefill passes one at a time, far fewer 8 at a time.
+passes() { sed -n 's/.*tok\/s ([0-9.]* s, \([0-9]*\) passes).*/\1/p' "$1"; }
+check "--parallel 1: one prefill pass a request ($(passes "$B/err1"))" test "$(passes "$B/err1")" = 20
+check "--parallel 8: prompts prefilled together ($(passes "$B/err8") passes)" \
+    test "$(passes "$B/err8")" -lt 12
 # more requests than one pass holds: each pass is at most --parallel wide
 check "passes hold at most 3" grep -Eq "[0-9]+ tokens in [0-9]+ passes, (2|3)\.[0-9] per pass" "$B/err3"
 check "the prompt length of a chat is its rendering's" \

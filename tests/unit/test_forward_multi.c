@@ -1,8 +1,10 @@
 /*
- * test_forward_multi.c: eng_seq_decode_multi (the CPU's forward_multi)
- * gives every sequence the logits its own one-token forward gives, bit for
- * bit, with the sequences at different positions, across architectures,
- * weight types (the int8-activation kernels included) and cache types; a
+ * test_forward_multi.c: eng_seq_append_multi (the CPU's prefill_multi)
+ * gives every sequence's prompt the logits its own prefill gives, and
+ * eng_seq_decode_multi (forward_multi) every sequence the logits its own
+ * one-token forward gives, bit for bit, with the sequences at different
+ * positions, across architectures, weight types (the int8-activation
+ * kernels included) and cache types; a
  * sequence that leaves and one that joins change nothing for the others;
  * a full context, a repeated sequence or a bad id is refused without
  * changing anything; an evicted sequence is brought back by its own
@@ -58,6 +60,39 @@ new_seq(struct kvc_engine *e, int seq)
 }
 
 /*
+ * The N_SEQ sequences with their prompts prefilled together
+ * (eng_seq_append_multi: the CPU's prefill_multi, the prompts' rows in
+ * shared chunks, sequences crossing chunk boundaries in the bounded-window
+ * case); 0, or 1 with the check failed.
+ */
+static int
+new_seqs_together(struct kvc_engine *e, struct kvc_seq **v, const char *what)
+{
+	static int32_t t[N_SEQ][256];
+	const int32_t *tp[N_SEQ];
+	int n[N_SEQ], rc = 0;
+	struct eng_stats st[N_SEQ];
+	char err[256] = "";
+
+	for (int i = 0; i < N_SEQ; i++) {
+		v[i] = NULL;
+		n[i] = prompt_base + prompt_len[i];
+		for (int j = 0; j < n[i]; j++)
+			t[i][j] = prompt_tok(i, j, eng_n_vocab(e));
+		tp[i] = t[i];
+		if (rc == 0)
+			rc = eng_seq_new(e, &v[i], err, sizeof err);
+	}
+	if (rc == 0)
+		rc = eng_seq_append_multi(v, N_SEQ, tp, n, st, err, sizeof err);
+	test_cond(rc == 0, "%s: the prompts prefilled together: %s", what, err);
+	for (int i = 0; rc == 0 && i < N_SEQ; i++)
+		test_cond(st[i].n_computed == n[i] && eng_seq_n_pos(v[i]) == n[i],
+		    "%s: sequence %d: %d of %d positions computed together", what, i, st[i].n_computed, n[i]);
+	return rc != 0;
+}
+
+/*
  * N_STEP greedy steps of N_SEQ sequences, in passes of `width` (the
  * sequences still running, as kvchat batch runs them: sequence i leaves
  * after 2 + i steps, so the passes shrink), against the same sequences
@@ -72,13 +107,16 @@ compare(struct kvc_engine *e, const char *what)
 	char err[256];
 	int bad = 0, rc;
 
+	if (new_seqs_together(e, multi, what) != 0)
+		return 1;
 	for (int i = 0; i < N_SEQ; i++) {
-		multi[i] = new_seq(e, i);
 		alone[i] = new_seq(e, i);
 		if (multi[i] == NULL || alone[i] == NULL)
 			return 1;
+		/* prefilled with the others: the bits of its own prefill */
 		test_cond(memcmp(eng_seq_logits(multi[i]), eng_seq_logits(alone[i]), nv * sizeof(float)) == 0,
-		    "%s: sequence %d: prefill logits repeat", what, i);
+		    "%s: sequence %d: logits of the prompts prefilled together differ from its own "
+		    "prefill's", what, i);
 		next[i] = smp_argmax(eng_seq_logits(multi[i]), (int)nv);
 	}
 	for (int step = 0; step < N_STEP; step++) {

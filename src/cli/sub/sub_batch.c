@@ -7,10 +7,11 @@
  * one token to each running sequence in one forward pass
  * (eng_seq_decode_multi: on the CPU every weight row is read once for all
  * B tokens, which is the whole gain on a memory-bound machine); a request
- * that finishes leaves at once, and the next waiting one is prefilled on
- * its own and joins at the next step. Each sequence's logits are those it
- * would get alone, bit for bit, so a greedy request's output does not
- * depend on B or on its neighbours. Output lines go out in input order as
+ * that finishes leaves at once, and the waiting ones that fill the free
+ * slots are prefilled together, in one pass (eng_seq_append_multi), and
+ * join at the next step. Each sequence's logits, prefill and decode, are
+ * those it would get alone, bit for bit, so a greedy request's output does
+ * not depend on B or on its neighbours. Output lines go out in input order as
  * soon as every earlier request is done; a bad input line gets an error
  * line (its line number in the message), the others run, and the exit
  * status is then 1.
@@ -134,6 +135,9 @@ struct batch {
 	struct kvc_buf piece, line;	/* scratch */
 	struct kvc_progress pb;
 	int n_done, n_err;
+	/* prefill passes (requests started together share one): their time, their count */
+	double t_prefill;
+	int n_prefill_passes;
 	/* decode steps: their time, the tokens they appended, their count */
 	double t_decode;
 	long n_decoded;
@@ -243,45 +247,110 @@ take(struct batch *b, struct batch_req *r)
 	return 1;
 }
 
-/*
- * Start r in slot k: its own prefill, then its first id. 0 (r runs, or
- * finished already, or failed with its error line), else a fatal code.
- */
+/* r's prefill failed (err): its error line; 0, or KVC_ENOMEM. */
 static int
-start(struct batch *b, int k, struct batch_req *r)
+prefill_failed(struct batch *b, struct batch_req *r, const char *err)
 {
-	struct kvc_seq *s = b->seq[k];
-	struct eng_stats st;
-	char err[512] = "";
+	struct kvc_buf m = {0};
+
+	if (kvc_buf_printf(&m, "line %d: prefill: %s", r->line, err))
+		return KVC_ENOMEM;
+	r->error = m.p;
+	b->n_err++;
+	b->n_done++;
+	progress_set(&b->pb, (uint64_t)b->n_done, 0);
+	return KVC_OK;
+}
+
+/* r prefilled in slot k (st its figures): its first id. 0 (r runs, or finished already), or a fatal code. */
+static int
+prefilled(struct batch *b, int k, struct batch_req *r, const struct eng_stats *st)
+{
 	int rc;
 
-	r->t_start = kvc_now();
-	if (smp_new(&r->sampler, &r->smp, eng_n_vocab(b->e)) != KVC_OK)
-		return KVC_ENOMEM;
-	tok_detok_init(&r->dt, r->chat ? 0 : TOK_DETOK_KEEP_LEADING_SPACE);
-	(void)eng_seq_truncate(s, 0);
-	rc = eng_seq_append(s, r->prompt.v, (int)r->prompt.n, &st, err, sizeof err);
-	if (rc != KVC_OK) {
-		struct kvc_buf m = {0};
-
-		if (rc == KVC_ENOMEM || kvc_buf_printf(&m, "line %d: prefill: %s", r->line, err))
-			return KVC_ENOMEM;
-		r->error = m.p;
-		b->n_err++;
-		b->n_done++;
-		progress_set(&b->pb, (uint64_t)b->n_done, 0);
-		return KVC_OK;
-	}
 	r->t_prefilled = kvc_now();
-	r->prompt_computed = st.n_computed;
-	r->t_prefill = st.t_prefill;
-	r->seq = s;
+	r->prompt_computed = st->n_computed;
+	r->t_prefill = st->t_prefill;
+	r->seq = b->seq[k];
 	rc = take(b, r);
 	if (rc < 0)
 		return rc;
 	if (rc == 1) {
 		b->slot[k] = r;
 		b->n_active++;
+	}
+	return KVC_OK;
+}
+
+/*
+ * Start the n requests rs in the free slots ks: their prompts prefilled
+ * together in one pass (eng_seq_append_multi: each weight row read once
+ * for all of them, each prompt getting the bits of its own prefill), then
+ * each one's first id. Should the pass fail, each is prefilled alone, so
+ * that a request's error line names its own fault. 0 (each runs, finished
+ * already, or failed with its error line), else a fatal code.
+ */
+static int
+start(struct batch *b, const int *ks, struct batch_req *const *rs, int n)
+{
+	struct kvc_seq *seqs[BATCH_MAX_PARALLEL], *ms[BATCH_MAX_PARALLEL];
+	const int32_t *toks[BATCH_MAX_PARALLEL], *mt[BATCH_MAX_PARALLEL];
+	int n_tok[BATCH_MAX_PARALLEL], mn[BATCH_MAX_PARALLEL], i, m = 0, rc = KVC_EINVAL;
+	struct eng_stats st[BATCH_MAX_PARALLEL], mst[BATCH_MAX_PARALLEL];
+	bool together[BATCH_MAX_PARALLEL];
+	char err[512] = "";
+	double t0 = kvc_now();
+
+	for (i = 0; i < n; i++) {
+		struct batch_req *r = rs[i];
+
+		r->t_start = t0;
+		if (smp_new(&r->sampler, &r->smp, eng_n_vocab(b->e)) != KVC_OK)
+			return KVC_ENOMEM;
+		tok_detok_init(&r->dt, r->chat ? 0 : TOK_DETOK_KEEP_LEADING_SPACE);
+		seqs[i] = b->seq[ks[i]];
+		(void)eng_seq_truncate(seqs[i], 0);
+		toks[i] = r->prompt.v;
+		n_tok[i] = (int)r->prompt.n;
+		/* an empty prompt has nothing to share a pass with */
+		together[i] = n_tok[i] > 0;
+		if (together[i]) {
+			ms[m] = seqs[i];
+			mt[m] = toks[i];
+			mn[m++] = n_tok[i];
+		}
+	}
+	if (m > 1) {
+		rc = eng_seq_append_multi(ms, m, mt, mn, mst, err, sizeof err);
+		if (rc == KVC_ENOMEM)
+			return rc;
+		if (rc == KVC_OK) {
+			b->n_prefill_passes++;
+			b->t_prefill += kvc_now() - t0;
+		}
+	}
+	for (i = 0, m = 0; i < n; i++) {
+		if (together[i])
+			st[i] = mst[m++];
+		if (rc != KVC_OK || !together[i]) {
+			/* alone (one request, or the shared pass refused) */
+			double t1 = kvc_now();
+			int rc1 = eng_seq_append(seqs[i], toks[i], n_tok[i], &st[i], err, sizeof err);
+
+			b->n_prefill_passes++;
+			b->t_prefill += kvc_now() - t1;
+			if (rc1 == KVC_ENOMEM)
+				return rc1;
+			if (rc1 != KVC_OK) {
+				if (prefill_failed(b, rs[i], err) != KVC_OK)
+					return KVC_ENOMEM;
+				continue;
+			}
+		}
+		int rc2 = prefilled(b, ks[i], rs[i], &st[i]);
+
+		if (rc2 != KVC_OK)
+			return rc2;
 	}
 	return KVC_OK;
 }
@@ -325,13 +394,20 @@ step(struct batch *b)
 	return KVC_OK;
 }
 
-/* Continuous batching until every request is done. 0, or a fatal code (message said). */
+/*
+ * Fill the free slots with waiting requests, all started together (a bad
+ * input line's request is only counted); again while a started one
+ * finished at once and left its slot free. 0, or a fatal code.
+ */
 static int
-run(struct batch *b)
+fill_slots(struct batch *b)
 {
 	int rc;
 
-	for (;;) {
+	while (b->next_wait < b->n_req && b->n_active < b->n_slot) {
+		struct batch_req *rs[BATCH_MAX_PARALLEL];
+		int ks[BATCH_MAX_PARALLEL], n = 0;
+
 		for (int k = 0; k < b->n_slot && b->next_wait < b->n_req; k++) {
 			struct batch_req *r;
 
@@ -343,14 +419,28 @@ run(struct batch *b)
 				b->n_done++;
 				progress_set(&b->pb, (uint64_t)b->n_done, 0);
 				k--;	/* the slot is still free */
-			} else if ((rc = start(b, k, r)) != KVC_OK) {
-				return rc;
-			} else if (b->slot[k] == NULL) {
-				k--;	/* finished at once (or failed): the slot is still free */
+				continue;
 			}
-			if ((rc = write_ready(b)) != KVC_OK)
-				return rc;
+			ks[n] = k;
+			rs[n++] = r;
 		}
+		if (n > 0 && (rc = start(b, ks, rs, n)) != KVC_OK)
+			return rc;
+		if ((rc = write_ready(b)) != KVC_OK)
+			return rc;
+	}
+	return KVC_OK;
+}
+
+/* Continuous batching until every request is done. 0, or a fatal code (message said). */
+static int
+run(struct batch *b)
+{
+	int rc;
+
+	for (;;) {
+		if ((rc = fill_slots(b)) != KVC_OK)
+			return rc;
 		if (b->n_active == 0)
 			break;
 		if ((rc = step(b)) != KVC_OK || (rc = write_ready(b)) != KVC_OK)
@@ -402,7 +492,6 @@ static void
 report(const struct batch *b, double t_wall)
 {
 	long n_prompt = 0, n_gen = 0;
-	double t_prefill = 0;
 
 	for (int i = 0; i < b->n_req; i++) {
 		const struct batch_req *r = &b->reqs[i];
@@ -411,7 +500,6 @@ report(const struct batch *b, double t_wall)
 		if (r->error != NULL || r->stop == NULL)
 			continue;
 		n_prompt += r->prompt_computed;
-		t_prefill += r->t_prefill;
 		n_gen += (long)r->ids.n;
 		if (!b->o->quiet)
 			fprintf(stderr, "kvchat: batch: #%d: prompt %zu tokens, prefill %.1f tok/s; "
@@ -420,11 +508,11 @@ report(const struct batch *b, double t_wall)
 			    t_gen > 0 ? r->ids.n / t_gen : 0.0, r->stop);
 	}
 	fprintf(stderr, "kvchat: batch: %d requests (%d failed), parallel %d, %s, %s cache: "
-	    "prompt %ld tokens, prefill %.1f tok/s (%.2f s); %ld generated; decode %.1f tok/s "
+	    "prompt %ld tokens, prefill %.1f tok/s (%.2f s, %d passes); %ld generated; decode %.1f tok/s "
 	    "aggregate (%ld tokens in %d passes, %.1f per pass, %.2f s); wall %.2f s, %.1f "
 	    "generated tok/s overall\n", b->n_req, b->n_err, b->n_slot, eng_backend_name(b->e),
-	    gguf_dtype_name(eng_kv_type(b->e)), n_prompt, t_prefill > 0 ? n_prompt / t_prefill : 0.0,
-	    t_prefill, n_gen, b->t_decode > 0 ? b->n_decoded / b->t_decode : 0.0, b->n_decoded,
+	    gguf_dtype_name(eng_kv_type(b->e)), n_prompt, b->t_prefill > 0 ? n_prompt / b->t_prefill : 0.0,
+	    b->t_prefill, b->n_prefill_passes, n_gen, b->t_decode > 0 ? b->n_decoded / b->t_decode : 0.0, b->n_decoded,
 	    b->n_steps, b->n_steps ? (double)b->n_decoded / b->n_steps : 0.0, b->t_decode, t_wall,
 	    t_wall > 0 ? n_gen / t_wall : 0.0);
 }
