@@ -182,13 +182,6 @@ int conv_store_new(struct conv *c, const char *first, char *err, size_t errlen);
 void conv_unstore(struct conv *c, bool auto_title);
 /* The whole cache as one chunk (after a rebuild); a failure is noticed and counted. */
 void conv_save_snapshot(struct conv *c);
-/*
- * The chunks on disk stop short of the cache (a rewind took back a chunk
- * that also held positions the cache keeps: a drop turn's or a rebuild's,
- * which start at 0): write the rest as one chunk, so the next start
- * restores instead of rebuilding. A failure is noticed and counted.
- */
-void conv_save_tail(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
 
 /* residency.c */

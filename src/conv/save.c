@@ -222,18 +222,6 @@ conv_save_snapshot(struct conv *c)
 		conv_store_failed(c, "snapshot", err);
 }
 
-void
-conv_save_tail(struct conv *c)
-{
-	char err[256] = "";
-
-	if (c->seq == NULL || !eng_seq_resident(c->seq) || eng_seq_n_pos(c->seq) <= c->snap_end)
-		return;
-	/* Left unwritten, the next turn's chunk would cover it, but a start before then rebuilds. */
-	if (conv_commit_reply(c, NULL, 0, -1, 0, conv_window_key(c, c->win), err, sizeof err) != 0)
-		conv_store_failed(c, "snapshot", err);
-}
-
 int
 conv_save_settings(struct conv *c, char *err, size_t errlen)
 {

@@ -157,14 +157,31 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 		return conv_activate(c, err, errlen);
 	}
 	rc = stream_len(c, k, &n_pos, err, errlen);
-	if (rc == 0)
-		rc = sess_rewind(c->m->st, c->id, k, n_pos, err, errlen);
 	if (rc)
 		return rc;
+	if (c->seq != NULL && eng_seq_resident(c->seq) && eng_seq_truncate(c->seq, n_pos) == 0) {
+		/*
+		 * The rewind may take a chunk that began before n_pos (a slid or
+		 * dropped turn's one chunk from 0): the kept positions' tail is
+		 * written in the rewind's transaction. Written after it, a kill
+		 * in between left no snapshot, and the next start rebuilt a slid
+		 * cache from the tokens, which answers differently
+		 * (scripts/kill-campaign.sh found it).
+		 */
+		rc = conv_commit_reply(c, NULL, 0, k, n_pos, conv_window_key(c, c->win), err, errlen);
+		if (rc) {
+			conv_drop_seq(c);	/* cut already: computed again from the store */
+			return rc;
+		}
+	} else {
+		rc = sess_rewind(c->m->st, c->id, k, n_pos, err, errlen);
+		if (rc)
+			return rc;
+		conv_chunks_trim(c, n_pos);
+		if (c->seq)
+			(void)eng_seq_truncate(c->seq, n_pos);
+	}
 	conv_msgs_drop(c, k);
-	conv_chunks_trim(c, n_pos);
-	if (c->seq && eng_seq_truncate(c->seq, n_pos) == 0)
-		conv_save_tail(c);	/* the rewind may have taken a chunk from 0 (a drop turn's) */
 	return KVC_OK;
 }
 
