@@ -10,10 +10,12 @@
  * activations can pass 65504). Attention is one fused kernel with an
  * online softmax over the cache (no score matrix in device memory).
  *
- * Decode uses int8 dot products (dp4a) for Q8_0 and Q4_K, x quantised to
- * int8 blocks of 32 (kernel_matvec_i8), a 16-byte-load kernel for F16
- * (others: a generic one-block-per-lane kernel) and split-K attention over ~256-position
- * slices. Prefill runs in chunks of CHUNK tokens; F32/F16/BF16 weights go
+ * Decode runs every quantised type on int8 dot products (cuda/mv_i8.cu:
+ * x quantised once per token to int8 blocks of 32, dp4a against the
+ * weights' integers, split-K for narrow matrices), F16 through a
+ * 16-byte-load kernel, F32/BF16 through a generic one-block-per-lane one;
+ * attention is split-K over ~256-position slices. Prefill runs in chunks
+ * of CHUNK tokens; F32/F16/BF16 weights go
  * to cuBLAS as stored, the quantised types through an F16 scratch matrix
  * sized by the largest quantised layer matrix (a larger output matrix goes
  * through it in slices of rows).
@@ -40,6 +42,9 @@ extern "C" {
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "cuda_int.h"
+#include "dev_util.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -89,6 +94,7 @@ struct dlayer {
 struct cuda_ctx {
 	const struct kvc_model *m;
 	int dev;
+	int n_sm;				/* the device's multiprocessors (launch shapes) */
 	cublasHandle_t blas;
 	cudaStream_t stream;
 	struct dweight tok_embd, output;
@@ -138,17 +144,6 @@ __device__ static inline float
 h2f(uint16_t h)
 {
 	return __half2float(__ushort_as_half(h));
-}
-
-/* h2f where the host runs the same code (the int8 parts, checked on the CPU by test_cuda_i8) */
-__host__ __device__ static inline float
-h2f_any(uint16_t h)
-{
-#ifdef __CUDA_ARCH__
-	return __half2float(__ushort_as_half(h));
-#else
-	return q_fp16_to_f32(h);
-#endif
 }
 
 __device__ static inline uint16_t
@@ -366,6 +361,24 @@ bdot_q6_k(const uint8_t *row, int64_t b, const float *x, float *out)
 	return s;
 }
 
+/* Q2_K: scales[16] qs[64] d dmin (84 bytes); value 128n + 32j + l (quant/quant_iq.h) */
+__device__ static inline float
+bdot_q2_k(const uint8_t *row, int64_t b, const float *x, float *out)
+{
+	const uint8_t *p = row + b * 84, *sc = p, *qs = p + 16;
+	float d = h2f(ld16(p + 80)), dmin = h2f(ld16(p + 82));
+	float s = 0.f;
+
+	for (int e = 0; e < 256; e++) {
+		int n = e / 128, j = (e % 128) / 32, l = e % 32, k = e / 16;
+		float f = d * (float)(sc[k] & 15) * (float)((qs[32 * n + l] >> (2 * j)) & 3) -
+		    dmin * (float)(sc[k] >> 4);
+		if (out) out[e] = f;
+		s += f * x[e];
+	}
+	return s;
+}
+
 /*
  * Dot of one block (block index b of a row) with x; also usable to
  * dequantise by passing out != NULL. One code path serves every type.
@@ -382,6 +395,7 @@ block_dot(int type, const uint8_t *row, int64_t b, const float *x, float *out)
 	case GGML_TYPE_Q4_1:
 	case GGML_TYPE_Q5_0:
 	case GGML_TYPE_Q5_1: return bdot_q4_1_q5(type, row, b, x, out);
+	case GGML_TYPE_Q2_K: return bdot_q2_k(row, b, x, out);
 	case GGML_TYPE_Q3_K: return bdot_q3_k(row, b, x, out);
 	case GGML_TYPE_Q4_K: return bdot_q4_k(row, b, x, out);
 	case GGML_TYPE_Q5_K: return bdot_q5_k(row, b, x, out);
@@ -435,14 +449,6 @@ stage_x(float *xs, const float *x, int64_t n_in)
 	__syncthreads();
 }
 
-__device__ static inline float
-warp_sum(float s)
-{
-	for (int o = 16; o > 0; o /= 2)
-		s += __shfl_xor_sync(0xffffffffu, s, o);
-	return s;
-}
-
 /*
  * F16 matrix-vector with 16-byte loads: one warp per row; in step k lane l
  * reads 16-byte chunk 32k + l of the row (8 halves), so each load
@@ -485,146 +491,6 @@ kernel_matvec_f16(const uint8_t *W, size_t row_bytes, const float *x, float *y,
 			s += f0.x * x0.x + f0.y * x0.y + f1.x * x0.z + f1.y * x0.w +
 			    f2.x * x1.x + f2.y * x1.y + f3.x * x1.z + f3.y * x1.w;
 		}
-	}
-	s = warp_sum(s);
-	if (lane == 0)
-		y[r] = s;
-}
-
-/* ---- int8 decode: x quantised once per token, dp4a against the weights' integers ---- */
-
-/*
- * One token's x in blocks of 32, as the int8 kernels read it: scale d =
- * max|x| / 127, sum s = the block's exact sum (for the weights' offsets),
- * q = x / d rounded. 40 bytes, so q is 4-byte aligned for dp4a.
- */
-struct xq8 {
-	float d, s;
-	int8_t q[32];
-};
-
-/* a . b over 4 int8 lanes, plus c (the dp4a instruction on the device, sm_61 and up) */
-__host__ __device__ static inline int
-dot4(int a, int b, int c)
-{
-#ifdef __CUDA_ARCH__
-	return __dp4a(a, b, c);
-#else
-	for (int i = 0; i < 4; i++)
-		c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
-	return c;
-#endif
-}
-
-/* 4 bytes at p, 2-byte aligned (Q8_0's quants: 34-byte blocks) */
-__host__ __device__ static inline int
-ld4_u16(const uint8_t *p)
-{
-	const uint16_t *h = (const uint16_t *)p;
-
-	return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
-}
-
-/*
- * Q8_0: the part of block b . x that lane quarter k (0..3) owns, its 8
- * quants against x's 8: d_w * d_x * sum q_w q_x. Two dp4a.
- */
-__host__ __device__ static inline float
-part_q8_0(const uint8_t *row, int64_t b, int k, const struct xq8 *x)
-{
-	const uint8_t *blk = row + b * 34;
-	const int *xq = (const int *)(x[b].q + 8 * k);
-	int acc = dot4(ld4_u16(blk + 2 + 8 * k), xq[0], 0);
-	uint16_t dh;
-
-	acc = dot4(ld4_u16(blk + 6 + 8 * k), xq[1], acc);
-	memcpy(&dh, blk, 2);
-	return h2f_any(dh) * x[b].d * (float)acc;
-}
-
-/*
- * Q4_K: the part of super-block b . x that sub-block j (0..7, 32 values)
- * owns: d sc_j d_x sum q x_q - dmin m_j s_x, its quants the low (j even)
- * or high (j odd) nibbles of qs[32 (j / 2) ..][0..32). Eight dp4a; x's
- * blocks of 32 line up with the sub-blocks.
- */
-__host__ __device__ static inline float
-part_q4_k(const uint8_t *row, int64_t b, int j, const struct xq8 *x)
-{
-	const uint8_t *blk = row + b * 144, *sc = blk + 4;
-	const int *qs = (const int *)(blk + 16 + 32 * (j / 2));
-	const struct xq8 *xb = x + 8 * b + j;
-	const int *xq = (const int *)xb->q;
-	int sh = 4 * (j % 2), acc = 0, s6, m6;
-	uint16_t dh, mh;
-
-	for (int i = 0; i < 8; i++)
-		acc = dot4((qs[i] >> sh) & 0x0F0F0F0F, xq[i], acc);
-	if (j < 4) {
-		s6 = sc[j] & 63;
-		m6 = sc[j + 4] & 63;
-	} else {
-		s6 = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-		m6 = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-	}
-	memcpy(&dh, blk, 2);
-	memcpy(&mh, blk + 2, 2);
-	return h2f_any(dh) * (float)s6 * xb->d * (float)acc - h2f_any(mh) * (float)m6 * xb->s;
-}
-
-/*
- * x (n_in floats, n_in % 32 == 0) to n_in / 32 xq8 blocks: one warp per
- * block, a lane per element. grid ceil(n_in / 256), block 256, no shared
- * memory. Bytes: n_in * 4 read, n_in / 32 * 40 written.
- */
-__global__ static void
-kernel_quantize_x(const float *x, struct xq8 *xq, int64_t n_in)
-{
-	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	int lane = threadIdx.x % 32;
-	float v = i < n_in ? x[i] : 0.f, amax = fabsf(v), sum = v;
-
-	for (int o = 16; o > 0; o /= 2) {
-		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-		sum += __shfl_xor_sync(0xffffffffu, sum, o);
-	}
-	if (i >= n_in)
-		return;
-	float d = amax / 127.f;
-	xq[i / 32].q[lane] = (int8_t)(d > 0.f ? __float2int_rn(v / d) : 0);
-	if (lane == 0) {
-		xq[i / 32].d = d;
-		xq[i / 32].s = sum;
-	}
-}
-
-/*
- * Q8_0 / Q4_K matrix-vector on int8 dot products against kernel_quantize_x's
- * blocks. A warp per row; each step the warp covers 32 consecutive parts
- * (Q8_0: 8 blocks of 34 bytes = 272 contiguous bytes, a lane per quarter
- * block; Q4_K: 4 super-blocks of 144 bytes = 576 contiguous bytes, a lane
- * per sub-block, the 16-byte-aligned quants read as ints), x's blocks from
- * L1/L2 (n_in / 32 * 40 bytes, the same for every row). grid ceil(n_out /
- * 8), block 256 (8 warps), no shared memory. Bytes: n_out * row_bytes +
- * n_in / 32 * 40 (from cache after the first rows).
- */
-__global__ static void
-kernel_matvec_i8(int type, const uint8_t *W, size_t row_bytes, const struct xq8 *x, float *y,
-    int64_t n_in, int64_t n_out)
-{
-	int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
-	int lane = threadIdx.x % 32;
-	float s = 0.f;
-
-	if (r >= n_out)
-		return;
-	const uint8_t *row = W + r * row_bytes;
-	if (type == GGML_TYPE_Q8_0) {
-		for (int64_t p = lane; p < n_in / 8; p += 32)
-			s += part_q8_0(row, p / 4, (int)(p % 4), x);
-	} else {
-		for (int64_t p = lane; p < n_in / 32; p += 32)
-			s += part_q4_k(row, p / 8, (int)(p % 8), x);
 	}
 	s = warp_sum(s);
 	if (lane == 0)
@@ -1028,14 +894,19 @@ upload(struct cuda_ctx *c, const void *src, size_t bytes, void **dst, char *err,
 	return KVC_OK;
 }
 
-/* The weight types block_dot has a case for; the CPU computes more (Q2_K, IQ*, MXFP4). */
+/*
+ * The weight types block_dot has a case for (and, the quantised ones,
+ * mv_i8.cu); the CPU computes more: the IQ lattice types and MXFP4 run on
+ * the CPU (--device auto falls back there with a notice naming the type).
+ */
 static bool
 dev_type_ok(enum gguf_dtype t)
 {
 	switch (t) {
 	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
 	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
-	case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+	case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+	case GGML_TYPE_Q6_K:
 		return true;
 	default:
 		return false;
@@ -1062,7 +933,8 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 		return KVC_OK;
 	if (!dev_type_ok(w->type)) {
 		/* block_dot would give zeros: refuse, the CPU backend runs these files */
-		kvc_err(err, errlen, "cuda: no kernel for %s weights (use --device cpu)", gguf_dtype_name(w->type));
+		kvc_err(err, errlen, "cuda: no GPU kernel for %s weights yet (the CPU backend runs them: "
+		    "--device cpu)", gguf_dtype_name(w->type));
 		return KVC_EUNSUPPORTED;
 	}
 	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
@@ -1110,7 +982,7 @@ upload_vec(struct cuda_ctx *c, const struct kvc_weight *w, float **out, char *er
 
 static void cuda_free(void *ctx);
 
-/* The matvec kernels' dynamic shared memory (x) can exceed the default 48 KB. */
+/* The matvec kernels' dynamic shared memory (x) can exceed the default 48 KB; the SM count. */
 static int
 set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen)
 {
@@ -1118,6 +990,7 @@ set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen)
 	size_t need = (size_t)c->max_n_in * sizeof(float);
 
 	CUDA_CHECK(cudaGetDeviceProperties(&prop, c->dev), err, errlen);
+	c->n_sm = prop.multiProcessorCount;	/* the int8 kernels' split-K (launch_plan.c) */
 	if (need > prop.sharedMemPerBlockOptin) {
 		kvc_err(err, errlen, "cuda: matrices %lld wide need %zu bytes of shared memory, the device has %zu",
 		    (long long)c->max_n_in, need, (size_t)prop.sharedMemPerBlockOptin);
@@ -1497,20 +1370,20 @@ matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, in
 	const uint8_t *W = (const uint8_t *)w->d;
 	unsigned grid = nblk(w->n_out, 8);
 	size_t shmem = (size_t)w->n_in * sizeof(float);
+	const struct mv_epi epi_none = { NULL, false };
 	int rc;
 
 	if (n == 1) {
-		if (w->type == GGML_TYPE_Q8_0 || w->type == GGML_TYPE_Q4_K) {
+		if (mv_i8_supported(w->type)) {
 			/* int8: x quantised once for the products that share it (Q, K, V; gate, up) */
 			if (!(same_x && c->xq_fresh && c->xq_n == w->n_in)) {
-				kernel_quantize_x<<<nblk(w->n_in, 256), 256, 0, c->stream>>>(X, c->xq, w->n_in);
+				quantize_x(c->stream, X, c->xq, w->n_in);
 				LAUNCHED("kernel_quantize_x");
 			}
 			c->xq_fresh = true;
 			c->xq_n = w->n_in;
-			kernel_matvec_i8<<<grid, 256, 0, c->stream>>>(w->type, W, w->row_bytes, c->xq, Y,
-			    w->n_in, w->n_out);
-			LAUNCHED("kernel_matvec_i8");
+			mv_i8(c->stream, w->type, W, w->row_bytes, c->xq, Y, w->n_in, w->n_out, c->n_sm, epi_none);
+			LAUNCHED("kernel_mv_i8");
 		} else if (w->type == GGML_TYPE_F16 && w->n_in % 8 == 0) {
 			kernel_matvec_f16<<<grid, 256, shmem, c->stream>>>(W, w->row_bytes, X, Y,
 			    w->n_in, w->n_out);

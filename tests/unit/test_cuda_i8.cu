@@ -1,27 +1,32 @@
 /*
- * test_cuda_i8.cu: the arithmetic of the CUDA backend's int8 decode kernel
- * (kernel_matvec_i8) on the CPU: its per-lane parts (part_q8_0,
- * part_q4_k: block layouts, nibble and scale decoding, the offset term),
- * compiled for the host from backend_cuda.cu itself (included below, as
- * llama2.c's test.c includes run.c), summed over rows of random weights
+ * test_cuda_i8.cu: the arithmetic of the CUDA backend's int8 decode kernels
+ * (cuda/mv_i8.cu) on the CPU: the per-lane parts of every type they take
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: block
+ * layouts, nibble, fifth-bit and scale decoding, the offset terms),
+ * compiled for the host from the kernel files themselves (included below,
+ * as llama2.c's test.c includes run.c), summed over rows of random weights
  * quantised by the fixture quantiser, against the float64 dot of the
  * dequantised row (q_dequant_row) with x. Runs without a GPU.
  *
  * With a GPU it also launches the matrix-vector kernels on random data of
  * every weight type and checks them against the same float64 dot:
  * kernel_quantize_x against the host's quantisation (bit for bit),
- * kernel_matvec_i8 (Q8_0, Q4_K), kernel_matvec (every type), kernel_matvec_f16
+ * kernel_mv_i8 (every quantised type, with and without the bias and
+ * accumulate epilogue), kernel_mv_i8_glu, kernel_rmsnorm_q8, kernel_matvec
+ * (the float types), kernel_matvec_f16
  * and kernel_dequant_f16, at 896 wide (Qwen2.5-0.5B) and 14336 (past the
  * 48 KB shared-memory default, so the opt-in is exercised).
  *
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
- * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for Q4_K,
- * whose offsets here use the exact block sum and add nothing); the test
- * allows twice that over 64 rows. Parts fed x's next block instead of their
+ * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for the
+ * others: their offsets use x's exact block sum, or for the K-quants'
+ * groups of 16 its quants' sum, which adds the same rounding again); the
+ * test allows twice that over 64 rows. Parts fed x's next block instead of their
  * own (what a layout slip does) must miss it by far, so the test can fail.
  */
 #include "cuda/backend_cuda.cu"
+#include "cuda/mv_i8.cu"
 
 extern "C" {
 #include "quant/quant_ref.h"
@@ -53,7 +58,7 @@ rnd(void)
 
 /* x to xq8 blocks as kernel_quantize_x does (a lane per element). */
 static void
-quantize_x(const float *x, struct xq8 *xq, int64_t n)
+host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
 {
 	for (int64_t b = 0; b < n / 32; b++) {
 		float amax = 0, sum = 0, d;
@@ -67,6 +72,29 @@ quantize_x(const float *x, struct xq8 *xq, int64_t n)
 		xq[b].s = sum;
 		for (int i = 0; i < 32; i++)
 			xq[b].q[i] = (int8_t)(d > 0 ? lrintf(x[32 * b + i] / d) : 0);
+	}
+}
+
+/*
+ * One row of type t from src: the fixture quantiser, or for Q2_K (which it
+ * has no quantiser for) random levels, scales and mins with d and dmin set
+ * so values stay near src's range.
+ */
+static void
+make_row(enum gguf_dtype t, const float *src, uint8_t *dst, int64_t n_in)
+{
+	if (t != GGML_TYPE_Q2_K) {
+		q_quantize_row(t, src, dst, n_in);
+		return;
+	}
+	for (int64_t b = 0; b < n_in / 256; b++) {
+		uint8_t *blk = dst + b * 84;
+		uint16_t d = q_f32_to_fp16(0.1f), dmin = q_f32_to_fp16(0.05f);
+
+		for (int i = 0; i < 80; i++)
+			blk[i] = (uint8_t)(rng = rng * 6364136223846793005ULL + 1442695040888963407ULL, rng >> 56);
+		memcpy(blk + 80, &d, 2);
+		memcpy(blk + 82, &dmin, 2);
 	}
 }
 
@@ -86,23 +114,17 @@ rel_err(enum gguf_dtype t, int64_t n_in, int n_out, bool wrong)
 
 	for (int64_t i = 0; i < n_in; i++)
 		x[i] = (float)(rnd() * (i % 97 == 0 ? 8 : 1));	/* a few outliers widen their blocks */
-	quantize_x(x, xq, n_in);
+	host_quantize_x(x, xq, n_in);
 	for (int r = 0; r < n_out; r++) {
-		double ref = 0, got = 0;
+		double ref = 0, got;
 
 		for (int64_t i = 0; i < n_in; i++)
 			src[i] = (float)rnd();
-		q_quantize_row(t, src, w + r * rb, n_in);
+		make_row(t, src, w + r * rb, n_in);
 		q_dequant_row(t, w + r * rb, row, n_in);
 		for (int64_t i = 0; i < n_in; i++)
 			ref += (double)row[i] * x[i];
-		if (t == GGML_TYPE_Q8_0) {
-			for (int64_t p = 0; p < n_in / 8; p++)
-				got += part_q8_0(w + r * rb, p / 4, (int)(p % 4), xp);
-		} else {
-			for (int64_t p = 0; p < n_in / 32; p++)
-				got += part_q4_k(w + r * rb, p / 8, (int)(p % 8), xp);
-		}
+		got = mv_i8_row_host(t, w + r * rb, xp, n_in);
 		se += (got - ref) * (got - ref);
 		sy += ref * ref;
 	}
@@ -126,6 +148,85 @@ ok_cuda(cudaError_t e, const char *what)
 }
 
 /*
+ * The fused int8 kernels against the plain one's output y (dy on the
+ * device, from x's blocks dq): the bias + accumulate epilogue gives y + y +
+ * b, the gate/up kernel with W as both gives silu(y) * y, and the fused
+ * RMSNorm + quantisation gives the host's norm of x.
+ */
+static void
+device_fused(enum gguf_dtype t, const uint8_t *dw, size_t rb, const float *dx, struct xq8 *dq, float *dy,
+    const float *y, int64_t n_in, int n_out, int n_sm)
+{
+	float *b = (float *)malloc(n_out * 4), *y2 = (float *)malloc(n_out * 4);
+	float *x = (float *)malloc(n_in * 4), *w = (float *)malloc(n_in * 4), *xb = (float *)malloc(n_in * 4);
+	float *db = NULL, *dw2 = NULL, *dxb = NULL;
+	double worst = 0, ss = 0;
+	bool ok = true;
+
+	for (int r = 0; r < n_out; r++)
+		b[r] = (float)rnd();
+	for (int64_t i = 0; i < n_in; i++)
+		w[i] = (float)(1 + 0.5 * rnd());
+	if (!ok_cuda(cudaMalloc(&db, n_out * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dw2, n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dxb, n_in * 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(db, b, n_out * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dw2, w, n_in * 4, cudaMemcpyHostToDevice);
+	{
+		const struct mv_epi epi = { db, true };
+
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, epi);
+	}
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8 (bias, accumulate)"))
+		goto out;
+	cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+	for (int r = 0; r < n_out; r++)
+		ok = ok && fabs(y2[r] - (2.0 * y[r] + b[r])) <= 1e-5 * (fabs(2.0 * y[r]) + fabs(b[r]) + 1);
+	check(ok, "kernel_mv_i8's epilogue: y + W x + b", 0, 0);
+	mv_i8_glu(0, t, dw, dw, rb, dq, dy, n_in, n_out, n_sm, false);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_glu"))
+		goto out;
+	cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+	ok = true;
+	for (int r = 0; r < n_out; r++) {
+		double want = y[r] / (1 + exp(-(double)y[r])) * y[r];
+		ok = ok && fabs(y2[r] - want) <= 1e-4 * (fabs(want) + 1e-3);
+	}
+	check(ok, "kernel_mv_i8_glu = silu(Wx) * Wx", 0, 0);
+	cudaMemcpy(x, dx, n_in * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < n_in; i++)
+		ss += (double)x[i] * x[i];
+	ss = 1 / sqrt(ss / n_in + 1e-6);
+	rmsnorm_quantize(0, dx, dw2, dxb, dq, (int)n_in, 1e-6f);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_rmsnorm_q8"))
+		goto out;
+	cudaMemcpy(xb, dxb, n_in * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < n_in; i++)
+		worst = fmax(worst, fabs(xb[i] - x[i] * ss * w[i]) / (fabs(x[i] * ss * w[i]) + 1e-6));
+	check(worst <= 1e-5, "kernel_rmsnorm_q8's floats = the host's RMSNorm", worst, 1e-5);
+	{
+		struct xq8 *hq = (struct xq8 *)malloc((n_in / 32) * sizeof *hq);
+		struct xq8 *gq = (struct xq8 *)malloc((n_in / 32) * sizeof *gq);
+
+		host_quantize_x(xb, hq, n_in);
+		cudaMemcpy(gq, dq, (n_in / 32) * sizeof *gq, cudaMemcpyDeviceToHost);
+		check(memcmp(hq, gq, (n_in / 32) * sizeof *hq) == 0,
+		    "kernel_rmsnorm_q8's blocks = the host's quantisation of its floats", 0, 0);
+		free(hq);
+		free(gq);
+	}
+out:
+	cudaFree(db);
+	cudaFree(dw2);
+	cudaFree(dxb);
+	free(b);
+	free(y2);
+	free(x);
+	free(w);
+	free(xb);
+}
+
+/*
  * The matrix-vector kernels on the device for type t, n_in wide, n_out rows:
  * each output within tol * rms(reference) of the float64 dot of the
  * dequantised row with x (the int8 kernels: the bound of the host check).
@@ -143,8 +244,9 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 	float *dx = NULL, *dy = NULL;
 	struct xq8 *dq = NULL;
 	__half *dd = NULL;
-	bool i8 = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_K;
-	double tol = i8 ? 2 * sqrt(32.0 / 12) / 127 * (t == GGML_TYPE_Q4_K ? 2 : 1) * 4 : 1e-4;
+	bool i8 = mv_i8_supported(t);
+	double tol = i8 ? 2 * sqrt(32.0 / 12) / 127 * (t == GGML_TYPE_Q8_0 ? 1 : 2) * 4 : 1e-4;
+	int n_sm = 1;
 	char what[96];
 
 	for (int64_t i = 0; i < n_in; i++)
@@ -161,7 +263,7 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 			for (int64_t i = 0; i < n_in; i++)
 				((uint16_t *)(w + r * rb))[i] = q_f32_to_bf16(src[i]);
 		else
-			q_quantize_row(t, src, w + r * rb, n_in);
+			make_row(t, src, w + r * rb, n_in);
 		q_dequant_row(t, w + r * rb, row, n_in);
 		for (int64_t i = 0; i < n_in; i++)
 			ref[r] += (double)row[i] * x[i];
@@ -176,12 +278,15 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		goto out;
 	cudaMemcpy(dw, w, nw, cudaMemcpyHostToDevice);
 	cudaMemcpy(dx, x, n_in * 4, cudaMemcpyHostToDevice);
+	cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
 	if (i8) {
-		kernel_quantize_x<<<nblk(n_in, 256), 256>>>(dx, dq, n_in);
-		kernel_matvec_i8<<<nblk(n_out, 8), 256>>>(t, dw, rb, dq, dy, n_in, n_out);
+		const struct mv_epi none = { NULL, false };
+
+		quantize_x(0, dx, dq, n_in);
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
 		if (!ok_cuda(cudaDeviceSynchronize(), what))
 			goto out;
-		quantize_x(x, hq, n_in);
+		host_quantize_x(x, hq, n_in);
 		cudaMemcpy(hq2, dq, (n_in / 32) * sizeof *hq2, cudaMemcpyDeviceToHost);
 		check(memcmp(hq, hq2, (n_in / 32) * sizeof *hq) == 0, "kernel_quantize_x = the host's", 0, 0);
 	} else if (t == GGML_TYPE_F16 && n_in % 8 == 0) {
@@ -198,6 +303,8 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		worst = fmax(worst, fabs(y[r] - ref[r]) / ss);
 	printf("device %s: matvec worst %.2e of rms (bound %.2e)\n", what, worst, tol);
 	check(worst <= tol, what, worst, tol);
+	if (i8)
+		device_fused(t, dw, rb, dx, dq, dy, y, n_in, n_out, n_sm);
 	/* prefill's dequantisation: every element as q_dequant_row gives it, rounded to f16 */
 	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) {
 		uint16_t *h = (uint16_t *)malloc((size_t)n_in * n_out * 2);
@@ -238,8 +345,15 @@ main(void)
 	const double eps = sqrt(32.0 / 12) / 127;
 	struct { enum gguf_dtype t; int64_t n_in; double rho; } cases[] = {
 		{ GGML_TYPE_Q8_0, 896, 1 }, { GGML_TYPE_Q8_0, 4096, 1 },
+		{ GGML_TYPE_Q4_0, 896, 2 }, { GGML_TYPE_Q4_1, 896, 2 },
+		{ GGML_TYPE_Q5_0, 896, 2 }, { GGML_TYPE_Q5_1, 4096, 2 },
+		{ GGML_TYPE_Q2_K, 512, 2 }, { GGML_TYPE_Q3_K, 768, 2 },
 		{ GGML_TYPE_Q4_K, 256, 2 }, { GGML_TYPE_Q4_K, 3584, 2 },
+		{ GGML_TYPE_Q5_K, 1024, 2 }, { GGML_TYPE_Q6_K, 3584, 2 },
 	};
+
+	check(!mv_i8_supported(GGML_TYPE_F16) && !mv_i8_supported(GGML_TYPE_IQ4_NL) &&
+	    mv_i8_supported(GGML_TYPE_Q6_K), "mv_i8_supported", 0, 0);
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		double bound = 2 * eps * cases[i].rho;
@@ -256,7 +370,7 @@ main(void)
 	{
 		static const enum gguf_dtype all[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
 			GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-			GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+			GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 		char why[256] = "";
 
 		if (cuda_device_count(why, sizeof why) <= 0) {

@@ -1,0 +1,18 @@
+/*
+ * launch_plan.c: shape-only launch choices of the CUDA backend (see
+ * launch_plan.h). No CUDA here: the module links it, and so does the CPU
+ * test that checks it.
+ */
+#include "launch_plan.h"
+
+int
+mv_warps_per_row(int64_t n_out, int n_sm)
+{
+	int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 1);
+	int w = 1;
+
+	/* a block is 8 warps, so 8 / w rows: blocks = n_out * w / 8 */
+	while (w < 8 && (n_out * w + 7) / 8 < want)
+		w *= 2;
+	return w;
+}

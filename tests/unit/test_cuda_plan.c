@@ -1,0 +1,47 @@
+/*
+ * test_cuda_plan.c: the CUDA backend's launch shapes (cuda/launch_plan.c)
+ * on the CPU, no nvcc or GPU needed: what the kernels' grids will be on a
+ * device, checked against the rules their comments state.
+ */
+#include "cuda/launch_plan.h"
+#include "test.h"
+
+/* blocks of 8 warps a matrix-vector launch of n_out rows gets with w warps per row */
+static int64_t
+mv_blocks(int64_t n_out, int w)
+{
+	return (n_out * w + 7) / 8;
+}
+
+static void
+test_warps_per_row(void)
+{
+	static const int64_t outs[] = { 1, 64, 256, 512, 896, 1024, 3584, 4096, 14336, 18944, 152064 };
+	static const int sms[] = { 1, 46, 108, 132, 144 };
+
+	/* H100/H200 (132 SMs): Qwen2.5-7B's K/V (512 rows) split 8 ways, its FFN a warp per row */
+	test_cond(mv_warps_per_row(512, 132) == 8, "512 rows on 132 SMs: %d", mv_warps_per_row(512, 132));
+	test_cond(mv_warps_per_row(18944, 132) == 1, "18944 rows: %d", mv_warps_per_row(18944, 132));
+	test_cond(mv_warps_per_row(896, 132) == 4, "896 rows: %d", mv_warps_per_row(896, 132));
+	for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+		for (size_t j = 0; j < sizeof sms / sizeof sms[0]; j++) {
+			int w = mv_warps_per_row(outs[i], sms[j]);
+
+			test_cond(w == 1 || w == 2 || w == 4 || w == 8, "%lld rows, %d SMs: %d warps per row",
+			    (long long)outs[i], sms[j], w);
+			/* enough blocks, or already the most splitting a block allows */
+			test_cond(w == 8 || mv_blocks(outs[i], w) >= 2 * sms[j], "%lld rows, %d SMs: %lld blocks",
+			    (long long)outs[i], sms[j], (long long)mv_blocks(outs[i], w));
+			/* and no more splitting than that needs */
+			test_cond(w == 1 || mv_blocks(outs[i], w / 2) < 2 * sms[j], "%lld rows, %d SMs: %d is "
+			    "more than needed", (long long)outs[i], sms[j], w);
+		}
+	test_cond(mv_warps_per_row(512, 0) >= 1, "no SM count");
+}
+
+int
+main(void)
+{
+	test_warps_per_row();
+	return test_done();
+}
