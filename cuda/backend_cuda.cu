@@ -1631,14 +1631,170 @@ residual(struct cuda_ctx *c, float *x, float *y, const float *bias, const float 
 	return KVC_OK;
 }
 
+/*
+ * block_norm into c->xb, and for one token under RMSNorm its int8 blocks
+ * too, in the same kernel (kernel_rmsnorm_q8): the products that follow
+ * (same_x) then skip their own quantisation of x.
+ */
+static int
+block_norm_q(struct cuda_ctx *c, const float *x, const float *w, const float *b, int rows,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int rc;
+
+	c->xq_fresh = false;
+	if (rows != 1 || hp->layer_norm || hp->n_embd % 32 != 0)
+		return block_norm(c, x, w, b, c->xb, rows, err, errlen);
+	rmsnorm_quantize(c->stream, x, w, c->xb, c->xq, hp->n_embd, hp->rms_eps);
+	LAUNCHED("kernel_rmsnorm_q8");
+	c->xq_fresh = true;
+	c->xq_n = hp->n_embd;
+	return KVC_OK;
+}
+
+/* c->xq made to hold X's blocks (n_in values) unless it already does (same_x). */
+static int
+need_xq(struct cuda_ctx *c, const float *X, int64_t n_in, bool same_x, char *err, size_t errlen)
+{
+	int rc;
+
+	if (same_x && c->xq_fresh && c->xq_n == n_in)
+		return KVC_OK;
+	quantize_x(c->stream, X, c->xq, n_in);
+	LAUNCHED("kernel_quantize_x");
+	c->xq_fresh = true;
+	c->xq_n = n_in;
+	return KVC_OK;
+}
+
+/*
+ * An output projection into the residual stream: x += W X (+ bias). For
+ * one token of an int8 type without a post-norm, the add and bias are the
+ * product's epilogue; otherwise the product goes through c->xb and
+ * residual() (a post-norm needs the whole product first).
+ */
+static int
+project_add(struct cuda_ctx *c, const struct dweight *w, const float *X, const float *bias, const float *post,
+    int n, char *err, size_t errlen)
+{
+	int rc;
+
+	if (n == 1 && post == NULL && mv_i8_supported(w->type)) {
+		const struct mv_epi epi = { bias, true };
+
+		if ((rc = need_xq(c, X, w->n_in, false, err, errlen)) != KVC_OK)
+			return rc;
+		mv_i8(c->stream, w->type, (const uint8_t *)w->d, w->row_bytes, c->xq, c->x, w->n_in, w->n_out,
+		    c->n_sm, epi);
+		LAUNCHED("kernel_mv_i8 (residual epilogue)");
+		return KVC_OK;
+	}
+	if ((rc = matmul(c, w, X, c->xb, n, false, err, errlen)) != KVC_OK)
+		return rc;
+	return residual(c, c->x, c->xb, bias, post, n, err, errlen);
+}
+
+/*
+ * One token's Q, K and V, each one kernel_mv_i8_qkv: bias, RoPE and the
+ * cache store in the product's epilogue (no q/k norms: those need the
+ * whole head before RoPE, see qkv_fusable).
+ */
+static int
+qkv_fused(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d, const double *freq,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	const struct dweight *w[3] = { &d->wq, &d->wk, &d->wv };
+	const float *bias[3] = { d->bq, d->bk, d->bv };
+	int rc;
+
+	if ((rc = need_xq(c, c->xb, d->wq.n_in, true, err, errlen)) != KVC_OK)
+		return rc;
+	for (int i = 0; i < 3; i++) {
+		struct mv_qkv e = { bias[i], freq, c->d_pos, hp->head_dim, i == 2 ? 0 : hp->rope_dim,
+			hp->rope_neox, i == 0 ? c->q : NULL, i == 1 ? kv->k[l] : i == 2 ? kv->v[l] : NULL,
+			kv->type == GGML_TYPE_F16 };
+
+		mv_i8_qkv(c->stream, w[i]->type, (const uint8_t *)w[i]->d, w[i]->row_bytes, c->xq, w[i]->n_in,
+		    w[i]->n_out, c->n_sm, e);
+		LAUNCHED("kernel_mv_i8_qkv");
+	}
+	return KVC_OK;
+}
+
+/* Whether layer d's Q/K/V of one token can run as qkv_fused. */
+static bool
+qkv_fusable(const struct cuda_ctx *c, const struct dlayer *d, int n)
+{
+	return n == 1 && d->q_norm == NULL && d->k_norm == NULL && c->m->hp.head_dim % 2 == 0 &&
+	    mv_i8_supported(d->wq.type) && mv_i8_supported(d->wk.type) && mv_i8_supported(d->wv.type);
+}
+
+/* Whether gate, up and the activation of one token can run as one kernel_mv_i8_glu. */
+static bool
+glu_fusable(const struct dlayer *d, int n)
+{
+	return n == 1 && mv_i8_supported(d->w_gate.type) && d->w_gate.type == d->w_up.type &&
+	    d->w_gate.row_bytes == d->w_up.row_bytes && d->w_gate.n_out == d->w_up.n_out &&
+	    d->w_gate.n_in == d->w_up.n_in;
+}
+
+/*
+ * Q, K and V of n tokens kernel by kernel: products (x's int8 blocks from
+ * block_norm_q when it made them), biases, q/k norms, RoPE, cache store.
+ */
+static int
+qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d, const double *freq, int n,
+    char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+	bool f16 = kv->type == GGML_TYPE_F16;
+	int rc;
+
+	if ((rc = matmul(c, &d->wq, c->xb, c->q, n, true, err, errlen)) != KVC_OK ||
+	    (rc = matmul(c, &d->wk, c->xb, c->k, n, true, err, errlen)) != KVC_OK ||
+	    (rc = matmul(c, &d->wv, c->xb, c->v, n, true, err, errlen)) != KVC_OK)
+		return rc;
+	if (d->bq) {
+		kernel_add_bias<<<nblk(n * q_dim, 256), 256, 0, c->stream>>>(c->q, d->bq, n * q_dim, (int)q_dim);
+		LAUNCHED("kernel_add_bias (q)");
+		kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->k, d->bk, n * kv_dim, (int)kv_dim);
+		LAUNCHED("kernel_add_bias (k)");
+		kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->v, d->bv, n * kv_dim, (int)kv_dim);
+		LAUNCHED("kernel_add_bias (v)");
+	}
+	if (d->q_norm) {
+		launch_rmsnorm(c->stream, c->q, d->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm (q norm)");
+	}
+	if (d->k_norm) {
+		launch_rmsnorm(c->stream, c->k, d->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
+		LAUNCHED("kernel_rmsnorm (k norm)");
+	}
+	if (hp->rope_dim > 0) {
+		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
+		    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+		LAUNCHED("kernel_rope (q)");
+		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
+		    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+		LAUNCHED("kernel_rope (k)");
+	}
+	kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
+	LAUNCHED("kernel_kv_store (k)");
+	kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, c->d_pos, n * kv_dim, (int)kv_dim);
+	LAUNCHED("kernel_kv_store (v)");
+	return KVC_OK;
+}
+
 /* Tokens tok[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into out. */
 static int
 forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
     float *logits, int lo, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
-	int64_t E = hp->n_embd, q_dim = (int64_t)hp->n_head * hp->head_dim;
-	int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+	int64_t E = hp->n_embd;
 	bool f16 = kv->type == GGML_TYPE_F16;
 	int rc;
 
@@ -1655,40 +1811,14 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 		int nz = n == 1 ? att_splits(win > 0 && win < pos0 + 1 ? win : pos0 + 1) : 1;
 		const double *freq = d->swa ? c->inv_freq_swa : c->inv_freq;
 
-		if ((rc = block_norm(c, c->x, d->attn_norm, d->attn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
+		if ((rc = block_norm_q(c, c->x, d->attn_norm, d->attn_norm_b, n, err, errlen)) != KVC_OK)
 			return rc;
-		if ((rc = matmul(c, &d->wq, c->xb, c->q, n, false, err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &d->wk, c->xb, c->k, n, true, err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &d->wv, c->xb, c->v, n, true, err, errlen)) != KVC_OK)
+		if (qkv_fusable(c, d, n)) {
+			if ((rc = qkv_fused(c, kv, l, d, freq, err, errlen)) != KVC_OK)
+				return rc;
+		} else if ((rc = qkv_plain(c, kv, l, d, freq, n, err, errlen)) != KVC_OK) {
 			return rc;
-		if (d->bq) {
-			kernel_add_bias<<<nblk(n * q_dim, 256), 256, 0, c->stream>>>(c->q, d->bq, n * q_dim, (int)q_dim);
-			LAUNCHED("kernel_add_bias (q)");
-			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->k, d->bk, n * kv_dim, (int)kv_dim);
-			LAUNCHED("kernel_add_bias (k)");
-			kernel_add_bias<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(c->v, d->bv, n * kv_dim, (int)kv_dim);
-			LAUNCHED("kernel_add_bias (v)");
 		}
-		if (d->q_norm) {
-			launch_rmsnorm(c->stream, c->q, d->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps);
-			LAUNCHED("kernel_rmsnorm (q norm)");
-		}
-		if (d->k_norm) {
-			launch_rmsnorm(c->stream, c->k, d->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps);
-			LAUNCHED("kernel_rmsnorm (k norm)");
-		}
-		if (hp->rope_dim > 0) {
-			kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
-			    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
-			LAUNCHED("kernel_rope (q)");
-			kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
-			    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
-			LAUNCHED("kernel_rope (k)");
-		}
-		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
-		LAUNCHED("kernel_kv_store (k)");
-		kernel_kv_store<<<nblk(n * kv_dim, 256), 256, 0, c->stream>>>(kv->v[l], f16, c->v, c->d_pos, n * kv_dim, (int)kv_dim);
-		LAUNCHED("kernel_kv_store (v)");
 		kernel_attention<<<dim3(n, hp->n_head, nz), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
 		    f16, c->att, c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, c->d_pos,
 		    hp->attn_scale, hp->attn_softcap, win);
@@ -1698,35 +1828,39 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 			    c->att, hp->n_head, hp->head_dim, nz);
 			LAUNCHED("kernel_attention_merge");
 		}
-		if ((rc = matmul(c, &d->wo, c->att, c->xb, n, false, err, errlen)) != KVC_OK ||
-		    (rc = residual(c, c->x, c->xb, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
-		    (rc = block_norm(c, c->x, d->ffn_norm, d->ffn_norm_b, c->xb, n, err, errlen)) != KVC_OK)
+		if ((rc = project_add(c, &d->wo, c->att, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
+		    (rc = block_norm_q(c, c->x, d->ffn_norm, d->ffn_norm_b, n, err, errlen)) != KVC_OK)
 			return rc;
 		if (hp->ffn_plain) {
 			/* gpt2: GELU(up x + b_up), no gate */
-			if ((rc = matmul(c, &d->w_up, c->xb, c->hb, n, false, err, errlen)) != KVC_OK)
+			if ((rc = matmul(c, &d->w_up, c->xb, c->hb, n, true, err, errlen)) != KVC_OK)
 				return rc;
 			kernel_gelu_bias<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, d->b_up,
 			    (int64_t)n * hp->n_ff, hp->n_ff);
 			LAUNCHED("kernel_gelu_bias");
+		} else if (glu_fusable(d, n)) {
+			if ((rc = need_xq(c, c->xb, d->w_gate.n_in, true, err, errlen)) != KVC_OK)
+				return rc;
+			mv_i8_glu(c->stream, d->w_gate.type, (const uint8_t *)d->w_gate.d, (const uint8_t *)d->w_up.d,
+			    d->w_gate.row_bytes, c->xq, c->hb, d->w_gate.n_in, d->w_gate.n_out, c->n_sm, hp->ffn_gelu);
+			LAUNCHED("kernel_mv_i8_glu");
 		} else {
-			if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, false, err, errlen)) != KVC_OK ||
+			if ((rc = matmul(c, &d->w_gate, c->xb, c->hb, n, true, err, errlen)) != KVC_OK ||
 			    (rc = matmul(c, &d->w_up, c->xb, c->hb2, n, true, err, errlen)) != KVC_OK)
 				return rc;
 			kernel_swiglu<<<nblk((int64_t)n * hp->n_ff, 256), 256, 0, c->stream>>>(c->hb, c->hb2,
 			    (int64_t)n * hp->n_ff, hp->ffn_gelu);
 			LAUNCHED("kernel_swiglu");
 		}
-		if ((rc = matmul(c, &d->w_down, c->hb, c->xb, n, false, err, errlen)) != KVC_OK ||
-		    (rc = residual(c, c->x, c->xb, d->b_down, d->ffn_post_norm, n, err, errlen)) != KVC_OK)
+		if ((rc = project_add(c, &d->w_down, c->hb, d->b_down, d->ffn_post_norm, n, err, errlen)) != KVC_OK)
 			return rc;
 	}
 	if (logits != NULL && lo < n) {
 		int nl = n - lo;
 		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK ||
-		    (rc = block_norm(c, c->x + (int64_t)lo * E, c->output_norm, c->output_norm_b, c->xb, nl,
+		    (rc = block_norm_q(c, c->x + (int64_t)lo * E, c->output_norm, c->output_norm_b, nl,
 		    err, errlen)) != KVC_OK ||
-		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, false, err, errlen)) != KVC_OK)
+		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, true, err, errlen)) != KVC_OK)
 			return rc;
 		if (hp->final_softcap > 0) {
 			kernel_softcap<<<nblk((int64_t)nl * hp->n_vocab, 256), 256, 0, c->stream>>>(c->logits,

@@ -35,6 +35,24 @@ struct mv_epi {
 	bool accumulate;
 };
 
+/*
+ * Where a Q, K or V projection's rows go (kernel_mv_i8_qkv): bias added,
+ * RoPE applied to the rotated pairs at the token's position, then into y
+ * (Q, for attention) or the layer's cache row at that position (K, V).
+ * Rows are taken in RoPE pairs: (2i, 2i + 1) of a head, or NeoX's (i, i +
+ * rope_dim / 2); the unrotated tail of a head in adjacent pairs.
+ */
+struct mv_qkv {
+	const float *bias;		/* (n_out) or NULL */
+	const double *inv_freq;		/* (rope_dim / 2) angle per position, as kernel_rope's */
+	const int *pos;			/* the token's position, in device memory (a graph replays it) */
+	int head_dim, rope_dim;		/* rope_dim 0: no rotation (V, gpt2) */
+	bool neox;
+	float *y;			/* (n_out) Q; NULL: the rows go to cache */
+	void *cache;			/* (n_ctx, n_out) the layer's K or V, f16 or f32 */
+	bool f16;
+};
+
 /* ---- mv_i8.cu ---- */
 
 /* Whether the int8 kernels take weights of type t (enum gguf_dtype). */
@@ -55,6 +73,10 @@ cudaError_t mv_i8(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, co
  */
 cudaError_t mv_i8_glu(cudaStream_t st, int t, const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes,
     const struct xq8 *x, float *h, int64_t n_in, int64_t n_out, int n_sm, bool gelu);
+
+/* A Q, K or V projection with its epilogue (struct mv_qkv); head_dim even. */
+cudaError_t mv_i8_qkv(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct xq8 *x,
+    int64_t n_in, int64_t n_out, int n_sm, struct mv_qkv e);
 
 /* x (n_in floats, n_in % 32 == 0) to n_in / 32 xq8 blocks. */
 cudaError_t quantize_x(cudaStream_t st, const float *x, struct xq8 *xq, int64_t n_in);

@@ -414,6 +414,83 @@ kernel_mv_i8_glu(const uint8_t *Wg, const uint8_t *Wu, size_t row_bytes, const s
 }
 
 /*
+ * Rows r0, r1 of RoPE pair u of a Q/K/V projection (struct mv_qkv's
+ * order), and the pair's frequency index, or -1 for an unrotated pair.
+ */
+__device__ static inline int
+qkv_pair(int64_t u, int hd, int rd, bool neox, int64_t *r0, int64_t *r1)
+{
+	int64_t base = u / (hd / 2) * hd;
+	int i = (int)(u % (hd / 2));
+
+	if (i >= rd / 2) {
+		*r0 = base + rd + 2 * (i - rd / 2);
+		*r1 = *r0 + 1;
+		return -1;
+	}
+	*r0 = base + (neox ? i : 2 * i);
+	*r1 = base + (neox ? i + rd / 2 : 2 * i + 1);
+	return i;
+}
+
+/*
+ * A Q, K or V projection for one token with its whole epilogue (struct
+ * mv_qkv): the two rows of a RoPE pair dotted by the same warps, bias,
+ * rotation by the angle pos * inv_freq[i] (in double, as kernel_rope and
+ * the CPU), then stored to y or the cache row at pos. Replaces the
+ * product, bias, RoPE and cache-store kernels (and their round trips
+ * through memory). grid ceil(n_out / 2 * wpr / 8), block 256, static
+ * shared memory 64 bytes. Bytes: n_out * row_bytes + x's blocks (cached)
+ * + n_out * 4 (or 2, an f16 cache) written.
+ */
+template <int T>
+__global__ static void __launch_bounds__(32 * MV_WARPS)
+kernel_mv_i8_qkv(const uint8_t *W, size_t row_bytes, const struct xq8 *x, int64_t n_in, int64_t n_out,
+    int wpr, struct mv_qkv e)
+{
+	__shared__ float red[2][MV_WARPS];
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, fi = -1;
+	int64_t u = (int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr, r0 = 0, r1 = 0;
+	int64_t np = n_parts<T>(n_in), p0 = (warp % wpr) * 32 + lane;
+	bool live = u < n_out / 2;
+	float a = 0.f, b = 0.f;
+
+	if (live) {
+		fi = qkv_pair(u, e.head_dim, e.rope_dim, e.neox, &r0, &r1);
+		a = row_dot<T>(W + r0 * row_bytes, x, np, p0, 32 * wpr);
+		b = row_dot<T>(W + r1 * row_bytes, x, np, p0, 32 * wpr);
+	}
+	a = rows_reduce(a, wpr, red[0]);
+	b = rows_reduce(b, wpr, red[1]);
+	if (lane != 0 || warp % wpr != 0 || !live)
+		return;
+	if (e.bias) {
+		a += e.bias[r0];
+		b += e.bias[r1];
+	}
+	int pos = *e.pos;
+	if (fi >= 0) {
+		double sd, cd;
+		sincos((double)pos * e.inv_freq[fi], &sd, &cd);
+		float c = (float)cd, s = (float)sd, a0 = a;
+		a = a0 * c - b * s;
+		b = a0 * s + b * c;
+	}
+	if (e.y) {
+		e.y[r0] = a;
+		e.y[r1] = b;
+	} else if (e.f16) {
+		__half *row = (__half *)e.cache + (int64_t)pos * n_out;
+		row[r0] = __float2half(a);
+		row[r1] = __float2half(b);
+	} else {
+		float *row = (float *)e.cache + (int64_t)pos * n_out;
+		row[r0] = a;
+		row[r1] = b;
+	}
+}
+
+/*
  * Quantise 32 values, one per lane (v), into block b: d = max|v| / 127,
  * the exact sum, q rounded to nearest (as tests/unit/test_cuda_i8's host
  * copy does, bit for bit).
@@ -511,6 +588,24 @@ mv_i8_glu(cudaStream_t st, int t, const uint8_t *Wg, const uint8_t *Wu, size_t r
 	switch (t) {
 #define X(T) case T: kernel_mv_i8_glu<T><<<grid, 32 * MV_WARPS, 0, st>>>(Wg, Wu, row_bytes, x, h, \
 	    n_in, n_out, wpr, gelu); break;
+	MV_I8_TYPES(X)
+#undef X
+	default:
+		return cudaErrorInvalidValue;
+	}
+	return cudaPeekAtLastError();
+}
+
+cudaError_t
+mv_i8_qkv(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct xq8 *x,
+    int64_t n_in, int64_t n_out, int n_sm, struct mv_qkv e)
+{
+	int wpr = mv_warps_per_row(n_out / 2, n_sm);
+	unsigned grid = (unsigned)((n_out / 2 * wpr + MV_WARPS - 1) / MV_WARPS);
+
+	switch (t) {
+#define X(T) case T: kernel_mv_i8_qkv<T><<<grid, 32 * MV_WARPS, 0, st>>>(W, row_bytes, x, n_in, n_out, \
+	    wpr, e); break;
 	MV_I8_TYPES(X)
 #undef X
 	default:

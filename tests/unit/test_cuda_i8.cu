@@ -227,6 +227,78 @@ out:
 }
 
 /*
+ * kernel_mv_i8_qkv against the kernels it replaces (product, bias, RoPE,
+ * cache store) on type t, 4 heads of 48 (odd for a warp: 24 pairs), 32
+ * dims rotated, NeoX and adjacent pairs, into y and into an f16 cache row
+ * at position 5.
+ */
+static void
+device_qkv(enum gguf_dtype t, int64_t n_in, int n_sm)
+{
+	const int hd = 48, rd = 32, n_out = 4 * hd, pos = 5;
+	size_t rb = gguf_dtype_row_size(t, n_in);
+	uint8_t *w = (uint8_t *)malloc(rb * n_out), *dw = NULL;
+	float *x = (float *)malloc(n_in * 4), *src = (float *)malloc(n_in * 4), *b = (float *)malloc(n_out * 4);
+	float *y1 = (float *)malloc(n_out * 4), *y2 = (float *)malloc(n_out * 4), *dx = NULL, *dy = NULL, *db = NULL;
+	double fr[16], *dfr = NULL;
+	uint16_t *hc = (uint16_t *)malloc(8 * n_out * 2);
+	__half *dc = NULL;
+	int *dpos = NULL;
+	struct xq8 *dq = NULL;
+
+	for (int r = 0; r < n_out; r++) {
+		for (int64_t i = 0; i < n_in; i++)
+			src[i] = (float)rnd();
+		make_row(t, src, w + r * rb, n_in);
+		b[r] = (float)rnd();
+	}
+	for (int64_t i = 0; i < n_in; i++)
+		x[i] = (float)rnd();
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dw, rb * n_out), "cudaMalloc") || !ok_cuda(cudaMalloc(&dx, n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dy, n_out * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&db, n_out * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&dc, 8 * n_out * 2), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dq, n_in / 32 * sizeof *dq), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dw, w, rb * n_out, cudaMemcpyHostToDevice);
+	cudaMemcpy(dx, x, n_in * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, n_out * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	quantize_x(0, dx, dq, n_in);
+	for (int neox = 0; neox < 2; neox++) {
+		const struct mv_epi none = { NULL, false };
+		struct mv_qkv e = { db, dfr, dpos, hd, rd, neox != 0, dy, NULL, false };
+		bool same = true;
+
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
+		kernel_add_bias<<<1, 256>>>(dy, db, n_out, n_out);
+		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, neox != 0, dfr);
+		cudaMemcpy(y1, dy, n_out * 4, cudaMemcpyDeviceToHost);
+		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
+		cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+		e.y = NULL;
+		e.cache = dc;
+		e.f16 = true;
+		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
+		if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_qkv"))
+			goto out;
+		cudaMemcpy(hc, dc, 8 * n_out * 2, cudaMemcpyDeviceToHost);
+		for (int r = 0; r < n_out; r++) {
+			same = same && fabsf(y1[r] - y2[r]) <= 1e-5f * (fabsf(y1[r]) + 1);
+			same = same && fabsf(q_fp16_to_f32(hc[pos * n_out + r]) - y2[r]) <= 1e-3f * (fabsf(y2[r]) + 1e-3f);
+		}
+		check(same, neox ? "kernel_mv_i8_qkv = product, bias, RoPE (NeoX), store" :
+		    "kernel_mv_i8_qkv = product, bias, RoPE (adjacent pairs), store", 0, 0);
+	}
+out:
+	cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(dfr); cudaFree(dc); cudaFree(dpos);
+	cudaFree(dq);
+	free(w); free(x); free(src); free(b); free(y1); free(y2); free(hc);
+}
+
+/*
  * The matrix-vector kernels on the device for type t, n_in wide, n_out rows:
  * each output within tol * rms(reference) of the float64 dot of the
  * dequantised row with x (the int8 kernels: the bound of the host check).
@@ -303,8 +375,10 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		worst = fmax(worst, fabs(y[r] - ref[r]) / ss);
 	printf("device %s: matvec worst %.2e of rms (bound %.2e)\n", what, worst, tol);
 	check(worst <= tol, what, worst, tol);
-	if (i8)
+	if (i8) {
 		device_fused(t, dw, rb, dx, dq, dy, y, n_in, n_out, n_sm);
+		device_qkv(t, n_in, n_sm);
+	}
 	/* prefill's dequantisation: every element as q_dequant_row gives it, rounded to f16 */
 	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) {
 		uint16_t *h = (uint16_t *)malloc((size_t)n_in * n_out * 2);
