@@ -70,7 +70,6 @@ extern "C" {
 } while (0)
 
 #define CHUNK 2048		/* tokens per prefill step (bounds the scratch) */
-#define ATT_MAX_SPLIT 32	/* most sequence slices of split-K attention (decode) */
 
 /* A weight on the device, in its file type. */
 struct dweight {
@@ -712,117 +711,6 @@ kernel_kv_store(void *cache, bool f16, const float *src, const int *pos0, int64_
 		((__half *)cache)[dst] = __float2half(src[i]);
 	else
 		((float *)cache)[dst] = src[i];
-}
-
-__device__ static inline float
-kv_at(const void *c, bool f16, int64_t i)
-{
-	return f16 ? __half2float(((const __half *)c)[i]) : ((const float *)c)[i];
-}
-
-/*
- * Causal grouped-query attention with an online softmax, split over the
- * sequence (flash-decoding) when gridDim.z > 1. Block (t, h, z) handles
- * query token t, head h (KV head h / (n_head / n_head_kv), as on the CPU)
- * and the z-th of gridDim.z equal slices of positions [first, *pos0 + t]:
- * first = *pos0 + t + 1 - win for a windowed layer (win > 0, gemma), else
- * 0. Scores are q.k * scale, then cap * tanh(score / cap) when cap > 0
- * (gemma2).
- * Each of its ATT_WARPS warps walks a strided subset of the slice keeping
- * its own max, sum and output accumulator (in shared memory); the warps
- * are then merged. With one slice the block writes the normalised output;
- * otherwise it writes (max, sum, unnormalised accumulator) to part and
- * kernel_attention_merge combines the slices. head_dim <= 256.
- * grid (n, n_head, splits), block 32 * ATT_WARPS, static shared memory
- * ATT_WARPS * 1 KB. Bytes: K and V of the positions once per query head,
- * 2 * (pos + 1) * head_dim * elt (the heads of a group re-read the same
- * rows, mostly from L2).
- */
-#define ATT_WARPS 4
-__global__ static void
-kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
-    float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale,
-    float cap, int win)
-{
-	__shared__ float acc[ATT_WARPS][256];
-	__shared__ float wm[ATT_WARPS], ws[ATT_WARPS];
-	int t = blockIdx.x, h = blockIdx.y, z = blockIdx.z, nz = gridDim.z;
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * head_dim;
-	const float *qv = q + ((int64_t)t * n_head + h) * head_dim;
-	int n_pos = *pos0 + t + 1, first = win > 0 ? max(0, n_pos - win) : 0;
-	int per = (n_pos - first + nz - 1) / nz, p0 = first + z * per, p1 = min(n_pos, p0 + per);
-	float m = -INFINITY, s = 0.f;
-
-	for (int i = lane; i < head_dim; i += 32)
-		acc[warp][i] = 0.f;
-	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
-		int64_t base = (int64_t)p * kv_dim + (int64_t)kvh * head_dim;
-		float dot = 0.f;
-		for (int i = lane; i < head_dim; i += 32)
-			dot += qv[i] * kv_at(kc, f16, base + i);
-		dot = warp_sum(dot) * scale;
-		if (cap > 0.f)
-			dot = cap * tanhf(dot / cap);
-		float m2 = fmaxf(m, dot), corr = expf(m - m2), e = expf(dot - m2);
-		s = s * corr + e;
-		for (int i = lane; i < head_dim; i += 32)
-			acc[warp][i] = acc[warp][i] * corr + e * kv_at(vc, f16, base + i);
-		m = m2;
-	}
-	if (lane == 0) {
-		wm[warp] = m;
-		ws[warp] = s;
-	}
-	__syncthreads();
-	float M = -INFINITY, S = 0.f;
-	for (int w = 0; w < ATT_WARPS; w++)
-		if (ws[w] > 0.f)
-			M = fmaxf(M, wm[w]);
-	for (int w = 0; w < ATT_WARPS; w++)
-		if (ws[w] > 0.f)
-			S += ws[w] * expf(wm[w] - M);
-	float *o = nz == 1 ? out + ((int64_t)t * n_head + h) * head_dim :
-	    part + (((int64_t)t * n_head + h) * nz + z) * (head_dim + 2);
-	for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-		float v = 0.f;
-		for (int w = 0; w < ATT_WARPS; w++)
-			if (ws[w] > 0.f)
-				v += acc[w][i] * expf(wm[w] - M);
-		o[i] = nz == 1 ? v / S : v;
-	}
-	if (nz > 1 && threadIdx.x == 0) {
-		o[head_dim] = M;	/* -inf with S == 0 for an empty slice */
-		o[head_dim + 1] = S;
-	}
-}
-
-/*
- * Combine nz slices of kernel_attention: out = sum_z acc_z e^(m_z - M) /
- * sum_z s_z e^(m_z - M). grid (n, n_head), block head_dim threads.
- * Bytes: n * n_head * nz * (head_dim + 2) * 4 read, n * q_dim * 4 written.
- */
-__global__ static void
-kernel_attention_merge(const float *part, float *out, int n_head, int head_dim, int nz)
-{
-	int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
-	const float *pp = part + ((int64_t)t * n_head + h) * nz * (head_dim + 2);
-	float M = -INFINITY, S = 0.f, v = 0.f;
-
-	for (int z = 0; z < nz; z++)
-		if (pp[z * (head_dim + 2) + head_dim + 1] > 0.f)
-			M = fmaxf(M, pp[z * (head_dim + 2) + head_dim]);
-	for (int z = 0; z < nz; z++) {
-		const float *r = pp + z * (head_dim + 2);
-		if (r[head_dim + 1] > 0.f) {
-			float e = expf(r[head_dim] - M);
-			S += r[head_dim + 1] * e;
-			if (i < head_dim)
-				v += r[i] * e;
-		}
-	}
-	if (i < head_dim)
-		out[((int64_t)t * n_head + h) * head_dim + i] = v / S;
 }
 
 /* RMSNorm over each head (qwen3 q/k norms): n_rows rows of head_dim. */
@@ -1579,15 +1467,6 @@ cuda_kv_bytes(void *ctx, void *p)
 	return ((struct cuda_kv *)p)->bytes;
 }
 
-/* Slices for split-K attention of one token over n_pos positions: ~256 positions each. */
-static int
-att_splits(int n_pos)
-{
-	int z = (n_pos + 255) / 256;
-
-	return z < 1 ? 1 : z > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : z;
-}
-
 /* The block norm of rows rows of x into out: RMSNorm, or gpt2's LayerNorm with bias b. */
 static int
 block_norm(struct cuda_ctx *c, const float *x, const float *w, const float *b, float *out, int rows,
@@ -1808,7 +1687,6 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 	for (int l = 0; l < hp->n_layer; l++) {
 		struct dlayer *d = &c->layers[l];
 		int win = d->swa ? hp->n_swa : 0;
-		int nz = n == 1 ? att_splits(win > 0 && win < pos0 + 1 ? win : pos0 + 1) : 1;
 		const double *freq = d->swa ? c->inv_freq_swa : c->inv_freq;
 
 		if ((rc = block_norm_q(c, c->x, d->attn_norm, d->attn_norm_b, n, err, errlen)) != KVC_OK)
@@ -1819,15 +1697,13 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 		} else if ((rc = qkv_plain(c, kv, l, d, freq, n, err, errlen)) != KVC_OK) {
 			return rc;
 		}
-		kernel_attention<<<dim3(n, hp->n_head, nz), 32 * ATT_WARPS, 0, c->stream>>>(c->q, kv->k[l], kv->v[l],
-		    f16, c->att, c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, c->d_pos,
-		    hp->attn_scale, hp->attn_softcap, win);
-		LAUNCHED("kernel_attention");
-		if (nz > 1) {
-			kernel_attention_merge<<<dim3(n, hp->n_head), hp->head_dim, 0, c->stream>>>(c->att_part,
-			    c->att, hp->n_head, hp->head_dim, nz);
-			LAUNCHED("kernel_attention_merge");
-		}
+		struct att_args aa = { c->q, kv->k[l], kv->v[l], f16, c->att, c->att_part, hp->n_head,
+			hp->n_head_kv, hp->head_dim, c->d_pos, hp->attn_scale, hp->attn_softcap, win };
+		if (n == 1)
+			attention_decode(c->stream, &aa, att_decode_splits(c->n_sm, hp->n_head_kv, kv->n_ctx));
+		else
+			attention_tokens(c->stream, &aa, n);
+		LAUNCHED(n == 1 ? "kernel_attn_gqa / kernel_attention_merge" : "kernel_attention");
 		if ((rc = project_add(c, &d->wo, c->att, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
 		    (rc = block_norm_q(c, c->x, d->ffn_norm, d->ffn_norm_b, n, err, errlen)) != KVC_OK)
 			return rc;

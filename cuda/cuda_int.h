@@ -3,6 +3,7 @@
  * only cuda/*.cu and their tests include it). backend_cuda.cu is the
  * vtable, uploads, caches and the forward's order of kernels; mv_i8.cu the
  * int8 matrix-vector kernels of decode and the fused steps around them;
+ * attention.cu attention over the cache (flash-decoding, prefill);
  * launch_plan.c (launch_plan.h) the host-side choices, plain C so that
  * the CPU tests run them without nvcc.
  */
@@ -52,6 +53,30 @@ struct mv_qkv {
 	void *cache;			/* (n_ctx, n_out) the layer's K or V, f16 or f32 */
 	bool f16;
 };
+
+/* One layer's attention for attention.cu's kernels. */
+struct att_args {
+	const float *q;			/* (n, n_head, head_dim) rotated queries */
+	const void *k, *v;		/* (cap, n_head_kv * head_dim) the layer's cache */
+	bool f16;			/* cache f16, else f32 */
+	float *out;			/* (n, n_head, head_dim) */
+	float *part;			/* (n_head, nz, head_dim + 2) split partials (decode, nz > 1) */
+	int n_head, n_head_kv, head_dim;
+	const int *pos0;		/* first token's position, in device memory */
+	float scale, cap;		/* score scale; softcap (gemma2) or 0 */
+	int win;			/* sliding window (gemma's local layers) or 0 */
+};
+
+/* ---- attention.cu ---- */
+
+/*
+ * One token's attention split nz ways over the cache (att_decode_splits),
+ * the splits merged when nz > 1; part holds ATT_MAX_SPLIT splits.
+ */
+cudaError_t attention_decode(cudaStream_t st, const struct att_args *a, int nz);
+
+/* n tokens' attention (prefill), a block per (token, query head). */
+cudaError_t attention_tokens(cudaStream_t st, const struct att_args *a, int n);
 
 /* ---- mv_i8.cu ---- */
 

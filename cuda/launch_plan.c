@@ -16,3 +16,17 @@ mv_warps_per_row(int64_t n_out, int n_sm)
 		w *= 2;
 	return w;
 }
+
+int
+att_decode_splits(int n_sm, int n_head_kv, int n_ctx)
+{
+	int kvh = n_head_kv > 0 ? n_head_kv : 1;
+	int z = (2 * (n_sm > 0 ? n_sm : 1) + kvh - 1) / kvh;
+	int most = n_ctx / 64;
+
+	if (z > ATT_MAX_SPLIT)
+		z = ATT_MAX_SPLIT;
+	if (z > most)
+		z = most;
+	return z < 1 ? 1 : z;
+}

@@ -20,6 +20,18 @@ extern "C" {
  */
 int mv_warps_per_row(int64_t n_out, int n_sm);
 
+#define ATT_MAX_SPLIT 32	/* most splits of one token's attention over the cache */
+
+/*
+ * Splits of one token's attention over the cache (flash-decoding): enough
+ * blocks (n_head_kv of them per split) for two per SM, at most
+ * ATT_MAX_SPLIT and at most one per 64 positions of a context of n_ctx.
+ * It depends on the cache's size, not on the position, so one decode graph
+ * serves every position: short contexts leave splits empty (cheap: an
+ * empty split reads nothing).
+ */
+int att_decode_splits(int n_sm, int n_head_kv, int n_ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,6 +27,7 @@
  */
 #include "cuda/backend_cuda.cu"
 #include "cuda/mv_i8.cu"
+#include "cuda/attention.cu"
 
 extern "C" {
 #include "quant/quant_ref.h"
@@ -299,6 +300,92 @@ out:
 }
 
 /*
+ * One token's attention on the device (attention_decode: the GQA
+ * flash-decoding kernel, or the per-head one for shapes it does not take,
+ * with nz splits; attention_tokens) against a float64 host softmax over
+ * the same cache: head size hd, n_head query heads over n_kv KV heads, the
+ * token at position pos, window win, softcap cap.
+ */
+static void
+device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz)
+{
+	int kv_dim = n_kv * hd, n_pos = pos + 1, G = n_head / n_kv;
+	float *q = (float *)malloc((size_t)n_head * hd * 4), *kc = (float *)malloc((size_t)n_pos * kv_dim * 4);
+	float *vc = (float *)malloc((size_t)n_pos * kv_dim * 4), *out = (float *)malloc((size_t)n_head * hd * 4);
+	uint16_t *kh = (uint16_t *)malloc((size_t)n_pos * kv_dim * 2), *vh = (uint16_t *)malloc((size_t)n_pos * kv_dim * 2);
+	double *sc = (double *)malloc(n_pos * sizeof *sc), worst = 0;
+	float *dq = NULL, *dout = NULL, *dpart = NULL;
+	void *dk = NULL, *dv = NULL;
+	int *dpos = NULL, first = win > 0 && n_pos > win ? n_pos - win : 0;
+	size_t cb = (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	float scale = 1.f / sqrtf((float)hd);
+	char what[128];
+
+	for (int i = 0; i < n_head * hd; i++)
+		q[i] = (float)rnd();
+	for (size_t i = 0; i < (size_t)n_pos * kv_dim; i++) {
+		kh[i] = q_f32_to_fp16((float)rnd());
+		vh[i] = q_f32_to_fp16((float)rnd());
+		kc[i] = q_fp16_to_f32(kh[i]);	/* the same values in either cache */
+		vc[i] = q_fp16_to_f32(vh[i]);
+	}
+	if (!ok_cuda(cudaMalloc(&dq, (size_t)n_head * hd * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dout, (size_t)n_head * hd * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpart, (size_t)ATT_MAX_SPLIT * n_head * (hd + 2) * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dk, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv, cb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dq, q, (size_t)n_head * hd * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	for (int way = 0; way < 2; way++) {
+		struct att_args a = { dq, dk, dv, f16, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win };
+
+		if (way == 0)
+			attention_decode(0, &a, nz);
+		else
+			attention_tokens(0, &a, 1);
+		snprintf(what, sizeof what, "%s hd %d, %d/%d heads, %s cache, pos %d, win %d, cap %g, %d splits",
+		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, f16 ? "f16" : "f32",
+		    pos, win, cap, way == 0 ? nz : 1);
+		if (!ok_cuda(cudaDeviceSynchronize(), what))
+			goto out;
+		cudaMemcpy(out, dout, (size_t)n_head * hd * 4, cudaMemcpyDeviceToHost);
+		worst = 0;
+		for (int h = 0; h < n_head; h++) {
+			const float *kq = q + (size_t)h * hd;
+			int kvh = h / G;
+			double mx = -INFINITY, sum = 0;
+
+			for (int p = first; p < n_pos; p++) {
+				double d = 0;
+				for (int i = 0; i < hd; i++)
+					d += (double)kq[i] * kc[(size_t)p * kv_dim + kvh * hd + i];
+				d *= scale;
+				if (cap > 0)
+					d = cap * tanh(d / cap);
+				sc[p] = d;
+				mx = fmax(mx, d);
+			}
+			for (int p = first; p < n_pos; p++)
+				sum += (sc[p] = exp(sc[p] - mx));
+			for (int i = 0; i < hd; i++) {
+				double o = 0;
+				for (int p = first; p < n_pos; p++)
+					o += sc[p] * vc[(size_t)p * kv_dim + kvh * hd + i];
+				worst = fmax(worst, fabs(out[h * hd + i] - o / sum));
+			}
+		}
+		printf("device %s: worst %.2e\n", what, worst);
+		check(worst <= 2e-5, what, worst, 2e-5);
+	}
+out:
+	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
+	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc);
+}
+
+/*
  * The matrix-vector kernels on the device for type t, n_in wide, n_out rows:
  * each output within tol * rms(reference) of the float64 dot of the
  * dequantised row with x (the int8 kernels: the bound of the host check).
@@ -456,6 +543,15 @@ main(void)
 					device_matvec(all[i], 896, 64);
 				device_matvec(all[i], 14336, 16);
 			}
+			/* GQA groups of 7 (Qwen2.5-7B), 4 (Llama-3.1-8B), head 256 (gemma3) and 96 (phi3) */
+			device_attention(128, 28, 4, true, 1000, 0, 0.f, att_decode_splits(132, 4, 32768));
+			device_attention(128, 32, 8, false, 700, 0, 0.f, 32);
+			device_attention(256, 4, 1, true, 300, 128, 0.f, 8);
+			device_attention(96, 32, 32, true, 77, 0, 0.f, 3);
+			device_attention(64, 14, 2, true, 5, 0, 50.f, 32);	/* most splits empty */
+			/* 48-wide heads and groups of 16: the per-head kernel */
+			device_attention(48, 16, 1, false, 200, 0, 0.f, 4);
+			device_attention(128, 16, 2, false, 2000, 512, 30.f, 16);
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);

@@ -39,9 +39,35 @@ test_warps_per_row(void)
 	test_cond(mv_warps_per_row(512, 0) >= 1, "no SM count");
 }
 
+static void
+test_att_splits(void)
+{
+	/* H100 (132 SMs), Qwen2.5-7B (4 KV heads), 32k context: the most splits */
+	test_cond(att_decode_splits(132, 4, 32768) == ATT_MAX_SPLIT, "7B: %d", att_decode_splits(132, 4, 32768));
+	/* a 70B-like 8 KV heads on 132 SMs: 33 wanted, capped */
+	test_cond(att_decode_splits(132, 8, 8192) == 32, "8 KV heads: %d", att_decode_splits(132, 8, 8192));
+	/* 64 KV heads fill 132 SMs with 5 splits (320 blocks) */
+	test_cond(att_decode_splits(132, 64, 8192) == 5, "64 KV heads: %d", att_decode_splits(132, 64, 8192));
+	/* a 256-position context: at most 4 (one per 64 positions) */
+	test_cond(att_decode_splits(132, 2, 256) == 4, "n_ctx 256: %d", att_decode_splits(132, 2, 256));
+	test_cond(att_decode_splits(132, 2, 16) == 1, "n_ctx 16: %d", att_decode_splits(132, 2, 16));
+	for (int sm = 1; sm <= 160; sm += 13)
+		for (int kvh = 1; kvh <= 64; kvh *= 2)
+			for (int ctx = 1; ctx <= 1 << 17; ctx *= 4) {
+				int z = att_decode_splits(sm, kvh, ctx);
+
+				test_cond(z >= 1 && z <= ATT_MAX_SPLIT && (z == 1 || z <= ctx / 64),
+				    "sm %d kvh %d ctx %d: %d", sm, kvh, ctx, z);
+				/* the grid reaches two blocks per SM unless a cap stopped it */
+				test_cond(z == ATT_MAX_SPLIT || z == ctx / 64 || z * kvh >= 2 * sm || z == 1,
+				    "sm %d kvh %d ctx %d: %d splits leave SMs idle", sm, kvh, ctx, z);
+			}
+}
+
 int
 main(void)
 {
 	test_warps_per_row();
+	test_att_splits();
 	return test_done();
 }
