@@ -28,10 +28,16 @@
  * src/backend/backend.c through kvc_cuda_module_get; it calls back into the
  * program only for the functions cuda/host.syms lists.
  *
+ * Decode (one token wanting its logits) runs as one CUDA graph per step,
+ * replayed with the token and position copied in from pinned memory
+ * (decode_graph; KVCHAT_CUDA_GRAPH=0 runs it kernel by kernel, to measure
+ * both ways).
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: CUDA-graph decode (positions are already read from device
- * memory for it), GPU sampling, paged KV blocks, a tiled prefill attention,
- * async snapshot copies; see issue 5 and docs/BENCHMARKS.md.
+ * Still to do: GPU sampling, a batched prefill path for short deltas, a
+ * tiled prefill attention, q8_0 caches, slide and forward_multi on the
+ * device (issue 25 lists what is left; docs/BENCHMARKS.md what is
+ * unmeasured).
  */
 extern "C" {
 #include "backend/backend.h"
@@ -109,6 +115,14 @@ struct cuda_ctx {
 	int64_t max_n_in;			/* widest matrix input (matvec shared memory) */
 	size_t ws_elems;			/* wscratch capacity: largest quantised layer matrix, elements */
 	bool sync_check;			/* KVCHAT_CUDA_SYNC=1: synchronise and check after every launch */
+	/* decode as one CUDA graph per step (launch_plan.h's graph_key says when to recapture) */
+	bool use_graph;				/* graph_wanted: KVCHAT_CUDA_GRAPH != 0 and no sync_check */
+	uint64_t gen;				/* last generation number handed out (caches, scratch) */
+	uint64_t scratch_gen;			/* generation of the scratch and logits buffers */
+	struct graph_key graph_key;		/* what graph_exec was captured for */
+	cudaGraphExec_t graph_exec;		/* the decode step, or NULL */
+	unsigned long graph_captures, graph_replays;
+	int *h_in;				/* (2) pinned: the step's token and position */
 	/* scratch, grown to the largest batch seen (at most CHUNK tokens) */
 	int cap_tok;
 	float *x;				/* (cap_tok, n_embd) residual stream */
@@ -135,6 +149,7 @@ struct cuda_kv {
 	int n_layer, kv_dim;
 	void **k, **v;				/* [n_layer] device (cap, kv_dim) */
 	size_t bytes;
+	uint64_t gen;				/* bumped when k, v are reallocated (graph_key) */
 };
 
 /* ---- dequantisation in registers (block layouts as in src/quant/quant.h) ---- */
@@ -923,6 +938,19 @@ upload_inv_freq(struct cuda_ctx *c, double theta, double scale, bool factors, do
 	return rc;
 }
 
+/* The decode step's inputs: the position in device memory, the pinned token and position, graphs on or off. */
+static int
+init_decode_state(struct cuda_ctx *c, char *err, size_t errlen)
+{
+	int rc;
+
+	if ((rc = cuda_call(cudaMalloc(&c->d_pos, sizeof(int)), "cudaMalloc", err, errlen)) != KVC_OK ||
+	    (rc = cuda_call(cudaMallocHost(&c->h_in, 2 * sizeof(int)), "cudaMallocHost", err, errlen)) != KVC_OK)
+		return rc;
+	c->use_graph = graph_wanted(getenv("KVCHAT_CUDA_GRAPH"), c->sync_check);
+	return KVC_OK;
+}
+
 static int
 cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
     char *err, size_t errlen)
@@ -989,7 +1017,7 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		*out = NULL;
 		return KVC_EIO;
 	}
-	TRY(cuda_call(cudaMalloc(&c->d_pos, sizeof(int)), "cudaMalloc", err, errlen));
+	TRY(init_decode_state(c, err, errlen));
 	TRY(upload_weight(c, &m->tok_embd, &c->tok_embd, false, err, errlen));
 	if (m->output.data == m->tok_embd.data)
 		c->output = c->tok_embd;	/* tied: one copy on the device */
@@ -1096,6 +1124,9 @@ cuda_free(void *ctx)
 	cudaFree(c->output_norm_b);
 	cudaFree((void *)c->pos_embd.d);
 	cudaFree(c->d_pos);
+	cudaFreeHost(c->h_in);
+	if (c->graph_exec)
+		cudaGraphExecDestroy(c->graph_exec);
 	free_scratch(c);
 	cudaFree(c->logits);
 	if (c->blas)
@@ -1156,6 +1187,7 @@ ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 	    (rc = scratch_alloc((void **)&c->wscratch, c->ws_elems * 2, n, err, errlen)))))
 		goto fail;
 	c->cap_tok = n;
+	c->scratch_gen = ++c->gen;
 	return KVC_OK;
 fail:
 	free_scratch(c);
@@ -1177,6 +1209,7 @@ ensure_logits(struct cuda_ctx *c, int rows, char *err, size_t errlen)
 	    err, errlen)))
 		return rc;
 	c->cap_logits = rows;
+	c->scratch_gen = ++c->gen;
 	return KVC_OK;
 }
 
@@ -1406,6 +1439,7 @@ kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errl
 	c->kv_used = c->kv_used - old + kv_bytes_at(kv, cap);
 	kv->bytes = kv_bytes_at(kv, cap);
 	kv->cap = cap;
+	kv->gen = ++c->gen;
 	return KVC_OK;
 }
 
@@ -1426,6 +1460,7 @@ cuda_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *
 	kv->n_ctx = n_ctx;
 	kv->type = kv_type;
 	kv->n_layer = c->m->hp.n_layer;
+	kv->gen = ++c->gen;
 	kv->kv_dim = c->m->hp.n_head_kv * c->m->hp.head_dim;
 	kv->k = (void **)calloc((size_t)kv->n_layer, sizeof *kv->k);
 	kv->v = (void **)calloc((size_t)kv->n_layer, sizeof *kv->v);
@@ -1667,18 +1702,20 @@ qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 	return KVC_OK;
 }
 
-/* Tokens tok[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into out. */
+/*
+ * The forward's kernels for n tokens already in c->tokens at *c->d_pos:
+ * embedding, layers, and when nl > 0 the logits of the last nl rows into
+ * c->logits. No host synchronisation and launch shapes that do not depend
+ * on the position, so that one token's run can be captured as a graph.
+ */
 static int
-forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
-    float *logits, int lo, char *err, size_t errlen)
+forward_kernels(struct cuda_ctx *c, struct cuda_kv *kv, int n, int nl, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
 	int64_t E = hp->n_embd;
 	bool f16 = kv->type == GGML_TYPE_F16;
 	int rc;
 
-	CUDA_CHECK(cudaMemcpyAsync(c->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, c->stream), err, errlen);
-	CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, c->stream), err, errlen);
 	kernel_embed<<<n, 64, 0, c->stream>>>(c->tok_embd.type, (const uint8_t *)c->tok_embd.d,
 	    c->tok_embd.row_bytes, c->tokens, c->x, E, dev_block(c->tok_embd.type), hp->embd_scale,
 	    c->pos_embd.type, (const uint8_t *)c->pos_embd.d, c->pos_embd.row_bytes,
@@ -1731,10 +1768,8 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 		if ((rc = project_add(c, &d->w_down, c->hb, d->b_down, d->ffn_post_norm, n, err, errlen)) != KVC_OK)
 			return rc;
 	}
-	if (logits != NULL && lo < n) {
-		int nl = n - lo;
-		if ((rc = ensure_logits(c, nl, err, errlen)) != KVC_OK ||
-		    (rc = block_norm_q(c, c->x + (int64_t)lo * E, c->output_norm, c->output_norm_b, nl,
+	if (nl > 0) {
+		if ((rc = block_norm_q(c, c->x + (int64_t)(n - nl) * E, c->output_norm, c->output_norm_b, nl,
 		    err, errlen)) != KVC_OK ||
 		    (rc = matmul(c, &c->output, c->xb, c->logits, nl, true, err, errlen)) != KVC_OK)
 			return rc;
@@ -1743,10 +1778,103 @@ forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int
 			    (int64_t)nl * hp->n_vocab, hp->final_softcap);
 			LAUNCHED("kernel_softcap");
 		}
+	}
+	return KVC_OK;
+}
+
+/*
+ * One token's forward_kernels as a CUDA graph: captured when graph_key
+ * changes (another cache, a grown one, reallocated scratch), updated in
+ * place when the new capture has the same shape, then replayed. A capture
+ * the runtime refuses turns graphs off for this context and runs the step
+ * kernel by kernel (KVC_OK); a kernel's own launch error is returned.
+ */
+static int
+decode_graph(struct cuda_ctx *c, struct cuda_kv *kv, char *err, size_t errlen)
+{
+	struct graph_key want = { kv->gen, c->scratch_gen, kv->n_ctx };
+	cudaGraph_t g = NULL;
+	cudaError_t e;
+	int rc;
+
+	if (!graph_key_same(&c->graph_key, &want)) {
+		c->graph_key.kv_gen = 0;
+		if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+			cudaGetLastError();
+			c->use_graph = false;
+			return forward_kernels(c, kv, 1, 1, err, errlen);
+		}
+		rc = forward_kernels(c, kv, 1, 1, err, errlen);
+		e = cudaStreamEndCapture(c->stream, &g);
+		if (rc != KVC_OK || e != cudaSuccess) {
+			if (g)
+				cudaGraphDestroy(g);
+			cudaGetLastError();
+			if (rc != KVC_OK)
+				return rc;
+			c->use_graph = false;
+			return forward_kernels(c, kv, 1, 1, err, errlen);
+		}
+		if (c->graph_exec) {
+			cudaGraphExecUpdateResultInfo info;
+
+			if (cudaGraphExecUpdate(c->graph_exec, g, &info) != cudaSuccess) {
+				cudaGetLastError();
+				cudaGraphExecDestroy(c->graph_exec);
+				c->graph_exec = NULL;
+			}
+		}
+		e = c->graph_exec ? cudaSuccess : cudaGraphInstantiate(&c->graph_exec, g, 0);
+		cudaGraphDestroy(g);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			c->graph_exec = NULL;
+			c->use_graph = false;
+			return forward_kernels(c, kv, 1, 1, err, errlen);
+		}
+		c->graph_key = want;
+		c->graph_captures++;
+	}
+	CUDA_CHECK(cudaGraphLaunch(c->graph_exec, c->stream), err, errlen);
+	c->graph_replays++;
+	return KVC_OK;
+}
+
+/* Tokens tok[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into out. */
+static int
+forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
+    float *logits, int lo, char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int nl = logits != NULL && lo < n ? n - lo : 0;
+	int rc;
+
+	if (nl > 0 && (rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
+		return rc;
+	if (n == 1) {
+		/* pinned: truly asynchronous copies, reused by every step */
+		c->h_in[0] = tokens[0];
+		c->h_in[1] = pos0;
+		CUDA_CHECK(cudaMemcpyAsync(c->tokens, c->h_in, sizeof(int), cudaMemcpyHostToDevice, c->stream),
+		    err, errlen);
+		CUDA_CHECK(cudaMemcpyAsync(c->d_pos, c->h_in + 1, sizeof(int), cudaMemcpyHostToDevice, c->stream),
+		    err, errlen);
+	} else {
+		CUDA_CHECK(cudaMemcpyAsync(c->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, c->stream),
+		    err, errlen);
+		CUDA_CHECK(cudaMemcpyAsync(c->d_pos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, c->stream),
+		    err, errlen);
+	}
+	if (n == 1 && nl == 1 && c->use_graph)
+		rc = decode_graph(c, kv, err, errlen);
+	else
+		rc = forward_kernels(c, kv, n, nl, err, errlen);
+	if (rc != KVC_OK)
+		return rc;
+	if (nl > 0)
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
 		    cudaMemcpyDeviceToHost, c->stream), err, errlen);
-	}
-	/* also keeps &pos0 and tokens alive until their copies are done */
+	/* also keeps &pos0, tokens and h_in alive until their copies are done */
 	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
 	return KVC_OK;
 }
@@ -1869,6 +1997,9 @@ cuda_describe(void *ctx, struct kvc_buf *out)
 	    c->dev, prop.name, free_b / 1073741824.0, total_b / 1073741824.0);
 	kvc_buf_printf(out, "weights: %.1f MiB in GPU memory\n", c->weight_bytes / 1048576.0);
 	kvc_buf_printf(out, "KV caches: %.1f MiB committed in GPU memory\n", c->kv_used / 1048576.0);
+	kvc_buf_printf(out, "decode: %s (%lu captures, %lu replays)\n", c->use_graph ? "one CUDA graph per step" :
+	    "kernel by kernel (KVCHAT_CUDA_GRAPH=0, KVCHAT_CUDA_SYNC=1 or a refused capture)",
+	    c->graph_captures, c->graph_replays);
 }
 
 /* CUDA devices usable now; 0 with cudaGetErrorString's words (an old driver, no device). */

@@ -5,6 +5,8 @@
  */
 #include "launch_plan.h"
 
+#include <string.h>
+
 int
 mv_warps_per_row(int64_t n_out, int n_sm)
 {
@@ -29,4 +31,17 @@ att_decode_splits(int n_sm, int n_head_kv, int n_ctx)
 	if (z > most)
 		z = most;
 	return z < 1 ? 1 : z;
+}
+
+bool
+graph_key_same(const struct graph_key *had, const struct graph_key *want)
+{
+	return had->kv_gen != 0 && had->kv_gen == want->kv_gen && had->scratch_gen == want->scratch_gen &&
+	    had->n_ctx == want->n_ctx;
+}
+
+bool
+graph_wanted(const char *env, bool sync)
+{
+	return !sync && !(env != NULL && strcmp(env, "0") == 0);
 }

@@ -6,6 +6,7 @@
 #ifndef KVC_CUDA_LAUNCH_PLAN_H
 #define KVC_CUDA_LAUNCH_PLAN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -31,6 +32,31 @@ int mv_warps_per_row(int64_t n_out, int n_sm);
  * empty split reads nothing).
  */
 int att_decode_splits(int n_sm, int n_head_kv, int n_ctx);
+
+/*
+ * What a captured decode step (one CUDA graph: embedding to logits of one
+ * token) bakes into its kernels' arguments: the cache's buffers and size
+ * and the scratch buffers. Each is named by a generation number that the
+ * backend bumps whenever the buffers behind it are reallocated (never a
+ * pointer alone: a freed cache's address can come back for a new one).
+ * The token and position are not in it: they are read from device memory
+ * the step's copies fill before each replay.
+ */
+struct graph_key {
+	uint64_t kv_gen;	/* the cache's buffers (0: no graph captured) */
+	uint64_t scratch_gen;	/* activations, logits */
+	int n_ctx;		/* attention splits (att_decode_splits) */
+};
+
+/* Whether a graph captured under *had replays correctly for *want. */
+bool graph_key_same(const struct graph_key *had, const struct graph_key *want);
+
+/*
+ * Whether decode runs as a replayed graph: on unless KVCHAT_CUDA_GRAPH
+ * (env, may be NULL) is "0", and never with KVCHAT_CUDA_SYNC=1 (sync:
+ * synchronising after each kernel cannot happen inside a capture).
+ */
+bool graph_wanted(const char *env, bool sync);
 
 #ifdef __cplusplus
 }

@@ -64,9 +64,30 @@ test_att_splits(void)
 			}
 }
 
+static void
+test_graph_key(void)
+{
+	struct graph_key none = { 0, 0, 0 }, a = { 3, 1, 4096 }, b = a;
+
+	test_cond(!graph_key_same(&none, &none), "nothing captured yet replays nothing");
+	test_cond(graph_key_same(&a, &b), "the same cache and scratch replay");
+	b.kv_gen = 4;
+	test_cond(!graph_key_same(&a, &b), "another cache (or this one grown) recaptures");
+	b = a;
+	b.scratch_gen = 2;
+	test_cond(!graph_key_same(&a, &b), "reallocated scratch recaptures");
+	b = a;
+	b.n_ctx = 8192;
+	test_cond(!graph_key_same(&a, &b), "another context size (other splits) recaptures");
+	test_cond(graph_wanted(NULL, false) && graph_wanted("1", false), "graphs on by default");
+	test_cond(!graph_wanted("0", false), "KVCHAT_CUDA_GRAPH=0 turns them off");
+	test_cond(!graph_wanted(NULL, true), "KVCHAT_CUDA_SYNC=1 turns them off");
+}
+
 int
 main(void)
 {
+	test_graph_key();
 	test_warps_per_row();
 	test_att_splits();
 	return test_done();
