@@ -7,6 +7,12 @@
 
 #include <string.h>
 
+unsigned
+grid_blocks(int64_t total, int threads)
+{
+	return (unsigned)((total + threads - 1) / threads);
+}
+
 int
 mv_warps_per_row(int64_t n_out, int n_sm)
 {

@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* Blocks of threads each that cover total items: the element-wise kernels' grids. */
+unsigned grid_blocks(int64_t total, int threads);
+
 /*
  * Warps that share one row of a matrix-vector product (split-K inside a
  * block of 8 warps): 1, 2, 4 or 8, the fewest that give at least two

@@ -26,6 +26,9 @@
  * own (what a layout slip does) must miss it by far, so the test can fail.
  */
 #include "cuda/backend_cuda.cu"
+#include "cuda/cuda_err.cu"
+#include "cuda/matmul.cu"
+#include "cuda/layers.cu"
 #include "cuda/mv_i8.cu"
 #include "cuda/attention.cu"
 
@@ -450,10 +453,10 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		check(memcmp(hq, hq2, (n_in / 32) * sizeof *hq) == 0, "kernel_quantize_x = the host's", 0, 0);
 	} else if (t == GGML_TYPE_F16 && n_in % 8 == 0) {
 		cudaFuncSetAttribute(kernel_matvec_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(n_in * 4));
-		kernel_matvec_f16<<<nblk(n_out, 8), 256, n_in * 4>>>(dw, rb, dx, dy, n_in, n_out);
+		kernel_matvec_f16<<<grid_blocks(n_out, 8), 256, n_in * 4>>>(dw, rb, dx, dy, n_in, n_out);
 	} else {
 		cudaFuncSetAttribute(kernel_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(n_in * 4));
-		kernel_matvec<<<nblk(n_out, 8), 256, n_in * 4>>>(t, dw, rb, dx, dy, n_in, n_out, dev_block(t));
+		kernel_matvec<<<grid_blocks(n_out, 8), 256, n_in * 4>>>(t, dw, rb, dx, dy, n_in, n_out, dev_block(t));
 	}
 	if (!ok_cuda(cudaDeviceSynchronize(), what))
 		goto out;
