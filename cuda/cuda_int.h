@@ -122,7 +122,8 @@ struct cuda_ctx {
 	__half *wscratch;			/* (ws_elems) dequantised matrix for GEMM; NULL until n > 1 */
 	__half *xh;				/* (cap_tok, max_n_in) activations as f16 for GEMM */
 	float *xscale;				/* (cap_tok) power-of-two scale of each row of xh */
-	struct xq8 *xq;				/* (max_n_in / 32) one token's x in int8 blocks (decode) */
+	struct xq8 *xq;				/* (MV_MULTI_MAX, max_n_in / 32) x in int8 blocks: one token's
+						   (decode) or a short delta's (mv_i8_multi) */
 	bool xq_fresh;				/* xq holds the last matmul's x (its n_in: xq_n) */
 	int64_t xq_n;
 	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
@@ -250,6 +251,14 @@ bool mv_i8_supported(int t);
  */
 cudaError_t mv_i8(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct xq8 *x,
     float *y, int64_t n_in, int64_t n_out, int n_sm, struct mv_epi epi);
+
+/*
+ * Y (n rows of n_out) = W x_t for n tokens (2 <= n <= MV_MULTI_MAX),
+ * x's blocks token-major (n * n_in / 32 of them): the matrix read once per
+ * MV_MULTI_TOKENS tokens.
+ */
+cudaError_t mv_i8_multi(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct xq8 *x,
+    float *y, int64_t n_in, int64_t n_out, int n_sm, int n);
 
 /*
  * Fused gate, up and activation: h[r] = act(Wg[r] . x) * (Wu[r] . x), act

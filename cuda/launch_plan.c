@@ -51,3 +51,11 @@ graph_wanted(const char *env, bool sync)
 {
 	return !sync && !(env != NULL && strcmp(env, "0") == 0);
 }
+
+int
+mv_multi_passes(int n)
+{
+	if (n < 2 || n > MV_MULTI_MAX)
+		return 0;
+	return (n + MV_MULTI_TOKENS - 1) / MV_MULTI_TOKENS;
+}

@@ -24,6 +24,18 @@ unsigned grid_blocks(int64_t total, int threads);
  */
 int mv_warps_per_row(int64_t n_out, int n_sm);
 
+#define MV_MULTI_TOKENS 8	/* tokens one pass of the batched int8 kernel takes */
+#define MV_MULTI_MAX 32		/* most tokens that take it rather than dequantisation + GEMM */
+
+/*
+ * Passes of the batched int8 matrix-vector kernel (each reads the matrix
+ * once for up to MV_MULTI_TOKENS tokens) for a product over n tokens, or 0
+ * when n is 1 (the one-token kernels) or past MV_MULTI_MAX (dequantising
+ * the matrix to F16 for cuBLAS reads and writes it about 3.5 times at
+ * Q4_K, which more than 4 passes cost; an estimate, not measured).
+ */
+int mv_multi_passes(int n);
+
 #define ATT_MAX_SPLIT 32	/* most splits of one token's attention over the cache */
 
 /*

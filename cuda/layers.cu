@@ -242,7 +242,7 @@ cu_ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen)
 	    (rc = scratch_alloc((void **)&c->hb, t * hp->n_ff * 4, n, err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->hb2, t * hp->n_ff * 4, n, err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->tokens, t * 4, n, err, errlen)) ||
-	    (rc = scratch_alloc((void **)&c->xq, (size_t)(c->max_n_in / 32 + 1) * sizeof(struct xq8), n,
+	    (rc = scratch_alloc((void **)&c->xq, (size_t)(c->max_n_in / 32 * MV_MULTI_MAX + 1) * sizeof(struct xq8), n,
 	    err, errlen)) ||
 	    (rc = scratch_alloc((void **)&c->att_part,
 	    (size_t)ATT_MAX_SPLIT * hp->n_head * (hp->head_dim + 2) * 4, n, err, errlen)))

@@ -572,10 +572,18 @@ cu_matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y,
 		}
 		return KVC_OK;
 	}
+	c->xq_fresh = false;
+	if (mv_multi_passes(n) > 0 && mv_i8_supported(w->type)) {
+		/* a short delta: every token's x to int8 (rows are contiguous), the matrix read once per 8 */
+		quantize_x(c->stream, X, c->xq, (int64_t)n * w->n_in);
+		LAUNCHED("kernel_quantize_x (tokens)");
+		mv_i8_multi(c->stream, w->type, W, w->row_bytes, c->xq, Y, w->n_in, w->n_out, c->n_sm, n);
+		LAUNCHED("kernel_mv_i8_multi");
+		return KVC_OK;
+	}
 	const float one = 1.f, zero = 0.f;
 	const void *B = c->xh;
 
-	c->xq_fresh = false;
 	cudaDataType_t at = CUDA_R_16F;
 	int64_t nx = (int64_t)n * w->n_in, rows = w->n_out;
 	bool scaled = false;

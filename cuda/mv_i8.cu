@@ -379,6 +379,47 @@ kernel_mv_i8(const uint8_t *W, size_t row_bytes, const struct xq8 *x, float *y, 
 		y[r] = (epi.accumulate ? y[r] : 0.f) + s + (epi.bias ? epi.bias[r] : 0.f);
 }
 
+/*
+ * Y (nt rows of n_out, nt <= MV_MULTI_TOKENS) = W x_t for a few tokens
+ * (prefill's short deltas): x's blocks token-major, xstride blocks apart.
+ * Each lane decodes its part once per token from the same bytes (L1 after
+ * the first), so the matrix comes from memory once per pass instead of
+ * being dequantised to F16 for cuBLAS. Launch as kernel_mv_i8; static
+ * shared memory MV_MULTI_TOKENS * 32 bytes. Bytes: n_out * row_bytes + nt
+ * * (n_in / 32 * 40 + n_out * 4).
+ */
+template <int T>
+__global__ static void __launch_bounds__(32 * MV_WARPS)
+kernel_mv_i8_multi(const uint8_t *W, size_t row_bytes, const struct xq8 *x, int64_t xstride, float *y,
+    int64_t n_in, int64_t n_out, int wpr, int nt)
+{
+	__shared__ float red[MV_MULTI_TOKENS][MV_WARPS];
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	int64_t r = (int64_t)blockIdx.x * (MV_WARPS / wpr) + warp / wpr;
+	int64_t np = n_parts<T>(n_in), step = 32 * wpr;
+	float s[MV_MULTI_TOKENS];
+
+#pragma unroll
+	for (int t = 0; t < MV_MULTI_TOKENS; t++)
+		s[t] = 0.f;
+	if (r < n_out) {
+		const uint8_t *row = W + r * row_bytes;
+		for (int64_t p = (warp % wpr) * 32 + lane; p < np; p += step) {
+#pragma unroll
+			for (int t = 0; t < MV_MULTI_TOKENS; t++)
+				if (t < nt)
+					s[t] += part<T>(row, p, x + t * xstride);
+		}
+	}
+#pragma unroll
+	for (int t = 0; t < MV_MULTI_TOKENS; t++)
+		s[t] = rows_reduce(s[t], wpr, red[t]);
+	if (lane != 0 || warp % wpr != 0 || r >= n_out)
+		return;
+	for (int t = 0; t < nt; t++)
+		y[t * n_out + r] = s[t];
+}
+
 /* GELU, tanh form (as ggml and the CPU backend) */
 __device__ static inline float
 gelu_tanh_i8(float x)
@@ -574,6 +615,29 @@ mv_i8(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct x
 #undef X
 	default:
 		return cudaErrorInvalidValue;
+	}
+	return cudaPeekAtLastError();
+}
+
+cudaError_t
+mv_i8_multi(cudaStream_t st, int t, const uint8_t *W, size_t row_bytes, const struct xq8 *x, float *y,
+    int64_t n_in, int64_t n_out, int n_sm, int n)
+{
+	int wpr = mv_warps_per_row(n_out, n_sm);
+	unsigned grid = (unsigned)((n_out * wpr + MV_WARPS - 1) / MV_WARPS);
+	int64_t nb = n_in / 32;
+
+	for (int t0 = 0; t0 < n; t0 += MV_MULTI_TOKENS) {
+		int nt = n - t0 < MV_MULTI_TOKENS ? n - t0 : MV_MULTI_TOKENS;
+
+		switch (t) {
+#define X(T) case T: kernel_mv_i8_multi<T><<<grid, 32 * MV_WARPS, 0, st>>>(W, row_bytes, x + t0 * nb, nb, \
+	    y + t0 * n_out, n_in, n_out, wpr, nt); break;
+		MV_I8_TYPES(X)
+#undef X
+		default:
+			return cudaErrorInvalidValue;
+		}
 	}
 	return cudaPeekAtLastError();
 }

@@ -231,6 +231,45 @@ out:
 }
 
 /*
+ * kernel_mv_i8_multi over 20 tokens (passes of 8, 8 and 4) against
+ * kernel_mv_i8 token by token on the same int8 blocks.
+ */
+static void
+device_multi(enum gguf_dtype t, const uint8_t *dw, size_t rb, int64_t n_in, int n_out, int n_sm)
+{
+	const int n = 20;
+	float *x = (float *)malloc((size_t)n * n_in * 4), *y1 = (float *)malloc((size_t)n * n_out * 4);
+	float *y2 = (float *)malloc((size_t)n * n_out * 4), *dx = NULL, *dy = NULL;
+	struct xq8 *dq = NULL;
+	const struct mv_epi none = { NULL, false };
+	bool same = true;
+
+	for (int64_t i = 0; i < (int64_t)n * n_in; i++)
+		x[i] = (float)rnd();
+	if (!ok_cuda(cudaMalloc(&dx, (size_t)n * n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dy, (size_t)n * n_out * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dq, (size_t)n * n_in / 32 * sizeof *dq), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dx, x, (size_t)n * n_in * 4, cudaMemcpyHostToDevice);
+	quantize_x(0, dx, dq, (int64_t)n * n_in);
+	mv_i8_multi(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, n);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_multi"))
+		goto out;
+	cudaMemcpy(y1, dy, (size_t)n * n_out * 4, cudaMemcpyDeviceToHost);
+	for (int k = 0; k < n; k++)
+		mv_i8(0, t, dw, rb, dq + (size_t)k * n_in / 32, dy + (size_t)k * n_out, n_in, n_out, n_sm, none);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8"))
+		goto out;
+	cudaMemcpy(y2, dy, (size_t)n * n_out * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < (int64_t)n * n_out; i++)
+		same = same && fabsf(y1[i] - y2[i]) <= 1e-5f * (fabsf(y2[i]) + 1e-3f);
+	check(same, "kernel_mv_i8_multi (20 tokens) = kernel_mv_i8 token by token", 0, 0);
+out:
+	cudaFree(dx); cudaFree(dy); cudaFree(dq);
+	free(x); free(y1); free(y2);
+}
+
+/*
  * kernel_mv_i8_qkv against the kernels it replaces (product, bias, RoPE,
  * cache store) on type t, 4 heads of 48 (odd for a warp: 24 pairs), 32
  * dims rotated, NeoX and adjacent pairs, into y and into an f16 cache row
@@ -468,6 +507,7 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 	if (i8) {
 		device_fused(t, dw, rb, dx, dq, dy, y, n_in, n_out, n_sm);
 		device_qkv(t, n_in, n_sm);
+		device_multi(t, dw, rb, n_in, n_out, n_sm);
 	}
 	/* prefill's dequantisation: every element as q_dequant_row gives it, rounded to f16 */
 	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) {

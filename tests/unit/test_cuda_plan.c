@@ -84,9 +84,21 @@ test_graph_key(void)
 	test_cond(!graph_wanted(NULL, true), "KVCHAT_CUDA_SYNC=1 turns them off");
 }
 
+static void
+test_multi(void)
+{
+	test_cond(mv_multi_passes(1) == 0, "one token: the one-token kernels");
+	test_cond(mv_multi_passes(2) == 1 && mv_multi_passes(8) == 1, "up to 8 tokens: one pass");
+	test_cond(mv_multi_passes(20) == 3, "a 20-token delta: 3 passes, not dequantisation: %d",
+	    mv_multi_passes(20));
+	test_cond(mv_multi_passes(MV_MULTI_MAX) == MV_MULTI_MAX / MV_MULTI_TOKENS, "the most");
+	test_cond(mv_multi_passes(MV_MULTI_MAX + 1) == 0 && mv_multi_passes(2048) == 0, "long prompts: GEMM");
+}
+
 int
 main(void)
 {
+	test_multi();
 	test_graph_key();
 	test_warps_per_row();
 	test_att_splits();
