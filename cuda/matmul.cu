@@ -371,21 +371,41 @@ kernel_matvec_f16(const uint8_t *W, size_t row_bytes, const float *x, float *y,
 		y[r] = s;
 }
 
-/* Dequantise rows [0, n_out) of W to f16 (n_out * n_in elements written). */
-__global__ static void
+/*
+ * Dequantise rows [0, n_out) of W to f16 for prefill's GEMM. The rows'
+ * blocks, flattened, are contiguous in the output (n_in is a whole number
+ * of blocks), so a block of DQ_THREADS threads takes DQ_THREADS
+ * consecutive ones: each thread decodes one into shared memory, then the
+ * block writes the whole run with 16-byte stores (a thread writing its own
+ * block's 64..512 bytes would leave every store instruction scattered).
+ * grid 1024 (grid-stride), block DQ_THREADS, static shared memory
+ * DQ_THREADS * 256 * 2 = 32 KB. Bytes: n_out * row_bytes read, n_out *
+ * n_in * 2 written.
+ */
+#define DQ_THREADS 64
+__global__ static void __launch_bounds__(DQ_THREADS)
 kernel_dequant_f16(int type, const uint8_t *W, size_t row_bytes, __half *out,
     int64_t n_in, int64_t n_out, int blk)
 {
+	__shared__ __align__(16) __half sh[DQ_THREADS * 256];
 	float buf[256];
-	int64_t nb = n_in / blk;
-	int64_t total = n_out * nb;
+	int64_t nb = n_in / blk, total = n_out * nb;
 
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-	    i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t r = i / nb, b = i % nb;
-		block_dot(type, W + r * row_bytes, b, buf, buf);
-		for (int j = 0; j < blk; j++)
-			out[r * n_in + b * blk + j] = __float2half(buf[j]);
+	for (int64_t c0 = (int64_t)blockIdx.x * DQ_THREADS; c0 < total; c0 += (int64_t)gridDim.x * DQ_THREADS) {
+		int64_t i = c0 + threadIdx.x;
+		int nc = (int)(total - c0 < DQ_THREADS ? total - c0 : DQ_THREADS);
+
+		if (i < total) {
+			block_dot(type, W + i / nb * row_bytes, i % nb, buf, buf);
+			for (int j = 0; j < blk; j++)
+				sh[threadIdx.x * blk + j] = __float2half(buf[j]);
+		}
+		__syncthreads();
+		uint4 *dst = (uint4 *)(out + c0 * blk);
+		const uint4 *src = (const uint4 *)sh;
+		for (int k = threadIdx.x; k < nc * blk / 8; k += DQ_THREADS)
+			dst[k] = src[k];
+		__syncthreads();	/* sh is refilled by the next run */
 	}
 }
 
@@ -616,7 +636,7 @@ cu_matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y,
 
 		if (!cu_matmul_native(w->type)) {
 			A = c->wscratch;
-			kernel_dequant_f16<<<1024, 128, 0, c->stream>>>(w->type, W + r0 * w->row_bytes,
+			kernel_dequant_f16<<<1024, DQ_THREADS, 0, c->stream>>>(w->type, W + r0 * w->row_bytes,
 			    w->row_bytes, c->wscratch, w->n_in, nr, dev_block(w->type));
 			LAUNCHED("kernel_dequant_f16");
 		}

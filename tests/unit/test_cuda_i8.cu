@@ -514,7 +514,7 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		uint16_t *h = (uint16_t *)malloc((size_t)n_in * n_out * 2);
 		bool same = true;
 
-		kernel_dequant_f16<<<1024, 128>>>(t, dw, rb, dd, n_in, n_out, dev_block(t));
+		kernel_dequant_f16<<<1024, DQ_THREADS>>>(t, dw, rb, dd, n_in, n_out, dev_block(t));
 		if (ok_cuda(cudaDeviceSynchronize(), "kernel_dequant_f16")) {
 			cudaMemcpy(h, dd, (size_t)n_in * n_out * 2, cudaMemcpyDeviceToHost);
 			for (int r = 0; r < n_out && same; r++) {
