@@ -33,7 +33,7 @@
  *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
  * Still to do: GPU sampling, a batched prefill path for short deltas, a
- * tiled prefill attention, q8_0 caches, slide and forward_multi on the
+ * tiled prefill attention, q8_0 caches and forward_multi on the
  * device (issue 25 lists what is left; docs/BENCHMARKS.md what is
  * unmeasured).
  */
@@ -529,6 +529,97 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 	return KVC_OK;
 }
 
+/*
+ * K rows of a slid cache rotated by delta positions (as kv_shift_rows on
+ * the CPU: the angle in double, the pair rotated in double, rounded to
+ * float and back to the cache's type), copied from src to dst (distinct
+ * buffers: the caller stages the moved rows). grid (n_rows, n_head_kv),
+ * block 64. Bytes: 2 * n_rows * kv_dim * elt.
+ */
+__global__ static void
+kernel_kv_rotate(const void *src, void *dst, bool f16, int n_head_kv, int head_dim, int rope_dim, bool neox,
+    const double *inv_freq, int delta)
+{
+	int64_t base = ((int64_t)blockIdx.x * n_head_kv + blockIdx.y) * head_dim;
+	int half = rope_dim / 2;
+
+	for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+		bool rot = i < rope_dim;
+		int pi = !rot ? i : neox ? i % half : i / 2;	/* the pair's frequency index */
+		int a = neox ? pi : 2 * pi, b = neox ? pi + half : 2 * pi + 1;
+		float v;
+
+		if (!rot) {
+			v = f16 ? __half2float(((const __half *)src)[base + i]) : ((const float *)src)[base + i];
+		} else {
+			double x0 = f16 ? (double)__half2float(((const __half *)src)[base + a]) : ((const float *)src)[base + a];
+			double x1 = f16 ? (double)__half2float(((const __half *)src)[base + b]) : ((const float *)src)[base + b];
+			double sd, cd;
+			sincos((double)delta * inv_freq[pi], &sd, &cd);
+			v = (float)(i == a ? x0 * cd - x1 * sd : x0 * sd + x1 * cd);
+		}
+		if (f16)
+			((__half *)dst)[base + i] = __float2half(v);
+		else
+			((float *)dst)[base + i] = v;
+	}
+}
+
+/*
+ * Drop positions [p0, p0 + n_drop): every layer's later K and V rows move
+ * down by n_drop through a staging buffer (the ranges overlap), K rotated
+ * by -n_drop with the layer's own RoPE base on the way back (kv_shift in
+ * backend.h). The buffers stay where they are, so a captured decode graph
+ * stays valid.
+ */
+static int
+cuda_kv_shift(void *ctx, void *p, int p0, int n_drop, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	struct cuda_kv *kv = (struct cuda_kv *)p;
+	const struct kvc_hparams *hp = &c->m->hp;
+	bool f16 = kv->type == GGML_TYPE_F16;
+	size_t row = (size_t)kv->kv_dim * (f16 ? 2 : 4);
+	int n_move = kv->n_valid - p0 - n_drop, rc = KVC_OK;
+	void *stage = NULL;
+
+	if (hp->arch == KVC_ARCH_GPT2) {
+		kvc_err(err, errlen, "KV shift: gpt2's learned positions cannot be shifted");
+		return KVC_EUNSUPPORTED;
+	}
+	if (p0 < 0 || n_drop < 1 || p0 > kv->n_valid - n_drop) {
+		kvc_err(err, errlen, "bad KV shift: drop %d positions at %d (cache holds %d)", n_drop, p0,
+		    kv->n_valid);
+		return KVC_EINVAL;
+	}
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	if (n_move > 0 && (rc = cu_call(cudaMalloc(&stage, (size_t)n_move * row), "cudaMalloc (KV shift)",
+	    err, errlen)) != KVC_OK)
+		return rc;
+	for (int l = 0; l < kv->n_layer && rc == KVC_OK && n_move > 0; l++) {
+		char *k = (char *)kv->k[l] + (size_t)p0 * row, *v = (char *)kv->v[l] + (size_t)p0 * row;
+
+		if ((rc = cu_call(cudaMemcpyAsync(stage, v + (size_t)n_drop * row, (size_t)n_move * row,
+		    cudaMemcpyDeviceToDevice, c->stream), "cudaMemcpyAsync (KV shift)", err, errlen)) != KVC_OK ||
+		    (rc = cu_call(cudaMemcpyAsync(v, stage, (size_t)n_move * row, cudaMemcpyDeviceToDevice,
+		    c->stream), "cudaMemcpyAsync (KV shift)", err, errlen)) != KVC_OK ||
+		    (rc = cu_call(cudaMemcpyAsync(stage, k + (size_t)n_drop * row, (size_t)n_move * row,
+		    cudaMemcpyDeviceToDevice, c->stream), "cudaMemcpyAsync (KV shift)", err, errlen)) != KVC_OK)
+			break;
+		kernel_kv_rotate<<<dim3(n_move, hp->n_head_kv), 64, 0, c->stream>>>(stage, k, f16, hp->n_head_kv,
+		    hp->head_dim, hp->rope_dim, hp->rope_neox,
+		    model_layer_swa(hp, l) ? c->inv_freq_swa : c->inv_freq, -n_drop);
+		rc = cu_launched(c, "kernel_kv_rotate", err, errlen);
+	}
+	if (rc == KVC_OK)
+		rc = cu_call(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize", err, errlen);
+	else
+		cudaStreamSynchronize(c->stream);	/* stage may still be read */
+	cudaFree(stage);
+	kv->n_valid -= n_drop;	/* after a failure the caller drops the cache */
+	return rc;
+}
+
 static int
 kv_copy(struct cuda_ctx *c, struct cuda_kv *kv, int layer, enum kvc_kv_part part, int pos0, int n,
     void *host, bool to_host, char *err, size_t errlen)
@@ -644,8 +735,8 @@ cuda_describe_devices(struct kvc_buf *out)
 	}
 }
 
-/* kv_shift, kv_lowest and forward_multi (the members after describe) stay NULL: slide
- * recomputes, and the engine decodes a batch of sequences one at a time with cuda_forward. */
+/* kv_lowest and forward_multi stay NULL: every position is kept, and the engine decodes a
+ * batch of sequences one at a time with cuda_forward. */
 static const struct kvc_backend_i cuda_backend = {
 	"cuda",
 	cuda_init,
@@ -657,6 +748,7 @@ static const struct kvc_backend_i cuda_backend = {
 	cuda_kv_read,
 	cuda_kv_write,
 	cuda_describe,
+	cuda_kv_shift,
 };
 
 static const struct kvc_cuda_module cuda_module = {

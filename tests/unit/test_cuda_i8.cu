@@ -33,6 +33,7 @@
 #include "cuda/attention.cu"
 
 extern "C" {
+#include "backend/kv_shift.h"
 #include "quant/quant_ref.h"
 }
 
@@ -228,6 +229,61 @@ out:
 	free(x);
 	free(w);
 	free(xb);
+}
+
+/*
+ * kernel_kv_rotate (a slid cache's K rows on the device) against the CPU's
+ * kv_shift_rows on the same f16 and f32 rows: 2 KV heads of 64, 48 dims
+ * rotated (a partial rotation), NeoX and adjacent pairs, delta -37.
+ */
+static void
+device_kv_rotate(void)
+{
+	const int n = 9, nkv = 2, hd = 64, rd = 48, w = nkv * hd, delta = -37;
+	double fr[24], *dfr = NULL;
+	float *src = (float *)malloc((size_t)n * w * 4), *cpu = (float *)malloc((size_t)n * w * 4);
+	float *f = (float *)malloc(w * 4), *got = (float *)malloc((size_t)n * w * 4);
+	void *ds = NULL, *dd = NULL;
+
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&ds, (size_t)n * w * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dd, (size_t)n * w * 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	for (int f16 = 0; f16 < 2; f16++)
+		for (int neox = 0; neox < 2; neox++) {
+			struct kv_rope r = { nkv, hd, rd, neox != 0, fr };
+			size_t elt = f16 ? 2 : 4;
+			bool same = true;
+
+			for (int i = 0; i < n * w; i++) {
+				float v = (float)rnd();
+				if (f16)
+					((uint16_t *)src)[i] = q_f32_to_fp16(v);
+				else
+					src[i] = v;
+			}
+			memcpy(cpu, src, (size_t)n * w * elt);
+			kv_shift_rows(cpu, n, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, &r, delta, f);
+			cudaMemcpy(ds, src, (size_t)n * w * elt, cudaMemcpyHostToDevice);
+			kernel_kv_rotate<<<dim3(n, nkv), 64>>>(ds, dd, f16 != 0, nkv, hd, rd, neox != 0, dfr, delta);
+			if (!ok_cuda(cudaDeviceSynchronize(), "kernel_kv_rotate"))
+				goto out;
+			cudaMemcpy(got, dd, (size_t)n * w * elt, cudaMemcpyDeviceToHost);
+			for (int i = 0; i < n * w; i++) {
+				float a = f16 ? q_fp16_to_f32(((uint16_t *)cpu)[i]) : cpu[i];
+				float b = f16 ? q_fp16_to_f32(((uint16_t *)got)[i]) : got[i];
+				same = same && fabsf(a - b) <= (f16 ? 1e-3f : 1e-6f) * (fabsf(a) + 1e-3f);
+			}
+			check(same, f16 ? (neox ? "kernel_kv_rotate = kv_shift_rows (f16, NeoX)" :
+			    "kernel_kv_rotate = kv_shift_rows (f16, pairs)") : (neox ?
+			    "kernel_kv_rotate = kv_shift_rows (f32, NeoX)" : "kernel_kv_rotate = kv_shift_rows (f32, pairs)"),
+			    0, 0);
+		}
+out:
+	cudaFree(dfr); cudaFree(ds); cudaFree(dd);
+	free(src); free(cpu); free(f); free(got);
 }
 
 /*
@@ -586,6 +642,7 @@ main(void)
 					device_matvec(all[i], 896, 64);
 				device_matvec(all[i], 14336, 16);
 			}
+			device_kv_rotate();
 			/* GQA groups of 7 (Qwen2.5-7B), 4 (Llama-3.1-8B), head 256 (gemma3) and 96 (phi3) */
 			device_attention(128, 28, 4, true, 1000, 0, 0.f, att_decode_splits(132, 4, 32768));
 			device_attention(128, 32, 8, false, 700, 0, 0.f, 32);
