@@ -39,6 +39,7 @@
  */
 extern "C" {
 #include "backend/backend.h"
+#include "backend/cpu_arch.h"
 #include "quant/quant.h"
 }
 
@@ -140,8 +141,9 @@ upload_vec(struct cuda_ctx *c, const struct kvc_weight *w, float **out, char *er
 static void cuda_free(void *ctx);
 
 /*
- * inv_freq[i] as the CPU backend computes it, in double: base theta,
- * linear scale, and llama 3.1's factors when factors (the global layers').
+ * inv_freq[i] as the CPU backend computes it, with its own functions
+ * (cpu_arch.c): base theta, linear scale, llama 3.1's factors when factors
+ * (the global layers'), YaRN's blend when the model has it.
  */
 static int
 upload_inv_freq(struct cuda_ctx *c, double theta, double scale, bool factors, double **out,
@@ -150,22 +152,15 @@ upload_inv_freq(struct cuda_ctx *c, double theta, double scale, bool factors, do
 	const struct kvc_model *m = c->m;
 	const struct kvc_hparams *hp = &m->hp;
 	int half = hp->rope_dim / 2, rc;
-	double *f = (double *)malloc((size_t)(half > 0 ? half : 1) * sizeof *f);
+	double *f = (double *)calloc((size_t)(half > 0 ? half : 1), sizeof *f);
 
 	if (f == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
 	}
-	for (int i = 0; i < half; i++) {
-		f[i] = scale * pow(theta, -2.0 * i / hp->rope_dim);
-		if (factors && m->rope_freqs.data != NULL) {
-			float ff;
-
-			q_dequant_row(m->rope_freqs.type, (const char *)m->rope_freqs.data +
-			    (size_t)i * gguf_dtype_size(m->rope_freqs.type), &ff, 1);
-			f[i] /= ff;
-		}
-	}
+	cpu_rope_freqs(f, hp->rope_dim, theta, scale, factors ? &m->rope_freqs : NULL);
+	if (hp->rope_yarn)
+		cpu_rope_yarn(f, hp, scale);
 	rc = upload(c, f, (size_t)(half > 0 ? half : 1) * sizeof *f, (void **)out, err, errlen);
 	free(f);
 	return rc;
@@ -211,13 +206,13 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	}
 	/*
 	 * Every dense architecture model_load accepts runs here (gemma's
-	 * windowed layers keep every position: kv_lowest stays 0); experts and
-	 * YaRN are CPU-only for now, refused by name, and --device auto runs
-	 * them on the CPU.
+	 * windowed layers keep every position: kv_lowest stays 0), YaRN
+	 * included; experts are CPU-only for now, refused by name, and
+	 * --device auto runs them on the CPU.
 	 */
-	if (hp->n_expert > 0 || hp->rope_yarn) {
-		kvc_err(err, errlen, "cuda: %s is not implemented on the GPU (use --device cpu)",
-		    hp->n_expert > 0 ? "a mixture of experts" : "YaRN RoPE scaling");
+	if (hp->n_expert > 0) {
+		kvc_err(err, errlen, "cuda: a mixture of experts is not implemented on the GPU yet (the CPU "
+		    "backend runs it: --device cpu)");
 		return KVC_EUNSUPPORTED;
 	}
 	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {

@@ -163,6 +163,7 @@ struct mv_epi {
 struct mv_qkv {
 	const float *bias;		/* (n_out) or NULL */
 	const double *inv_freq;		/* (rope_dim / 2) angle per position, as kernel_rope's */
+	float mscale;			/* cos and sin times this (YaRN's rope_mscale, else 1) */
 	const int *pos;			/* the token's position, in device memory (a graph replays it) */
 	int head_dim, rope_dim;		/* rope_dim 0: no rotation (V, gpt2) */
 	bool neox;

@@ -145,12 +145,13 @@ kernel_softcap(float *x, int64_t total, float cap)
  * The angle is formed in double as on the CPU (inv_freq from the host, with
  * rope_freq_scale and rope_freqs folded in): in float, pos * freq loses
  * about 1e-3 rad at 16k positions. The first position comes from device
- * memory so that a captured graph can be replayed at any position.
- * grid (n, n_heads), block 64; bytes: 2 * n * n_heads * rope_dim * 4.
+ * memory so that a captured graph can be replayed at any position. cos
+ * and sin are multiplied by mscale (YaRN's rope_mscale, else 1), as the
+ * CPU's. grid (n, n_heads), block 64; bytes: 2 * n * n_heads * rope_dim * 4.
  */
 __global__ static void
 kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0,
-    bool neox, const double *inv_freq)
+    bool neox, const double *inv_freq, float mscale)
 {
 	int t = blockIdx.x, h = blockIdx.y;
 	float *v = x + ((int64_t)t * n_heads + h) * head_dim;
@@ -159,7 +160,7 @@ kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0,
 	for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
 		double sd, cd;
 		sincos((double)pos * inv_freq[i], &sd, &cd);
-		float c = (float)cd, s = (float)sd;
+		float c = (float)(cd * mscale), s = (float)(sd * mscale);
 		int i0 = neox ? i : 2 * i, i1 = neox ? i + rope_dim / 2 : 2 * i + 1;
 		float x0 = v[i0], x1 = v[i1];
 		v[i0] = x0 * c - x1 * s;
@@ -403,9 +404,9 @@ qkv_fused(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 	if ((rc = need_xq(c, c->xb, d->wq.n_in, true, err, errlen)) != KVC_OK)
 		return rc;
 	for (int i = 0; i < 3; i++) {
-		struct mv_qkv e = { bias[i], freq, c->d_pos, hp->head_dim, i == 2 ? 0 : hp->rope_dim,
-			hp->rope_neox, i == 0 ? c->q : NULL, i == 1 ? kv->k[l] : i == 2 ? kv->v[l] : NULL,
-			kv->type == GGML_TYPE_F16 };
+		struct mv_qkv e = { bias[i], freq, hp->rope_mscale, c->d_pos, hp->head_dim,
+			i == 2 ? 0 : hp->rope_dim, hp->rope_neox, i == 0 ? c->q : NULL,
+			i == 1 ? kv->k[l] : i == 2 ? kv->v[l] : NULL, kv->type == GGML_TYPE_F16 };
 
 		mv_i8_qkv(c->stream, w[i]->type, (const uint8_t *)w[i]->d, w[i]->row_bytes, c->xq, w[i]->n_in,
 		    w[i]->n_out, c->n_sm, e);
@@ -466,10 +467,10 @@ qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 	}
 	if (hp->rope_dim > 0) {
 		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+		    hp->rope_dim, c->d_pos, hp->rope_neox, freq, hp->rope_mscale);
 		LAUNCHED("kernel_rope (q)");
 		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, freq);
+		    hp->rope_dim, c->d_pos, hp->rope_neox, freq, hp->rope_mscale);
 		LAUNCHED("kernel_rope (k)");
 	}
 	kernel_kv_store<<<grid_blocks(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);

@@ -513,7 +513,7 @@ kernel_mv_i8_qkv(const uint8_t *W, size_t row_bytes, const struct xq8 *x, int64_
 	if (fi >= 0) {
 		double sd, cd;
 		sincos((double)pos * e.inv_freq[fi], &sd, &cd);
-		float c = (float)cd, s = (float)sd, a0 = a;
+		float c = (float)(cd * e.mscale), s = (float)(sd * e.mscale), a0 = a;
 		a = a0 * c - b * s;
 		b = a0 * s + b * c;
 	}

@@ -368,12 +368,12 @@ device_qkv(enum gguf_dtype t, int64_t n_in, int n_sm)
 	quantize_x(0, dx, dq, n_in);
 	for (int neox = 0; neox < 2; neox++) {
 		const struct mv_epi none = { NULL, false };
-		struct mv_qkv e = { db, dfr, dpos, hd, rd, neox != 0, dy, NULL, false };
+		struct mv_qkv e = { db, dfr, 1.25f, dpos, hd, rd, neox != 0, dy, NULL, false };
 		bool same = true;
 
 		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
 		kernel_add_bias<<<1, 256>>>(dy, db, n_out, n_out);
-		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, neox != 0, dfr);
+		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, neox != 0, dfr, 1.25f);
 		cudaMemcpy(y1, dy, n_out * 4, cudaMemcpyDeviceToHost);
 		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
 		cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
