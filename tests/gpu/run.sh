@@ -20,7 +20,8 @@
 #   6. kvchat bench --device cuda on random-weight models at Qwen2.5-7B and
 #      Llama-3.1-8B shapes (Q4_K, Q8_0, F16): decode tok/s and GB/s against
 #      the copy ceiling, prefill tok/s at 512 and 2048; decode once more
-#      with KVCHAT_CUDA_GRAPH=0 (graph vs no graph).
+#      with KVCHAT_CUDA_GRAPH=0 (graph vs no graph), and the TTFT of a
+#      50-token turn after 0, 4k and 16k tokens of history (bench -d).
 # Full logs go to $OUT; summary.txt holds the summary. Models are generated
 # here and deleted after use (the device disk is 64 GB). Meant to finish in
 # under 6 minutes; not yet run on a device (no session had one).
@@ -125,6 +126,14 @@ for type in q4_k q8_0 f16; do
 			KVCHAT_CUDA_GRAPH=0 T 60 ./kvchat bench -m "$m" --device cuda -p 0 -n 128 -r 3 \
 			    >"$log.nograph" 2>&1
 			ng=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $4); print $4 }' "$log.nograph")
+			# TTFT of a 50-token turn after 0, 4k and 16k tokens of history
+			tt=
+			for d in 0 4096 16384; do
+				T 60 ./kvchat bench -m "$m" --device cuda -d $d -p 50 -n 0 -r 3 >"$log.d$d" 2>&1
+				p50=$(awk -F'|' '$2 ~ /prefill/ { gsub(/ /, "", $4); print $4 }' "$log.d$d")
+				tt="$tt $(awk -v p="${p50:-0}" 'BEGIN { printf "%s", p > 0 ? sprintf("%.1f ms", 50000 / p) : "?" }') after $d,"
+			done
+			add "TTFT (50-token turn), qwen2.5-7b q4_k:$tt [$(elapsed)]"
 		fi
 		rm -f "$m"
 		dec=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $4); print $4 }' "$log")
