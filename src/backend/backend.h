@@ -104,8 +104,8 @@ struct kvc_backend_i {
 	 * so they hold what the same tokens would give at their new positions
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
-	 * the computed positions. The CUDA backend leaves it,
-	 * kv_lowest (it keeps every position) and forward_multi NULL.
+	 * the computed positions. The CUDA backend leaves kv_lowest
+	 * (it keeps every position) and forward_multi NULL.
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
 	/*

@@ -14,7 +14,7 @@ const struct cli_subcommand cli_subcommands[] = {
 	{ "generate", sub_generate, "generate -m FILE [-p TEXT | --prompt-ids IDS] [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S] [--ids] [--logprobs K] [--json] [--force IDS] [--threads N]" },
 	{ "batch", sub_batch, "batch -m FILE -f PROMPTS.jsonl [-o OUT.jsonl] [--parallel B] [-n N] [--temp T] [--seed S] [--threads N]" },
 	{ "serve", sub_serve, "serve -m FILE [--host ADDR] [--port N] [--parallel B] [--db PATH] [--api-key-file F | --no-auth]" },
-	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [--threads N]" },
+	{ "bench", sub_bench, "bench -m FILE [-p 512] [-n 128] [-d 0] [--threads N]" },
 	{ "perplexity", sub_perplexity, "perplexity -m FILE -f TEXT [-c N] [--chunks K] [--threads N] [--kl-divergence-base FILE [--kl-divergence]]" },
 	{ "convert-llama2c", sub_convert_llama2c, "convert-llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf" },
 	{ "backup", sub_backup, "backup [--db PATH] [--force] FILE" },

@@ -129,4 +129,9 @@ check "prompt too long for the context" expect_status 1 "$KVCHAT" generate -m "$
 check "bench" expect_status 0 "$KVCHAT" bench -m "$M" -p 8 -n 4 -r 2
 check "bench prefill row" grep -q "^| prefill" "$TMPD/out"
 check "bench decode row" grep -q "^| decode" "$TMPD/out"
+# -d: a history prefilled once before each timed prefill (TTFT after it)
+check "bench -d" expect_status 0 "$KVCHAT" bench -m "$M" -d 16 -p 4 -n 2 -r 2
+check "bench -d names the history" grep -q "^history: 16 tokens" "$TMPD/out"
+check "bench -d prefill row" grep -q "^| prefill |      4 " "$TMPD/out"
+check "bench bad -d" expect_status 2 "$KVCHAT" bench -m "$M" -d -3
 done_testing

@@ -11,14 +11,17 @@
 #      tests/unit/test_cuda: every architecture x weight type against the
 #      float64 reference, F32 and F16 caches, snapshots CPU <-> GPU;
 #   3. a short generation with KVCHAT_CUDA_SYNC=1 per architecture (a
-#      faulting kernel is named);
+#      faulting kernel is named; no graph), then the same as one CUDA graph
+#      per step: the text must be the same;
 #   4. compute-sanitizer memcheck of a short generation, racecheck of a
 #      short one (the attention kernels' shared memory), where the tool is;
 #   5. the ceilings (bench/gpu/ceilings: device copy GB/s, cuBLAS BF16
 #      TFLOP/s);
 #   6. kvchat bench --device cuda on random-weight models at Qwen2.5-7B and
 #      Llama-3.1-8B shapes (Q4_K, Q8_0, F16): decode tok/s and GB/s against
-#      the copy ceiling, prefill tok/s at 512 and 2048.
+#      the copy ceiling, prefill tok/s at 512 and 2048; decode once more
+#      with KVCHAT_CUDA_GRAPH=0 (graph vs no graph), and the TTFT of a
+#      50-token turn after 0, 4k and 16k tokens of history (bench -d).
 # Full logs go to $OUT; summary.txt holds the summary. Models are generated
 # here and deleted after use (the device disk is 64 GB). Meant to finish in
 # under 6 minutes; not yet run on a device (no session had one).
@@ -60,8 +63,16 @@ for arch in llama qwen2 qwen3 gemma2 gemma3 phi3 chatglm glm4 gpt2; do
 	else
 		s="${s:-}$arch FAILED ($(tail -1 "$OUT/sync-$arch.log")), "
 	fi
+	# the same generation replayed as one CUDA graph per step: the same kernels, so the same text
+	T 30 ./kvchat generate -m "$m" --device cuda -n 16 -p hello >"$OUT/graph-$arch.log" 2>&1
+	if cmp -s "$OUT/sync-$arch.log" "$OUT/graph-$arch.log"; then
+		g="${g:-}$arch same, "
+	else
+		g="${g:-}$arch DIFFERS, "
+	fi
 done
 add "KVCHAT_CUDA_SYNC=1 generate: $s[$(elapsed)]"
+add "graph vs kernel by kernel (text of 16 greedy tokens): $g[$(elapsed)]"
 
 # 4. memcheck and racecheck (slow: short runs, bounded)
 if command -v compute-sanitizer >/dev/null 2>&1; then
@@ -111,6 +122,19 @@ for type in q4_k q8_0 f16; do
 			add "bench $preset $type: FAILED ($(tail -1 "$log"))"
 		T 60 ./kvchat bench -m "$m" --device cuda -p 2048 -n 0 -r 2 >"$log.2048" 2>&1 ||
 			add "bench $preset $type p2048: FAILED ($(tail -1 "$log.2048"))"
+		if [ "$preset-$type" = qwen2.5-7b-q4_k ]; then
+			KVCHAT_CUDA_GRAPH=0 T 60 ./kvchat bench -m "$m" --device cuda -p 0 -n 128 -r 3 \
+			    >"$log.nograph" 2>&1
+			ng=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $4); print $4 }' "$log.nograph")
+			# TTFT of a 50-token turn after 0, 4k and 16k tokens of history
+			tt=
+			for d in 0 4096 16384; do
+				T 60 ./kvchat bench -m "$m" --device cuda -d $d -p 50 -n 0 -r 3 >"$log.d$d" 2>&1
+				p50=$(awk -F'|' '$2 ~ /prefill/ { gsub(/ /, "", $4); print $4 }' "$log.d$d")
+				tt="$tt $(awk -v p="${p50:-0}" 'BEGIN { printf "%s", p > 0 ? sprintf("%.1f ms", 50000 / p) : "?" }') after $d,"
+			done
+			add "TTFT (50-token turn), qwen2.5-7b q4_k:$tt [$(elapsed)]"
+		fi
 		rm -f "$m"
 		dec=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $4); print $4 }' "$log")
 		gbs=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $6); print $6 }' "$log")
@@ -127,3 +151,4 @@ for type in q4_k q8_0 f16; do
 		add "$row [$(elapsed)]"
 	done
 done
+add "decode without graphs (KVCHAT_CUDA_GRAPH=0), qwen2.5-7b q4_k: ${ng:-?} tok/s [$(elapsed)]"

@@ -1,29 +1,39 @@
 /*
- * test_cuda_i8.cu: the arithmetic of the CUDA backend's int8 decode kernel
- * (kernel_matvec_i8) on the CPU: its per-lane parts (part_q8_0,
- * part_q4_k: block layouts, nibble and scale decoding, the offset term),
- * compiled for the host from backend_cuda.cu itself (included below, as
- * llama2.c's test.c includes run.c), summed over rows of random weights
+ * test_cuda_i8.cu: the arithmetic of the CUDA backend's int8 decode kernels
+ * (cuda/mv_i8.cu) on the CPU: the per-lane parts of every type they take
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: block
+ * layouts, nibble, fifth-bit and scale decoding, the offset terms),
+ * compiled for the host from the kernel files themselves (included below,
+ * as llama2.c's test.c includes run.c), summed over rows of random weights
  * quantised by the fixture quantiser, against the float64 dot of the
  * dequantised row (q_dequant_row) with x. Runs without a GPU.
  *
  * With a GPU it also launches the matrix-vector kernels on random data of
  * every weight type and checks them against the same float64 dot:
  * kernel_quantize_x against the host's quantisation (bit for bit),
- * kernel_matvec_i8 (Q8_0, Q4_K), kernel_matvec (every type), kernel_matvec_f16
+ * kernel_mv_i8 (every quantised type, with and without the bias and
+ * accumulate epilogue), kernel_mv_i8_glu, kernel_rmsnorm_q8, kernel_matvec
+ * (the float types), kernel_matvec_f16
  * and kernel_dequant_f16, at 896 wide (Qwen2.5-0.5B) and 14336 (past the
  * 48 KB shared-memory default, so the opt-in is exercised).
  *
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
- * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for Q4_K,
- * whose offsets here use the exact block sum and add nothing); the test
- * allows twice that over 64 rows. Parts fed x's next block instead of their
+ * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for the
+ * others: their offsets use x's exact block sum, or for the K-quants'
+ * groups of 16 its quants' sum, which adds the same rounding again); the
+ * test allows twice that over 64 rows. Parts fed x's next block instead of their
  * own (what a layout slip does) must miss it by far, so the test can fail.
  */
 #include "cuda/backend_cuda.cu"
+#include "cuda/cuda_err.cu"
+#include "cuda/matmul.cu"
+#include "cuda/layers.cu"
+#include "cuda/mv_i8.cu"
+#include "cuda/attention.cu"
 
 extern "C" {
+#include "backend/kv_shift.h"
 #include "quant/quant_ref.h"
 }
 
@@ -53,7 +63,7 @@ rnd(void)
 
 /* x to xq8 blocks as kernel_quantize_x does (a lane per element). */
 static void
-quantize_x(const float *x, struct xq8 *xq, int64_t n)
+host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
 {
 	for (int64_t b = 0; b < n / 32; b++) {
 		float amax = 0, sum = 0, d;
@@ -67,6 +77,29 @@ quantize_x(const float *x, struct xq8 *xq, int64_t n)
 		xq[b].s = sum;
 		for (int i = 0; i < 32; i++)
 			xq[b].q[i] = (int8_t)(d > 0 ? lrintf(x[32 * b + i] / d) : 0);
+	}
+}
+
+/*
+ * One row of type t from src: the fixture quantiser, or for Q2_K (which it
+ * has no quantiser for) random levels, scales and mins with d and dmin set
+ * so values stay near src's range.
+ */
+static void
+make_row(enum gguf_dtype t, const float *src, uint8_t *dst, int64_t n_in)
+{
+	if (t != GGML_TYPE_Q2_K) {
+		q_quantize_row(t, src, dst, n_in);
+		return;
+	}
+	for (int64_t b = 0; b < n_in / 256; b++) {
+		uint8_t *blk = dst + b * 84;
+		uint16_t d = q_f32_to_fp16(0.1f), dmin = q_f32_to_fp16(0.05f);
+
+		for (int i = 0; i < 80; i++)
+			blk[i] = (uint8_t)(rng = rng * 6364136223846793005ULL + 1442695040888963407ULL, rng >> 56);
+		memcpy(blk + 80, &d, 2);
+		memcpy(blk + 82, &dmin, 2);
 	}
 }
 
@@ -86,23 +119,17 @@ rel_err(enum gguf_dtype t, int64_t n_in, int n_out, bool wrong)
 
 	for (int64_t i = 0; i < n_in; i++)
 		x[i] = (float)(rnd() * (i % 97 == 0 ? 8 : 1));	/* a few outliers widen their blocks */
-	quantize_x(x, xq, n_in);
+	host_quantize_x(x, xq, n_in);
 	for (int r = 0; r < n_out; r++) {
-		double ref = 0, got = 0;
+		double ref = 0, got;
 
 		for (int64_t i = 0; i < n_in; i++)
 			src[i] = (float)rnd();
-		q_quantize_row(t, src, w + r * rb, n_in);
+		make_row(t, src, w + r * rb, n_in);
 		q_dequant_row(t, w + r * rb, row, n_in);
 		for (int64_t i = 0; i < n_in; i++)
 			ref += (double)row[i] * x[i];
-		if (t == GGML_TYPE_Q8_0) {
-			for (int64_t p = 0; p < n_in / 8; p++)
-				got += part_q8_0(w + r * rb, p / 4, (int)(p % 4), xp);
-		} else {
-			for (int64_t p = 0; p < n_in / 32; p++)
-				got += part_q4_k(w + r * rb, p / 8, (int)(p % 8), xp);
-		}
+		got = mv_i8_row_host(t, w + r * rb, xp, n_in);
 		se += (got - ref) * (got - ref);
 		sy += ref * ref;
 	}
@@ -126,6 +153,337 @@ ok_cuda(cudaError_t e, const char *what)
 }
 
 /*
+ * The fused int8 kernels against the plain one's output y (dy on the
+ * device, from x's blocks dq): the bias + accumulate epilogue gives y + y +
+ * b, the gate/up kernel with W as both gives silu(y) * y, and the fused
+ * RMSNorm + quantisation gives the host's norm of x.
+ */
+static void
+device_fused(enum gguf_dtype t, const uint8_t *dw, size_t rb, const float *dx, struct xq8 *dq, float *dy,
+    const float *y, int64_t n_in, int n_out, int n_sm)
+{
+	float *b = (float *)malloc(n_out * 4), *y2 = (float *)malloc(n_out * 4);
+	float *x = (float *)malloc(n_in * 4), *w = (float *)malloc(n_in * 4), *xb = (float *)malloc(n_in * 4);
+	float *db = NULL, *dw2 = NULL, *dxb = NULL;
+	double worst = 0, ss = 0;
+	bool ok = true;
+
+	for (int r = 0; r < n_out; r++)
+		b[r] = (float)rnd();
+	for (int64_t i = 0; i < n_in; i++)
+		w[i] = (float)(1 + 0.5 * rnd());
+	if (!ok_cuda(cudaMalloc(&db, n_out * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dw2, n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dxb, n_in * 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(db, b, n_out * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dw2, w, n_in * 4, cudaMemcpyHostToDevice);
+	{
+		const struct mv_epi epi = { db, true };
+
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, epi);
+	}
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8 (bias, accumulate)"))
+		goto out;
+	cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+	for (int r = 0; r < n_out; r++)
+		ok = ok && fabs(y2[r] - (2.0 * y[r] + b[r])) <= 1e-5 * (fabs(2.0 * y[r]) + fabs(b[r]) + 1);
+	check(ok, "kernel_mv_i8's epilogue: y + W x + b", 0, 0);
+	mv_i8_glu(0, t, dw, dw, rb, dq, dy, n_in, n_out, n_sm, false);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_glu"))
+		goto out;
+	cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+	ok = true;
+	for (int r = 0; r < n_out; r++) {
+		double want = y[r] / (1 + exp(-(double)y[r])) * y[r];
+		ok = ok && fabs(y2[r] - want) <= 1e-4 * (fabs(want) + 1e-3);
+	}
+	check(ok, "kernel_mv_i8_glu = silu(Wx) * Wx", 0, 0);
+	cudaMemcpy(x, dx, n_in * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < n_in; i++)
+		ss += (double)x[i] * x[i];
+	ss = 1 / sqrt(ss / n_in + 1e-6);
+	rmsnorm_quantize(0, dx, dw2, dxb, dq, (int)n_in, 1e-6f);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_rmsnorm_q8"))
+		goto out;
+	cudaMemcpy(xb, dxb, n_in * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < n_in; i++)
+		worst = fmax(worst, fabs(xb[i] - x[i] * ss * w[i]) / (fabs(x[i] * ss * w[i]) + 1e-6));
+	check(worst <= 1e-5, "kernel_rmsnorm_q8's floats = the host's RMSNorm", worst, 1e-5);
+	{
+		struct xq8 *hq = (struct xq8 *)malloc((n_in / 32) * sizeof *hq);
+		struct xq8 *gq = (struct xq8 *)malloc((n_in / 32) * sizeof *gq);
+
+		host_quantize_x(xb, hq, n_in);
+		cudaMemcpy(gq, dq, (n_in / 32) * sizeof *gq, cudaMemcpyDeviceToHost);
+		check(memcmp(hq, gq, (n_in / 32) * sizeof *hq) == 0,
+		    "kernel_rmsnorm_q8's blocks = the host's quantisation of its floats", 0, 0);
+		free(hq);
+		free(gq);
+	}
+out:
+	cudaFree(db);
+	cudaFree(dw2);
+	cudaFree(dxb);
+	free(b);
+	free(y2);
+	free(x);
+	free(w);
+	free(xb);
+}
+
+/*
+ * kernel_kv_rotate (a slid cache's K rows on the device) against the CPU's
+ * kv_shift_rows on the same f16 and f32 rows: 2 KV heads of 64, 48 dims
+ * rotated (a partial rotation), NeoX and adjacent pairs, delta -37.
+ */
+static void
+device_kv_rotate(void)
+{
+	const int n = 9, nkv = 2, hd = 64, rd = 48, w = nkv * hd, delta = -37;
+	double fr[24], *dfr = NULL;
+	float *src = (float *)malloc((size_t)n * w * 4), *cpu = (float *)malloc((size_t)n * w * 4);
+	float *f = (float *)malloc(w * 4), *got = (float *)malloc((size_t)n * w * 4);
+	void *ds = NULL, *dd = NULL;
+
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&ds, (size_t)n * w * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dd, (size_t)n * w * 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	for (int f16 = 0; f16 < 2; f16++)
+		for (int neox = 0; neox < 2; neox++) {
+			struct kv_rope r = { nkv, hd, rd, neox != 0, fr };
+			size_t elt = f16 ? 2 : 4;
+			bool same = true;
+
+			for (int i = 0; i < n * w; i++) {
+				float v = (float)rnd();
+				if (f16)
+					((uint16_t *)src)[i] = q_f32_to_fp16(v);
+				else
+					src[i] = v;
+			}
+			memcpy(cpu, src, (size_t)n * w * elt);
+			kv_shift_rows(cpu, n, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, &r, delta, f);
+			cudaMemcpy(ds, src, (size_t)n * w * elt, cudaMemcpyHostToDevice);
+			kernel_kv_rotate<<<dim3(n, nkv), 64>>>(ds, dd, f16 != 0, nkv, hd, rd, neox != 0, dfr, delta);
+			if (!ok_cuda(cudaDeviceSynchronize(), "kernel_kv_rotate"))
+				goto out;
+			cudaMemcpy(got, dd, (size_t)n * w * elt, cudaMemcpyDeviceToHost);
+			for (int i = 0; i < n * w; i++) {
+				float a = f16 ? q_fp16_to_f32(((uint16_t *)cpu)[i]) : cpu[i];
+				float b = f16 ? q_fp16_to_f32(((uint16_t *)got)[i]) : got[i];
+				same = same && fabsf(a - b) <= (f16 ? 1e-3f : 1e-6f) * (fabsf(a) + 1e-3f);
+			}
+			check(same, f16 ? (neox ? "kernel_kv_rotate = kv_shift_rows (f16, NeoX)" :
+			    "kernel_kv_rotate = kv_shift_rows (f16, pairs)") : (neox ?
+			    "kernel_kv_rotate = kv_shift_rows (f32, NeoX)" : "kernel_kv_rotate = kv_shift_rows (f32, pairs)"),
+			    0, 0);
+		}
+out:
+	cudaFree(dfr); cudaFree(ds); cudaFree(dd);
+	free(src); free(cpu); free(f); free(got);
+}
+
+/*
+ * kernel_mv_i8_multi over 20 tokens (passes of 8, 8 and 4) against
+ * kernel_mv_i8 token by token on the same int8 blocks.
+ */
+static void
+device_multi(enum gguf_dtype t, const uint8_t *dw, size_t rb, int64_t n_in, int n_out, int n_sm)
+{
+	const int n = 20;
+	float *x = (float *)malloc((size_t)n * n_in * 4), *y1 = (float *)malloc((size_t)n * n_out * 4);
+	float *y2 = (float *)malloc((size_t)n * n_out * 4), *dx = NULL, *dy = NULL;
+	struct xq8 *dq = NULL;
+	const struct mv_epi none = { NULL, false };
+	bool same = true;
+
+	for (int64_t i = 0; i < (int64_t)n * n_in; i++)
+		x[i] = (float)rnd();
+	if (!ok_cuda(cudaMalloc(&dx, (size_t)n * n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dy, (size_t)n * n_out * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dq, (size_t)n * n_in / 32 * sizeof *dq), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dx, x, (size_t)n * n_in * 4, cudaMemcpyHostToDevice);
+	quantize_x(0, dx, dq, (int64_t)n * n_in);
+	mv_i8_multi(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, n);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_multi"))
+		goto out;
+	cudaMemcpy(y1, dy, (size_t)n * n_out * 4, cudaMemcpyDeviceToHost);
+	for (int k = 0; k < n; k++)
+		mv_i8(0, t, dw, rb, dq + (size_t)k * n_in / 32, dy + (size_t)k * n_out, n_in, n_out, n_sm, none);
+	if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8"))
+		goto out;
+	cudaMemcpy(y2, dy, (size_t)n * n_out * 4, cudaMemcpyDeviceToHost);
+	for (int64_t i = 0; i < (int64_t)n * n_out; i++)
+		same = same && fabsf(y1[i] - y2[i]) <= 1e-5f * (fabsf(y2[i]) + 1e-3f);
+	check(same, "kernel_mv_i8_multi (20 tokens) = kernel_mv_i8 token by token", 0, 0);
+out:
+	cudaFree(dx); cudaFree(dy); cudaFree(dq);
+	free(x); free(y1); free(y2);
+}
+
+/*
+ * kernel_mv_i8_qkv against the kernels it replaces (product, bias, RoPE,
+ * cache store) on type t, 4 heads of 48 (odd for a warp: 24 pairs), 32
+ * dims rotated, NeoX and adjacent pairs, into y and into an f16 cache row
+ * at position 5.
+ */
+static void
+device_qkv(enum gguf_dtype t, int64_t n_in, int n_sm)
+{
+	const int hd = 48, rd = 32, n_out = 4 * hd, pos = 5;
+	size_t rb = gguf_dtype_row_size(t, n_in);
+	uint8_t *w = (uint8_t *)malloc(rb * n_out), *dw = NULL;
+	float *x = (float *)malloc(n_in * 4), *src = (float *)malloc(n_in * 4), *b = (float *)malloc(n_out * 4);
+	float *y1 = (float *)malloc(n_out * 4), *y2 = (float *)malloc(n_out * 4), *dx = NULL, *dy = NULL, *db = NULL;
+	double fr[16], *dfr = NULL;
+	uint16_t *hc = (uint16_t *)malloc(8 * n_out * 2);
+	__half *dc = NULL;
+	int *dpos = NULL;
+	struct xq8 *dq = NULL;
+
+	for (int r = 0; r < n_out; r++) {
+		for (int64_t i = 0; i < n_in; i++)
+			src[i] = (float)rnd();
+		make_row(t, src, w + r * rb, n_in);
+		b[r] = (float)rnd();
+	}
+	for (int64_t i = 0; i < n_in; i++)
+		x[i] = (float)rnd();
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dw, rb * n_out), "cudaMalloc") || !ok_cuda(cudaMalloc(&dx, n_in * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dy, n_out * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&db, n_out * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&dc, 8 * n_out * 2), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dq, n_in / 32 * sizeof *dq), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dw, w, rb * n_out, cudaMemcpyHostToDevice);
+	cudaMemcpy(dx, x, n_in * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(db, b, n_out * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	quantize_x(0, dx, dq, n_in);
+	for (int neox = 0; neox < 2; neox++) {
+		const struct mv_epi none = { NULL, false };
+		struct mv_qkv e = { db, dfr, 1.25f, dpos, hd, rd, neox != 0, dy, NULL, false };
+		bool same = true;
+
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
+		kernel_add_bias<<<1, 256>>>(dy, db, n_out, n_out);
+		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, neox != 0, dfr, 1.25f);
+		cudaMemcpy(y1, dy, n_out * 4, cudaMemcpyDeviceToHost);
+		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
+		cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
+		e.y = NULL;
+		e.cache = dc;
+		e.f16 = true;
+		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
+		if (!ok_cuda(cudaDeviceSynchronize(), "kernel_mv_i8_qkv"))
+			goto out;
+		cudaMemcpy(hc, dc, 8 * n_out * 2, cudaMemcpyDeviceToHost);
+		for (int r = 0; r < n_out; r++) {
+			same = same && fabsf(y1[r] - y2[r]) <= 1e-5f * (fabsf(y1[r]) + 1);
+			same = same && fabsf(q_fp16_to_f32(hc[pos * n_out + r]) - y2[r]) <= 1e-3f * (fabsf(y2[r]) + 1e-3f);
+		}
+		check(same, neox ? "kernel_mv_i8_qkv = product, bias, RoPE (NeoX), store" :
+		    "kernel_mv_i8_qkv = product, bias, RoPE (adjacent pairs), store", 0, 0);
+	}
+out:
+	cudaFree(dw); cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(dfr); cudaFree(dc); cudaFree(dpos);
+	cudaFree(dq);
+	free(w); free(x); free(src); free(b); free(y1); free(y2); free(hc);
+}
+
+/*
+ * One token's attention on the device (attention_decode: the GQA
+ * flash-decoding kernel, or the per-head one for shapes it does not take,
+ * with nz splits; attention_tokens) against a float64 host softmax over
+ * the same cache: head size hd, n_head query heads over n_kv KV heads, the
+ * token at position pos, window win, softcap cap.
+ */
+static void
+device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz)
+{
+	int kv_dim = n_kv * hd, n_pos = pos + 1, G = n_head / n_kv;
+	float *q = (float *)malloc((size_t)n_head * hd * 4), *kc = (float *)malloc((size_t)n_pos * kv_dim * 4);
+	float *vc = (float *)malloc((size_t)n_pos * kv_dim * 4), *out = (float *)malloc((size_t)n_head * hd * 4);
+	uint16_t *kh = (uint16_t *)malloc((size_t)n_pos * kv_dim * 2), *vh = (uint16_t *)malloc((size_t)n_pos * kv_dim * 2);
+	double *sc = (double *)malloc(n_pos * sizeof *sc), worst = 0;
+	float *dq = NULL, *dout = NULL, *dpart = NULL;
+	void *dk = NULL, *dv = NULL;
+	int *dpos = NULL, first = win > 0 && n_pos > win ? n_pos - win : 0;
+	size_t cb = (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	float scale = 1.f / sqrtf((float)hd);
+	char what[128];
+
+	for (int i = 0; i < n_head * hd; i++)
+		q[i] = (float)rnd();
+	for (size_t i = 0; i < (size_t)n_pos * kv_dim; i++) {
+		kh[i] = q_f32_to_fp16((float)rnd());
+		vh[i] = q_f32_to_fp16((float)rnd());
+		kc[i] = q_fp16_to_f32(kh[i]);	/* the same values in either cache */
+		vc[i] = q_fp16_to_f32(vh[i]);
+	}
+	if (!ok_cuda(cudaMalloc(&dq, (size_t)n_head * hd * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dout, (size_t)n_head * hd * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpart, (size_t)ATT_MAX_SPLIT * n_head * (hd + 2) * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dk, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv, cb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dq, q, (size_t)n_head * hd * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	for (int way = 0; way < 2; way++) {
+		struct att_args a = { dq, dk, dv, f16, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win };
+
+		if (way == 0)
+			attention_decode(0, &a, nz);
+		else
+			attention_tokens(0, &a, 1);
+		snprintf(what, sizeof what, "%s hd %d, %d/%d heads, %s cache, pos %d, win %d, cap %g, %d splits",
+		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, f16 ? "f16" : "f32",
+		    pos, win, cap, way == 0 ? nz : 1);
+		if (!ok_cuda(cudaDeviceSynchronize(), what))
+			goto out;
+		cudaMemcpy(out, dout, (size_t)n_head * hd * 4, cudaMemcpyDeviceToHost);
+		worst = 0;
+		for (int h = 0; h < n_head; h++) {
+			const float *kq = q + (size_t)h * hd;
+			int kvh = h / G;
+			double mx = -INFINITY, sum = 0;
+
+			for (int p = first; p < n_pos; p++) {
+				double d = 0;
+				for (int i = 0; i < hd; i++)
+					d += (double)kq[i] * kc[(size_t)p * kv_dim + kvh * hd + i];
+				d *= scale;
+				if (cap > 0)
+					d = cap * tanh(d / cap);
+				sc[p] = d;
+				mx = fmax(mx, d);
+			}
+			for (int p = first; p < n_pos; p++)
+				sum += (sc[p] = exp(sc[p] - mx));
+			for (int i = 0; i < hd; i++) {
+				double o = 0;
+				for (int p = first; p < n_pos; p++)
+					o += sc[p] * vc[(size_t)p * kv_dim + kvh * hd + i];
+				worst = fmax(worst, fabs(out[h * hd + i] - o / sum));
+			}
+		}
+		printf("device %s: worst %.2e\n", what, worst);
+		check(worst <= 2e-5, what, worst, 2e-5);
+	}
+out:
+	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
+	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc);
+}
+
+/*
  * The matrix-vector kernels on the device for type t, n_in wide, n_out rows:
  * each output within tol * rms(reference) of the float64 dot of the
  * dequantised row with x (the int8 kernels: the bound of the host check).
@@ -143,8 +501,9 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 	float *dx = NULL, *dy = NULL;
 	struct xq8 *dq = NULL;
 	__half *dd = NULL;
-	bool i8 = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_K;
-	double tol = i8 ? 2 * sqrt(32.0 / 12) / 127 * (t == GGML_TYPE_Q4_K ? 2 : 1) * 4 : 1e-4;
+	bool i8 = mv_i8_supported(t);
+	double tol = i8 ? 2 * sqrt(32.0 / 12) / 127 * (t == GGML_TYPE_Q8_0 ? 1 : 2) * 4 : 1e-4;
+	int n_sm = 1;
 	char what[96];
 
 	for (int64_t i = 0; i < n_in; i++)
@@ -161,7 +520,7 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 			for (int64_t i = 0; i < n_in; i++)
 				((uint16_t *)(w + r * rb))[i] = q_f32_to_bf16(src[i]);
 		else
-			q_quantize_row(t, src, w + r * rb, n_in);
+			make_row(t, src, w + r * rb, n_in);
 		q_dequant_row(t, w + r * rb, row, n_in);
 		for (int64_t i = 0; i < n_in; i++)
 			ref[r] += (double)row[i] * x[i];
@@ -176,20 +535,23 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		goto out;
 	cudaMemcpy(dw, w, nw, cudaMemcpyHostToDevice);
 	cudaMemcpy(dx, x, n_in * 4, cudaMemcpyHostToDevice);
+	cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
 	if (i8) {
-		kernel_quantize_x<<<nblk(n_in, 256), 256>>>(dx, dq, n_in);
-		kernel_matvec_i8<<<nblk(n_out, 8), 256>>>(t, dw, rb, dq, dy, n_in, n_out);
+		const struct mv_epi none = { NULL, false };
+
+		quantize_x(0, dx, dq, n_in);
+		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
 		if (!ok_cuda(cudaDeviceSynchronize(), what))
 			goto out;
-		quantize_x(x, hq, n_in);
+		host_quantize_x(x, hq, n_in);
 		cudaMemcpy(hq2, dq, (n_in / 32) * sizeof *hq2, cudaMemcpyDeviceToHost);
 		check(memcmp(hq, hq2, (n_in / 32) * sizeof *hq) == 0, "kernel_quantize_x = the host's", 0, 0);
 	} else if (t == GGML_TYPE_F16 && n_in % 8 == 0) {
 		cudaFuncSetAttribute(kernel_matvec_f16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(n_in * 4));
-		kernel_matvec_f16<<<nblk(n_out, 8), 256, n_in * 4>>>(dw, rb, dx, dy, n_in, n_out);
+		kernel_matvec_f16<<<grid_blocks(n_out, 8), 256, n_in * 4>>>(dw, rb, dx, dy, n_in, n_out);
 	} else {
 		cudaFuncSetAttribute(kernel_matvec, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(n_in * 4));
-		kernel_matvec<<<nblk(n_out, 8), 256, n_in * 4>>>(t, dw, rb, dx, dy, n_in, n_out, dev_block(t));
+		kernel_matvec<<<grid_blocks(n_out, 8), 256, n_in * 4>>>(t, dw, rb, dx, dy, n_in, n_out, dev_block(t));
 	}
 	if (!ok_cuda(cudaDeviceSynchronize(), what))
 		goto out;
@@ -198,12 +560,17 @@ device_matvec(enum gguf_dtype t, int64_t n_in, int n_out)
 		worst = fmax(worst, fabs(y[r] - ref[r]) / ss);
 	printf("device %s: matvec worst %.2e of rms (bound %.2e)\n", what, worst, tol);
 	check(worst <= tol, what, worst, tol);
+	if (i8) {
+		device_fused(t, dw, rb, dx, dq, dy, y, n_in, n_out, n_sm);
+		device_qkv(t, n_in, n_sm);
+		device_multi(t, dw, rb, n_in, n_out, n_sm);
+	}
 	/* prefill's dequantisation: every element as q_dequant_row gives it, rounded to f16 */
 	if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16) {
 		uint16_t *h = (uint16_t *)malloc((size_t)n_in * n_out * 2);
 		bool same = true;
 
-		kernel_dequant_f16<<<1024, 128>>>(t, dw, rb, dd, n_in, n_out, dev_block(t));
+		kernel_dequant_f16<<<1024, DQ_THREADS>>>(t, dw, rb, dd, n_in, n_out, dev_block(t));
 		if (ok_cuda(cudaDeviceSynchronize(), "kernel_dequant_f16")) {
 			cudaMemcpy(h, dd, (size_t)n_in * n_out * 2, cudaMemcpyDeviceToHost);
 			for (int r = 0; r < n_out && same; r++) {
@@ -238,8 +605,15 @@ main(void)
 	const double eps = sqrt(32.0 / 12) / 127;
 	struct { enum gguf_dtype t; int64_t n_in; double rho; } cases[] = {
 		{ GGML_TYPE_Q8_0, 896, 1 }, { GGML_TYPE_Q8_0, 4096, 1 },
+		{ GGML_TYPE_Q4_0, 896, 2 }, { GGML_TYPE_Q4_1, 896, 2 },
+		{ GGML_TYPE_Q5_0, 896, 2 }, { GGML_TYPE_Q5_1, 4096, 2 },
+		{ GGML_TYPE_Q2_K, 512, 2 }, { GGML_TYPE_Q3_K, 768, 2 },
 		{ GGML_TYPE_Q4_K, 256, 2 }, { GGML_TYPE_Q4_K, 3584, 2 },
+		{ GGML_TYPE_Q5_K, 1024, 2 }, { GGML_TYPE_Q6_K, 3584, 2 },
 	};
+
+	check(!mv_i8_supported(GGML_TYPE_F16) && !mv_i8_supported(GGML_TYPE_IQ4_NL) &&
+	    mv_i8_supported(GGML_TYPE_Q6_K), "mv_i8_supported", 0, 0);
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		double bound = 2 * eps * cases[i].rho;
@@ -256,7 +630,7 @@ main(void)
 	{
 		static const enum gguf_dtype all[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
 			GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
-			GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+			GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
 		char why[256] = "";
 
 		if (cuda_device_count(why, sizeof why) <= 0) {
@@ -268,6 +642,16 @@ main(void)
 					device_matvec(all[i], 896, 64);
 				device_matvec(all[i], 14336, 16);
 			}
+			device_kv_rotate();
+			/* GQA groups of 7 (Qwen2.5-7B), 4 (Llama-3.1-8B), head 256 (gemma3) and 96 (phi3) */
+			device_attention(128, 28, 4, true, 1000, 0, 0.f, att_decode_splits(132, 4, 32768));
+			device_attention(128, 32, 8, false, 700, 0, 0.f, 32);
+			device_attention(256, 4, 1, true, 300, 128, 0.f, 8);
+			device_attention(96, 32, 32, true, 77, 0, 0.f, 3);
+			device_attention(64, 14, 2, true, 5, 0, 50.f, 32);	/* most splits empty */
+			/* 48-wide heads and groups of 16: the per-head kernel */
+			device_attention(48, 16, 1, false, 200, 0, 0.f, 4);
+			device_attention(128, 16, 2, false, 2000, 512, 30.f, 16);
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);

@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 
 static const char bench_usage[] =
-    "usage: kvchat bench -m FILE [-p 512] [-n 128] [--threads N] [-r REPS]\n"
+    "usage: kvchat bench -m FILE [-p 512] [-n 128] [-d 0] [--threads N] [-r REPS]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n";
 
 static int
@@ -46,6 +46,7 @@ struct bench_opts {
 	const char *model;
 	long n_p;	/* prompt tokens, timed as one prefill */
 	long n_n;	/* tokens decoded one at a time */
+	long depth;	/* history prefilled once, untimed, before each timed prefill (TTFT after it) */
 	long reps;	/* runs, of which the median is reported */
 };
 
@@ -74,6 +75,9 @@ parse_args(int argc, char **argv, struct bench_opts *o)
 		} else if (strcmp(a, "-n") == 0) {
 			if (kvc_parse_long(val, 0, 1L << 20, &o->n_n) != KVC_OK)
 				return usage("bad -n", val);
+		} else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
+			if (kvc_parse_long(val, 0, 1L << 20, &o->depth) != KVC_OK)
+				return usage("bad -d", val);
 		} else if (strcmp(a, "-r") == 0 || strcmp(a, "--reps") == 0) {
 			if (kvc_parse_long(val, 1, 15, &o->reps) != KVC_OK)
 				return usage("bad -r (1..15)", val);
@@ -94,7 +98,7 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 {
 	const struct kvc_model *m = eng_model(e);
 	double pre_med = median(pre, n_runs), dec_med = median(dec, n_runs);
-	double p0 = o->n_p > 0 ? (double)o->n_p : 1;
+	double p0 = (double)o->depth + (o->n_p > 0 ? (double)o->n_p : 1);
 	/* decode step k attends over p0 + k + 1 positions: mean over k in [0, n) */
 	double kv_per_tok = (double)eng_kv_bytes_per_pos(e) * (p0 + 0.5 * (double)(o->n_n + 1));
 	double bytes_per_tok = (double)m->weight_bytes + kv_per_tok;
@@ -125,6 +129,9 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 	    gguf_dtype_name(eng_kv_type(e)), n_runs, n_runs == 1 ? "" : "s");
 	printf("\n| test    | tokens | tok/s    | bytes read/token | achieved GB/s |\n");
 	printf("|---------|--------|----------|------------------|---------------|\n");
+	if (o->depth > 0)
+		printf("history: %ld tokens before each run's prefill (prefilled once, not timed); time to "
+		    "first token of the prefill: %.1f ms\n", o->depth, pre_med > 0 ? 1e3 * (double)o->n_p / pre_med : 0);
 	if (o->n_p > 0)
 		printf("| prefill | %6ld | %8.2f |                  |               |\n", o->n_p,
 		    pre_med);
@@ -151,7 +158,7 @@ sub_bench(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	rc = 1;
 	/* Exactly the positions the benchmark uses, whatever the model's own context. */
-	o.ep.n_ctx = (int)(o.n_p + o.n_n + 1);
+	o.ep.n_ctx = (int)(o.depth + o.n_p + o.n_n + 1);
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
 	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
 		fprintf(stderr, "kvchat: bench: %s\n", err);
@@ -159,23 +166,26 @@ sub_bench(int argc, char **argv)
 	}
 	if (eng_seq_new(e, &s, err, sizeof err) != 0)
 		goto fail;
-	prompt = malloc((size_t)(o.n_p + 1) * sizeof *prompt);
+	prompt = malloc((size_t)(o.depth + o.n_p + 1) * sizeof *prompt);
 	if (prompt == NULL) {
 		snprintf(err, sizeof err, "out of memory");
 		goto fail;
 	}
 	/* A fixed pseudo-random prompt: the same work on every run and every build. */
-	for (long i = 0; i <= o.n_p; i++)
+	for (long i = 0; i <= o.depth + o.n_p; i++)
 		prompt[i] = (int32_t)(((uint64_t)i * 2654435761u + 17) % (uint64_t)eng_n_vocab(e));
+	/* the history once: each run truncates back to it and times only its own prefill */
+	if (o.depth > 0 && eng_seq_append(s, prompt, (int)o.depth, NULL, err, sizeof err) != 0)
+		goto fail;
 
 	for (int r = 0; r < o.reps; r++) {
 		struct eng_stats st;
 		double t0, t1;
 		int32_t id;
 
-		eng_seq_truncate(s, 0);
+		eng_seq_truncate(s, (int)o.depth);
 		/* With -p 0 decoding starts from one token, which is not timed. */
-		if (eng_seq_append(s, prompt, o.n_p > 0 ? (int)o.n_p : 1, &st, err, sizeof err) != 0)
+		if (eng_seq_append(s, prompt + o.depth, o.n_p > 0 ? (int)o.n_p : 1, &st, err, sizeof err) != 0)
 			goto fail;
 		pre[r] = o.n_p > 0 ? (double)o.n_p / st.t_prefill : 0;
 		t0 = kvc_now();
