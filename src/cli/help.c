@@ -38,8 +38,10 @@ help_environment(FILE *f)
 	fprintf(f,
 "Environment:\n"
 "  KVCHAT_MODEL     model file used when -m is not given\n"
-"  KVCHAT_KERNELS   CPU kernel table: scalar, avx2, avx512 or auto (default:\n"
-"                   the best this CPU runs; one it cannot run is refused)\n"
+"  KVCHAT_KERNELS   CPU kernel table: scalar, avx2, avx512 (x86-64), neon,\n"
+"                   neondot (aarch64) or auto (default: the best this CPU\n"
+"                   runs; one it cannot run, or another architecture's, is\n"
+"                   refused)\n"
 "  XDG_DATA_HOME    where the database and models folder live\n"
 "  XDG_STATE_HOME   where the history file lives\n"
 "  NO_COLOR         when set (non-empty), no colour\n"

@@ -197,7 +197,8 @@ kvc_utf8_valid_prefix(const char *str, size_t n)
 
 /*
  * The one probe of the CPU's instruction sets (docs/ARCHITECTURE.md: the
- * kernel tables of src/kern are chosen from it once, at backend init).
+ * kernel tables of src/kern are chosen from it once, at backend init):
+ * CPUID on x86, the kernel's HWCAP bits on aarch64.
  * clang 14 rejects __builtin_cpu_supports("f16c"), so F16C is read from
  * CPUID leaf 1 (ECX bit 29) directly; the others through the builtin both
  * compilers accept (it also checks that the OS saves the YMM/ZMM registers).
@@ -218,6 +219,31 @@ probe_cpu(void)
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
 		f |= KVC_CPU_AVX512;
+	return f;
+}
+#elif defined(__aarch64__)
+/*
+ * The kernel reports what it lets user space run in AT_HWCAP (the bit
+ * numbers are the Linux ABI's; spelled out where an old libc lacks them).
+ */
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+static unsigned
+probe_cpu(void)
+{
+	unsigned long hw = getauxval(AT_HWCAP);
+	unsigned f = 0;
+
+	if ((hw & HWCAP_ASIMD) == 0)
+		return 0;
+	f |= KVC_CPU_NEON;
+	if ((hw & HWCAP_ASIMDDP) != 0)
+		f |= KVC_CPU_DOTPROD;
 	return f;
 }
 #else

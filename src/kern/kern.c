@@ -5,6 +5,7 @@
  */
 #include "kern_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const struct kern scalar = {
@@ -66,12 +67,61 @@ static const struct kern avx512 = {
 };
 #endif
 
+#ifdef KERN_ARM
+static kern_rows_f_fn *const neon_rows_f[KERN_NTYPE] = {
+	[GGML_TYPE_F32] = kern_neon_rows_f, [GGML_TYPE_F16] = kern_neon_rows_f,
+	[GGML_TYPE_BF16] = kern_neon_rows_f,
+};
+
+/* Attention, the Q8_0 cache and the element-wise kernels are the scalar table's. */
+static const struct kern neon = {
+	.name = "neon",
+	.need = KVC_CPU_NEON,
+	.rows_f = neon_rows_f,
+	.rows_act = kern_neon_rows_act,
+	.packed = NULL,
+	.act_prepare = kern_neon_act_prepare,
+	.att_tile = kern_scalar_att_tile,
+	.kvq8_dot = kern_scalar_kvq8_dot,
+	.kvq8_axpy = kern_scalar_kvq8_axpy,
+	.rmsnorm = kern_scalar_rmsnorm,
+	.f32_to_f16 = kern_scalar_f32_to_f16,
+	.act = kern_scalar_act,
+};
+
+/* neon's table with SDOT in the int8 products */
+static const struct kern neondot = {
+	.name = "neondot",
+	.need = KVC_CPU_NEON | KVC_CPU_DOTPROD,
+	.rows_f = neon_rows_f,
+	.rows_act = kern_neondot_rows_act,
+	.packed = NULL,
+	.act_prepare = kern_neon_act_prepare,
+	.att_tile = kern_scalar_att_tile,
+	.kvq8_dot = kern_scalar_kvq8_dot,
+	.kvq8_axpy = kern_scalar_kvq8_axpy,
+	.rmsnorm = kern_scalar_rmsnorm,
+	.f32_to_f16 = kern_scalar_f32_to_f16,
+	.act = kern_scalar_act,
+};
+#endif
+
 /* Best last. */
 static const struct kern *const tables[] = {
 	&scalar,
 #ifdef KERN_X86
 	&avx2, &avx512,
 #endif
+#ifdef KERN_ARM
+	&neon, &neondot,
+#endif
+};
+
+/* Every table of every architecture, to refuse another's by name. */
+static const struct {
+	const char *name, *arch;
+} all_names[] = {
+	{ "avx2", "x86-64" }, { "avx512", "x86-64" }, { "neon", "aarch64" }, { "neondot", "aarch64" },
 };
 
 #define N_TABLES (int)(sizeof tables / sizeof tables[0])
@@ -97,9 +147,24 @@ kern_best(void)
 	return tables[0];
 }
 
+/* "scalar, avx2, avx512 or auto": the names of this program's tables. */
+static void
+names(char *s, size_t n)
+{
+	size_t o = 0;
+
+	s[0] = '\0';
+	for (int i = 0; i < N_TABLES && o < n; i++)
+		o += (size_t)snprintf(s + o, n - o, "%s%s", i > 0 ? ", " : "", tables[i]->name);
+	if (o < n)
+		snprintf(s + o, n - o, " or auto");
+}
+
 int
 kern_find(const char *name, const struct kern **out, char *err, size_t errlen)
 {
+	char list[96];
+
 	if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) {
 		*out = kern_best();
 		return KVC_OK;
@@ -115,7 +180,14 @@ kern_find(const char *name, const struct kern **out, char *err, size_t errlen)
 		*out = tables[i];
 		return KVC_OK;
 	}
-	kvc_err(err, errlen, "kernels '%s': no such table (scalar, avx2, avx512 or auto)", name);
+	names(list, sizeof list);
+	for (size_t i = 0; i < sizeof all_names / sizeof all_names[0]; i++)
+		if (strcmp(all_names[i].name, name) == 0) {
+			kvc_err(err, errlen, "kernels '%s': %s kernels, not built into this program "
+			    "(it has %s)", name, all_names[i].arch, list);
+			return KVC_EUNSUPPORTED;
+		}
+	kvc_err(err, errlen, "kernels '%s': no such table (%s)", name, list);
 	return KVC_EINVAL;
 }
 

@@ -1,8 +1,8 @@
 /*
  * kern_int.h: the entries each instruction set's files give the tables of
  * kern.c; internal to src/kern. The x86 files are built only on x86-64,
- * each with its own flags (kern.am), and only called through a table the
- * CPU runs (kern_runs).
+ * the neon files only on aarch64, each with its own flags (kern.am), and
+ * only called through a table the CPU runs (kern_runs).
  */
 #ifndef KVC_KERN_INT_H
 #define KVC_KERN_INT_H
@@ -57,6 +57,16 @@ extern kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE];
 void kern_avx512_att_tile(const struct kern_att_tile *t);
 extern kern_packed_fn *const kern_avx512_packed[KERN_NTYPE];
 bool kern_avx512_pack_fits(int64_t n_in);
+#endif
+
+#if defined(__aarch64__)
+#define KERN_ARM 1
+/* kern_neon.c (any aarch64 CPU), kern_neon_dot.c (+dotprod) */
+extern kern_rows_act_fn *const kern_neon_rows_act[KERN_NTYPE];
+extern kern_rows_act_fn *const kern_neondot_rows_act[KERN_NTYPE];
+bool kern_neon_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+void kern_neon_act_prepare(const float *x, int64_t n_in, void *act);
 #endif
 
 #endif

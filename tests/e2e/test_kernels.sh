@@ -4,8 +4,9 @@
 # was decoded alone or computed inside a prefill (greedy tokens and their
 # log-probs, bitwise as printed), on an int8-kernel (Q4_K_M) and a float
 # (F16) fixture; --version and bench name the table; a name that is no
-# table, and (on a CPU without AVX-512) a table the CPU cannot run, are
-# refused before anything runs.
+# table, another architecture's table (neon on x86-64) and (on a CPU
+# without AVX-512 or SDOT) a table the CPU cannot run are refused before
+# anything runs.
 . "$top_srcdir/tests/e2e/lib.sh"
 
 best=$("$KVCHAT" --version | sed -n 's/^CPU kernels: //p')
@@ -16,8 +17,15 @@ for ty in q4_k_m f16; do
 	    --n-head 4 --n-head-kv 2 --n-ff 512 --seed 3 --quiet || { echo "FAIL: mkmodel"; exit 1; }
 done
 P=11,12,13,14,15,16,17,18,19,20,21,22
+# this program's tables, as its messages list them
+case $(uname -m) in
+x86_64) tables="scalar, avx2, avx512" ;;
+aarch64) tables="scalar, neon, neondot" ;;
+*) tables="scalar" ;;
+esac
 ran=0 ran_best=no
-for k in scalar avx2 avx512; do
+for k in scalar avx2 avx512 neon neondot; do
+	case ", $tables," in *", $k,"*) ;; *) continue ;; esac
 	if ! KVCHAT_KERNELS=$k "$KVCHAT" --version >"$TMPD/v" 2>"$TMPD/e"; then
 		# refused: only a table this CPU lacks, by name
 		check "$k refused by name" grep -q "kernels '$k': this CPU cannot run them" "$TMPD/e"
@@ -51,10 +59,23 @@ done
 check "scalar and $best ran ($ran tables)" [ "$ran_best" = yes ]
 
 # a name that is no table: refused with the names, before the model is read
-KVCHAT_KERNELS=neon "$KVCHAT" generate -m "$TMPD/none.gguf" -p hi -n 1 >"$TMPD/o" 2>"$TMPD/e"
+KVCHAT_KERNELS=sse9 "$KVCHAT" generate -m "$TMPD/none.gguf" -p hi -n 1 >"$TMPD/o" 2>"$TMPD/e"
 check "unknown table: exit 2" [ $? -eq 2 ]
-check "unknown table named" grep -q "KVCHAT_KERNELS: kernels 'neon': no such table (scalar, avx2, avx512 or auto)" "$TMPD/e"
+check "unknown table named" grep -q "KVCHAT_KERNELS: kernels 'sse9': no such table ($tables or auto)" "$TMPD/e"
 check "unknown table: the model was not opened" sh -c "! grep -q none.gguf '$TMPD/e'"
+# another architecture's table: refused by name, saying whose it is
+case $(uname -m) in
+x86_64) foreign="neon aarch64" ;;
+aarch64) foreign="avx2 x86-64" ;;
+*) foreign= ;;
+esac
+if [ -n "$foreign" ]; then
+	set -- $foreign
+	KVCHAT_KERNELS=$1 "$KVCHAT" generate -m "$TMPD/none.gguf" -p hi -n 1 >"$TMPD/o" 2>"$TMPD/e"
+	rc=$?
+	check "$1 on $(uname -m): exit 2" [ $rc -eq 2 ]
+	check "$1 refused by name" grep -q "KVCHAT_KERNELS: kernels '$1': $2 kernels, not built into this program (it has $tables or auto)" "$TMPD/e"
+fi
 KVCHAT_KERNELS=auto "$KVCHAT" --version >"$TMPD/v" 2>&1
 check "auto is the best ($best)" grep -q "^CPU kernels: $best\$" "$TMPD/v"
 done_testing

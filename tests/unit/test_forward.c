@@ -440,20 +440,19 @@ out:
  * Batch independence (issue 11): the logits of a position are bitwise the
  * same computed alone (one-token forwards, the decode path), in batches of
  * 5 (tiles of 2 rows x 4 tokens plus a last tile of 1, or 2 x 3 + 2 for
- * the float types) and in one 512-token prefill (chunks of 128, full
+ * the float types) and in one N-token prefill (512: chunks of 128, full
  * tiles), at 1 and 2 threads (which pair the rows differently). This holds
  * because each (row, token) product runs the same instructions on the same
  * values in the same order whatever tile carries it (src/kern), in every
  * kernel table this CPU runs.
  */
 static void
-batch_independence(const struct kvc_model *m, const struct kern *k)
+batch_independence(const struct kvc_model *m, const struct kern *k, int N)
 {
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
-	enum { N = 512 };
 	int V = m->hp.n_vocab, i, th, p, rc = 0, bad[3] = {0, 0, 0};
 	size_t sz = (size_t)N * V * sizeof(float);
-	int32_t tok[N];
+	int32_t tok[512];
 	float *lg[2][3];
 	char err[256] = "";
 
@@ -494,9 +493,9 @@ batch_independence(const struct kvc_model *m, const struct kern *k)
 	    "(prefill, batches of 5, 2 threads)\n", gguf_dtype_name(m->layers[0].wq.type), k->name,
 	    bad[0], bad[1], bad[2], N);
 	test_cond(bad[0] == 0 && bad[1] == 0 && bad[2] == 0,
-	    "%s %s: logits depend on the batch: %d positions differ in the 512-token prefill, "
+	    "%s %s: logits depend on the batch: %d positions differ in the %d-token prefill, "
 	    "%d in batches of 5, %d between 1 and 2 threads", gguf_dtype_name(m->layers[0].wq.type),
-	    k->name, bad[0], bad[1], bad[2]);
+	    k->name, bad[0], N, bad[1], bad[2]);
 	for (th = 0; th < 2; th++)
 		for (i = 0; i < 3; i++)
 			free(lg[th][i]);
@@ -788,8 +787,28 @@ refusals(const struct spec *base)
 	}
 }
 
+/* Whether the command line (ARCH TYPE...) asks for spec s with weights t. */
+static bool
+chosen(const struct spec *s, enum gguf_dtype t, int argc, char **argv)
+{
+	if (strcmp(s->arch, argv[1]) != 0)
+		return false;
+	for (int i = 2; i < argc; i++)
+		if (strcmp(gguf_dtype_name(t), argv[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * test_forward [ARCH TYPE...]: with arguments, only that architecture with
+ * those weight types (gguf_dtype_name's spelling), in the table
+ * KVCHAT_KERNELS names (unset: every table the CPU runs), against the
+ * reference and batch independence over 20 positions, nothing else: the
+ * short run tests/e2e/test_neon_qemu.sh gives an emulated CPU. Without
+ * arguments, everything.
+ */
 int
-main(void)
+main(int argc, char **argv)
 {
 	static const enum gguf_dtype types[] = {
 		GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
@@ -833,7 +852,14 @@ main(void)
 	int32_t tok[N_TOK];
 	size_t si, ti;
 	int i;
+	bool only = argc > 1;
+	const char *want = getenv("KVCHAT_KERNELS");	/* with arguments: that table only */
 
+	if (only && want != NULL) {
+		const struct kern *k;
+		char err[160];
+		test_cond(kern_find(want, &k, err, sizeof err) == 0, "KVCHAT_KERNELS: %s", err);
+	}
 	rng_state = 0x9E3779B97F4A7C15ULL;
 	for (i = 0; i < N_TOK; i++)
 		tok[i] = (int32_t)((rnd() + 1) * 150);
@@ -851,6 +877,8 @@ main(void)
 			double e32, e16, tol;
 
 			if (ti >= n_first_types && si >= n_iq_specs)
+				continue;
+			if (only && !chosen(&s, types[ti], argc, argv))
 				continue;
 			s.wtype = types[ti];
 			f = open_spec(&s, &mem, NULL);
@@ -880,7 +908,7 @@ main(void)
 				const struct kern *k = kern_list(ki);
 				struct kvc_backend_params bp = { .n_threads = 2, .kernels = k->name };
 
-				if (!kern_runs(k))
+				if (!kern_runs(k) || (only && want != NULL && strcmp(want, k->name) != 0))
 					continue;
 				test_cond(kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0, "init: %s", err);
 				e32 = run_vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref, lg);
@@ -900,13 +928,15 @@ main(void)
 				 * each type's batch independence): 1,536 positions of their kernels
 				 * per type would triple the test's time.
 				 */
-				if (si == 1 && (ti < n_first_types || s.wtype == GGML_TYPE_IQ4_XS))
-					batch_independence(&m, k);
+				if (only)
+					batch_independence(&m, k, 20);
+				else if (si == 1 && (ti < n_first_types || s.wtype == GGML_TYPE_IQ4_XS))
+					batch_independence(&m, k, 512);
 			}
 			/* the errors must be small because the paths agree, not because logits vanish */
 			test_cond(fabs(ref[(size_t)(N_TOK - 1) * s.n_vocab]) < 1e3, "ref sane");
 
-			if (s.wtype == GGML_TYPE_Q4_K) {
+			if (s.wtype == GGML_TYPE_Q4_K && !only) {
 				cache_contract(&m, tok, GGML_TYPE_F32);
 				cache_contract(&m, tok, GGML_TYPE_F16);
 				if (si == 0 || is_gemma(s.arch))
@@ -918,6 +948,10 @@ main(void)
 			gguf_close(f);
 			free(mem);
 		}
+	}
+	if (only) {
+		test_cond(test_passed + test_failed > 0, "%s: no such architecture or types", argv[1]);
+		return test_done();
 	}
 	refusals(&specs[0]);
 	gemma_defaults();
