@@ -10,6 +10,8 @@
 #ifndef KVC_BACKEND_H
 #define KVC_BACKEND_H
 
+#include <signal.h>
+
 #include "core/kvc.h"
 #include "model/model.h"
 
@@ -19,6 +21,11 @@ struct kvc_backend_params {
 	/* called with done/total while weights load or upload (optional, may be NULL) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * The caller's interrupt flag (optional): set (by a SIGINT handler, say)
+	 * while the weights load, init stops with KVC_EINTR and frees what it made.
+	 */
+	volatile sig_atomic_t *interrupt;
 	/*
 	 * Keep windowed layers' caches whole (the computation before they were
 	 * bounded), for tests to compare the bounded caches against.
