@@ -261,6 +261,13 @@ eng_open(struct kvc_engine **out, const char *model_path,
 		kvc_err(err, errlen, "%s", why);
 		goto fail;
 	}
+	/* a backend that loads without checking the flag (CUDA's upload) stops here */
+	if (p.interrupt != NULL && *p.interrupt) {
+		e->be->free(e->bctx);
+		kvc_err(err, errlen, "interrupted while loading the weights");
+		rc = KVC_EINTR;
+		goto fail;
+	}
 	make_fingerprint(e);
 	make_vocab_fingerprint(e);
 	*out = e;
