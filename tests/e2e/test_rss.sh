@@ -11,6 +11,7 @@
 # The peak is the child's ru_maxrss, read by python3.
 . "$top_srcdir/tests/e2e/lib.sh"
 command -v python3 >/dev/null || skip "python3 is not installed (it reads the peak)"
+grep -qa __asan_init "$KVCHAT" && skip "a sanitizer build: its shadow memory is not the program's"
 
 M="$TMPD/m.gguf"
 L=4 KVD=256 CTX=512
