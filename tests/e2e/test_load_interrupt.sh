@@ -4,8 +4,9 @@
 # made slow by KVCHAT_TEST_LOAD_DELAY_MS (the REPL sleeps that long at each
 # progress report of the load). On a terminal (a tmux pane) the "loading
 # weights" bar shows and Ctrl-C ends kvchat with status 130 and a message,
-# the store holding no conversation; piped, no bar is drawn and SIGINT does
-# the same; then the same model loads and answers as usual.
+# the store holding no conversation; kvchat generate the same; piped, no
+# bar is drawn and SIGINT does the same; then the same model loads and
+# answers as usual.
 . "$top_srcdir/tests/e2e/lib.sh"
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 
@@ -27,6 +28,17 @@ check "exit status 130 after Ctrl-C in the load" on_screen "KVCHAT-EXIT:130"
 check "the interrupted load says so" on_screen "interrupted while loading the model"
 check "the bar is cleared" sh -c "! tmux -L '$SOCK' -f '$KVC_TMUX_CONF' capture-pane -p -t t | grep -q 'loading weights'"
 check "no conversation stored" [ "$(sql 'SELECT count(*) FROM conversations' 2>/dev/null || echo 0)" = 0 ]
+
+# kvchat generate on a terminal: the same bar and Ctrl-C (status 130, no reply).
+T kill-session -t t
+T new-session -d -s t -x 200 -y 50 \
+    "LC_ALL=C.UTF-8 TERM=xterm KVCHAT_TEST_LOAD_DELAY_MS=1500 '$KVCHAT' generate -m '$M' -p hi -n 4 \
+    --threads 2; echo KVCHAT-EXIT:\$?; sleep 60"
+wait_for "generate's progress bar" on_screen "loading weights"
+keys C-c
+wait_for "generate to exit" on_screen "KVCHAT-EXIT:"
+check "generate: exit status 130 after Ctrl-C in the load" on_screen "KVCHAT-EXIT:130"
+check "generate: the message" on_screen "generate: interrupted while"
 
 # Piped: no bar; SIGINT once kvchat has its handler (SigCgt bit 2).
 mkfifo "$TMPD/in"

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <readline/readline.h>
@@ -31,41 +30,6 @@ on_sigint(int sig)
 {
 	(void)sig;
 	repl_sigint = 1;
-}
-
-/*
- * The load's progress (eng_open): the bar, drawn when the load takes more
- * than KVC_PROGRESS_DELAY. KVCHAT_TEST_LOAD_DELAY_MS, for tests only,
- * sleeps that long at each report, so that a small model's load lasts long
- * enough to be interrupted (tests/e2e/test_load_interrupt.sh).
- */
-struct load_progress {
-	struct kvc_progress bar;
-	long delay_ms;
-};
-
-static void
-load_progress(void *arg, uint64_t done, uint64_t total)
-{
-	struct load_progress *l = arg;
-
-	/* before the bar: a delayed load draws it at its first report (a signal ends the sleep) */
-	if (l->delay_ms > 0) {
-		struct timespec ts = { l->delay_ms / 1000, l->delay_ms % 1000 * 1000000L };
-
-		nanosleep(&ts, NULL);
-	}
-	progress_update(&l->bar, done, total);
-}
-
-static void
-load_progress_start(struct load_progress *l)
-{
-	const char *v = getenv("KVCHAT_TEST_LOAD_DELAY_MS");
-
-	progress_start(&l->bar, "loading weights", 0);
-	if (v == NULL || kvc_parse_long(v, 0, 10000, &l->delay_ms) != KVC_OK)
-		l->delay_ms = 0;
 }
 
 /* Half of physical memory: room for caches without pushing the weights out. */
@@ -494,7 +458,7 @@ repl_main(int argc, char **argv)
 {
 	struct repl_opts o;
 	struct kvc_repl r;
-	struct load_progress prog;
+	struct kvc_progress prog;
 	struct conv_params cp;
 	struct kvc_engine *draft = NULL;
 	struct sigaction sa;
@@ -542,15 +506,15 @@ repl_main(int argc, char **argv)
 	model_real = realpath(model, NULL);
 
 	repl_cap_threads(&o.ep);
-	load_progress_start(&prog);
-	o.ep.progress = load_progress;
+	progress_start_load(&prog);
+	o.ep.progress = progress_load;
 	o.ep.progress_arg = &prog;
 	o.ep.notice = progress_notice;
-	o.ep.notice_arg = &prog.bar;
+	o.ep.notice_arg = &prog;
 	/* Ctrl-C stops the load: nothing is stored before the first message */
 	o.ep.interrupt = r.interrupt;
 	rc = eng_open(&r.e, model, &o.ep, err, sizeof err);
-	progress_end(&prog.bar);
+	progress_end(&prog);
 	if (rc == KVC_EINTR) {
 		fprintf(stderr, "kvchat: %s: interrupted while loading the model\n", model);
 		status = 130;
