@@ -22,11 +22,6 @@ struct kvc_backend_params {
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
 	/*
-	 * The caller's interrupt flag (optional): set (by a SIGINT handler, say)
-	 * while the weights load, init stops with KVC_EINTR and frees what it made.
-	 */
-	volatile sig_atomic_t *interrupt;
-	/*
 	 * Keep windowed layers' caches whole (the computation before they were
 	 * bounded), for tests to compare the bounded caches against.
 	 */
@@ -42,6 +37,13 @@ struct kvc_backend_params {
 	 * "auto": the best this CPU runs); init refuses one the CPU cannot run.
 	 */
 	const char *kernels;
+	/*
+	 * The caller's interrupt flag (optional): set (by a SIGINT handler, say)
+	 * while the weights load, init stops with KVC_EINTR and frees what it made.
+	 * Last, so that the members before it keep their places for a CUDA
+	 * module built before it (KVC_CUDA_ABI).
+	 */
+	volatile sig_atomic_t *interrupt;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };
