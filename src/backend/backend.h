@@ -10,6 +10,8 @@
 #ifndef KVC_BACKEND_H
 #define KVC_BACKEND_H
 
+#include <signal.h>
+
 #include "core/kvc.h"
 #include "model/model.h"
 
@@ -35,6 +37,13 @@ struct kvc_backend_params {
 	 * "auto": the best this CPU runs); init refuses one the CPU cannot run.
 	 */
 	const char *kernels;
+	/*
+	 * The caller's interrupt flag (optional): set (by a SIGINT handler, say)
+	 * while the weights load, init stops with KVC_EINTR and frees what it made.
+	 * Last, so that the members before it keep their places for a CUDA
+	 * module built before it (KVC_CUDA_ABI).
+	 */
+	volatile sig_atomic_t *interrupt;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

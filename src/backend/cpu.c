@@ -282,7 +282,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 		free(c);
 		return rc;
 	}
-	if ((rc = cpu_pack_init(c, err, errlen))) {
+	if ((rc = cpu_pack_init(c, p, err, errlen))) {
 		cpu_free(c);
 		return rc;
 	}
@@ -466,8 +466,7 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
 	for (t = 0; t < n; t++) {
 		float *x = c->x + (size_t)t * E;
 
-		q_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data +
-		    (size_t)tok[t] * m->tok_embd.row_bytes, x, E);
+		q_dequant_row(m->tok_embd.type, cpu_pack_embd_row(c, tok[t]), x, E);
 		if (hp->embd_scale != 1.0f)
 			for (i = 0; i < E; i++)
 				x[i] *= hp->embd_scale;

@@ -84,6 +84,7 @@ struct cpu_ctx {
 	int n_packs;
 	size_t pack_bytes;		/* their bytes */
 	bool pack_released;		/* the file's pages of them handed back */
+	void *embd_row;			/* a tied, packed output: one embedding row read from the file */
 };
 
 struct mm_task {
@@ -129,7 +130,9 @@ void cpu_moe_free(struct cpu_ctx *c);
 void cpu_moe_ffn(struct cpu_ctx *c, int il, int n);
 
 /* cpu_pack.c: packed copies of the matrices that have a packed kernel here. */
-int cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen);
+int cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, size_t errlen);
+/* Token tok's embedding row, in tok_embd's type: the mapping's, or a copy read from the file. */
+const void *cpu_pack_embd_row(struct cpu_ctx *c, int32_t tok);
 const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
 void cpu_pack_free(struct cpu_ctx *c);
 

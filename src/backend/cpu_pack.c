@@ -5,13 +5,17 @@
  * (kern_packs: Q8_0, Q4_0, Q5_0 in the avx512 table), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
  * integer kernel then does several times fewer instructions per
- * multiply-add (quant_pack.c). The copy is the matrix's size; the
- * matrices are packed in slices of about 8 MiB and, when the model is the
- * file mapped (gguf_mapped), each slice's pages are handed back as soon as
- * it is packed
- * (madvise MADV_DONTNEED: they stay in the page cache, and are read again
- * from it if touched, as the embedding rows of a tied output matrix are),
- * so the weights are never resident twice.
+ * multiply-add (quant_pack.c). The copy is the matrix's size, so the
+ * file's bytes of a packed matrix must not stay resident beside it: when
+ * the model is the file mapped (gguf_mapped), each matrix is read with
+ * pread in slices of about 8 MiB into one slice buffer and packed from
+ * there, never through the mapping, and its range of the mapping is then
+ * released (gguf_release: unmapped and kept apart from its neighbours'
+ * large mappings, still readable from the page cache), matrix by matrix,
+ * so the peak is the copies plus one slice. The embedding rows of a tied
+ * output matrix, which is packed, are read the same way, one row per
+ * token (cpu_pack_embd_row). The slices report the load's progress and
+ * stop it at the caller's interrupt flag.
  * The copies are kept in a table sorted by weight address, looked up once
  * per product.
  */
@@ -24,51 +28,88 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 struct cpu_pack {
 	const struct kvc_weight *w;
 	void *p;		/* q_pack_bytes(w) bytes, 64-byte aligned */
 };
 
-/* Groups [g0, g1) of w into p, the threads splitting them. */
+/* Groups [0, ng) of the rows at W (n_out of them) into P, the threads splitting them. */
 struct pack_job {
-	const struct kvc_weight *w;
-	void *p;
-	int64_t g0, g1;
+	enum gguf_dtype type;
+	const void *W;
+	size_t row_bytes;
+	int64_t n_in, n_out, ng;
+	void *P;
 };
 
 static void
 pack_run(void *arg, int ith, int nth)
 {
 	const struct pack_job *j = arg;
-	int64_t ng = j->g1 - j->g0;
 
-	q_pack(j->w->type, j->w->data, j->w->row_bytes, j->w->n_in, j->w->n_out, j->p,
-	    j->g0 + ng * ith / nth, j->g0 + ng * (ith + 1) / nth);
+	q_pack(j->type, j->W, j->row_bytes, j->n_in, j->n_out, j->P, j->ng * ith / nth,
+	    j->ng * (ith + 1) / nth);
 }
 
-/* Groups per slice: a slice's rows are released before the next is packed. */
+/* A slice's rows are read (and the load's progress told) about 8 MiB at a time. */
 #define PACK_SLICE_BYTES ((size_t)8 << 20)
 
-/*
- * The whole pages of w's mapped rows [r0, r1) back to the kernel (a failure
- * only leaves them resident).
- */
-static void
-release(const struct kvc_weight *w, int64_t r0, int64_t r1)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t a = (uintptr_t)w->data + (uintptr_t)w->row_bytes * (uintptr_t)r0;
-	uintptr_t b = (uintptr_t)w->data + (uintptr_t)w->row_bytes * (uintptr_t)r1;
+/* What packing the matrices shares: the file, the slice buffer, the progress. */
+struct pack_load {
+	struct cpu_ctx *c;
+	const struct kvc_backend_params *p;
+	const struct gguf_file *f;	/* the mapped file the weights are in, or NULL */
+	void *buf;			/* a slice's rows read from f */
+	size_t buf_bytes;
+	uint64_t done;			/* weight bytes handled, for the progress */
+};
 
-	if (pg <= 0)
-		return;
-	a = (a + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
-	b = b / (uintptr_t)pg * (uintptr_t)pg;
-	if (b > a)
-		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+/*
+ * w's rows in slices: each read from the file (pread: the mapping is never
+ * touched) into the slice buffer and packed from there into P, at the
+ * slice's groups. A memory model is packed where it lies.
+ */
+static int
+pack_matrix(struct pack_load *L, const struct kvc_weight *w, void *P, char *err, size_t errlen)
+{
+	size_t gb = q_pack_group_bytes(w->type, w->n_in / 32);
+	int64_t ng = (w->n_out + Q_PACK_ROWS - 1) / Q_PACK_ROWS;
+	int64_t step = (int64_t)(PACK_SLICE_BYTES / (Q_PACK_ROWS * w->row_bytes)) + 1;
+	int rc;
+
+	for (int64_t g = 0; g < ng; g += step) {
+		int64_t g1 = g + step < ng ? g + step : ng, r0 = g * Q_PACK_ROWS;
+		int64_t r1 = g1 * Q_PACK_ROWS < w->n_out ? g1 * Q_PACK_ROWS : w->n_out;
+		const char *rows = (const char *)w->data + (size_t)r0 * w->row_bytes;
+		size_t n = (size_t)(r1 - r0) * w->row_bytes;
+		struct pack_job j = { w->type, rows, w->row_bytes, w->n_in, r1 - r0, g1 - g,
+		    (char *)P + (size_t)g * gb };
+
+		if (L->p && L->p->interrupt && *L->p->interrupt) {
+			kvc_err(err, errlen, "interrupted while packing the weights");
+			return KVC_EINTR;
+		}
+		if (L->f != NULL) {
+			if (n > L->buf_bytes) {
+				free(L->buf);
+				L->buf_bytes = 0;
+				if ((L->buf = malloc(n)) == NULL) {
+					kvc_err(err, errlen, "out of memory for a slice of the weights");
+					return KVC_ENOMEM;
+				}
+				L->buf_bytes = n;
+			}
+			if ((rc = gguf_pread(L->f, rows, n, L->buf, err, errlen)) != KVC_OK)
+				return rc;
+			j.W = L->buf;
+		}
+		tp_run(L->c->pool, pack_run, &j);
+		L->done += n;
+		if (L->p && L->p->progress)
+			L->p->progress(L->p->progress_arg, L->done, L->c->m->weight_bytes);
+	}
+	return KVC_OK;
 }
 
 static int
@@ -102,11 +143,14 @@ list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
 }
 
 int
-cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen)
+cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, size_t errlen)
 {
-	int n = list_matrices(c->m, NULL);
+	int n = list_matrices(c->m, NULL), rc = KVC_OK;
 	const struct kvc_weight **ws = malloc((size_t)n * sizeof *ws);
+	struct pack_load L = { c, p, NULL, NULL, 0, 0 };
 
+	if (c->m->file != NULL && gguf_mapped(c->m->file))
+		L.f = c->m->file;
 	c->packs = calloc((size_t)n, sizeof *c->packs);
 	if (ws == NULL || c->packs == NULL) {
 		free(ws);
@@ -114,40 +158,39 @@ cpu_pack_init(struct cpu_ctx *c, char *err, size_t errlen)
 		return KVC_ENOMEM;
 	}
 	list_matrices(c->m, ws);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && rc == KVC_OK; i++) {
 		const struct kvc_weight *w = ws[i];
 		size_t sz;
+		void *pk;
 
 		if (w->data == NULL || !kern_packs(c->kern, w->type, w->n_in))
 			continue;
 		sz = q_pack_bytes(w->type, w->n_in, w->n_out);
-		void *p = aligned_alloc(64, (sz + 63) / 64 * 64);
-		int64_t ng = (w->n_out + Q_PACK_ROWS - 1) / Q_PACK_ROWS;
-		int64_t step = (int64_t)(PACK_SLICE_BYTES / (Q_PACK_ROWS * w->row_bytes)) + 1;
-		bool mapped = c->m->file != NULL && gguf_mapped(c->m->file);
-
-		if (p == NULL) {
-			free(ws);
+		if ((pk = aligned_alloc(64, (sz + 63) / 64 * 64)) == NULL) {
 			kvc_err(err, errlen, "out of memory packing a %lld x %lld matrix (%.1f MiB)",
 			    (long long)w->n_out, (long long)w->n_in, sz / 1048576.0);
-			return KVC_ENOMEM;
+			rc = KVC_ENOMEM;
+			break;
 		}
-		/* in slices, so that the file's rows and their copy are never both resident */
-		for (int64_t g = 0; g < ng; g += step) {
-			struct pack_job j = { w, p, g, g + step < ng ? g + step : ng };
-
-			tp_run(c->pool, pack_run, &j);
-			if (mapped)
-				release(w, j.g0 * Q_PACK_ROWS, j.g1 * Q_PACK_ROWS < w->n_out ?
-				    j.g1 * Q_PACK_ROWS : w->n_out);
-		}
-		c->pack_released |= mapped;
-		c->packs[c->n_packs++] = (struct cpu_pack){ w, p };
+		c->packs[c->n_packs++] = (struct cpu_pack){ w, pk };
 		c->pack_bytes += sz;
+		rc = pack_matrix(&L, w, pk, err, errlen);
+		/* its pages, if anything read them, now, before the next is packed */
+		if (rc == KVC_OK && L.f != NULL)
+			gguf_release(L.f, w->data, (size_t)w->n_out * w->row_bytes);
 	}
+	c->pack_released = L.f != NULL && c->n_packs > 0;
+	/* a tied output packed: its rows, the embeddings, are read as needed (cpu_pack_embd_row) */
+	if (rc == KVC_OK && L.f != NULL && cpu_pack_find(c, &c->m->output) != NULL &&
+	    c->m->output.data == c->m->tok_embd.data &&
+	    (c->embd_row = malloc(c->m->tok_embd.row_bytes)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		rc = KVC_ENOMEM;
+	}
+	free(L.buf);
 	free(ws);
 	qsort(c->packs, (size_t)c->n_packs, sizeof *c->packs, by_weight);
-	return KVC_OK;
+	return rc;
 }
 
 const void *
@@ -174,7 +217,21 @@ cpu_pack_free(struct cpu_ctx *c)
 	for (int i = 0; i < c->n_packs; i++)
 		free(c->packs[i].p);
 	free(c->packs);
+	free(c->embd_row);
+	c->embd_row = NULL;
 	c->packs = NULL;
 	c->n_packs = 0;
 	c->pack_bytes = 0;
+}
+
+const void *
+cpu_pack_embd_row(struct cpu_ctx *c, int32_t tok)
+{
+	const struct kvc_weight *e = &c->m->tok_embd;
+	const char *row = (const char *)e->data + (size_t)tok * e->row_bytes;
+
+	/* a failed read (the file gone bad under us) reads the mapping instead */
+	if (c->embd_row != NULL && gguf_pread(c->m->file, row, e->row_bytes, c->embd_row, NULL, 0) == KVC_OK)
+		return c->embd_row;
+	return row;
 }

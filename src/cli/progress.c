@@ -3,7 +3,9 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
 
@@ -157,6 +159,30 @@ void
 progress_update(void *arg, uint64_t done, uint64_t total)
 {
 	progress_set(arg, done, total);
+}
+
+void
+progress_start_load(struct kvc_progress *p)
+{
+	const char *v = getenv("KVCHAT_TEST_LOAD_DELAY_MS");
+
+	progress_start(p, "loading weights", 0);
+	if (v == NULL || kvc_parse_long(v, 0, 10000, &p->delay_ms) != KVC_OK)
+		p->delay_ms = 0;
+}
+
+void
+progress_load(void *arg, uint64_t done, uint64_t total)
+{
+	struct kvc_progress *p = arg;
+
+	/* before the report: a delayed load draws its bar at the first one */
+	if (p->delay_ms > 0) {
+		struct timespec ts = { p->delay_ms / 1000, p->delay_ms % 1000 * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+	progress_set(p, done, total);
 }
 
 void

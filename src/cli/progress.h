@@ -24,6 +24,7 @@ struct kvc_progress {
 	double t_last;		/* last redraw, seconds */
 	int width;		/* terminal columns at start */
 	bool rate;		/* positions: drawn as counts, rate and time left, not a bar */
+	long delay_ms;		/* progress_load's sleep per report (KVCHAT_TEST_LOAD_DELAY_MS) */
 };
 
 /* Start an operation of total units (0 if unknown) on stderr. */
@@ -38,6 +39,15 @@ void progress_set(struct kvc_progress *p, uint64_t done, uint64_t total);
  * kvc_progress that progress_start has set up.
  */
 void progress_update(void *arg, uint64_t done, uint64_t total);
+/*
+ * A model's load: the "loading weights" bar on stderr, and progress_load,
+ * its kvc_engine_params.progress callback. For tests only,
+ * KVCHAT_TEST_LOAD_DELAY_MS makes progress_load sleep that long (a signal
+ * ends the sleep) before each report, so that a small model's load lasts
+ * long enough to be seen and interrupted (tests/e2e/test_load_interrupt.sh).
+ */
+void progress_start_load(struct kvc_progress *p);
+void progress_load(void *arg, uint64_t done, uint64_t total);
 /*
  * The callback shape of kvc_engine_params.notice: "kvchat: MSG" on stderr,
  * the bar's line (arg: a struct kvc_progress, or NULL) cleared first; the

@@ -80,10 +80,24 @@ fnv_f32(uint64_t *h, float f)
 /*
  * Hashing every byte of a multi-GB file would cost seconds at each start:
  * the head, the tail and 16 strided 256-byte windows of each tensor tell
- * different weights apart in practice.
+ * different weights apart in practice. The samples are read with
+ * gguf_pread, not through the mapping: a byte read there maps up to 2 MiB
+ * around it, pages the CPU backend's packed matrices would then leave
+ * resident beside their copies (a sample that cannot be read is hashed as
+ * zeros: the fingerprint only tells files apart).
  */
 static void
-fnv_tensor_sample(uint64_t *h, const struct gguf_tensor *t)
+fnv_sample(uint64_t *h, const struct gguf_file *f, const unsigned char *d, size_t n)
+{
+	unsigned char b[4096];
+
+	if (gguf_pread(f, d, n, b, NULL, 0) != KVC_OK)
+		memset(b, 0, n);
+	fnv(h, b, n);
+}
+
+static void
+fnv_tensor_sample(uint64_t *h, const struct gguf_file *f, const struct gguf_tensor *t)
 {
 	const unsigned char *d = t->data;
 	size_t n = t->nbytes, k = 4096;
@@ -91,14 +105,15 @@ fnv_tensor_sample(uint64_t *h, const struct gguf_tensor *t)
 	if (d == NULL || n == 0)
 		return;
 	if (n <= 3 * k) {
-		fnv(h, d, n);
+		for (size_t o = 0; o < n; o += k)
+			fnv_sample(h, f, d + o, n - o < k ? n - o : k);
 		return;
 	}
-	fnv(h, d, k);
-	fnv(h, d + n - k, k);
+	fnv_sample(h, f, d, k);
+	fnv_sample(h, f, d + n - k, k);
 	for (int i = 1; i <= 16; i++) {
 		size_t off = (size_t)((double)(n - 256) * i / 17.0);
-		fnv(h, d + off, 256);
+		fnv_sample(h, f, d + off, 256);
 	}
 }
 
@@ -128,7 +143,7 @@ make_fingerprint(struct kvc_engine *e)
 		fnv_i64(&h, t->type);
 		for (int d = 0; d < 4; d++)
 			fnv_i64(&h, t->ne[d]);
-		fnv_tensor_sample(&h, t);
+		fnv_tensor_sample(&h, e->gf, t);
 	}
 	snprintf(e->fingerprint, sizeof e->fingerprint, "%016llx", (unsigned long long)h);
 }
@@ -228,6 +243,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	bp.kernels = p.kernels;
 	bp.progress = p.progress;
 	bp.progress_arg = p.progress_arg;
+	bp.interrupt = p.interrupt;
 	bp.kv_type = p.kv_type;
 	rc = e->be->init(&e->bctx, &e->model, &bp, why, sizeof why);
 	if (rc && e->be != &kvc_backend_cpu && kvc_backend_is_auto(p.device)) {
@@ -243,6 +259,13 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	}
 	if (rc) {
 		kvc_err(err, errlen, "%s", why);
+		goto fail;
+	}
+	/* a backend that loads without checking the flag (CUDA's upload) stops here */
+	if (p.interrupt != NULL && *p.interrupt) {
+		e->be->free(e->bctx);
+		kvc_err(err, errlen, "interrupted while loading the weights");
+		rc = KVC_EINTR;
 		goto fail;
 	}
 	make_fingerprint(e);

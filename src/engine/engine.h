@@ -9,6 +9,8 @@
 #ifndef KVC_ENGINE_H
 #define KVC_ENGINE_H
 
+#include <signal.h>
+
 #include "core/kvc.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -23,6 +25,8 @@ struct kvc_engine_params {
 	const char *kernels;	/* CPU kernel table by name (kvc_backend_params; NULL: the best) */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);	/* load progress (optional) */
 	void *progress_arg;
+	/* The caller's interrupt flag (optional): set while the weights load, eng_open stops, KVC_EINTR. */
+	volatile sig_atomic_t *interrupt;
 	/*
 	 * One line to show the user (optional): with device "auto", why the
 	 * CUDA backend could not run this model and the CPU runs it instead.

@@ -6,6 +6,7 @@
  * file's own size.
  */
 #include "gguf.h"
+#include "gguf_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +49,7 @@ struct gguf_file {
 	const uint8_t *base;	/* whole file */
 	uint64_t size;
 	bool mapped;		/* base came from mmap (else caller's memory) */
+	int fd;			/* the mapped file, kept for gguf_pread; -1 for memory */
 	uint32_t version;
 	uint32_t alignment;
 	uint64_t data_offset;
@@ -568,20 +570,22 @@ gguf_open(struct gguf_file **out, const char *path, char *err, size_t errlen)
 		return KVC_EFORMAT;
 	}
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
 	if (map == MAP_FAILED) {
 		kvc_err(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+		close(fd);
 		return KVC_EIO;
 	}
 	if ((f = calloc(1, sizeof *f)) == NULL || (f->path = strdup(path)) == NULL) {
 		free(f);
 		munmap(map, (size_t)st.st_size);
+		close(fd);
 		kvc_err(err, errlen, "%s: out of memory", path);
 		return KVC_ENOMEM;
 	}
 	f->base = map;
 	f->size = (uint64_t)st.st_size;
 	f->mapped = true;
+	f->fd = fd;
 	return open_common(f, out, err, errlen);
 }
 
@@ -600,6 +604,7 @@ gguf_open_mem(struct gguf_file **out, const void *data, size_t size,
 	}
 	f->base = data;
 	f->size = size;
+	f->fd = -1;
 	if (size == 0) {
 		kvc_err(err, errlen, "%s: empty file", f->path);
 		gguf_close(f);
@@ -624,6 +629,8 @@ gguf_close(struct gguf_file *f)
 	free(f->tensors);
 	if (f->mapped)
 		munmap((void *)f->base, (size_t)f->size);
+	if (f->fd >= 0)
+		close(f->fd);
 	free(f->path);
 	free(f);
 }
@@ -632,6 +639,8 @@ const char *gguf_path(const struct gguf_file *f) { return f->path; }
 uint32_t gguf_version(const struct gguf_file *f) { return f->version; }
 uint64_t gguf_file_size(const struct gguf_file *f) { return f->size; }
 bool gguf_mapped(const struct gguf_file *f) { return f->mapped; }
+const uint8_t *gguf_base(const struct gguf_file *f) { return f->base; }
+int gguf_fd(const struct gguf_file *f) { return f->fd; }
 uint32_t gguf_alignment(const struct gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const struct gguf_file *f) { return f->data_offset; }
 int64_t gguf_n_kv(const struct gguf_file *f) { return f->n_kv; }

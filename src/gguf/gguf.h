@@ -115,6 +115,23 @@ uint64_t gguf_data_offset(const struct gguf_file *f);
 /* Whether the tensor data is the file mapped (gguf_open), not a caller's buffer (gguf_open_mem). */
 bool gguf_mapped(const struct gguf_file *f);
 
+/*
+ * gguf_io.c. n bytes of the file from p (a pointer into it, as a tensor's
+ * data) into dst, read with pread(2) from a mapped file so that no page of
+ * the mapping is touched (from a caller's buffer: copied). 0, KVC_EINVAL
+ * (the range is not inside the file) or KVC_EIO.
+ */
+int gguf_pread(const struct gguf_file *f, const void *p, size_t n, void *dst,
+    char *err, size_t errlen);
+/*
+ * The whole pages of [p, p + n) of a mapped file are unmapped and set
+ * apart from their neighbours' mapping: for data a caller has copied and
+ * will not read again. The bytes stay readable (faulted in again from the
+ * page cache when read). Nothing for a caller's buffer or a range outside
+ * the file.
+ */
+void gguf_release(const struct gguf_file *f, const void *p, size_t n);
+
 /* Metadata key/value pairs, in file order. */
 int64_t gguf_n_kv(const struct gguf_file *f);
 const char *gguf_kv_key(const struct gguf_file *f, int64_t i);	/* NUL-terminated */

@@ -367,6 +367,94 @@ test_write_tmp_name(void)
 	rmdir(dir);
 }
 
+/*
+ * gguf_io.c: gguf_pread copies a tensor's bytes exactly, mapped or from a
+ * buffer, and refuses a range outside the file; after gguf_release the
+ * range still reads the same through the mapping,
+ * and its pages are no longer mapped (RssFile falls by more than half its
+ * size: the pages it shares with the header stay, as do the libraries').
+ */
+static long
+rss_file_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+
+	while (f != NULL && fgets(line, sizeof line, f) != NULL)
+		if (strncmp(line, "RssFile:", 8) == 0)
+			v = atol(line + 8);
+	if (f != NULL)
+		fclose(f);
+	return v;
+}
+
+static void
+test_pread_release(void)
+{
+	enum { ROWS = 1024, COLS = 1024 };	/* 4 MiB of F32 */
+	char dir[] = "/tmp/kvc-gguf-XXXXXX", path[64] = "";
+	struct gguf_writer *w = gguf_writer_new();
+	float *data = malloc((size_t)ROWS * COLS * sizeof *data), *back = malloc(4096 * sizeof *back);
+	int64_t ne[2] = { COLS, ROWS };
+	struct gguf_file *f = NULL, *fb = NULL;
+	const struct gguf_tensor *t;
+	void *mem = NULL;
+	size_t len = 0, nb = (size_t)ROWS * COLS * sizeof *data;
+	volatile float sum = 0;
+	long before, after;
+	char buf[8];
+
+	if (w == NULL || data == NULL || back == NULL || mkdtemp(dir) == NULL) {
+		test_cond(0, "setup");
+		goto out;
+	}
+	for (size_t i = 0; i < (size_t)ROWS * COLS; i++)
+		data[i] = (float)(i % 9973) * 0.25f;
+	snprintf(path, sizeof path, "%s/m.gguf", dir);
+	test_cond(gguf_w_tensor(w, "t", GGML_TYPE_F32, 2, ne, data, nb) == 0, "tensor");
+	test_cond(gguf_w_write(w, path, err, sizeof err) == 0, "write: %s", err);
+	test_cond(gguf_w_to_mem(w, &mem, &len) == 0, "to mem");
+	if (gguf_open(&f, path, err, sizeof err) != 0 || (t = gguf_find_tensor(f, "t")) == NULL) {
+		test_cond(0, "open mapped: %s", err);
+		goto out;
+	}
+	test_cond(gguf_pread(f, (const char *)t->data + 4096, 4096 * sizeof *back, back, err, sizeof err) == 0 &&
+	    memcmp(back, data + 1024, 4096 * sizeof *back) == 0, "pread of a mapped file: %s", err);
+	test_cond(gguf_pread(f, (const char *)t->data + nb - 4, 8, buf, err, sizeof err) == KVC_EINVAL,
+	    "pread past the end refused");
+	test_cond(gguf_pread(f, data, 4, buf, err, sizeof err) == KVC_EINVAL, "pread of another buffer refused");
+	/* the whole tensor mapped, then handed back */
+	for (size_t i = 0; i < (size_t)ROWS * COLS; i += 256)
+		sum += ((const float *)t->data)[i];
+	before = rss_file_kb();
+	gguf_release(f, t->data, nb);
+	after = rss_file_kb();
+	test_cond(before < 0 || before - after >= (long)(nb / 2048),
+	    "release unmaps the range: RssFile %ld -> %ld kB", before, after);
+	test_cond(memcmp(t->data, data, nb) == 0, "a released range still reads the same");
+	if (gguf_open_mem(&fb, mem, len, "buf", err, sizeof err) == 0 && (t = gguf_find_tensor(fb, "t")) != NULL) {
+		test_cond(gguf_pread(fb, t->data, 4096 * sizeof *back, back, err, sizeof err) == 0 &&
+		    memcmp(back, data, 4096 * sizeof *back) == 0, "pread of a buffer: %s", err);
+		gguf_release(fb, t->data, nb);	/* nothing for a caller's buffer */
+		test_cond(memcmp(t->data, data, nb) == 0, "a buffer is left alone");
+	} else {
+		test_cond(0, "open buffer: %s", err);
+	}
+	(void)sum;
+out:
+	gguf_close(f);
+	gguf_close(fb);
+	free(mem);
+	free(data);
+	free(back);
+	gguf_writer_free(w);
+	if (path[0] != '\0') {
+		unlink(path);
+		rmdir(dir);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -378,6 +466,7 @@ main(int argc, char **argv)
 	test_roundtrip();
 	test_crafted();
 	test_write_tmp_name();
+	test_pread_release();
 	if (dir != NULL)
 		test_real_vocab(dir);
 	else

@@ -506,13 +506,20 @@ repl_main(int argc, char **argv)
 	model_real = realpath(model, NULL);
 
 	repl_cap_threads(&o.ep);
-	progress_start(&prog, "loading weights", 0);
-	o.ep.progress = progress_update;
+	progress_start_load(&prog);
+	o.ep.progress = progress_load;
 	o.ep.progress_arg = &prog;
 	o.ep.notice = progress_notice;
 	o.ep.notice_arg = &prog;
+	/* Ctrl-C stops the load: nothing is stored before the first message */
+	o.ep.interrupt = r.interrupt;
 	rc = eng_open(&r.e, model, &o.ep, err, sizeof err);
 	progress_end(&prog);
+	if (rc == KVC_EINTR) {
+		fprintf(stderr, "kvchat: %s: interrupted while loading the model\n", model);
+		status = 130;
+		goto out;
+	}
 	if (rc) {
 		/* the loader's messages name the file already: the path once */
 		if (strncmp(err, model, strlen(model)) == 0)

@@ -160,10 +160,11 @@ sub_bench(int argc, char **argv)
 	/* Exactly the positions the benchmark uses, whatever the model's own context. */
 	o.ep.n_ctx = (int)(o.depth + o.n_p + o.n_n + 1);
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
-	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
+	if ((rc = sub_eng_open(&e, o.model, &o.ep, err, sizeof err)) != 0) {
 		fprintf(stderr, "kvchat: bench: %s\n", err);
-		return 1;
+		return rc == KVC_EINTR ? 130 : 1;
 	}
+	rc = 1;
 	if (eng_seq_new(e, &s, err, sizeof err) != 0)
 		goto fail;
 	prompt = malloc((size_t)(o.depth + o.n_p + 1) * sizeof *prompt);

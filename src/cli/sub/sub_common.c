@@ -3,10 +3,12 @@
  * perplexity, and the log-softmax generate and perplexity score with.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sub_common.h"
+#include "cli/progress.h"
 #include "cli/repl/repl.h"
 
 int
@@ -16,6 +18,61 @@ sub_usage(const char *name, const char *usage, const char *why, const char *arg)
 		fprintf(stderr, "kvchat: %s: %s%s%s\n", name, why, arg ? ": " : "", arg ? arg : "");
 	fputs(usage, stderr);
 	return 2;
+}
+
+/*
+ * sub_eng_open's Ctrl-C: the one piece of state its handler touches, handed
+ * to the load as its interrupt flag and read nowhere else.
+ */
+static volatile sig_atomic_t load_sigint;
+
+static void
+on_load_sigint(int sig)
+{
+	(void)sig;
+	load_sigint = 1;
+}
+
+int
+sub_eng_open(struct kvc_engine **e, const char *path, struct kvc_engine_params *ep, char *err,
+    size_t errlen)
+{
+	struct kvc_progress bar;
+	struct sigaction sa, old;
+	bool caught = false;
+	int rc;
+
+	/* only where Ctrl-C would kill us: a SIGINT ignored (a background job) stays so */
+	load_sigint = 0;
+	if (sigaction(SIGINT, NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_load_sigint;
+		sigemptyset(&sa.sa_mask);
+		caught = sigaction(SIGINT, &sa, NULL) == 0;
+	}
+	progress_start_load(&bar);
+	ep->progress = progress_load;
+	ep->progress_arg = &bar;
+	ep->notice = progress_notice;
+	ep->notice_arg = &bar;
+	ep->interrupt = caught ? &load_sigint : NULL;
+	rc = eng_open(e, path, ep, err, errlen);
+	progress_end(&bar);
+	if (caught)
+		sigaction(SIGINT, &old, NULL);
+	/* a Ctrl-C between the load's last look at the flag and the handler's removal */
+	if (rc == KVC_OK && load_sigint) {
+		eng_close(*e);
+		*e = NULL;
+		kvc_err(err, errlen, "interrupted while loading the weights");
+		rc = KVC_EINTR;
+	}
+	/* the bar and the flag are gone: a draft model opened later with ep uses neither */
+	ep->progress = NULL;
+	ep->progress_arg = NULL;
+	ep->notice_arg = NULL;
+	ep->interrupt = NULL;
+	return rc;
 }
 
 int

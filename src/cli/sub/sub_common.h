@@ -79,6 +79,19 @@ struct sub_opts_spec {
 int sub_parse_opts(const struct sub_opts_spec *c, int argc, char **argv);
 
 /*
+ * eng_open with the "loading weights" bar on standard error when it is a
+ * terminal and the load takes more than KVC_PROGRESS_DELAY (the packing of
+ * a large model's weights), and the notices (why --device auto runs on the
+ * CPU) printed clear of it. Where SIGINT has its default action, Ctrl-C
+ * stops the load (KVC_EINTR, nothing left open) instead of killing the
+ * program, and the action is restored after. ep's progress, notice argument
+ * and interrupt flag are reset after: they lived only for the call.
+ * Returns eng_open's code.
+ */
+int sub_eng_open(struct kvc_engine **e, const char *path, struct kvc_engine_params *ep, char *err,
+    size_t errlen);
+
+/*
  * Open the draft model path for speculative decoding beside main (same
  * engine options) and a sequence on it: 0, or 1 with the message said
  * (a draft whose vocabulary differs from main's is refused).

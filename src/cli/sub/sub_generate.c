@@ -277,7 +277,7 @@ sub_generate(int argc, char **argv)
 	struct conv_spec spec = { NULL, 0, 0 };
 	char err[512] = "";
 	double t_start;
-	int rc;
+	int rc, orc;
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
@@ -290,9 +290,9 @@ sub_generate(int argc, char **argv)
 		rc = usage("no model given (-m FILE)", NULL);
 	if (rc < 0 && o.prompt != NULL && o.have_prompt_ids)
 		rc = usage("-p and --prompt-ids exclude each other", NULL);
-	if (rc < 0 && eng_open(&e, o.model, &o.ep, err, sizeof err) != 0) {
+	if (rc < 0 && (orc = sub_eng_open(&e, o.model, &o.ep, err, sizeof err)) != 0) {
 		fprintf(stderr, "kvchat: generate: %s\n", err);
-		rc = 1;
+		rc = orc == KVC_EINTR ? 130 : 1;
 	}
 	if (rc >= 0) {
 		kvc_tokens_free(&o.prompt_ids);

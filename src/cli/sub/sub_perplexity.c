@@ -297,10 +297,10 @@ sub_perplexity(int argc, char **argv)
 	if ((text = read_text(o.file, &len)) == NULL)
 		return 1;
 	o.ep.n_ctx = (int)o.n_ctx;
-	if (eng_open(&e, o.model, &o.ep, err, sizeof err) != KVC_OK) {
+	if ((rc = sub_eng_open(&e, o.model, &o.ep, err, sizeof err)) != KVC_OK) {
 		fprintf(stderr, "kvchat: perplexity: %s\n", err);
 		free(text);
-		return 1;
+		return rc == KVC_EINTR ? 130 : 1;
 	}
 	rc = run(e, text, len, &o);
 	eng_close(e);
