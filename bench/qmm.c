@@ -9,7 +9,7 @@
  * CPU time (a call on a cache-resident matrix takes a few microseconds,
  * near the clock's own cost); the figure is the best round's time per call.
  *
- *   bench/qmm TYPE N_TOK N_IN N_OUT [ROUNDS [scalar|avx2|avx512|auto|packed [COPIES]]]
+ *   bench/qmm TYPE N_TOK N_IN N_OUT [ROUNDS [TABLE|packed|TABLE-packed [COPIES]]]
  *   bench/qmm sweep [decode|prefill [ROUNDS]]
  *
  * e.g. bench/qmm q4_0 64 1024 1024 11 (prefill-shaped), bench/qmm q8_0 1
@@ -18,16 +18,19 @@
  * distinct copies of the matrix, each call in a round takes the next copy:
  * with their total well past the last-level cache every call streams its
  * weights from memory, as decoding a whole model does, e.g. bench/qmm bf16
- * 1 896 4864 5 auto 256 (2.2 GB). scalar, avx2, avx512: that kernel table
- * (src/kern), auto: the best this CPU runs. packed: the best table's
- * packed kernel (Q8_0, Q4_0, Q5_0 in the avx512 table), each copy packed
- * first (quant_pack.c), untimed.
+ * 1 896 4864 5 auto 256 (2.2 GB). TABLE scalar, avx2, avx512: that kernel
+ * table (src/kern), auto: the best this CPU runs. packed: the best
+ * table's packed kernel (Q8_0, Q4_0, Q5_0 in the avx2 and avx512 tables),
+ * TABLE-packed that table's, each copy packed first (quant_pack.c),
+ * untimed.
  *
  * sweep: the cache-resident figures of every type the decode target names
  * (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K) for each SIMD table
  * this CPU runs, GB/s of weights: decode is one token times a 2048 x 256
  * matrix (1 MiB at F16, so every type's weights stay in a 2 MiB L2),
- * prefill 128 tokens times the same matrix, in GFLOP/s.
+ * prefill 128 tokens times the same matrix, in GFLOP/s; through the
+ * table's packed kernel where it has one for the type (as the CPU backend
+ * runs it), marked *.
  */
 #include "config.h"
 
@@ -202,7 +205,8 @@ sweep(bool prefill, int rounds)
 	for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
 		printf("%-6s", names[n]);
 		for (int i = 0; i < nt; i++) {
-			struct job j = { .k = tabs[i], .t = types[type_index(names[n])].t,
+			enum gguf_dtype t = types[type_index(names[n])].t;
+			struct job j = { .k = tabs[i], .t = t, .packed = kern_packs(tabs[i], t, 2048),
 			    .n_tok = prefill ? 128 : 1, .copies = 1, .n_in = 2048, .n_out = 256 };
 			if (job_init(&j)) {
 				fprintf(stderr, "qmm: out of memory\n");
@@ -211,8 +215,9 @@ sweep(bool prefill, int rounds)
 			}
 			double s = job_time(&j, rounds);
 			/* prefill: 2 flops per weight and token */
-			printf(" %8.1f", (double)j.wb / s * 1e-9 * (prefill ?
-			    2.0 * (double)j.n_in * (double)j.n_out * j.n_tok / (double)j.wb : 1.0));
+			printf(" %7.1f%c", (double)j.wb / s * 1e-9 * (prefill ?
+			    2.0 * (double)j.n_in * (double)j.n_out * j.n_tok / (double)j.wb : 1.0),
+			    j.packed ? '*' : ' ');
 			fflush(stdout);
 			job_free(&j);
 		}
@@ -239,7 +244,7 @@ main(int argc, char **argv)
 		return reps < 1 ? 2 : sweep(prefill, reps);
 	}
 	if (argc < 5) {
-		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [ROUNDS [scalar|avx2|avx512|auto|packed [COPIES]]]\n"
+		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [ROUNDS [TABLE|packed|TABLE-packed [COPIES]]]\n"
 		    "       qmm sweep [decode|prefill [ROUNDS]]\n");
 		return 2;
 	}
@@ -249,10 +254,21 @@ main(int argc, char **argv)
 	j.n_out = atoll(argv[4]);
 	if (argc > 5)
 		reps = atoi(argv[5]);
-	if (argc > 6 && strcmp(argv[6], "packed") == 0)
-		j.packed = true;
-	else if (argc > 6)
-		table = argv[6];
+	if (argc > 6) {
+		/* packed, or TABLE-packed */
+		size_t n = strlen(argv[6]);
+		static char name[32];
+		if (strcmp(argv[6], "packed") == 0) {
+			j.packed = true;
+		} else if (n > 7 && n < sizeof name + 7 && strcmp(argv[6] + n - 7, "-packed") == 0) {
+			j.packed = true;
+			memcpy(name, argv[6], n - 7);
+			name[n - 7] = '\0';
+			table = name;
+		} else {
+			table = argv[6];
+		}
+	}
 	if (argc > 7)
 		j.copies = atoi(argv[7]);
 	if (ti < 0 || j.n_tok < 1 || j.n_out < 1 || reps < 1 || j.copies < 1 ||
@@ -276,8 +292,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	double best = job_time(&j, reps);
-	printf("%s (%s) %d tok x %lld x %lld: %.3f ms, %.1f GFLOP/s, %.2f GB/s of weights\n",
-	    types[ti].name, j.packed ? "packed" : j.k->name, j.n_tok, (long long)j.n_in,
+	printf("%s (%s%s) %d tok x %lld x %lld: %.3f ms, %.1f GFLOP/s, %.2f GB/s of weights\n",
+	    types[ti].name, j.k->name, j.packed ? " packed" : "", j.n_tok, (long long)j.n_in,
 	    (long long)j.n_out, best * 1e3, 2.0 * (double)j.n_in * (double)j.n_out * j.n_tok / best * 1e-9,
 	    (double)j.wb / best * 1e-9);
 	job_free(&j);
