@@ -38,8 +38,9 @@ help_environment(FILE *f)
 	fprintf(f,
 "Environment:\n"
 "  KVCHAT_MODEL     model file used when -m is not given\n"
-"  KVCHAT_KERNELS   CPU kernel table: scalar, avx2, avx512 or auto (default:\n"
-"                   the best this CPU runs; one it cannot run is refused)\n"
+"  KVCHAT_KERNELS   CPU kernel table: scalar, avx2, avx2vnni, avx512 or auto\n"
+"                   (default: the best this CPU runs; one it cannot run is\n"
+"                   refused)\n"
 "  XDG_DATA_HOME    where the database and models folder live\n"
 "  XDG_STATE_HOME   where the history file lives\n"
 "  NO_COLOR         when set (non-empty), no colour\n"

@@ -77,10 +77,13 @@ static inline bool kvc_add_ok(size_t a, size_t b, size_t *out)
 /*
  * The instruction sets this CPU (and OS) runs, as KVC_CPU_* bits, probed
  * once (util.c). KVC_CPU_AVX2: AVX2 + FMA + F16C; KVC_CPU_AVX512: that and
- * AVX512 F, VL, BW and VNNI. src/kern compiles one kernel table for each.
+ * AVX512 F, VL, BW and VNNI; KVC_CPU_AVXVNNI: AVX-VNNI (the 256-bit VEX
+ * vpdpbusd of Alder Lake, Sapphire Rapids, Zen 5). src/kern compiles one
+ * kernel table for each.
  */
 #define KVC_CPU_AVX2 1u
 #define KVC_CPU_AVX512 2u
+#define KVC_CPU_AVXVNNI 16u
 unsigned kvc_cpu_features(void);
 
 /* UTF-8: length of the longest valid prefix of s[0..n) ; == n when valid. */

@@ -44,6 +44,23 @@ static const struct kern avx2 = {
 	.act = kern_avx2_act,
 };
 
+/* avx2's table with AVX-VNNI in the int8 products: bitwise the same results */
+static const struct kern avx2vnni = {
+	.name = "avx2vnni",
+	.need = KVC_CPU_AVX2 | KVC_CPU_AVXVNNI,
+	.rows_f = avx2_rows_f,
+	.rows_act = kern_avx2vnni_rows_act,
+	.packed = kern_avx2vnni_packed,
+	.pack_fits = kern_avx2vnni_pack_fits,
+	.act_prepare = kern_avx2_act_prepare,
+	.att_tile = kern_avx2_att_tile,
+	.kvq8_dot = kern_avx2_kvq8_dot,
+	.kvq8_axpy = kern_avx2_kvq8_axpy,
+	.rmsnorm = kern_avx2_rmsnorm,
+	.f32_to_f16 = kern_avx2_f32_to_f16,
+	.act = kern_avx2_act,
+};
+
 static kern_rows_f_fn *const avx512_rows_f[KERN_NTYPE] = {
 	[GGML_TYPE_F32] = kern_avx512_rows_f, [GGML_TYPE_F16] = kern_avx512_rows_f,
 	[GGML_TYPE_BF16] = kern_avx512_rows_f,
@@ -71,7 +88,7 @@ static const struct kern avx512 = {
 static const struct kern *const tables[] = {
 	&scalar,
 #ifdef KERN_X86
-	&avx2, &avx512,
+	&avx2, &avx2vnni, &avx512,
 #endif
 };
 
@@ -116,7 +133,7 @@ kern_find(const char *name, const struct kern **out, char *err, size_t errlen)
 		*out = tables[i];
 		return KVC_OK;
 	}
-	kvc_err(err, errlen, "kernels '%s': no such table (scalar, avx2, avx512 or auto)", name);
+	kvc_err(err, errlen, "kernels '%s': no such table (scalar, avx2, avx2vnni, avx512 or auto)", name);
 	return KVC_EINVAL;
 }
 

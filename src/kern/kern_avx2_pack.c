@@ -11,8 +11,11 @@
  * product, one FMA) is shared by those 8 rows, where the unpacked tiles
  * (kern_avx2_i8.c) pay it per row; no horizontal sum at the end either.
  *
- * Without VNNI the multiply-add is vpmaddubsw (pairs into int16, saturating)
- * then vpmaddwd by 1 (into int32). The int16 stage is kept as long as it
+ * With AVX-VNNI (the avx2vnni table: this file built with -mavxvnni
+ * -DKERN_AVXVNNI) it is one vpdpbusd of unsigned levels (Q8_0's w + 128)
+ * and x, corrected by -o x the token's block sum. Without VNNI the
+ * multiply-add is vpmaddubsw (pairs into int16, saturating) then vpmaddwd
+ * by 1 (into int32). The int16 stage is kept as long as it
  * cannot saturate, |x| <= 127 (q_act_prepare): Q4_0's levels u <= 15 give
  * pairs of at most 2 * 15 * 127 = 3810, so the eight vectors of a block are
  * added in int16 (30480) before one vpmaddwd; Q5_0's u <= 31 give 7874,
@@ -88,10 +91,23 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, int h, __m256
 	}
 }
 
-/* Lane r: the exact sum over the block of row r's levels times x (before the correction). */
+/*
+ * Lane r: the exact sum over the block of row r's levels times x, from c
+ * (the token's correction; 0 where the form below needs none).
+ */
 INLINE __m256i
-block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x)
+block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, __m256i c)
 {
+#ifdef KERN_AVXVNNI
+	/* every type's levels are unsigned here (Q8_0's w + 128): two chains of four */
+	__m256i s0 = c, s1 = _mm256_setzero_si256();
+	UNROLL
+	for (int j = 0; j < 8; j += 2) {
+		s0 = _mm256_dpbusd_avx_epi32(s0, wv[j], bcast4(x, x_first(t, j)));
+		s1 = _mm256_dpbusd_avx_epi32(s1, wv[j + 1], bcast4(x, x_first(t, j + 1)));
+	}
+	return _mm256_add_epi32(s0, s1);
+#else
 	const __m256i one16 = _mm256_set1_epi16(1);
 
 	if (t == GGML_TYPE_Q8_0) {
@@ -103,7 +119,7 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x)
 			    _mm256_sign_epi8(bcast4(x, 4 * j), w));
 			s = _mm256_add_epi32(s, _mm256_madd_epi16(p, one16));
 		}
-		return s;
+		return _mm256_add_epi32(s, c);
 	}
 	/* int16 sums of 8 (Q4_0) or 4 (Q5_0) vectors' pairs, then one widening each */
 	const int run = t == GGML_TYPE_Q4_0 ? 8 : 4;
@@ -116,14 +132,22 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x)
 			p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wv[j], bcast4(x, x_first(t, j))));
 		s = _mm256_add_epi32(s, _mm256_madd_epi16(p, one16));
 	}
-	return s;
+	return _mm256_add_epi32(s, c);
+#endif
 }
 
-/* -o x the sum of each block's 32 int8 x, nb blocks of one token (Q8_0: none needed, 0). */
+/*
+ * -o x the sum of each block's 32 int8 x, nb blocks of one token; Q8_0's
+ * o is 128 with VNNI (its levels w + 128), 0 without (|w| times x with w's sign).
+ */
 INLINE void
 corrections(enum gguf_dtype t, const int8_t *q, int64_t nb, int32_t *cx)
 {
+#ifdef KERN_AVXVNNI
+	const int32_t o = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 128;
+#else
 	const int32_t o = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
+#endif
 
 	for (int64_t b = 0; b < nb; b++) {
 		/* x + 128 is unsigned: its sum of absolute differences from 0 is its sum */
@@ -163,9 +187,8 @@ half_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, const 
 		levels(t, G, nb, b, h, wv);
 		UNROLL
 		for (int k = 0; k < NT; k++) {
-			__m256i s = block_isum(t, wv, qx[k] + 32 * b);
-			if (t != GGML_TYPE_Q8_0)
-				s = _mm256_add_epi32(s, _mm256_set1_epi32(cx[(size_t)k * (size_t)nb + (size_t)b]));
+			__m256i s = block_isum(t, wv, qx[k] + 32 * b,
+			    _mm256_set1_epi32(cx[(size_t)k * (size_t)nb + (size_t)b]));
 			acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(ws, _mm256_set1_ps(dx[k][b])),
 			    _mm256_cvtepi32_ps(s), acc[k]);
 		}
@@ -245,13 +268,13 @@ PACKED(GGML_TYPE_Q8_0, packed_q8_0)
 PACKED(GGML_TYPE_Q4_0, packed_q4_0)
 PACKED(GGML_TYPE_Q5_0, packed_q5_0)
 
-kern_packed_fn *const kern_avx2_packed[KERN_NTYPE] = {
+kern_packed_fn *const KERN_AVX2_SYM(packed)[KERN_NTYPE] = {
 	[GGML_TYPE_Q8_0] = packed_q8_0, [GGML_TYPE_Q4_0] = packed_q4_0, [GGML_TYPE_Q5_0] = packed_q5_0,
 };
 
 /* The corrections of a chunk of PACK_NT tokens must fit the stack array. */
 bool
-kern_avx2_pack_fits(int64_t n_in)
+KERN_AVX2_SYM(pack_fits)(int64_t n_in)
 {
 	return n_in > 0 && n_in % 32 == 0 && n_in / 32 * PACK_NT <= PACK_CX;
 }

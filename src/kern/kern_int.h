@@ -43,6 +43,10 @@ void kern_avx2_act(float *g, const float *u, int64_t n, bool gelu);
 /* kern_avx2_pack.c: the packed kernel (quant_pack.c's layout), half a group per vector */
 extern kern_packed_fn *const kern_avx2_packed[KERN_NTYPE];
 bool kern_avx2_pack_fits(int64_t n_in);
+/* kern_avx2_i8.c and kern_avx2_pack.c built with -mavxvnni (kern_x86.h's KERN_AVX2_SYM) */
+extern kern_rows_act_fn *const kern_avx2vnni_rows_act[KERN_NTYPE];
+extern kern_packed_fn *const kern_avx2vnni_packed[KERN_NTYPE];
+bool kern_avx2vnni_pack_fits(int64_t n_in);
 /* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 and avx512 tables */
 bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);

@@ -5,7 +5,7 @@
 # log-probs, bitwise as printed), on an int8-kernel (Q4_K_M) and a float
 # (F16) fixture; --version and bench name the table; a name that is no
 # table, and (on a CPU without AVX-512) a table the CPU cannot run, are
-# refused before anything runs.
+# refused before anything runs. avx2vnni's output is avx2's, byte for byte.
 . "$top_srcdir/tests/e2e/lib.sh"
 
 best=$("$KVCHAT" --version | sed -n 's/^CPU kernels: //p')
@@ -17,7 +17,7 @@ for ty in q4_k_m f16; do
 done
 P=11,12,13,14,15,16,17,18,19,20,21,22
 ran=0 ran_best=no
-for k in scalar avx2 avx512; do
+for k in scalar avx2 avx2vnni avx512; do
 	if ! KVCHAT_KERNELS=$k "$KVCHAT" --version >"$TMPD/v" 2>"$TMPD/e"; then
 		# refused: only a table this CPU lacks, by name
 		check "$k refused by name" grep -q "kernels '$k': this CPU cannot run them" "$TMPD/e"
@@ -31,6 +31,7 @@ for k in scalar avx2 avx512; do
 		KVCHAT_KERNELS=$k "$KVCHAT" generate -m "$M" --prompt-ids $P -n 8 --temp 0 --logprobs 2 \
 		    --threads 2 >"$TMPD/a" 2>"$TMPD/e" || fail "$k $ty: generate"
 		sed -n 's/^\[\([0-9]*\)\] \(.*\)/\1 \2/p' "$TMPD/a" >"$TMPD/a.l"
+		cp "$TMPD/a.l" "$TMPD/$k.$ty.l"
 		check "$k $ty: 8 tokens" [ "$(wc -l <"$TMPD/a.l")" -eq 8 ]
 		# the first four generated tokens join the prompt: a prefill of 16
 		ids=$(head -4 "$TMPD/a.l" | awk '{printf ",%s", $2}')
@@ -49,11 +50,17 @@ for k in scalar avx2 avx512; do
 	check "bench names $k" grep -q "CPU kernels $k," "$TMPD/bench"
 done
 check "scalar and $best ran ($ran tables)" [ "$ran_best" = yes ]
+# avx2vnni is avx2 with vpdpbusd forming the same exact integer sums: the same output
+if [ -f "$TMPD/avx2vnni.q4_k_m.l" ]; then
+	for ty in q4_k_m f16; do
+		check "avx2vnni gives avx2's $ty output" cmp -s "$TMPD/avx2.$ty.l" "$TMPD/avx2vnni.$ty.l"
+	done
+fi
 
 # a name that is no table: refused with the names, before the model is read
 KVCHAT_KERNELS=neon "$KVCHAT" generate -m "$TMPD/none.gguf" -p hi -n 1 >"$TMPD/o" 2>"$TMPD/e"
 check "unknown table: exit 2" [ $? -eq 2 ]
-check "unknown table named" grep -q "KVCHAT_KERNELS: kernels 'neon': no such table (scalar, avx2, avx512 or auto)" "$TMPD/e"
+check "unknown table named" grep -q "KVCHAT_KERNELS: kernels 'neon': no such table (scalar, avx2, avx2vnni, avx512 or auto)" "$TMPD/e"
 check "unknown table: the model was not opened" sh -c "! grep -q none.gguf '$TMPD/e'"
 KVCHAT_KERNELS=auto "$KVCHAT" --version >"$TMPD/v" 2>&1
 check "auto is the best ($best)" grep -q "^CPU kernels: $best\$" "$TMPD/v"
