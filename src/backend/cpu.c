@@ -626,7 +626,7 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	    c->m->weight_bytes / 1048576.0);
 	if (c->n_packs > 0)
 		kvc_buf_printf(out, "packed: %d Q8_0/Q4_0/Q5_0 matrices, %.1f MiB (rows side by side for the "
-		    "16-row VNNI kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
+		    "packed kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
 		    c->pack_released ? "; their file pages handed back" : "");
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 	cpu_kv_describe(c, out);

@@ -79,12 +79,14 @@ static inline bool kvc_add_ok(size_t a, size_t b, size_t *out)
  * once (util.c). x86-64: KVC_CPU_AVX2: AVX2 + FMA + F16C; KVC_CPU_AVX512:
  * that and AVX512 F, VL, BW and VNNI. aarch64: KVC_CPU_NEON: Advanced SIMD
  * (HWCAP_ASIMD); KVC_CPU_DOTPROD: that and the int8 dot product of ARMv8.2
- * (HWCAP_ASIMDDP, SDOT). src/kern compiles one kernel table for each.
+ * (HWCAP_ASIMDDP, SDOT). KVC_CPU_AVXVNNI: AVX-VNNI (the 256-bit VEX
+ * vpdpbusd of Alder Lake, Sapphire Rapids, Zen 5). src/kern compiles one kernel table for each.
  */
 #define KVC_CPU_AVX2 1u
 #define KVC_CPU_AVX512 2u
 #define KVC_CPU_NEON 4u
 #define KVC_CPU_DOTPROD 8u
+#define KVC_CPU_AVXVNNI 16u
 unsigned kvc_cpu_features(void);
 
 /* UTF-8: length of the longest valid prefix of s[0..n) ; == n when valid. */

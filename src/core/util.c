@@ -219,6 +219,9 @@ probe_cpu(void)
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
 		f |= KVC_CPU_AVX512;
+	/* AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 */
+	if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0)
+		f |= KVC_CPU_AVXVNNI;
 	return f;
 }
 #elif defined(__aarch64__)

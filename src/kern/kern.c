@@ -34,7 +34,25 @@ static const struct kern avx2 = {
 	.need = KVC_CPU_AVX2,
 	.rows_f = avx2_rows_f,
 	.rows_act = kern_avx2_rows_act,
-	.packed = NULL,
+	.packed = kern_avx2_packed,
+	.pack_fits = kern_avx2_pack_fits,
+	.act_prepare = kern_avx2_act_prepare,
+	.att_tile = kern_avx2_att_tile,
+	.kvq8_dot = kern_avx2_kvq8_dot,
+	.kvq8_axpy = kern_avx2_kvq8_axpy,
+	.rmsnorm = kern_avx2_rmsnorm,
+	.f32_to_f16 = kern_avx2_f32_to_f16,
+	.act = kern_avx2_act,
+};
+
+/* avx2's table with AVX-VNNI in the int8 products: bitwise the same results */
+static const struct kern avx2vnni = {
+	.name = "avx2vnni",
+	.need = KVC_CPU_AVX2 | KVC_CPU_AVXVNNI,
+	.rows_f = avx2_rows_f,
+	.rows_act = kern_avx2vnni_rows_act,
+	.packed = kern_avx2vnni_packed,
+	.pack_fits = kern_avx2vnni_pack_fits,
 	.act_prepare = kern_avx2_act_prepare,
 	.att_tile = kern_avx2_att_tile,
 	.kvq8_dot = kern_avx2_kvq8_dot,
@@ -110,7 +128,7 @@ static const struct kern neondot = {
 static const struct kern *const tables[] = {
 	&scalar,
 #ifdef KERN_X86
-	&avx2, &avx512,
+	&avx2, &avx2vnni, &avx512,
 #endif
 #ifdef KERN_ARM
 	&neon, &neondot,
@@ -121,7 +139,7 @@ static const struct kern *const tables[] = {
 static const struct {
 	const char *name, *arch;
 } all_names[] = {
-	{ "avx2", "x86-64" }, { "avx512", "x86-64" }, { "neon", "aarch64" }, { "neondot", "aarch64" },
+	{ "avx2", "x86-64" }, { "avx2vnni", "x86-64" }, { "avx512", "x86-64" }, { "neon", "aarch64" }, { "neondot", "aarch64" },
 };
 
 #define N_TABLES (int)(sizeof tables / sizeof tables[0])

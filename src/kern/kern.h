@@ -1,7 +1,8 @@
 /*
  * kern.h: the CPU kernels, one table per instruction set: "scalar" (any
- * CPU), "avx2" (AVX2 + FMA + F16C), "avx512" (that and AVX512 F, VL, BW,
- * VNNI). Each table's files are compiled with their own flags (kern.am);
+ * CPU), "avx2" (AVX2 + FMA + F16C), "avx2vnni" (that and AVX-VNNI: avx2's
+ * table with vpdpbusd in its int8 products, bitwise the same results),
+ * "avx512" (AVX2 and AVX512 F, VL, BW, VNNI). Each table's files are compiled with their own flags (kern.am);
  * the CPU is probed once (kvc_cpu_features) and the CPU backend takes its
  * table at init (kern_find), so nothing below it asks the CPU again.
  *
@@ -69,7 +70,7 @@ struct kern_att_tile {
 size_t kern_att_buf_floats(int hd);
 
 struct kern {
-	const char *name;		/* "scalar", "avx2", "avx512" (KVCHAT_KERNELS) */
+	const char *name;		/* "scalar", "avx2", "avx2vnni", "avx512" (KVCHAT_KERNELS) */
 	unsigned need;			/* KVC_CPU_* bits the CPU must have */
 	kern_rows_f_fn *const *rows_f;		/* [KERN_NTYPE] float activations */
 	kern_rows_act_fn *const *rows_act;	/* [KERN_NTYPE] int8 activations */
@@ -99,7 +100,7 @@ bool kern_runs(const struct kern *k);
 /* The best table this CPU runs. */
 const struct kern *kern_best(void);
 /*
- * The table named name ("scalar", "avx2", "avx512"); NULL, "" or "auto":
+ * The table named name ("scalar", "avx2", "avx2vnni", "avx512"); NULL, "" or "auto":
  * kern_best(). KVC_EINVAL for a name that is no table, KVC_EUNSUPPORTED
  * for one this CPU cannot run, each with a message naming it.
  */

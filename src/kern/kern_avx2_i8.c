@@ -1,6 +1,7 @@
 /*
  * kern_avx2_i8.c: the avx2 table's products of int8 activations (compiled
- * with -mavx2 -mfma -mf16c, kern.am). A tile is two weight rows times up to
+ * with -mavx2 -mfma -mf16c, kern.am), and the avx2vnni table's (the same
+ * file with -mavxvnni: mad_avx2 is then one vpdpbusd, the same sums). A tile is two weight rows times up to
  * four tokens: each weight block is decoded once per tile (kern_x86.h) and
  * multiplied into every token of it, instead of once per (row, token) as a
  * one-row dot product does.
@@ -148,7 +149,7 @@ ROWS_I8(GGML_TYPE_Q4_K, rows_q4_k)
 ROWS_I8(GGML_TYPE_Q5_K, rows_q5_k)
 ROWS_I8(GGML_TYPE_Q6_K, rows_q6_k)
 
-kern_rows_act_fn *const kern_avx2_rows_act[KERN_NTYPE] = {
+kern_rows_act_fn *const KERN_AVX2_SYM(rows_act)[KERN_NTYPE] = {
 	[GGML_TYPE_Q8_0] = rows_q8_0, [GGML_TYPE_Q4_0] = rows_q4_0, [GGML_TYPE_Q4_1] = rows_q4_1,
 	[GGML_TYPE_Q5_0] = rows_q5_0, [GGML_TYPE_Q5_1] = rows_q5_1, [GGML_TYPE_Q3_K] = rows_q3_k,
 	[GGML_TYPE_Q4_K] = rows_q4_k, [GGML_TYPE_Q5_K] = rows_q5_k, [GGML_TYPE_Q6_K] = rows_q6_k,

@@ -27,7 +27,7 @@ void kern_scalar_kvq8_axpy(float *y, float a, const void *row, int i0, int n);
 
 #if defined(__x86_64__)
 #define KERN_X86 1
-/* kern_avx2.c, kern_avx2_i8.c, kern_avx2_att.c, kern_avx2_vec.c */
+/* kern_avx2.c, kern_avx2_i8.c, kern_avx2_att.c, kern_avx2_vec.c, kern_avx2_pack.c */
 bool kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 extern kern_rows_act_fn *const kern_avx2_rows_act[KERN_NTYPE];
@@ -40,6 +40,13 @@ void kern_avx2_kvq8_axpy(float *y, float a, const void *row, int i0, int n);
 void kern_avx2_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void kern_avx2_f32_to_f16(uint16_t *d, const float *x, int n);
 void kern_avx2_act(float *g, const float *u, int64_t n, bool gelu);
+/* kern_avx2_pack.c: the packed kernel (quant_pack.c's layout), half a group per vector */
+extern kern_packed_fn *const kern_avx2_packed[KERN_NTYPE];
+bool kern_avx2_pack_fits(int64_t n_in);
+/* kern_avx2_i8.c and kern_avx2_pack.c built with -mavxvnni (kern_x86.h's KERN_AVX2_SYM) */
+extern kern_rows_act_fn *const kern_avx2vnni_rows_act[KERN_NTYPE];
+extern kern_packed_fn *const kern_avx2vnni_packed[KERN_NTYPE];
+bool kern_avx2vnni_pack_fits(int64_t n_in);
 /* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 and avx512 tables */
 bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);

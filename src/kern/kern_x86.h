@@ -20,6 +20,18 @@
 #define UNROLL _Pragma("GCC unroll 8")
 
 /*
+ * kern_avx2_i8.c and kern_avx2_pack.c are built twice (kern.am): for the
+ * avx2 table, and with -mavxvnni -DKERN_AVXVNNI for the avx2vnni table,
+ * whose entries take this prefix. The integer sums are exact both ways, so
+ * the two tables' results are bitwise the same.
+ */
+#ifdef KERN_AVXVNNI
+#define KERN_AVX2_SYM(name) kern_avx2vnni_##name
+#else
+#define KERN_AVX2_SYM(name) kern_avx2_##name
+#endif
+
+/*
  * The sum of v's eight floats, halves first, then pairs: the one order every
  * AVX2 kernel reduces in (results depend on it bit for bit).
  */
@@ -82,7 +94,11 @@ ld256(const void *p)
 INLINE __m256i
 mad_avx2(__m256i u, __m256i s)
 {
+#ifdef KERN_AVXVNNI
+	return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
 	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
 }
 
 /* Byte i is 0xFF where bit i of the little-endian 32-bit word at p is set. */

@@ -1,7 +1,7 @@
 /*
  * quant_pack.c: the layout of Q8_0, Q4_0 and Q5_0 matrices packed at load
- * for the kernel tables that have a packed kernel (src/kern's avx512: its
- * kern_avx512_pack.c says why a packed matrix is faster). Packed, the
+ * for the kernel tables that have a packed kernel (src/kern's avx2 and
+ * avx512: kern_avx512_pack.c says why a packed matrix is faster). Packed, the
  * lanes are rows instead of values: a group
  * of Q_PACK_ROWS (16) rows keeps, per block of 32 values, eight 64-byte
  * vectors whose lane r holds 4 consecutive levels of row r, and the 16

@@ -7,6 +7,7 @@
 # table, another architecture's table (neon on x86-64) and (on a CPU
 # without AVX-512 or SDOT) a table the CPU cannot run are refused before
 # anything runs.
+# avx2vnni's output is avx2's, byte for byte.
 . "$top_srcdir/tests/e2e/lib.sh"
 
 best=$("$KVCHAT" --version | sed -n 's/^CPU kernels: //p')
@@ -19,12 +20,12 @@ done
 P=11,12,13,14,15,16,17,18,19,20,21,22
 # this program's tables, as its messages list them
 case $(uname -m) in
-x86_64) tables="scalar, avx2, avx512" ;;
+x86_64) tables="scalar, avx2, avx2vnni, avx512" ;;
 aarch64) tables="scalar, neon, neondot" ;;
 *) tables="scalar" ;;
 esac
 ran=0 ran_best=no
-for k in scalar avx2 avx512 neon neondot; do
+for k in scalar avx2 avx2vnni avx512 neon neondot; do
 	case ", $tables," in *", $k,"*) ;; *) continue ;; esac
 	if ! KVCHAT_KERNELS=$k "$KVCHAT" --version >"$TMPD/v" 2>"$TMPD/e"; then
 		# refused: only a table this CPU lacks, by name
@@ -39,6 +40,7 @@ for k in scalar avx2 avx512 neon neondot; do
 		KVCHAT_KERNELS=$k "$KVCHAT" generate -m "$M" --prompt-ids $P -n 8 --temp 0 --logprobs 2 \
 		    --threads 2 >"$TMPD/a" 2>"$TMPD/e" || fail "$k $ty: generate"
 		sed -n 's/^\[\([0-9]*\)\] \(.*\)/\1 \2/p' "$TMPD/a" >"$TMPD/a.l"
+		cp "$TMPD/a.l" "$TMPD/$k.$ty.l"
 		check "$k $ty: 8 tokens" [ "$(wc -l <"$TMPD/a.l")" -eq 8 ]
 		# the first four generated tokens join the prompt: a prefill of 16
 		ids=$(head -4 "$TMPD/a.l" | awk '{printf ",%s", $2}')
@@ -57,6 +59,12 @@ for k in scalar avx2 avx512 neon neondot; do
 	check "bench names $k" grep -q "CPU kernels $k," "$TMPD/bench"
 done
 check "scalar and $best ran ($ran tables)" [ "$ran_best" = yes ]
+# avx2vnni is avx2 with vpdpbusd forming the same exact integer sums: the same output
+if [ -f "$TMPD/avx2vnni.q4_k_m.l" ]; then
+	for ty in q4_k_m f16; do
+		check "avx2vnni gives avx2's $ty output" cmp -s "$TMPD/avx2.$ty.l" "$TMPD/avx2vnni.$ty.l"
+	done
+fi
 
 # a name that is no table: refused with the names, before the model is read
 KVCHAT_KERNELS=sse9 "$KVCHAT" generate -m "$TMPD/none.gguf" -p hi -n 1 >"$TMPD/o" 2>"$TMPD/e"

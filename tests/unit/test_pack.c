@@ -6,7 +6,7 @@
  * buffer (left alone). Both must give bitwise the same logits, prefill and
  * decode, and the backend's description must say what was packed and
  * released. In every kernel table this CPU runs: where the table has no
- * packed kernel (all but avx512), nothing is packed and the description
+ * packed kernel (scalar), nothing is packed and the description
  * says nothing of it.
  */
 #include "backend/backend.h"
