@@ -40,9 +40,12 @@ void kern_avx2_kvq8_axpy(float *y, float a, const void *row, int i0, int n);
 void kern_avx2_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void kern_avx2_f32_to_f16(uint16_t *d, const float *x, int n);
 void kern_avx2_act(float *g, const float *u, int64_t n, bool gelu);
-/* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 and avx512 tables */
+/* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 table */
 bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+struct q_iq_int;
+/* q_iq_unpack of one block, the nibble types (IQ4_NL, IQ4_XS, MXFP4) with a table lookup */
+void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o);
 #define KERN_AVX2_IQ_ROWS_ACT							\
 	[GGML_TYPE_Q2_K] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iq_rows_act,	\
 	[GGML_TYPE_IQ4_XS] = kern_avx2_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iq_rows_act,	\
@@ -57,6 +60,15 @@ extern kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE];
 void kern_avx512_att_tile(const struct kern_att_tile *t);
 extern kern_packed_fn *const kern_avx512_packed[KERN_NTYPE];
 bool kern_avx512_pack_fits(int64_t n_in);
+/* kern_avx512_iq.c: quant_iq.h's types in the avx512 table */
+bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+#define KERN_AVX512_IQ_ROWS_ACT							\
+	[GGML_TYPE_Q2_K] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ4_XS] = kern_avx512_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act
 #endif
 
 #endif
