@@ -65,13 +65,6 @@ load_chunk(enum gguf_dtype t, const uint8_t *row, int64_t e0, int64_t n, struct 
 	}
 }
 
-/* x with the sign of w (0 where w is 0 needs no care: |w| is 0 there) */
-INLINE __m512i
-signed_x(__m512i w, __m512i x)
-{
-	return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
-}
-
 static void
 row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
     float *out, size_t out_stride)
@@ -87,7 +80,20 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 		half[tok] = _mm256_setzero_ps();
 	}
 	for (int64_t e0 = 0; e0 < n; e0 += 32 * (int64_t)ch.n32) {
+		/* per pair, once for all tokens: the levels' magnitudes, sign mask, scales (offsets) */
+		__m512i wabs[4];
+		__mmask64 wneg[4];
+		__m512 sv[4], mv[4];
+
 		load_chunk(t, row, e0, n, &ch);
+		for (int c = 0; c + 2 <= ch.n32; c += 2) {
+			__m512i w = _mm512_loadu_si512(ch.b.q + 32 * c);
+			wabs[c / 2] = _mm512_abs_epi8(w);
+			wneg[c / 2] = _mm512_movepi8_mask(w);
+			sv[c / 2] = _mm512_permutexvar_ps(QUAD_IDX, _mm512_castps128_ps512(_mm_loadu_ps(ch.b.s + 2 * c)));
+			mv[c / 2] = ch.b.has_m ? _mm512_permutexvar_ps(QUAD_IDX,
+			    _mm512_castps128_ps512(_mm_loadu_ps(ch.b.m + 2 * c))) : _mm512_setzero_ps();
+		}
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab);
 			const int8_t *q = (const int8_t *)(d + 2 * nb32);
@@ -96,21 +102,16 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 
 			for (c = 0; c + 2 <= ch.n32; c += 2) {
 				int64_t g = e0 / 32 + c;	/* the pair's first block of x */
-				__m512i w = _mm512_loadu_si512(ch.b.q + 32 * c);
 				__m512i x = _mm512_loadu_si512(q + 32 * g);
-				__m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w),
-				    signed_x(w, x));
+				__m512i sx = _mm512_mask_sub_epi8(x, wneg[c / 2], _mm512_setzero_si512(), x);
+				__m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs[c / 2], sx);
 				__m512 dx = _mm512_permutexvar_ps(PAIR_IDX, _mm512_castps128_ps512(
 				    _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(d + g)))));
-				__m512 sv = _mm512_permutexvar_ps(QUAD_IDX,
-				    _mm512_castps128_ps512(_mm_loadu_ps(ch.b.s + 2 * c)));
-				a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sv, dx), a);
+				a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sv[c / 2], dx), a);
 				if (ch.b.has_m) {
 					/* Q2_K: the offsets times the sums of the rounded x, per 16 */
 					__m512i xs = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones8, x);
-					__m512 mv = _mm512_permutexvar_ps(QUAD_IDX,
-					    _mm512_castps128_ps512(_mm_loadu_ps(ch.b.m + 2 * c)));
-					a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(xs), _mm512_mul_ps(mv, dx), a);
+					a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(xs), _mm512_mul_ps(mv[c / 2], dx), a);
 				}
 			}
 			acc[tok] = a;
