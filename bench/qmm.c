@@ -57,6 +57,9 @@ static const struct { const char *name; enum gguf_dtype t; } types[] = {
 	{ "q5_0", GGML_TYPE_Q5_0 }, { "q5_1", GGML_TYPE_Q5_1 }, { "q3_k", GGML_TYPE_Q3_K },
 	{ "q4_k", GGML_TYPE_Q4_K }, { "q5_k", GGML_TYPE_Q5_K }, { "q6_k", GGML_TYPE_Q6_K },
 	{ "f32", GGML_TYPE_F32 }, { "f16", GGML_TYPE_F16 }, { "bf16", GGML_TYPE_BF16 },
+	{ "q2_k", GGML_TYPE_Q2_K }, { "iq4_nl", GGML_TYPE_IQ4_NL }, { "iq4_xs", GGML_TYPE_IQ4_XS },
+	{ "mxfp4", GGML_TYPE_MXFP4 }, { "iq3_xxs", GGML_TYPE_IQ3_XXS }, { "iq3_s", GGML_TYPE_IQ3_S },
+	{ "iq2_xxs", GGML_TYPE_IQ2_XXS }, { "iq2_xs", GGML_TYPE_IQ2_XS }, { "iq2_s", GGML_TYPE_IQ2_S },
 };
 
 #define N_TYPES (int)(sizeof types / sizeof types[0])
@@ -273,7 +276,8 @@ main(int argc, char **argv)
 		j.copies = atoi(argv[7]);
 	if (ti < 0 || j.n_tok < 1 || j.n_out < 1 || reps < 1 || j.copies < 1 ||
 	    q_row_bytes(types[ti].t, j.n_in) == 0) {
-		fprintf(stderr, "qmm: need a type (q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q6_k f32 "
+		fprintf(stderr, "qmm: need a type (q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q6_k q2_k iq4_nl iq4_xs mxfp4 "
+		    "iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s f32 "
 		    "f16 bf16), N_IN a multiple of its block, N_TOK, N_OUT, ROUNDS, COPIES >= 1\n");
 		return 2;
 	}

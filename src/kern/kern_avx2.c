@@ -187,8 +187,8 @@ sum32(const float *x)
 /*
  * q_act_prepare's work with vectors: the same d, the same levels (the
  * conversion rounds to nearest even, as lrintf does in the default mode),
- * the sum of x in a vector order (so it may differ from the scalar sum in
- * the last bits; every token on this CPU takes this path).
+ * the same sums (d times the integer sum of the levels): bitwise the scalar
+ * bytes.
  */
 void
 kern_avx2_act_prepare(const float *x, int64_t n_in, void *act)
@@ -212,11 +212,13 @@ kern_avx2_act_prepare(const float *x, int64_t n_in, void *act)
 		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
 		__m256 iv = _mm256_set1_ps(id);
 		d[b] = db;
-		xs[b] = q_hsum8(sum32(xb));
 		__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], iv));
 		__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], iv));
 		__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], iv));
 		__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], iv));
+		/* d times the levels' sum: integers below 2^24 add exactly as floats in any order */
+		xs[b] = db * q_hsum8(_mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(i0, i1),
+		    _mm256_add_epi32(i2, i3))));
 		/* packs interleave 128-bit lanes: put the 8 dwords groups back in order */
 		__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
 		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));

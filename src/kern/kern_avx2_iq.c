@@ -1,8 +1,8 @@
 /*
  * kern_avx2_iq.c: the AVX2 int8-activation kernel of quant_iq.h's types
  * (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S),
- * the rows_act entry of those types in the avx2 and avx512 tables (no tile
- * kernel yet: AVX-512 runs this one too).
+ * the rows_act entry of those types in the avx2 table (the avx512 table's
+ * is kern_avx512_iq.c, which decodes blocks through kern_avx2_iq_unpack).
  * A row's block is decoded once (q_iq_unpack) for up to Q_IQ_TOKENS
  * tokens; each 32 values' product with a token is one sign/maddubs/madd
  * sequence giving 8 sums of 4 products (lanes 0-3 the first group of 16,
@@ -61,6 +61,13 @@ unpack_nibbles(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
 	return true;
 }
 
+void
+kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
+{
+	if (!unpack_nibbles(t, p, o))
+		q_iq_unpack(t, p, o);
+}
+
 static void
 row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
     float *out, size_t out_stride)
@@ -75,8 +82,7 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 	for (int tok = 0; tok < n_tok; tok++)
 		acc[tok] = _mm256_setzero_ps();
 	for (int64_t b = 0; bs > 0 && b < n / bs; b++) {
-		if (!unpack_nibbles(t, row + (size_t)b * bb, &ib))
-			q_iq_unpack(t, row + (size_t)b * bb, &ib);
+		kern_avx2_iq_unpack(t, row + (size_t)b * bb, &ib);
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab);
 			const int8_t *q = (const int8_t *)(d + 2 * nb32);

@@ -543,5 +543,5 @@ kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE] = {
 	[GGML_TYPE_Q8_0] = rows_q8_0, [GGML_TYPE_Q4_0] = rows_q4_0, [GGML_TYPE_Q4_1] = rows_q4_1,
 	[GGML_TYPE_Q5_0] = rows_q5_0, [GGML_TYPE_Q5_1] = rows_q5_1, [GGML_TYPE_Q3_K] = rows_q3_k,
 	[GGML_TYPE_Q4_K] = rows_q4_k, [GGML_TYPE_Q5_K] = rows_q5_k, [GGML_TYPE_Q6_K] = rows_q6_k,
-	KERN_AVX2_IQ_ROWS_ACT,
+	KERN_AVX512_IQ_ROWS_ACT,
 };

@@ -47,9 +47,12 @@ bool kern_avx2_pack_fits(int64_t n_in);
 extern kern_rows_act_fn *const kern_avx2vnni_rows_act[KERN_NTYPE];
 extern kern_packed_fn *const kern_avx2vnni_packed[KERN_NTYPE];
 bool kern_avx2vnni_pack_fits(int64_t n_in);
-/* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 and avx512 tables */
+/* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 tables */
 bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+struct q_iq_int;
+/* q_iq_unpack of one block, the nibble types (IQ4_NL, IQ4_XS, MXFP4) with a table lookup */
+void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o);
 #define KERN_AVX2_IQ_ROWS_ACT							\
 	[GGML_TYPE_Q2_K] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iq_rows_act,	\
 	[GGML_TYPE_IQ4_XS] = kern_avx2_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iq_rows_act,	\
@@ -64,6 +67,15 @@ extern kern_rows_act_fn *const kern_avx512_rows_act[KERN_NTYPE];
 void kern_avx512_att_tile(const struct kern_att_tile *t);
 extern kern_packed_fn *const kern_avx512_packed[KERN_NTYPE];
 bool kern_avx512_pack_fits(int64_t n_in);
+/* kern_avx512_iq.c: quant_iq.h's types in the avx512 table */
+bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+#define KERN_AVX512_IQ_ROWS_ACT							\
+	[GGML_TYPE_Q2_K] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ4_XS] = kern_avx512_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act
 #endif
 
 #if defined(__aarch64__)

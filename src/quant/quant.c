@@ -362,16 +362,18 @@ q_act_prepare(const float *x, int64_t n_in, void *act)
 
 	for (int64_t b = 0; b < nb; b++) {
 		const float *xb = x + 32 * b;
-		float amax = 0, sum = 0;
-		for (int i = 0; i < 32; i++) {
+		float amax = 0;
+		int32_t isum = 0;
+		for (int i = 0; i < 32; i++)
 			amax = fmaxf(amax, fabsf(xb[i]));
-			sum += xb[i];
-		}
 		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
 		d[b] = db;
-		xs[b] = sum;
-		for (int i = 0; i < 32; i++)
+		for (int i = 0; i < 32; i++) {
 			q[32 * b + i] = (int8_t)lrintf(xb[i] * id);
+			isum += q[32 * b + i];
+		}
+		/* the sum of the rounded x (see quant.h): exact in any order, times d */
+		xs[b] = db * (float)isum;
 	}
 }
 

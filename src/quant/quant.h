@@ -95,23 +95,24 @@ int64_t q_block_elems(enum gguf_dtype t);
  * int8 per block of 32 once per matmul, and the dot products run on
  * integer multiply-adds: 1.5-2.5x the float kernels' speed for the
  * quantised types (bench/qdot). The price is the rounding of x: with
- * d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, so
- *   |q_dot_act - sum_i w_i x_i| <= sum_b (d_b / 2) sum_{i in b} (|w_i| + m_i)
- * (+ float rounding), where m_i is the magnitude of the block's offset
- * (Q4_K/Q5_K sub-block min dmin * m_j, Q4_1/Q5_1 m; 0 for the other
- * types): the offset terms use the exact float sums of x, only the d * q
- * part sees the rounded x. Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K,
- * Q5_K, Q6_K and the quant_iq.h types (q_act_supported; for Q2_K the
- * offsets too see the rounded x, so its m_i is 0 in the bound and |w_i| the
- * value's magnitude); others take float activations.
+ * d_b = max|x| / 127 over block b, |x_i - x^_i| <= d_b / 2, and the
+ * product is sum_i w_i x^_i, so
+ *   |q_dot_act - sum_i w_i x_i| <= sum_b (d_b / 2) sum_{i in b} |w_i|
+ * (+ float rounding). The offsets of Q4_1/Q5_1 (m) and Q4_K/Q5_K (the
+ * sub-block min dmin * m_j) multiply the sum of the rounded x too: with the
+ * exact sum instead, the error would be sum_i (w_i + m_i)(x^_i - x_i), the
+ * unsigned levels' magnitude rather than the weight's, twice llama.cpp's
+ * error on Q4_K and enough to flip a mixture-of-experts router (docs/MODELS.md).
+ * Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K and the
+ * quant_iq.h types (q_act_supported); others take float activations.
  *
  * Layout of one token's prepared activations (q_act_bytes(n_in) bytes,
- * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb],
+ * n_in a multiple of 32, nb = n_in / 32): float d[nb], float xsum[nb] (d_b
+ * times the integer sum of the block's levels: the sum of the rounded x),
  * int8 q[n_in]. Tokens are q_act_bytes(n_in) apart. q_act_prepare is the
- * scalar reference of the rounding (the SIMD tables' give the same d and
- * levels, the sums of x in their vector order); q_dot_act the scalar
- * reference of the integer product, which every kernel table bounds itself
- * against.
+ * scalar reference of the rounding (the SIMD tables' give the same bytes);
+ * q_dot_act the scalar reference of the integer product, which every kernel
+ * table bounds itself against.
  */
 bool q_act_supported(enum gguf_dtype t);
 size_t q_act_bytes(int64_t n_in);

@@ -84,14 +84,28 @@ nibbles32(const uint8_t *qs, const int8_t *table, int8_t *q)
 	}
 }
 
-/* 8 signed values: magnitudes from a grid entry's bytes, minus where the sign bit is set. */
+/*
+ * 8 signed values: magnitudes from a grid entry's bytes (byte j value j),
+ * minus where sign bit j is set. Eight bytes at once in a 64-bit word: bit
+ * j spread to a 0xFF byte j (replicate, pick, test nonzero per byte), then
+ * (g ^ m) - m per byte, which is g or -g modulo 256; the decoder runs for
+ * every block of every product, and the loop of eight branches it replaces
+ * was most of a lattice-type product's time (bench/qmm).
+ */
 static void
 grid8(uint64_t g, uint8_t signs, int8_t *q)
 {
-	for (int j = 0; j < 8; j++) {
-		int v = (int)((g >> (8 * j)) & 0xFF);
-		q[j] = (int8_t)(signs >> j & 1 ? -v : v);
-	}
+	const uint64_t H = 0x8080808080808080ull, L7 = 0x7F7F7F7F7F7F7F7Full;
+	uint64_t b = ((uint64_t)signs * 0x0101010101010101ull) & 0x8040201008040201ull;
+	uint64_t m = ((((b & L7) + L7) | b) & H) >> 7;	/* 1 in byte j where bit j is set */
+	uint64_t a;
+
+	m *= 0xFF;
+	a = g ^ m;
+	/* a - m per byte, no borrow across bytes */
+	a = ((a | H) - (m & ~H)) ^ ((a ^ ~m) & H);
+	for (int j = 0; j < 8; j++)
+		q[j] = (int8_t)(uint8_t)(a >> (8 * j));
 }
 
 static void
@@ -116,8 +130,11 @@ unpack_q2_k(const uint8_t *p, struct q_iq_int *o)
 		o->s[k] = d * (float)(p[k] & 0xF);
 		o->m[k] = dmin * (float)(p[k] >> 4);
 	}
-	for (int e = 0; e < QK_K; e++)
-		o->q[e] = (int8_t)((p[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+	/* value 128 h + 32 s + l: bits 2s, 2s + 1 of byte 32 h + l of qs */
+	for (int h = 0; h < 2; h++)
+		for (int sh = 0; sh < 4; sh++)
+			for (int l = 0; l < 32; l++)
+				o->q[128 * h + 32 * sh + l] = (int8_t)((p[16 + 32 * h + l] >> (2 * sh)) & 3);
 }
 
 static void

@@ -29,6 +29,17 @@ for type in q2_k iq4_nl iq4_xs mxfp4 iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s; do
 	    "'$KVCHAT' generate -m '$m' --device cpu -n 4 --temp 0 -p hello >/dev/null 2>'$TMPD/err'"
 done
 
+# gpt-oss as llama-quantize's MXFP4_MOE leaves it: MXFP4 experts, Q8_0 for
+# the rest, F32 sinks and biases; it carries YaRN and runs.
+m="$TMPD/gpt-oss.gguf"
+check "mkmodel gpt-oss mxfp4_moe" "$MKMODEL" -o "$m" --arch gpt-oss --type mxfp4_moe --quiet
+out=$(info "$m")
+case $out in *"F32 x25 Q8_0 x10 MXFP4 x6"*) ok ;; *) fail "gpt-oss mxfp4_moe: not its type mix: $out" ;; esac
+check "gpt-oss has YaRN" grep -qa 'gpt-oss.rope.scaling.type' "$m"
+check "gpt-oss mxfp4_moe generates" sh -c \
+    "'$KVCHAT' generate -m '$m' --device cpu -n 4 --temp 0 -p hello >/dev/null 2>'$TMPD/err'"
+check "--yarn on gpt2 refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --arch gpt2 --yarn 4 2>/dev/null"
+
 # q4_k_m: Q6_K for ffn_down and output (untied llama)
 out=$(info "$TMPD/llama-q4_k_m.gguf")
 case $out in *Q6_K*) ok ;; *) fail "q4_k_m has no Q6_K tensors: $out" ;; esac

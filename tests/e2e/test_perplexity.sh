@@ -4,8 +4,8 @@
 # forward gives over the same positions (tests/fixtures/refppl, sharing no
 # code with kvchat's forward or scoring): a qwen2 fixture (no BOS) and a
 # gemma3 fixture (SPM, BOS put in place of each chunk's first token,
-# sliding windows shorter than a chunk), qwen3moe and qwen2moe fixtures
-# (experts). F32 weights and cache: the logits
+# sliding windows shorter than a chunk), qwen3moe, qwen2moe and gpt-oss
+# fixtures (experts; gpt-oss's sinks and windows), a YaRN-scaled qwen3. F32 weights and cache: the logits
 # agree to ~1e-7 relative (test_forward), so the perplexities to 1e-4.
 . "$top_srcdir/tests/e2e/lib.sh"
 REFPPL="$top_builddir/tests/fixtures/refppl"
@@ -27,10 +27,13 @@ done >"$TMPD/text.txt"
 check "the estimates' line holds no other message" sh -c "! grep '^\[1\]' '$TMPD/both.txt' | grep -q kvchat:"
 check "... and it is whole" grep -q '^\[1\][0-9.]* +/- [0-9.]*, \[2\].*\[3\]' "$TMPD/both.txt"
 
-# one ARCH BOSFLAG: build, score with kvchat and the reference, compare.
+# one ARCH BOSFLAG [MKMODEL OPTIONS]: build, score with kvchat and the reference, compare.
 one() {
 	M="$TMPD/$1.gguf"
-	"$MKMODEL" -o "$M" --arch "$1" --type f32 --quiet --seed 5 --swa 8 || { fail "mkmodel $1"; return; }
+	a=$1 b=$2
+	shift 2
+	"$MKMODEL" -o "$M" --arch "$a" --type f32 --quiet --seed 5 --swa 8 "$@" || { fail "mkmodel $a"; return; }
+	set -- "$a" "$b"
 	out=$("$KVCHAT" perplexity -m "$M" -f "$TMPD/text.txt" -c 64 --chunks 3 --kv-type f32 --threads 2 2>"$TMPD/err")
 	rc=$?
 	check "$1: kvchat perplexity exits 0 ($rc)" [ $rc -eq 0 ]
@@ -61,6 +64,10 @@ one gemma3 bos
 # experts: refppl routes and sums them on its own (src/model/model.c's defaults)
 one qwen3moe nobos
 one qwen2moe nobos
+# gpt-oss: sinks, biases, the biased router, windows of 8 in the even layers, YaRN 32 over 4096;
+# qwen3 with YaRN 4 over an original context of 64 (most of the dimensions interpolated)
+one gpt-oss nobos
+one qwen3 nobos --yarn 4 --yarn-orig 64
 
 # Too short a text is refused with the count, as llama-perplexity does.
 head -n 2 "$TMPD/text.txt" >"$TMPD/short.txt"

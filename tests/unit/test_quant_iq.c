@@ -338,6 +338,55 @@ test_act(void)
 	}
 }
 
+/*
+ * Rows of 32-value blocks (IQ4_NL, MXFP4) whose count is odd or not a
+ * multiple of 8: the AVX-512 kernel takes pairs of blocks from chunks of 8
+ * and ends with a half step. Against the scalar integer product, for every
+ * token, in a batch and alone (bitwise).
+ */
+static void
+test_act_odd(void)
+{
+	enum { N_MAX = 288, N_OUT = 3, N_TOK = 5 };
+	static const enum gguf_dtype ts[] = { GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4 };
+	static const int ns[] = { 96, 288 };	/* 3 blocks; 9 (a chunk of 8, then 1) */
+	static float x[N_TOK * N_MAX], w[N_OUT * N_MAX], yb[N_TOK * N_OUT], y1[N_OUT];
+	static uint8_t W[N_OUT * N_MAX], act[N_TOK * (N_MAX + 8 * N_MAX / 32)];
+
+	for (int i = 0; i < N_TOK * N_MAX; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 3));
+	for (int i = 0; i < N_OUT * N_MAX; i++)
+		w[i] = frand();
+	for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+			enum gguf_dtype t = ts[ti];
+			int n = ns[ni], bad = 0;
+			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n);
+
+			for (int tok = 0; tok < N_TOK; tok++)
+				q_act_prepare(x + tok * n, n, act + tok * ab);
+			for (int r = 0; r < N_OUT; r++)
+				q_quantize_row(t, w + r * n, W + r * rb, n);
+			for (int ki = 0; kern_list(ki) != NULL; ki++) {
+				const struct kern *k = kern_list(ki);
+				if (!kern_runs(k))
+					continue;
+				kern_matmul_act(k, t, W, rb, act, N_TOK, n, yb, N_OUT, 0, N_OUT);
+				for (int tok = 0; tok < N_TOK; tok++) {
+					kern_matmul_act(k, t, W, rb, act + tok * ab, 1, n, y1, N_OUT, 0, N_OUT);
+					for (int r = 0; r < N_OUT; r++) {
+						float sc = q_dot_act(t, W + r * rb, act + tok * ab, n);
+						bad += !(fabsf(yb[tok * N_OUT + r] - sc) <= 1e-5f * (1 + fabsf(sc)) * 8) ||
+						    y1[r] != yb[tok * N_OUT + r];
+					}
+				}
+			}
+			test_cond(bad == 0, "%s rows of %d: every table as the scalar product, batch independent: %d bad",
+			    gguf_dtype_name(t), n, bad);
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -348,5 +397,6 @@ main(void)
 	test_quantize();
 	test_dot();
 	test_act();
+	test_act_odd();
 	return test_done();
 }
