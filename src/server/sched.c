@@ -418,7 +418,8 @@ drop_cancelled(struct srv_sched *sc)
 {
 	for (int i = 0; i < sc->n_slot; i++)
 		if (sc->slot[i].job != NULL && sc->slot[i].job->cancel) {
-			logf_(sc->s, "%s: the client went away", sc->slot[i].job->id);
+			logf_(sc->s, "%s: the client went away after %zu tokens", sc->slot[i].job->id,
+			    sc->slot[i].job->ids.n);
 			release(sc, &sc->slot[i]);
 		}
 }

@@ -120,6 +120,8 @@ void job_cancel(struct srv_job *j);
 /* Wait until the job started (or ended); its status. */
 int job_wait_started(struct srv_job *j);
 void job_wait_done(struct srv_job *j);
+/* Wait up to ms for the job to start (done: to end); whether it did. */
+bool job_wait_until(struct srv_job *j, bool done, int ms);
 /*
  * Up to max bytes of output into buf, waiting for some: the count, 0 at
  * the end of the output.

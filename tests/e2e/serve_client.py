@@ -183,6 +183,65 @@ def step_disconnect():
     check("served after a disconnect", st == 200 and r["choices"][0]["text"] == want, (st, r))
 
 
+def send_and_leave(path, body, wait):
+    """Send a request, read nothing, close the connection after wait seconds."""
+    s = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps(body)
+    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (path, len(body), body)).encode())
+    time.sleep(wait)
+    s.close()
+
+
+def log_wait(pattern, secs=30):
+    """The first line of the server's log matching pattern, waiting for it."""
+    import re
+    for _ in range(int(secs * 10)):
+        for line in open(WD + "/serve.err", errors="replace"):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        time.sleep(0.1)
+    return None
+
+
+def step_disconnect_plain():
+    """Non-streamed requests whose client leaves: generation stops, the store stays whole."""
+    import sqlite3
+    # a greedy completion of "a long one" runs to its 2000 tokens (seconds here)
+    send_and_leave("/v1/completions", {"prompt": "a long one", "max_tokens": 2000,
+                                       "temperature": 0}, 1.0)
+    m = log_wait(r"(cmpl-\w+): the client went away after (\d+) tokens")
+    check("a non-streamed completion stops when its client leaves", m is not None and
+          int(m.group(2)) < 2000, m and m.group(0))
+    # the same as a new stored conversation's turn
+    db = sqlite3.connect(WD + "/s.db")
+    n0 = db.execute("select count(*) from conversations").fetchone()[0]
+    msgs = [{"role": "user", "content": "a long one"}]
+    send_and_leave("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
+                                            "temperature": 0, "conversation": "new"}, 1.0)
+    m = log_wait(r"conversation (\d+): the client went away after (\d+) tokens")
+    check("a stored conversation's turn stops when its client leaves", m is not None and
+          int(m.group(2)) < 2000, m and m.group(0))
+    if m is None:
+        return
+    cid = int(m.group(1))
+    rows = db.execute("select role, text, interrupted from messages where conv_id = ? "
+                      "order by id", (cid,)).fetchall()
+    check("...stored: the message and the reply so far, marked interrupted",
+          db.execute("select count(*) from conversations").fetchone()[0] == n0 + 1 and
+          len(rows) == 2 and rows[0][:2] == (1, "a long one") and rows[1][0] == 2 and
+          rows[1][2] == 1, rows)
+    db.close()
+    # consistent: the next turn resending that history is served from the cache
+    msgs += [{"role": "assistant", "content": rows[1][1]}, {"role": "user", "content": "go on"}]
+    st, r, _ = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0,
+                                               "conversation": cid})
+    u = r.get("usage", {}) if st == 200 else {}
+    check("...and continued by the next request", st == 200 and
+          u["prompt_tokens_details"]["cached_tokens"] > 0, (st, r))
+
+
 def step_bad():
     cases = [
         ("invalid JSON", "/v1/chat/completions", b"{\"messages\": [", 400),
@@ -360,6 +419,7 @@ def step_queue():
 
 
 {"basic": step_basic, "budget": step_budget, "queue": step_queue, "concurrent": step_concurrent, "disconnect": step_disconnect,
+ "disconnect_plain": step_disconnect_plain,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
  "conv_locked": step_conv_locked, "anon_stored": step_anon_stored, "auth": step_auth}[STEP]()
 print("%s: %d passed, %d failed" % (STEP, passed, failed))

@@ -4,7 +4,9 @@
 # completions, equal kvchat generate's on the same rendered prompt; a
 # repeated prompt reuses its resident cache; 8 concurrent streams (4
 # decoding together, the rest waiting) each equal to its run alone; a client
-# that disconnects mid-stream; bad requests each get their status and change
+# that disconnects mid-stream, and one that leaves a non-streamed request
+# (completion, and a stored conversation's turn: the reply so far kept, marked
+# interrupted, the next turn continuing it); bad requests each get their status and change
 # nothing in the store; a stored conversation written through the API,
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
@@ -60,6 +62,7 @@ for _i in $(seq 1 100); do
 	sleep 0.1
 done
 check "the disconnect was noticed" grep -q "the client went away" "$TMPD/serve.err"
+client disconnect_plain
 store_dump >"$TMPD/before"
 client bad
 store_dump >"$TMPD/after"
