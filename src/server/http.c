@@ -43,6 +43,7 @@ srv_default_params(void)
 	p.max_tokens = 2048;
 	p.max_body = 4u << 20;
 	p.max_queue = 64;
+	p.keep_unnamed = 100;
 	p.timeout_s = 60;
 	p.model_id = "kvchat";
 	p.defaults = conv_default_settings();

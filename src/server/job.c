@@ -26,6 +26,7 @@ job_new(struct kvc_server *s, enum srv_kind kind)
 	j->srv = s;
 	j->kind = kind;
 	j->refs = 1;
+	j->eog = -1;
 	j->created = (long)time(NULL);
 	pthread_mutex_lock(&s->mu);
 	/* ids need only be unique within the server's life; the time tells runs apart */

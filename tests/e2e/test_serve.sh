@@ -92,10 +92,18 @@ client conv_resumed
 check "the turn is stored" [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
 stop_server
 start_server --parallel 2
-n0=$(sqlite3 "$DB" "select count(*) from messages")
 client anon_stored
 check "the snapshot was used" grep -q "positions from the snapshot of conversation $CID" "$TMPD/serve.err"
-check "an unnamed request stores nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+check "an unnamed request adds nothing to the named conversation" \
+    [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
+client anon_first
+stop_server
+# Unnamed requests after a restart: the history from the snapshot they were stored with.
+start_server --parallel 2
+client anon_restart
+stop_server
+start_server --keep-unnamed 2
+client anon_keep
 
 # The REPL holds the conversation: the server refuses it, and stores nothing.
 mkfifo "$TMPD/repl.in"
@@ -121,8 +129,9 @@ start_server --api-key-file "$TMPD/key"
 client auth
 stop_server
 
-# --kv-budget: idle caches let go.
-start_server --kv-budget 1K
+# --kv-budget: idle caches let go (a database of its own, storing nothing:
+# a stored request's snapshot would give the prompt back).
+serve_start "$TMPD/budget.db" --kv-budget 1K --keep-unnamed 0
 client budget
 stop_server
 
