@@ -30,7 +30,7 @@ struct store_entry {
 	int n_msgs, n_tokens;
 	struct kvc_tokens toks;		/* its stream: the messages' ids */
 	bool seen;			/* still listed (refresh) */
-	bool api;			/* titled "api: ": an unnamed request's (sched_save.c) */
+	bool api;			/* titled "api: ", an unnamed request's (sched_save.c), of this template */
 	uint64_t hist;			/* store_hist_hash of its system prompt and messages */
 };
 
@@ -134,7 +134,10 @@ refresh(struct kvc_server *s, struct srv_store_index *ix)
 			e->n_msgs = -1;
 		}
 		e->seen = true;
-		e->api = c->title != NULL && strncmp(c->title, "api: ", 5) == 0;
+		/* continued only under the template its stream was rendered with */
+		e->api = c->title != NULL && strncmp(c->title, "api: ", 5) == 0 &&
+		    c->template_name != NULL &&
+		    strcmp(c->template_name, chat_family_name(s->p.family)) == 0;
 		if (e->updated != c->updated || e->n_msgs != c->n_msgs || e->n_tokens != c->n_tokens)
 			rc = load_stream(s->p.store, c, e);
 	}
