@@ -381,6 +381,19 @@ sess_chunks_verify(struct sess_store *st, int64_t conv, const char *title, const
 }
 
 int
+sess_chunks_end(struct sess_store *st, int64_t conv, int *end, char *err, size_t errlen)
+{
+	char *fp, *type;
+	int64_t win;
+	int ret = snapshot_tail(st, conv, end, &fp, &type, &win, "cannot read the snapshot's end",
+	    err, errlen);
+
+	free(fp);
+	free(type);
+	return ret;
+}
+
+int
 sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen)
 {
 	static const char what[] = "cannot clear snapshot";

@@ -272,6 +272,12 @@ int sess_chunks_load(struct sess_store *st, int64_t conv, const char *model_fp,
  * from it.
  */
 
+/*
+ * Where the conversation's stored snapshot ends (the position the next
+ * chunk must start at), 0 without chunks; nothing is read but that.
+ */
+int sess_chunks_end(struct sess_store *st, int64_t conv, int *end, char *err, size_t errlen);
+
 /* Drop all chunks of a conversation (after a rebuild with another model). */
 int sess_chunks_clear(struct sess_store *st, int64_t conv, char *err, size_t errlen);
 

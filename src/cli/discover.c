@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "discover.h"
 #include "model/model.h"
 #include "gguf/gguf.h"
@@ -389,134 +391,34 @@ xdg_or_home(const char *var, const char *home_rest, const char *rest)
 /* ---- ollama manifests ---- */
 
 /*
- * A minimal JSON walk, enough for a manifest: finds the object whose
- * "mediaType" is the model layer and copies its "digest". Malformed input
- * ends the walk; depth is bounded.
+ * The digest of the first object, depth first in document order (an
+ * object's members before the object itself), whose "mediaType" is the
+ * model layer's; NULL if none within 16 levels. The strings are v's.
  */
-struct json {
-	const char *s, *end;
-	bool bad;
-};
-
-static void
-json_ws(struct json *j)
+static const char *
+model_digest(json_t *v, int depth)
 {
-	while (j->s < j->end && (*j->s == ' ' || *j->s == '\t' || *j->s == '\n' || *j->s == '\r'))
-		j->s++;
-}
+	const char *key, *d;
+	json_t *m;
+	size_t i;
 
-/* Parses a string into out (truncated to outlen, escapes other than \" \\ \/ kept raw). */
-static void
-json_string(struct json *j, char *out, size_t outlen)
-{
-	size_t n = 0;
+	if (depth > 16)
+		return NULL;
+	if (json_is_object(v)) {
+		const char *media = json_string_value(json_object_get(v, "mediaType"));
 
-	if (j->s >= j->end || *j->s != '"') {
-		j->bad = true;
-		return;
+		json_object_foreach(v, key, m)
+			if ((d = model_digest(m, depth + 1)) != NULL)
+				return d;
+		d = json_string_value(json_object_get(v, "digest"));
+		if (media != NULL && d != NULL && strcmp(media, OLLAMA_MODEL_MEDIA) == 0)
+			return d;
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, m)
+			if ((d = model_digest(m, depth + 1)) != NULL)
+				return d;
 	}
-	j->s++;
-	while (j->s < j->end && *j->s != '"') {
-		char c = *j->s++;
-
-		if (c == '\\' && j->s < j->end) {
-			c = *j->s++;
-			if (c != '"' && c != '\\' && c != '/')
-				c = '?';
-		}
-		if (out != NULL && n + 1 < outlen)
-			out[n++] = c;
-	}
-	if (j->s >= j->end) {
-		j->bad = true;
-		return;
-	}
-	j->s++;
-	if (out != NULL && outlen > 0)
-		out[n] = '\0';
-}
-
-static void json_value(struct json *j, int depth, char *digest, size_t dlen);
-
-static void
-json_object(struct json *j, int depth, char *digest, size_t dlen)
-{
-	char key[32], media[64] = "", dig[96] = "";
-
-	j->s++;	/* '{' */
-	json_ws(j);
-	if (j->s < j->end && *j->s == '}') {
-		j->s++;
-		return;
-	}
-	while (!j->bad) {
-		json_ws(j);
-		json_string(j, key, sizeof key);
-		json_ws(j);
-		if (j->bad || j->s >= j->end || *j->s != ':') {
-			j->bad = true;
-			return;
-		}
-		j->s++;
-		json_ws(j);
-		if (j->s < j->end && *j->s == '"' && strcmp(key, "mediaType") == 0)
-			json_string(j, media, sizeof media);
-		else if (j->s < j->end && *j->s == '"' && strcmp(key, "digest") == 0)
-			json_string(j, dig, sizeof dig);
-		else
-			json_value(j, depth + 1, digest, dlen);
-		json_ws(j);
-		if (j->s < j->end && *j->s == ',') {
-			j->s++;
-			continue;
-		}
-		if (j->s < j->end && *j->s == '}') {
-			j->s++;
-			break;
-		}
-		j->bad = true;
-	}
-	if (!j->bad && strcmp(media, OLLAMA_MODEL_MEDIA) == 0 && digest[0] == '\0')
-		snprintf(digest, dlen, "%s", dig);
-}
-
-static void
-json_value(struct json *j, int depth, char *digest, size_t dlen)
-{
-	if (depth > 16 || j->s >= j->end) {
-		j->bad = true;
-		return;
-	}
-	if (*j->s == '{') {
-		json_object(j, depth, digest, dlen);
-	} else if (*j->s == '[') {
-		j->s++;
-		json_ws(j);
-		if (j->s < j->end && *j->s == ']') {
-			j->s++;
-			return;
-		}
-		while (!j->bad) {
-			json_ws(j);
-			json_value(j, depth + 1, digest, dlen);
-			json_ws(j);
-			if (j->s < j->end && *j->s == ',') {
-				j->s++;
-				continue;
-			}
-			if (j->s < j->end && *j->s == ']') {
-				j->s++;
-				break;
-			}
-			j->bad = true;
-		}
-	} else if (*j->s == '"') {
-		json_string(j, NULL, 0);
-	} else {
-		/* number, true, false, null */
-		while (j->s < j->end && strchr(",}] \t\r\n", *j->s) == NULL)
-			j->s++;
-	}
+	return NULL;
 }
 
 /*
@@ -527,7 +429,8 @@ static int
 ollama_blob(const char *root, const char *manifest, char **blob_out, char *err, size_t errlen)
 {
 	char digest[96] = "", *buf, name[128];
-	struct json j;
+	const char *d;
+	json_t *doc;
 	FILE *f;
 	size_t n;
 
@@ -542,12 +445,12 @@ ollama_blob(const char *root, const char *manifest, char **blob_out, char *err, 
 	}
 	n = fread(buf, 1, MAX_MANIFEST, f);
 	fclose(f);
-	j.s = buf;
-	j.end = buf + n;
-	j.bad = false;
-	json_ws(&j);
-	json_value(&j, 0, digest, sizeof digest);
+	/* a manifest is JSON (jansson); one that is not names no layer */
+	doc = json_loadb(buf, n, JSON_REJECT_DUPLICATES, NULL);
 	free(buf);
+	if (doc != NULL && (d = model_digest(doc, 0)) != NULL)
+		snprintf(digest, sizeof digest, "%s", d);
+	json_decref(doc);
 	/* "sha256:" and 64 hex digits, nothing else: it becomes a file name. */
 	if (strncmp(digest, "sha256:", 7) != 0 || strlen(digest) != 7 + 64 ||
 	    strspn(digest + 7, "0123456789abcdef") != 64) {

@@ -10,6 +10,7 @@
  * Every error is in OpenAI's shape ({"error": {"message", "type", ...}}).
  */
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ srv_default_params(void)
 	p.max_tokens = 2048;
 	p.max_body = 4u << 20;
 	p.max_queue = 64;
+	p.keep_unnamed = 100;
 	p.timeout_s = 60;
 	p.model_id = "kvchat";
 	p.defaults = conv_default_settings();
@@ -161,6 +163,47 @@ stream_free(void *cls)
 	job_unref(cls);
 }
 
+/*
+ * Whether the client of conn has gone: its end of the socket is closed
+ * (or broken). A request's body is read whole before the job is queued,
+ * so anything readable now is either the end of the stream or a next
+ * pipelined request, which recv's peek tells apart.
+ */
+static bool
+client_gone(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn,
+	    MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct pollfd pf;
+	char c;
+
+	if (ci == NULL)
+		return false;
+	pf.fd = ci->connect_fd;
+	pf.events = POLLIN;
+	pf.revents = 0;
+	if (poll(&pf, 1, 0) <= 0)
+		return false;
+	if (pf.revents & (POLLERR | POLLHUP | POLLNVAL))
+		return true;
+	return (pf.revents & POLLIN) && recv(pf.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/*
+ * Wait for a non-streamed job to start (done: to end) while watching its
+ * connection: the thread answering it sends nothing until the body is
+ * whole, so libmicrohttpd would not notice a client that left; this does,
+ * four times a second, and cancels the job (the scheduler stops it as it
+ * stops a stream whose reader went away).
+ */
+static void
+wait_watching(struct MHD_Connection *conn, struct srv_job *j, bool done)
+{
+	while (!job_wait_until(j, done, 250))
+		if (!j->cancel && client_gone(conn))
+			job_cancel(j);
+}
+
 /* A completion request whose body is in: parse, queue, answer. */
 static enum MHD_Result
 completion(struct kvc_server *s, struct MHD_Connection *conn, const char *method,
@@ -183,8 +226,12 @@ completion(struct kvc_server *s, struct MHD_Connection *conn, const char *method
 		job_unref(j);
 		return respond_error(s, conn, method, url, st, err);
 	}
+	if (!j->stream)
+		wait_watching(conn, j, false);
 	st = job_wait_started(j);
 	if (!j->stream || st != 200) {
+		if (!j->stream)
+			wait_watching(conn, j, true);
 		job_wait_done(j);
 		log_line(s, method, url, j->status);
 		ret = respond(conn, j->status, "application/json", j->out.p ? j->out.p : "", j->out.n,

@@ -26,6 +26,7 @@ job_new(struct kvc_server *s, enum srv_kind kind)
 	j->srv = s;
 	j->kind = kind;
 	j->refs = 1;
+	j->eog = -1;
 	j->created = (long)time(NULL);
 	pthread_mutex_lock(&s->mu);
 	/* ids need only be unique within the server's life; the time tells runs apart */
@@ -216,6 +217,28 @@ job_wait_started(struct srv_job *j)
 	st = j->status;
 	pthread_mutex_unlock(&j->srv->mu);
 	return st;
+}
+
+bool
+job_wait_until(struct srv_job *j, bool done, int ms)
+{
+	struct timespec ts;
+	bool reached;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&j->srv->mu);
+	while (!(reached = done ? j->done : j->started))
+		if (pthread_cond_timedwait(&j->cv, &j->srv->mu, &ts) != 0)
+			break;
+	reached = done ? j->done : j->started;
+	pthread_mutex_unlock(&j->srv->mu);
+	return reached;
 }
 
 void

@@ -138,6 +138,8 @@ finish(struct srv_sched *sc, struct srv_slot *sl, const char *why, bool cut)
 	j->finish = why;
 	j->t_end = kvc_now();
 	j->n_gen = (int)j->ids.n;
+	/* stored before the body is made, so the response names its conversation */
+	save_unnamed(sc->s, &sc->ix, sl->seq, j);
 	job_finish_ok(j);
 	logf_(sc->s, "%s: prompt %d (cached %d), %d generated, %s", j->id, j->n_prompt, j->cached,
 	    j->n_gen, why);
@@ -186,6 +188,7 @@ take(struct srv_sched *sc, struct srv_slot *sl)
 	id = smp_sample(j->sampler, eng_seq_logits(sl->seq), eng_seq_tokens(sl->seq),
 	    (size_t)eng_seq_n_pos(sl->seq));
 	if (tok_is_eog(tok, id)) {
+		j->eog = id;
 		finish(sc, sl, "stop", false);
 		return 0;
 	}
@@ -222,10 +225,13 @@ render(struct srv_sched *sc, struct srv_job *j, char *err, size_t errlen)
 	const struct kvc_tokenizer *tok = eng_tokenizer(sc->s->e);
 	int rc;
 
-	if (j->kind == SRV_CHAT)
+	/* an unnamed request continuing a stored one: that one's stream, then the new message */
+	if ((rc = save_prompt(sc->s, &sc->ix, j, err, errlen)) > 0)
+		rc = KVC_OK;
+	else if (rc == KVC_OK && j->kind == SRV_CHAT)
 		rc = chat_render(tok, p->family, p->jinja, j->msgs, j->n_msgs, true, &j->prompt_ids,
 		    err, errlen);
-	else
+	else if (rc == KVC_OK)
 		rc = tok_encode(tok, j->prompt, strlen(j->prompt), tok_add_bos_default(tok) ?
 		    TOK_ADD_BOS : 0, &j->prompt_ids, err, errlen);
 	if (rc == KVC_ENOMEM)
@@ -418,7 +424,8 @@ drop_cancelled(struct srv_sched *sc)
 {
 	for (int i = 0; i < sc->n_slot; i++)
 		if (sc->slot[i].job != NULL && sc->slot[i].job->cancel) {
-			logf_(sc->s, "%s: the client went away", sc->slot[i].job->id);
+			logf_(sc->s, "%s: the client went away after %zu tokens", sc->slot[i].job->id,
+			    sc->slot[i].job->ids.n);
 			release(sc, &sc->slot[i]);
 		}
 }

@@ -171,8 +171,13 @@ sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 	if (s->p.log != NULL) {
 		char line[200];
 
-		snprintf(line, sizeof line, "%s: conversation %lld: prompt %d (cached %d), %d generated",
-		    j->id, (long long)j->conv_out, j->n_prompt, j->cached, j->n_gen);
+		if (cs.interrupted && j->cancel)
+			snprintf(line, sizeof line, "%s: conversation %lld: the client went away after "
+			    "%d tokens (the reply so far stored, marked interrupted)", j->id,
+			    (long long)j->conv_out, j->n_gen);
+		else
+			snprintf(line, sizeof line, "%s: conversation %lld: prompt %d (cached %d), %d "
+			    "generated", j->id, (long long)j->conv_out, j->n_prompt, j->cached, j->n_gen);
 		s->p.log(s->p.log_arg, line);
 	}
 }

@@ -30,6 +30,8 @@ struct store_entry {
 	int n_msgs, n_tokens;
 	struct kvc_tokens toks;		/* its stream: the messages' ids */
 	bool seen;			/* still listed (refresh) */
+	bool api;			/* titled "api: ", an unnamed request's (sched_save.c), of this template */
+	uint64_t hist;			/* store_hist_hash of its system prompt and messages */
 };
 
 struct srv_store_index {
@@ -48,6 +50,19 @@ store_index_free(struct srv_store_index *ix)
 	free(ix);
 }
 
+uint64_t
+store_hist_hash(const char *text, int role, const uint64_t *h0)
+{
+	/* FNV-1a 64, each text preceded by its role and followed by a 0 byte */
+	uint64_t h = h0 != NULL ? *h0 : 0xcbf29ce484222325ULL;
+	const unsigned char *p = (const unsigned char *)(text ? text : "");
+
+	h = (h ^ (unsigned char)('0' + role)) * 0x100000001b3ULL;
+	for (; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ULL;
+	return (h ^ 0) * 0x100000001b3ULL;
+}
+
 /* Load c's stream into e. 0, or a KVC_E* code. */
 static int
 load_stream(struct sess_store *st, const struct sess_conv *c, struct store_entry *e)
@@ -58,8 +73,11 @@ load_stream(struct sess_store *st, const struct sess_conv *c, struct store_entry
 
 	e->toks.n = 0;
 	rc = sess_msgs_load(st, c->id, &m, &n, err, sizeof err);
-	for (int i = 0; rc == KVC_OK && i < n; i++)
+	e->hist = store_hist_hash(c->system, 0, NULL);
+	for (int i = 0; rc == KVC_OK && i < n; i++) {
+		e->hist = store_hist_hash(m[i].text, (int)m[i].role, &e->hist);
 		rc = kvc_tokens_append(&e->toks, m[i].ids, (size_t)m[i].n_ids);
+	}
 	sess_msgs_free(m, n);
 	e->id = c->id;
 	e->updated = c->updated;
@@ -116,6 +134,10 @@ refresh(struct kvc_server *s, struct srv_store_index *ix)
 			e->n_msgs = -1;
 		}
 		e->seen = true;
+		/* continued only under the template its stream was rendered with */
+		e->api = c->title != NULL && strncmp(c->title, "api: ", 5) == 0 &&
+		    c->template_name != NULL &&
+		    strcmp(c->template_name, chat_family_name(s->p.family)) == 0;
 		if (e->updated != c->updated || e->n_msgs != c->n_msgs || e->n_tokens != c->n_tokens)
 			rc = load_stream(s->p.store, c, e);
 	}
@@ -207,4 +229,70 @@ store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq 
 	(void)eng_seq_truncate(seq, R.done < best_k ? R.done : best_k);
 	*from = best->id;
 	return R.done < best_k ? R.done : best_k;
+}
+
+
+/* Whether conversation id's system prompt and stored messages are j's but its last. */
+static bool
+same_history(struct kvc_server *s, int64_t id, const struct srv_job *j, size_t first,
+    struct kvc_tokens *reply)
+{
+	struct sess_conv c;
+	struct sess_msg *m = NULL;
+	char err[256];
+	int n = 0;
+	bool same;
+
+	memset(&c, 0, sizeof c);
+	if (sess_conv_get(s->p.store, id, &c, err, sizeof err) != KVC_OK)
+		return false;
+	same = strcmp(c.system ? c.system : "", first ? j->msgs[0].text : "") == 0 &&
+	    sess_msgs_load(s->p.store, id, &m, &n, err, sizeof err) == KVC_OK &&
+	    (size_t)n + first + 1 == j->n_msgs && n > 0 && m[n - 1].role == SESS_ASSISTANT;
+	for (int i = 0; same && i < n; i++) {
+		const struct chat_msg *q = &j->msgs[first + (size_t)i];
+
+		same = (int)q->role == (int)m[i].role && strcmp(q->text ? q->text : "",
+		    m[i].text ? m[i].text : "") == 0;
+	}
+	reply->n = 0;
+	if (same && kvc_tokens_append(reply, m[n - 1].ids, (size_t)m[n - 1].n_ids) != KVC_OK)
+		same = false;
+	sess_msgs_free(m, n);
+	sess_conv_clear(&c);
+	return same;
+}
+
+int
+store_history(struct kvc_server *s, struct srv_store_index **ixp, const struct srv_job *j,
+    int64_t *id, struct kvc_tokens *stream, struct kvc_tokens *reply)
+{
+	struct srv_store_index *ix = *ixp;
+	size_t first = j->n_msgs > 0 && j->msgs[0].role == CHAT_SYSTEM ? 1 : 0;
+	uint64_t h;
+
+	*id = 0;
+	if (j->n_msgs < first + 3)
+		return 0;
+	if (ix == NULL && (ix = *ixp = calloc(1, sizeof *ix)) == NULL)
+		return KVC_ENOMEM;
+	if (refresh(s, ix) != KVC_OK)
+		return 0;
+	h = store_hist_hash(first ? j->msgs[0].text : NULL, 0, NULL);
+	for (size_t i = first; i + 1 < j->n_msgs; i++)
+		h = store_hist_hash(j->msgs[i].text, (int)j->msgs[i].role, &h);
+	/* the most recent first, as the list is */
+	for (int i = 0; i < ix->n; i++) {
+		const struct store_entry *e = &ix->v[i];
+
+		if (!e->api || e->hist != h || (size_t)e->n_msgs + first + 1 != j->n_msgs ||
+		    !same_history(s, e->id, j, first, reply))
+			continue;
+		stream->n = 0;
+		if (kvc_tokens_append(stream, e->toks.v, e->toks.n) != KVC_OK)
+			return KVC_ENOMEM;
+		*id = e->id;
+		return 0;
+	}
+	return 0;
 }

@@ -43,6 +43,7 @@ struct srv_params {
 	const char *jinja;		/* the model's template text, or NULL */
 	struct conv_settings defaults;	/* sampler defaults of a request that gives none */
 	struct sess_store *store;	/* conversations, or NULL: the field is refused */
+	int keep_unnamed;		/* unnamed chat requests' conversations kept (default 100; 0: none stored) */
 	struct conv_params conv;	/* the conversation manager's parameters (store set) */
 	/* One line per request and per event (optional; called from several threads). */
 	void (*log)(void *arg, const char *line);

@@ -5,6 +5,7 @@
  *     -> oai_req.c (a request body read into a job, with jansson)
  *     -> sched.c (the scheduler thread: slots, prefix reuse, batching)
  *        -> sched_conv.c (a request that is a stored conversation's turn)
+ *        -> sched_save.c (an unnamed request stored as a conversation)
  *        -> sched_store.c (a prompt's prefix from the stored snapshots)
  *     -> job.c (a job's output queue between the threads)
  *        -> oai_resp.c (response bodies, stream events, errors, with jansson)
@@ -62,6 +63,9 @@ struct srv_job {
 	bool prefilling;		/* its prefill has begun */
 	double t_start, t_prefilled, t_end;	/* kvc_now() */
 	const char *finish;		/* "stop" or "length" once finished */
+	int32_t eog;			/* the end-of-generation id that ended it, or -1 */
+	int64_t cont_id;		/* the stored conversation it continues (save_prompt), or 0 */
+	int cont_len;			/* that conversation's stream: prompt_ids[0..cont_len) */
 	int64_t conv_out;		/* the conversation written, 0: none */
 	const char *conv_cache;		/* where its cache came from: "snapshot", "rebuilt", "resident" */
 	/* shared */
@@ -120,6 +124,8 @@ void job_cancel(struct srv_job *j);
 /* Wait until the job started (or ended); its status. */
 int job_wait_started(struct srv_job *j);
 void job_wait_done(struct srv_job *j);
+/* Wait up to ms for the job to start (done: to end); whether it did. */
+bool job_wait_until(struct srv_job *j, bool done, int ms);
 /*
  * Up to max bytes of output into buf, waiting for some: the count, 0 at
  * the end of the output.
@@ -159,6 +165,39 @@ struct srv_store_index;
 int store_prefix(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq *seq,
     const int32_t *prompt, int n, int better_than, int64_t *from);
 void store_index_free(struct srv_store_index *ix);
+/*
+ * The hash of a system prompt and messages, one text at a time (h0 NULL to
+ * begin); roles: chat_role's numbers, equal to sess_role's.
+ */
+uint64_t store_hist_hash(const char *text, int role, const uint64_t *h0);
+/*
+ * The conversation of an unnamed request (titled "api: "), of this model
+ * and whole in its window, whose system prompt and messages are exactly
+ * j's but its last (a user message): *id, its stream (the ids the cache
+ * held) in stream and its last reply's ids in reply; *id 0 when there is
+ * none. 0 or KVC_ENOMEM.
+ */
+int store_history(struct kvc_server *s, struct srv_store_index **ix, const struct srv_job *j,
+    int64_t *id, struct kvc_tokens *stream, struct kvc_tokens *reply);
+
+/*
+ * sched_save.c: the prompt of an unnamed chat request that continues a
+ * stored one (its history resent): that conversation's stream, exactly the
+ * ids the model saw and produced, then the new message rendered after it
+ * (as the chat renders a turn). 1 when it is (j->prompt_ids set, j->cont_id
+ * and j->cont_len), 0 when not (the caller renders the messages), or a
+ * KVC_E* code with err.
+ */
+int save_prompt(struct kvc_server *s, struct srv_store_index **ix, struct srv_job *j,
+    char *err, size_t errlen);
+/*
+ * Store the finished unnamed chat request j (its prompt and
+ * reply, the cache seq holds as a snapshot chunk), continuing the stored
+ * conversation it resends, or as a new one (--keep-unnamed bounds them).
+ * Sets j->conv_out; a failure is logged, never the request's.
+ */
+void save_unnamed(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq *seq,
+    struct srv_job *j);
 
 /* sched_conv.c: run j as a turn of its stored conversation (scheduler thread). */
 void sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j);

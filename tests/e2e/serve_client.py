@@ -183,6 +183,65 @@ def step_disconnect():
     check("served after a disconnect", st == 200 and r["choices"][0]["text"] == want, (st, r))
 
 
+def send_and_leave(path, body, wait):
+    """Send a request, read nothing, close the connection after wait seconds."""
+    s = socket.create_connection(("127.0.0.1", PORT))
+    body = json.dumps(body)
+    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (path, len(body), body)).encode())
+    time.sleep(wait)
+    s.close()
+
+
+def log_wait(pattern, secs=30):
+    """The first line of the server's log matching pattern, waiting for it."""
+    import re
+    for _ in range(int(secs * 10)):
+        for line in open(WD + "/serve.err", errors="replace"):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        time.sleep(0.1)
+    return None
+
+
+def step_disconnect_plain():
+    """Non-streamed requests whose client leaves: generation stops, the store stays whole."""
+    import sqlite3
+    # a greedy completion of "a long one" runs to its 2000 tokens (seconds here)
+    send_and_leave("/v1/completions", {"prompt": "a long one", "max_tokens": 2000,
+                                       "temperature": 0}, 1.0)
+    m = log_wait(r"(cmpl-\w+): the client went away after (\d+) tokens")
+    check("a non-streamed completion stops when its client leaves", m is not None and
+          int(m.group(2)) < 2000, m and m.group(0))
+    # the same as a new stored conversation's turn
+    db = sqlite3.connect(WD + "/s.db")
+    n0 = db.execute("select count(*) from conversations").fetchone()[0]
+    msgs = [{"role": "user", "content": "a long one"}]
+    send_and_leave("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
+                                            "temperature": 0, "conversation": "new"}, 1.0)
+    m = log_wait(r"conversation (\d+): the client went away after (\d+) tokens")
+    check("a stored conversation's turn stops when its client leaves", m is not None and
+          int(m.group(2)) < 2000, m and m.group(0))
+    if m is None:
+        return
+    cid = int(m.group(1))
+    rows = db.execute("select role, text, interrupted from messages where conv_id = ? "
+                      "order by id", (cid,)).fetchall()
+    check("...stored: the message and the reply so far, marked interrupted",
+          db.execute("select count(*) from conversations").fetchone()[0] == n0 + 1 and
+          len(rows) == 2 and rows[0][:2] == (1, "a long one") and rows[1][0] == 2 and
+          rows[1][2] == 1, rows)
+    db.close()
+    # consistent: the next turn resending that history is served from the cache
+    msgs += [{"role": "assistant", "content": rows[1][1]}, {"role": "user", "content": "go on"}]
+    st, r, _ = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0,
+                                               "conversation": cid})
+    u = r.get("usage", {}) if st == 200 else {}
+    check("...and continued by the next request", st == 200 and
+          u["prompt_tokens_details"]["cached_tokens"] > 0, (st, r))
+
+
 def step_bad():
     cases = [
         ("invalid JSON", "/v1/chat/completions", b"{\"messages\": [", 400),
@@ -295,10 +354,89 @@ def step_anon_stored():
     cached = u.get("prompt_tokens_details", {}).get("cached_tokens", -1)
     check("an unnamed request reuses a stored conversation's snapshot", st == 200 and
           cached >= len(first), (st, u, len(first)))
-    check("...and is not stored", "conversation" not in (r or {}), r)
+    import sqlite3
+    db = sqlite3.connect(WD + "/s.db")
+    title = db.execute("select title from conversations where id = ?",
+                       (r.get("conversation", 0),)).fetchone() if st == 200 else None
+    n = db.execute("select count(*) from messages where conv_id = ?", (c["id"],)).fetchone()[0]
+    check("...is stored as a conversation of its own, titled api: (the named one unchanged)",
+          r.get("conversation", c["id"]) != c["id"] and title is not None and
+          title[0].startswith("api: ") and n == len(c["msgs"]), (r, title, n))
     want = generate(3, rendered=chatml(msgs))
     check("...its reply as computed from scratch", st == 200 and
           r["choices"][0]["message"]["content"] == want, (r, want))
+
+
+def anon_turn(msgs, n):
+    """An unnamed request: (status, response, usage)."""
+    st, r, _ = post("/v1/chat/completions", {"messages": msgs, "max_tokens": n, "temperature": 0})
+    return st, r, (r.get("usage", {}) if st == 200 else {})
+
+
+def step_anon_first():
+    """Two unnamed turns: the first is stored, the second (its history resent) continues it."""
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+    st, r, u = anon_turn(msgs, 6)
+    check("an unnamed request is stored", st == 200 and r.get("conversation", 0) > 0, (st, r))
+    cid = r.get("conversation")
+    msgs += [{"role": "assistant", "content": r["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "and then?"}]
+    st, r, u = anon_turn(msgs, 6)
+    check("...the next request resending it continues it", st == 200 and
+          r.get("conversation") == cid, (st, r, cid))
+    msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+    json.dump({"id": cid, "msgs": msgs}, open(WD + "/anon.json", "w"))
+
+
+def step_anon_restart():
+    """After a restart: the history's cache comes from the snapshot, only the new message computed."""
+    import sqlite3
+    import struct
+    c = json.load(open(WD + "/anon.json"))
+    msgs = c["msgs"] + [{"role": "user", "content": "one more"}]
+    st, r, u = anon_turn(msgs, 4)
+    cached = u.get("prompt_tokens_details", {}).get("cached_tokens", -1)
+    # what the new message adds: the previous reply's end of turn (when max_tokens cut it), the
+    # user turn, the generation prompt
+    delta = subprocess.run([KV, "tokenize", "-m", MODEL, "--parse-special"],
+                           input=b"<|im_end|>\n<|im_start|>user\none more<|im_end|>\n"
+                           b"<|im_start|>assistant\n", capture_output=True,
+                           check=True).stdout.decode().split()
+    check("after a restart an unnamed request's history is cached", st == 200 and
+          u["prompt_tokens"] - len(delta) - 1 <= cached < u["prompt_tokens"], (st, u, len(delta)))
+    check("...in the conversation it continues", st == 200 and r.get("conversation") == c["id"],
+          (r, c["id"]))
+    db = sqlite3.connect(WD + "/s.db")
+    rows = db.execute("select role, tokens from messages where conv_id = ? order by seq",
+                      (c["id"],)).fetchall()
+    check("...which holds the six messages", [x[0] for x in rows] == [1, 2, 1, 2, 1, 2], rows)
+    # the prompt is the stored stream: the replies' own ids, then the new message; the reply
+    # is what kvchat generate computes from scratch on it
+    ids = [i for x in rows[:5] for i in struct.unpack("<%di" % (len(x[1]) // 4), x[1])]
+    check("...whose stream is the prompt", len(ids) == u.get("prompt_tokens"), (len(ids), u))
+    args = [KV, "generate", "-m", MODEL, "-n", "4", "--temp", "0", "--prompt-ids",
+            ",".join(map(str, ids))]
+    want = subprocess.run(args, capture_output=True, check=True).stdout.decode("utf-8", "replace")
+    check("...its reply as computed from scratch", st == 200 and
+          r["choices"][0]["message"]["content"] == want, (r, want))
+
+
+def step_anon_keep():
+    """--keep-unnamed 2: of five new unnamed conversations the two most recent stay."""
+    import sqlite3
+    db = sqlite3.connect(WD + "/s.db")
+    others = db.execute("select id from conversations where title not like 'api: %' "
+                        "order by id").fetchall()
+    ids = []
+    for k in range(5):
+        st, r, u = anon_turn([{"role": "user", "content": "question %d" % k}], 2)
+        ids.append(r.get("conversation") if st == 200 else None)
+    left = db.execute("select id from conversations where title like 'api: %' "
+                      "order by id").fetchall()
+    check("the two most recent unnamed conversations are kept", [x[0] for x in left] == ids[3:],
+          (left, ids))
+    check("...the others untouched", db.execute("select id from conversations where title not "
+          "like 'api: %' order by id").fetchall() == others)
 
 
 def step_conv_locked():
@@ -360,7 +498,9 @@ def step_queue():
 
 
 {"basic": step_basic, "budget": step_budget, "queue": step_queue, "concurrent": step_concurrent, "disconnect": step_disconnect,
+ "disconnect_plain": step_disconnect_plain,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
- "conv_locked": step_conv_locked, "anon_stored": step_anon_stored, "auth": step_auth}[STEP]()
+ "conv_locked": step_conv_locked, "anon_stored": step_anon_stored,
+ "anon_first": step_anon_first, "anon_restart": step_anon_restart, "anon_keep": step_anon_keep, "auth": step_auth}[STEP]()
 print("%s: %d passed, %d failed" % (STEP, passed, failed))
 sys.exit(1 if failed else 0)

@@ -4,7 +4,9 @@
 # completions, equal kvchat generate's on the same rendered prompt; a
 # repeated prompt reuses its resident cache; 8 concurrent streams (4
 # decoding together, the rest waiting) each equal to its run alone; a client
-# that disconnects mid-stream; bad requests each get their status and change
+# that disconnects mid-stream, and one that leaves a non-streamed request
+# (completion, and a stored conversation's turn: the reply so far kept, marked
+# interrupted, the next turn continuing it); bad requests each get their status and change
 # nothing in the store; a stored conversation written through the API,
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
@@ -60,6 +62,7 @@ for _i in $(seq 1 100); do
 	sleep 0.1
 done
 check "the disconnect was noticed" grep -q "the client went away" "$TMPD/serve.err"
+client disconnect_plain
 store_dump >"$TMPD/before"
 client bad
 store_dump >"$TMPD/after"
@@ -89,10 +92,18 @@ client conv_resumed
 check "the turn is stored" [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
 stop_server
 start_server --parallel 2
-n0=$(sqlite3 "$DB" "select count(*) from messages")
 client anon_stored
 check "the snapshot was used" grep -q "positions from the snapshot of conversation $CID" "$TMPD/serve.err"
-check "an unnamed request stores nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
+check "an unnamed request adds nothing to the named conversation" \
+    [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
+client anon_first
+stop_server
+# Unnamed requests after a restart: the history from the snapshot they were stored with.
+start_server --parallel 2
+client anon_restart
+stop_server
+start_server --keep-unnamed 2
+client anon_keep
 
 # The REPL holds the conversation: the server refuses it, and stores nothing.
 mkfifo "$TMPD/repl.in"
@@ -118,8 +129,9 @@ start_server --api-key-file "$TMPD/key"
 client auth
 stop_server
 
-# --kv-budget: idle caches let go.
-start_server --kv-budget 1K
+# --kv-budget: idle caches let go (a database of its own, storing nothing:
+# a stored request's snapshot would give the prompt back).
+serve_start "$TMPD/budget.db" --kv-budget 1K --keep-unnamed 0
 client budget
 stop_server
 

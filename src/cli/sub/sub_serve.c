@@ -24,11 +24,12 @@
 static const char serve_usage[] =
     "usage: kvchat serve -m FILE [--host ADDR] [--port N] [--parallel B] [--db PATH]\n"
     "                    [--api-key-file F | --no-auth] [--max-tokens N] [--timeout S]\n"
-    "                    [--max-queue N] [--kv-budget SIZE]\n"
+    "                    [--max-queue N] [--kv-budget SIZE] [--keep-unnamed N]\n"
     "                    [--chat-template NAME] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "                    [--repeat-penalty R] [--seed S] [--quiet] [--threads N] [--ctx N]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
     "\n"
+    "  -m FILE             the GGUF model to serve (named after the file in /v1/models)\n"
     "  --host ADDR         address to listen on (default 127.0.0.1); another than a\n"
     "                      loopback one needs --api-key-file or --no-auth\n"
     "  --port N            port (default 8080; 0: a free one, said on stderr)\n"
@@ -43,9 +44,14 @@ static const char serve_usage[] =
     "  --kv-budget SIZE    memory the idle sequences' caches (and the stored conversations'\n"
     "                      open for a request) may keep, e.g. 512M; the least recently used\n"
     "                      lets go first (default: no limit)\n"
+    "  --keep-unnamed N    unnamed chat requests are stored as conversations titled \"api: ...\"\n"
+    "                      (a client resending its history continues its own); the N most\n"
+    "                      recent are kept, older ones deleted (default 100; 0: store none)\n"
     "  --chat-template NAME  the template of /v1/chat/completions (default: the model's)\n"
     "  --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed\n"
     "                      a request's sampling when it says none (the chat's defaults)\n"
+    "  --threads N, --ctx N, --kv-type T, --device D, --gpu N\n"
+    "                      the engine, as the chat's (--ctx: each sequence's context)\n"
     "  --quiet             no line per request on stderr\n"
     "Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream, stream_options.include_usage, max_tokens, max_completion_tokens, temperature,\n"
@@ -120,6 +126,10 @@ parse_opt(int argc, char **argv, int *i, struct serve_opts *o)
 		if (kvc_parse_long(val, 0, 4096, &v) != KVC_OK)
 			return usage("bad --max-queue (0 to 4096)", val);
 		o->sp.max_queue = (int)v;
+	} else if (strcmp(a, "--keep-unnamed") == 0) {
+		if (kvc_parse_long(val, 0, 1000000, &v) != KVC_OK)
+			return usage("bad --keep-unnamed (0 to 1000000)", val);
+		o->sp.keep_unnamed = (int)v;
 	} else if (strcmp(a, "--kv-budget") == 0) {
 		if (kvc_parse_size(val, &o->sp.kv_budget) != KVC_OK)
 			return usage("--kv-budget: not a size (512M, 2G)", val);
