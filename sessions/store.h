@@ -180,7 +180,8 @@ enum sess_role { SESS_SYSTEM = 0, SESS_USER = 1, SESS_ASSISTANT = 2 };
 struct sess_msg {
 	int64_t id;
 	enum sess_role role;
-	char *text;
+	char *text;		/* a reply: its answer (the reasoning apart, below) */
+	char *reasoning;	/* a reply's reasoning without its markup, or NULL */
 	int32_t *ids;		/* exact tokens this message added to the stream */
 	int n_ids;
 	bool interrupted;
@@ -308,7 +309,7 @@ int sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model 
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 4
+#define SESS_SCHEMA_VERSION 5
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

@@ -41,8 +41,19 @@ struct jr {
 	const struct chat_msg *msgs;
 	size_t n;
 	struct kvc_buf marked, real;	/* the render with markers, with contents */
-	char **texts;			/* each message's content (assistant: text or decoded ids) */
+	/*
+	 * [2n]: each message's content (assistant: text or decoded ids), then
+	 * each reply's reasoning (NULL for none); marker k stands for texts[k]
+	 */
+	char **texts;
 };
+
+/* The text marker k stands for, or NULL. */
+static const char *
+text_of(const struct jr *r, long k)
+{
+	return k >= 0 && (size_t)k < 2 * r->n ? r->texts[k] : NULL;
+}
 
 static const char *
 role_name(enum chat_role r)
@@ -54,15 +65,20 @@ role_name(enum chat_role r)
 static int
 msg_texts(struct jr *r, char *err, size_t errlen)
 {
-	r->texts = calloc(r->n ? r->n : 1, sizeof(*r->texts));
+	r->texts = calloc(r->n ? 2 * r->n : 1, sizeof(*r->texts));
 	if (!r->texts)
 		return KVC_ENOMEM;
-	for (size_t i = 0; i < r->n; i++) {
+	for (size_t j = 0; j < 2 * r->n; j++) {
+		size_t i = j % r->n;
 		const struct chat_msg *m = &r->msgs[i];
 		struct kvc_buf b = {0};
 		int rc = 0;
 
-		if (m->text)
+		if (j >= r->n && !(m->role == CHAT_ASSISTANT && m->reasoning))
+			continue;
+		if (j >= r->n)
+			rc = kvc_buf_append(&b, m->reasoning, strlen(m->reasoning));
+		else if (m->text)
 			rc = kvc_buf_append(&b, m->text, strlen(m->text));
 		else if (m->ids)
 			rc = tok_decode(r->t, m->ids, m->n_ids, 0, &b);
@@ -78,7 +94,7 @@ msg_texts(struct jr *r, char *err, size_t errlen)
 				"renderer reserves", i);
 			return KVC_EINVAL;
 		}
-		r->texts[i] = b.p;
+		r->texts[j] = b.p;
 	}
 	return 0;
 }
@@ -107,6 +123,16 @@ render_one(struct jr *r, const struct jinja_tmpl *tp, bool marked, bool add_gen,
 		if (rc == 0)
 			rc = marked ? kvc_json_str(&j, mark, strlen(mark)) :
 			     kvc_json_str(&j, r->texts[i], strlen(r->texts[i]));
+		/* the reasoning under both names the templates read it by */
+		for (int f = 0; rc == 0 && r->texts[r->n + i] && f < 2; f++) {
+			const char *c = r->texts[r->n + i];
+
+			rc = kvc_buf_printf(&j, ", \"%s\": ", f ? "thinking" : "reasoning_content");
+			snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, r->n + i);
+			if (rc == 0)
+				rc = marked ? kvc_json_str(&j, mark, strlen(mark)) :
+				     kvc_json_str(&j, c, strlen(c));
+		}
 		if (rc == 0)
 			rc = kvc_buf_append(&j, "}", 1);
 	}
@@ -159,13 +185,14 @@ substitute(const struct jr *r, const char *s, size_t n, bool strip, struct kvc_b
 		size_t len;
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k < 0 || (size_t)k >= r->n) {
+		const char *c = text_of(r, k);
+
+		if (c == NULL) {
 			if (kvc_buf_append(out, s + i, 1))
 				return KVC_ENOMEM;
 			i++;
 			continue;
 		}
-		const char *c = r->texts[k];
 		size_t a = 0, b = strlen(c);
 
 		while (strip && a < b && strchr(" \t\n\r\f\v", c[a]))
@@ -252,8 +279,8 @@ tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct k
 	for (size_t i = 0, len; i < n && !guard; i++) {
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k >= 0 && (size_t)k < r->n)
-			guard = has_special(r->t, r->texts[k], strlen(r->texts[k]));
+		if (text_of(r, k) != NULL)
+			guard = has_special(r->t, text_of(r, k), strlen(text_of(r, k)));
 	}
 	if (!guard) {
 		rc = substitute(r, s, n, strip, &b);
@@ -266,7 +293,7 @@ tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct k
 		size_t len, j = i;
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k >= 0 && (size_t)k < r->n) {
+		if (text_of(r, k) != NULL) {
 			b.n = 0;
 			rc = substitute(r, s + i, len, strip, &b);
 			if (rc == 0)
@@ -341,7 +368,7 @@ marker_end(const struct jr *r, size_t k)
 static void
 jr_free(struct jr *r)
 {
-	for (size_t i = 0; r->texts && i < r->n; i++)
+	for (size_t i = 0; r->texts && i < 2 * r->n; i++)
 		free(r->texts[i]);
 	free(r->texts);
 	kvc_buf_free(&r->marked);

@@ -156,6 +156,7 @@ struct conv_stats {
 	int reused_tokens;		/* positions kept from the cache */
 	int prefill_tokens;		/* positions computed for this turn's prompt */
 	int gen_tokens;			/* reply tokens */
+	int reasoning_tokens;		/* of them, those of its reasoning (and its markup) */
 	int dropped_tokens;		/* history positions dropped (context overflow) */
 	int dropped_msgs;		/* messages that left the window (context overflow) */
 	int recomputed_tokens;		/* positions of kept history computed again after a drop */
@@ -180,8 +181,15 @@ struct conv_stats {
 
 /* How a turn talks to its caller. */
 struct conv_io {
-	/* Reply text as it streams (valid UTF-8 pieces); non-zero return stops. */
+	/*
+	 * The reply's answer as it streams (valid UTF-8 pieces, without the
+	 * reasoning or its markup); non-zero return stops.
+	 */
 	int (*on_text)(void *arg, const char *s, size_t n);
+	/* Its reasoning as it streams (may be NULL: not shown); as on_text. */
+	int (*on_reasoning)(void *arg, const char *s, size_t n);
+	/* If not NULL: the reasoning's tokens so far (and its markup), kept up to date. */
+	int *reasoning_tokens;
 	void *arg;
 	/* Set by the caller's SIGINT handler: stop generating at once. May be NULL. */
 	volatile sig_atomic_t *interrupt;

@@ -191,6 +191,27 @@ void conv_save_snapshot(struct conv *c);
 void conv_save_tail(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
 
+/* reason.c */
+/* A reply being told apart into reasoning and answer (chat_reason). */
+struct conv_reason {
+	struct chat_reason cr;
+	const struct conv_io *io;	/* where each part goes */
+	int n_tokens;			/* ids that came while the reasoning streamed */
+};
+/*
+ * Route the reply through the splitter: gp's on_text, on_id and arg are
+ * set to it (and its detokenizer flags for harmony); the parts go to io's
+ * on_text and on_reasoning.
+ */
+void conv_reason_begin(const struct conv *c, struct conv_reason *r, const struct conv_io *io,
+    struct conv_gen_params *gp);
+/*
+ * The reply is over: rec's text becomes the answer and its reasoning the
+ * reasoning (NULL if none), both owned by r; st->reasoning_tokens.
+ */
+int conv_reason_end(struct conv_reason *r, struct sess_msg *rec, struct conv_stats *st);
+void conv_reason_free(struct conv_reason *r);
+
 /* residency.c */
 /* Evict least recently used caches (never keep's) until extra more bytes fit. */
 void conv_mgr_fit(struct conv_mgr *m, const struct conv *keep, size_t extra);

@@ -33,7 +33,7 @@ prompt_done(struct conv *c, const struct eng_stats *es, struct conv_stats *st)
  */
 static int
 reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_gen *g,
-    struct conv_stats *st, double t0, char *err, size_t errlen)
+    struct conv_reason *rs, struct conv_stats *st, double t0, char *err, size_t errlen)
 {
 	struct conv_gen_params gp;
 	struct conv_spec sp = { NULL, c->m->p.lookup, c->m->p.spec_k };
@@ -51,11 +51,9 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	gp.mode = CONV_GEN_REPLY;
 	gp.max_tokens = c->set.max_tokens > 0 ? c->set.max_tokens : -1;
 	gp.stop = chat_stop_strings(c->m->p.family);
-	if (io) {
-		gp.on_text = io->on_text;
-		gp.arg = io->arg;
+	conv_reason_begin(c, rs, io, &gp);
+	if (io)
 		gp.interrupt = io->interrupt;
-	}
 	gp.first_logits = first;
 	gp.keep_first_logits = c->reply_logits;
 	rc = conv_generate(c->m->e, c->seq, c->smp, &gp, g, err, errlen);
@@ -83,13 +81,17 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	return rc;
 }
 
-/* The stored form of a reply. */
-static void
-reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stats *st)
+/* The stored form of a reply: its answer and reasoning apart (rs's). */
+static int
+reply_msg(struct sess_msg *rec, const struct conv_gen *g, struct conv_reason *rs,
+    struct conv_stats *st, char *err, size_t errlen)
 {
 	memset(rec, 0, sizeof *rec);
 	rec->role = SESS_ASSISTANT;
-	rec->text = g->text.p;
+	if (conv_reason_end(rs, rec, st) != 0) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
 	rec->ids = g->ids.v;
 	rec->n_ids = (int)g->ids.n;
 	rec->interrupted = st->interrupted;
@@ -99,6 +101,7 @@ reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stat
 	rec->stats.prefill_tps = st->prefill_tps;
 	rec->stats.gen_tokens = st->gen_tokens;
 	rec->stats.decode_tps = st->decode_tps;
+	return KVC_OK;
 }
 
 /* The window's stream up to message k: its length, from the sequence or the messages. */
@@ -429,6 +432,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 {
 	struct kvc_tokens delta = {0}, target = {0};
 	struct conv_gen g;
+	struct conv_reason rs;
 	struct eng_stats es = {0};
 	struct sess_msg rec;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
@@ -438,6 +442,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	memset(&rs, 0, sizeof rs);
 	if ((rc = refuse_readonly(c, err, errlen)) != 0)
 		return rc;
 	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
@@ -477,10 +482,11 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	}
 	prompt_done(c, &es, st);
 	c->reply_logits_pos = -1;
-	rc = reply(c, io, NULL, &g, st, t0, err, errlen);
+	rc = reply(c, io, NULL, &g, &rs, st, t0, err, errlen);
+	if (rc == 0)
+		rc = reply_msg(&rec, &g, &rs, st, err, errlen);
 	if (rc)
 		goto rollback;
-	reply_msg(&rec, &g, st);
 	rc = commit_reply_turn(c, &rec, new_win, old_key, err, errlen);
 	if (rc)
 		goto rollback;
@@ -501,6 +507,7 @@ out:
 	kvc_tokens_free(&delta);
 	kvc_tokens_free(&target);
 	conv_gen_free(&g);
+	conv_reason_free(&rs);
 	return rc;
 }
 
@@ -549,6 +556,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
     char *err, size_t errlen)
 {
 	struct conv_gen g;
+	struct conv_reason rs;
 	struct eng_stats es = {0};
 	struct sess_msg rec;
 	const float *first = NULL;
@@ -557,6 +565,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	memset(&rs, 0, sizeof rs);
 	if ((rc = refuse_readonly(c, err, errlen)) != 0)
 		return rc;
 	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
@@ -581,10 +590,11 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	if (rc)
 		goto fail;
 	prompt_done(c, &es, st);
-	rc = reply(c, io, first, &g, st, t0, err, errlen);
+	rc = reply(c, io, first, &g, &rs, st, t0, err, errlen);
+	if (rc == 0)
+		rc = reply_msg(&rec, &g, &rs, st, err, errlen);
 	if (rc)
 		goto fail;
-	reply_msg(&rec, &g, st);
 	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, conv_window_key(c, c->win), err, errlen);
 	if (rc)
 		goto fail;
@@ -608,6 +618,7 @@ fail:
 		conv_drop_seq(c);
 out:
 	conv_gen_free(&g);
+	conv_reason_free(&rs);
 	return rc;
 }
 

@@ -548,6 +548,7 @@ repl_main(int argc, char **argv)
 	}
 	r.think = o.think;
 	r.effort = o.effort;
+	r.show_thinking = o.show_thinking;
 	if (cmd_template_vars(&r) != 0) {
 		fprintf(stderr, "kvchat: out of memory\n");
 		goto out;
