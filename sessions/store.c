@@ -529,8 +529,8 @@ bad:
 	return KVC_EINVAL;
 }
 
-static int
-insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+int
+sess_msgs_insert(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
     const char *what, char *err, size_t errlen)
 {
 	sqlite3_stmt *s = NULL;
@@ -657,7 +657,7 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", conv,
 		    window, what, err, errlen);
 	if (ret == KVC_OK)
-		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
+		ret = sess_msgs_insert(st, conv, msgs, n, what, err, errlen);
 	if (ret == KVC_OK && chunk)
 		ret = sess_chunk_write(st, conv, title, chunk, err, errlen);
 	if (ret == KVC_OK)

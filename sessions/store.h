@@ -306,6 +306,18 @@ struct sess_model {
 int sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model *to,
     const struct sess_msg *msgs, int n, char *err, size_t errlen);
 
+/*
+ * The conversation's messages from seq first on (n of them, all it has
+ * after first) get msgs[i].ids, its snapshot chunks past position keep_pos
+ * go, and user (if not NULL) is appended, in one transaction: a chat
+ * template that renders earlier turns otherwise than the stream holds
+ * them (a dropped reasoning, a date) gives the stream a new tail from
+ * keep_pos on. Text, reasoning and figures stay. KVC_EINVAL when first + n
+ * is not the number of stored messages.
+ */
+int sess_conv_retoken(struct sess_store *st, int64_t id, int first, const struct sess_msg *msgs,
+    int n, int keep_pos, const struct sess_msg *user, char *err, size_t errlen);
+
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */

@@ -209,12 +209,29 @@ const char *const *chat_stop_strings(enum chat_family f);
  * A rendering that ends with a reply (with ids, no add_gen) ends with its
  * ids, as the stream does: the template's closing comes with the next delta.
  * Delta (n_prev > 0, msgs[n_prev - 1] a reply with ids): the tokens the
- * render of msgs[0..n) puts after that reply. A template that rewrites
- * earlier turns (Qwen3 drops old reasoning) does not change the stream:
- * earlier turns stay as the model saw them.
+ * render of msgs[0..n) puts after that reply; what the template now renders
+ * before it is not looked at, so a chat whose template rewrites earlier
+ * turns (Qwen3 drops old reasoning) renders the whole conversation instead
+ * (chat_jinja_render_spans, conv's rerender.c) and recomputes from where
+ * it differs.
  */
 int chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen);
+/*
+ * A whole render (n_prev 0) of msgs[0..n) as chat_jinja_render, and the
+ * tokens each message counts for in it (spans[n]): a reply without
+ * reasoning its exact ids; the rest, template text included, under the
+ * last user message before the next such reply (the first message there
+ * if none is a user's). A reply with reasoning is rendered from its texts
+ * (the template may drop the reasoning), so it counts for nothing of its
+ * own; so does every reply when the template rewrites replies' text (the
+ * render with ids then fails chat_jinja_render's check). The spans add up
+ * to the tokens appended. KVC_EUNSUPPORTED when two
+ * replies with template text between them leave it no message.
+ */
+int chat_jinja_render_spans(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_tokens *out, size_t *spans,
     char *err, size_t errlen);
 int chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out, char *err, size_t errlen);

@@ -69,6 +69,15 @@ struct conv_params {
 	 * rebuilt when next used. May be NULL (rebuilds run to the end).
 	 */
 	volatile sig_atomic_t *interrupt;
+	/*
+	 * Tests only (KVCHAT_TEST_REPLIES): each line is the next reply, forced
+	 * instead of sampled: its text (\\n a newline) tokenised with special
+	 * tokens parsed; the model still computes every id, and the reply runs
+	 * through the reasoning split, the store and the next render as a
+	 * sampled one does. It ends where the line does. Not copied: it must
+	 * outlive the manager. NULL: replies are sampled.
+	 */
+	const char *test_replies;
 };
 
 /* Per-conversation generation settings (persisted as the settings text). */
@@ -162,6 +171,14 @@ struct conv_stats {
 	int recomputed_tokens;		/* positions of kept history computed again after a drop */
 	double recompute_ms;		/* their share of the prefill time, ms */
 	int slid_tokens;		/* positions slid away (--ctx-overflow slide), none recomputed */
+	/*
+	 * Cached positions of earlier turns given up because the model's
+	 * template now renders them otherwise (the turn's prompt, prompt_tokens,
+	 * then holds their new rendering), and why (a static string; NULL when
+	 * the cache was kept whole)
+	 */
+	int rewritten_tokens;
+	const char *rewrite_why;
 	int spec_proposed, spec_accepted;	/* speculative proposals made, and kept */
 	int forward_passes;		/* decode passes of the main model */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
@@ -251,6 +268,9 @@ struct conv_gen_params {
 	volatile sig_atomic_t *interrupt;	/* stop at once when set; may be NULL */
 	/* What the first id is sampled from when the sequence has no logits at hand, or NULL. */
 	const float *first_logits;
+	/* Ids taken instead of sampled, in order (tests); the reply ends after them. */
+	const int32_t *forced;
+	int n_forced;
 	/* [n_vocab] or NULL: gets a copy of the logits the first id is sampled from. */
 	float *keep_first_logits;
 	struct conv_spec *spec;		/* speculative decoding, or NULL */

@@ -22,7 +22,7 @@ static bool
 prompt_opens_think(const struct conv *c)
 {
 	const int32_t *ids = eng_seq_tokens(c->seq);
-	int n = eng_seq_n_pos(c->seq), k = n < 4 ? n : 4;
+	int n = eng_seq_n_pos(c->seq), k = n < 16 ? n : 16;
 	struct kvc_buf b = {0};
 	bool open = false;
 
@@ -100,6 +100,28 @@ conv_reason_end(struct conv_reason *r, struct sess_msg *rec, struct conv_stats *
 	rec->reasoning = r->cr.reasoning.n > 0 ? r->cr.reasoning.p : NULL;
 	st->reasoning_tokens = rec->reasoning ? r->n_tokens : 0;
 	return KVC_OK;
+}
+
+int
+conv_test_reply(struct conv_mgr *m, struct kvc_tokens *out, char *err, size_t errlen)
+{
+	const char *s = m->p.test_replies + m->test_at, *end = strchr(s, '\n');
+	size_t n = end ? (size_t)(end - s) : strlen(s);
+	struct kvc_buf b = {0};
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		bool esc = s[i] == '\\' && i + 1 < n && (s[i + 1] == 'n' || s[i + 1] == '\\');
+
+		rc = kvc_buf_append(&b, esc && s[i + 1] == 'n' ? "\n" : s + i, 1);
+		i += esc;
+	}
+	m->test_at += n + (end != NULL);
+	if (rc == 0 && b.n > 0)
+		rc = tok_encode(eng_tokenizer(m->e), b.p, b.n, TOK_PARSE_SPECIAL | TOK_NO_SPACE_PREFIX,
+		    out, err, errlen);
+	kvc_buf_free(&b);
+	return rc;
 }
 
 void

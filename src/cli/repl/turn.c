@@ -75,6 +75,9 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	if (s->dropped_msgs || s->dropped_tokens)
 		fprintf(f, " | context full: dropped %d messages (%d tokens), recomputed %d in %.0f ms",
 		    s->dropped_msgs, s->dropped_tokens, s->recomputed_tokens, s->recompute_ms);
+	if (s->rewrite_why)
+		fprintf(f, " | cache cut back %d positions: %s", s->rewritten_tokens,
+		    s->rewrite_why);
 	if (s->reasoning_tokens > 0)
 		fprintf(f, " | thinking %d tokens", s->reasoning_tokens);
 	if (s->spec_proposed)
@@ -115,7 +118,8 @@ repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
 	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
 	    "\"recompute_ms\":%.3f,\"kv_type\":\"%s\",\"kv_bytes_per_pos\":%zu,"
 	    "\"snapshot_bytes_per_pos\":%zu,\"slid_tokens\":%d,\"spec_proposed\":%d,"
-	    "\"spec_accepted\":%d,\"forward_passes\":%d,\"reasoning_tokens\":%d}\n", s->prompt_tokens, s->reused_tokens,
+	    "\"spec_accepted\":%d,\"forward_passes\":%d,\"reasoning_tokens\":%d,"
+	    "\"rewritten_tokens\":%d,\"rewrite_reason\":", s->prompt_tokens, s->reused_tokens,
 	    s->prefill_tokens,
 	    s->gen_tokens, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
@@ -124,8 +128,12 @@ repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
 	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
 	    kv->type, kv->bytes_per_pos,
 	    kv->snap_bytes_per_pos ? kv->snap_bytes_per_pos : kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
-	    s->spec_accepted, s->forward_passes, s->reasoning_tokens);
-	return rc;
+	    s->spec_accepted, s->forward_passes, s->reasoning_tokens, s->rewritten_tokens);
+	/* why earlier turns were computed again (the template rewrote them), or null */
+	if (rc == 0)
+		rc = s->rewrite_why ? kvc_json_str(b, s->rewrite_why, strlen(s->rewrite_why)) :
+		    kvc_buf_printf(b, "null");
+	return rc ? rc : kvc_buf_printf(b, "}\n");
 }
 
 /* One JSON object per turn, appended to --stats-json's file. */
