@@ -237,6 +237,15 @@ int conv_rerender(struct conv *c, const char *user, bool add_gen, int n_msgs,
 int conv_rerender_store(struct conv *c, const struct conv_rerender *rr, int n_msgs,
     const struct sess_msg *user, char *err, size_t errlen);
 void conv_rerender_free(struct conv_rerender *rr);
+/*
+ * /retry's prompt, msgs[0..u] with the generation prompt, rendered whole:
+ * when the cache does not hold exactly it (an /undo left a rewritten
+ * turn's stream), the store takes its tokens and the cache is synced to
+ * it (*done, *n_pos its length, es the prefill). A prompt the cache holds,
+ * or one that cannot be rendered whole, is left to the caller.
+ */
+int conv_rerender_prompt(struct conv *c, int u, int *n_pos, struct eng_stats *es, bool *done,
+    char *err, size_t errlen);
 
 /* residency.c */
 /* Evict least recently used caches (never keep's) until extra more bytes fit. */

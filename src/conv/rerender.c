@@ -85,7 +85,8 @@ conv_rerender(struct conv *c, const char *user, bool add_gen, int n_msgs,
 
 		for (int k = 0; k <= i && (size_t)(sys + k) < ncl; k++)
 			end += spans[sys + k];
-		if (i < n_msgs && rr->first == n_msgs && off + (size_t)c->msgs[i].n_ids <= rr->target.n &&
+		if (i < n_msgs && rr->first == n_msgs && c->msgs[i].n_ids > 0 &&
+		    off + (size_t)c->msgs[i].n_ids <= rr->target.n &&
 		    memcmp(c->msgs[i].ids, rr->target.v + off, (size_t)c->msgs[i].n_ids * sizeof *s) == 0)
 			len = (size_t)c->msgs[i].n_ids;
 		else
@@ -94,6 +95,13 @@ conv_rerender(struct conv *c, const char *user, bool add_gen, int n_msgs,
 			rr->first = i;
 		rr->spans[i] = (int)len;
 		off += len;
+	}
+	/* without a user's text nothing counts past the last message */
+	if (rc == 0 && user == NULL && n_msgs > 0 && rr->spans[n_msgs] > 0) {
+		rr->spans[n_msgs - 1] += rr->spans[n_msgs];
+		rr->spans[n_msgs] = 0;
+		if (rr->first == n_msgs)
+			rr->first = n_msgs - 1;
 	}
 	/* What of the cache the render starts with. */
 	while (rc == 0 && rr->keep < n_old && (size_t)rr->keep < rr->target.n &&
@@ -167,5 +175,35 @@ conv_rerender_store(struct conv *c, const struct conv_rerender *rr, int n_msgs,
 		conv_chunks_trim(c, rr->keep);
 	free(ids);
 	free(v);
+	return rc;
+}
+
+int
+conv_rerender_prompt(struct conv *c, int u, int *n_pos, struct eng_stats *es, bool *done,
+    char *err, size_t errlen)
+{
+	struct conv_rerender rr;
+	int rc = conv_rerender(c, NULL, true, u + 1, &rr, err, errlen);
+
+	*done = false;
+	if (rc == KVC_ENOMEM)
+		return rc;
+	if (rc != 0)
+		return KVC_OK;	/* no whole render: the stored prompt, as it is */
+	if (rr.first > u && rr.keep >= (int)rr.target.n && (int)rr.target.n == *n_pos) {
+		conv_rerender_free(&rr);
+		return KVC_OK;	/* the cache holds the prompt: its logits may be at hand */
+	}
+	rc = conv_rerender_store(c, &rr, u + 1, NULL, err, errlen);
+	if (rc == 0) {
+		conv_work_begin(c->m, "prefill", NULL);
+		rc = eng_seq_sync(c->seq, rr.target.v, (int)rr.target.n, es, err, errlen);
+		conv_work_end(c->m);
+		if (rc != 0)
+			conv_drop_seq(c);	/* half synced: rebuilt from the messages */
+		*n_pos = (int)rr.target.n;
+		*done = rc == 0;
+	}
+	conv_rerender_free(&rr);
 	return rc;
 }

@@ -647,6 +647,7 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	const float *first = NULL;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
 	int n = c->n_msgs, u, n_pos, rc;
+	bool synced = false;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
@@ -665,13 +666,16 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	if (rc)
 		return rc;
 	n_pos = eng_seq_n_pos(c->seq) - (u == n - 2 ? c->msgs[n - 1].n_ids : 0);
+	if (conv_rerender_applies(c) && c->id != 0 &&
+	    (rc = conv_rerender_prompt(c, u, &n_pos, &es, &synced, err, errlen)) != 0)
+		return rc;
 	if (n_pos <= 0) {
 		kvc_err(err, errlen, "stream shorter than its messages");
 		return KVC_ECORRUPT;
 	}
 	st->resumed_from_snapshot = c->pend_resumed;
 	st->rebuilt = c->pend_rebuilt;
-	rc = retry_prompt(c, n_pos, &first, &es, err, errlen);
+	rc = synced ? KVC_OK : retry_prompt(c, n_pos, &first, &es, err, errlen);
 	if (rc)
 		goto fail;
 	prompt_done(c, &es, st);
