@@ -3,7 +3,7 @@
  * version 5): a database as version 4 left it opens, migrates and keeps
  * its messages (reasoning NULL); a reply stored with reasoning reads back
  * with it, one without it reads back NULL, and the column survives
- * reopening.
+ * reopening and a salvage (sess_recover).
  */
 #include "core/kvc.h"
 #include "sessions/store.h"
@@ -86,6 +86,17 @@ main(void)
 	    "reasoning IS NOT NULL") == 1, "one row has reasoning");
 	test_cond(sess_check(st, ERR) == 0, "integrity: %s", errbuf);
 	sess_close(st);
+
+	/* A salvage keeps it. */
+	struct sess_recover_stats rs;
+	char out[300];
+
+	snprintf(out, sizeof out, "%s/recovered.db", dir);
+	ret = sess_recover(db, out, &rs, ERR);
+	test_cond(ret == 0 && rs.msgs == 4, "recover: %d messages: %s", rs.msgs, errbuf);
+	test_cond(test_sql_int(out, SQLITE_OPEN_READONLY, "SELECT count(*) FROM messages WHERE "
+	    "reasoning = 'The user asks why.' || char(10) || 'Say because.'") == 1,
+	    "the recovered file keeps the reasoning");
 	snprintf(sql, sizeof sql, "rm -rf '%s'", dir);
 	if (system(sql) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);
