@@ -351,12 +351,20 @@ static int
 recover_into(sqlite3 *in, struct sess_store *out, struct sess_recover_stats *stats,
     char *err, size_t errlen)
 {
+	sqlite3_stmt *probe = NULL;
+	/* a reply's reasoning column, when the damaged file is of version 5 or later */
+	bool reasoning = sqlite3_prepare_v2(in, "SELECT reasoning FROM messages LIMIT 0", -1, &probe,
+	    NULL) == SQLITE_OK;
+
+	sqlite3_finalize(probe);
 	const struct table_copy tables[] = {
 		{ "conversations", "id, title, model_fp, template, system, settings, created, "
 		    "updated, touched, window", 10, &stats->convs },
-		{ "messages", "id, conv_id, seq, role, text, tokens, interrupted, ttft_ms, "
+		{ "messages", reasoning ? "id, conv_id, seq, role, text, tokens, interrupted, ttft_ms, "
+		    "prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, created, "
+		    "reasoning" : "id, conv_id, seq, role, text, tokens, interrupted, ttft_ms, "
 		    "prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, created",
-		    14, &stats->msgs },
+		    reasoning ? 15 : 14, &stats->msgs },
 		{ "kv_chunks", "id, conv_id, pos0, pos1, part, n_parts, kv_type, model_fp, len, "
 		    "checksum, data, window", 12, &stats->chunks },
 	};

@@ -102,6 +102,38 @@ set_tokens(struct sess_store *st, const int64_t *rows, const struct sess_msg *ms
 }
 
 int
+sess_conv_retoken(struct sess_store *st, int64_t id, int first, const struct sess_msg *msgs,
+    int n, int keep_pos, const struct sess_msg *user, char *err, size_t errlen)
+{
+	static const char what[] = "cannot store the conversation's new rendering";
+	int64_t *rows = NULL;
+	int n_rows = 0, ret;
+
+	if (first < 0 || n < 0 || keep_pos < 0) {
+		kvc_err(err, errlen, "%s: %s: negative index", st->path, what);
+		return KVC_EINVAL;
+	}
+	if ((ret = sess_tx_begin(st, what, err, errlen)) != KVC_OK)
+		return ret;
+	ret = message_rows(st, id, &rows, &n_rows, what, err, errlen);
+	if (ret == KVC_OK && first + n != n_rows) {
+		kvc_err(err, errlen, "%s: %s: it has %d messages, not %d", st->path, what,
+		    n_rows, first + n);
+		ret = KVC_EINVAL;
+	}
+	if (ret == KVC_OK)
+		ret = set_tokens(st, rows + first, msgs, n, what, err, errlen);
+	/* the chunks past the part of the stream that stays describe the old one */
+	if (ret == KVC_OK)
+		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1 AND pos1 > ?2", id,
+		    keep_pos, what, err, errlen);
+	if (ret == KVC_OK && user != NULL)
+		ret = sess_msgs_insert(st, id, user, 1, what, err, errlen);
+	free(rows);
+	return sess_tx_end(st, ret, what, err, errlen);
+}
+
+int
 sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model *to,
     const struct sess_msg *msgs, int n, char *err, size_t errlen)
 {

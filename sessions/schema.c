@@ -46,6 +46,11 @@
  *                  re-tokenizing; the first message's also hold the
  *                  rendered system prompt
  *   interrupted    1 if the reply was cut short (stopped or failed mid-way)
+ *   reasoning      an assistant reply's reasoning (what a reasoning model
+ *                  wrote inside <think>...</think> or on harmony's analysis
+ *                  channel), without its markup; text then holds the answer
+ *                  alone. NULL when the reply had none; added in version 5
+ *                  (older replies keep any reasoning inline in text)
  *   ttft_ms, prefill_tokens, reused_tokens, prefill_tps, gen_tokens,
  *   decode_tps     the turn's figures (struct sess_stats) on an assistant
  *                  reply: time to first token, positions computed and reused
@@ -206,6 +211,12 @@ const char *const sess_migrations[] = {
 	 */
 	"ALTER TABLE conversations ADD COLUMN model_path TEXT;\n"
 	"ALTER TABLE conversations ADD COLUMN vocab_fp TEXT;\n",
+	/*
+	 * 4 -> 5: a reply's reasoning in a column of its own, so the answer is
+	 * what text holds and the chat template gets the reasoning as the
+	 * message's reasoning_content. NULL on older rows.
+	 */
+	"ALTER TABLE messages ADD COLUMN reasoning TEXT;\n",
 };
 
 const int sess_n_migrations = (int)(sizeof sess_migrations / sizeof sess_migrations[0]);

@@ -529,8 +529,8 @@ bad:
 	return KVC_EINVAL;
 }
 
-static int
-insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+int
+sess_msgs_insert(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
     const char *what, char *err, size_t errlen)
 {
 	sqlite3_stmt *s = NULL;
@@ -545,7 +545,8 @@ insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, in
 		ret = sess_prepare(st, &s,
 		    "INSERT INTO messages (conv_id, seq, role, text, tokens, interrupted, "
 		    "ttft_ms, prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, "
-		    "created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+		    "created, reasoning) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+		    "?13, ?14)",
 		    what, err, errlen);
 	for (i = 0; ret == KVC_OK && i < n; i++) {
 		const struct sess_msg *m = &msgs[i];
@@ -568,6 +569,10 @@ insert_msgs(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, in
 		sqlite3_bind_int(s, 11, m->stats.gen_tokens);
 		sqlite3_bind_double(s, 12, m->stats.decode_tps);
 		sqlite3_bind_int64(s, 13, m->created ? m->created : now);
+		if (m->reasoning != NULL)
+			sqlite3_bind_text(s, 14, m->reasoning, -1, SQLITE_STATIC);
+		else
+			sqlite3_bind_null(s, 14);
 		rc = sqlite3_step(s);
 		if (rc != SQLITE_DONE)
 			ret = sess_db_fail(st, rc, what, err, errlen);
@@ -652,7 +657,7 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", conv,
 		    window, what, err, errlen);
 	if (ret == KVC_OK)
-		ret = insert_msgs(st, conv, msgs, n, what, err, errlen);
+		ret = sess_msgs_insert(st, conv, msgs, n, what, err, errlen);
 	if (ret == KVC_OK && chunk)
 		ret = sess_chunk_write(st, conv, title, chunk, err, errlen);
 	if (ret == KVC_OK)
@@ -769,8 +774,8 @@ sess_msgs_load(struct sess_store *st, int64_t conv, struct sess_msg **out, int *
 	*out = NULL;
 	*n = 0;
 	ret = sess_prepare(st, &s, "SELECT id, role, text, tokens, interrupted, ttft_ms, "
-	    "prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, created "
-	    "FROM messages WHERE conv_id = ?1 ORDER BY seq", what, err, errlen);
+	    "prefill_tokens, reused_tokens, prefill_tps, gen_tokens, decode_tps, created, "
+	    "reasoning FROM messages WHERE conv_id = ?1 ORDER BY seq", what, err, errlen);
 	if (ret != KVC_OK)
 		return ret;
 	sqlite3_bind_int64(s, 1, conv);
@@ -805,6 +810,9 @@ sess_msgs_load(struct sess_store *st, int64_t conv, struct sess_msg **out, int *
 		m->stats.gen_tokens = sqlite3_column_int(s, 9);
 		m->stats.decode_tps = sqlite3_column_double(s, 10);
 		m->created = sqlite3_column_int64(s, 11);
+		if (sqlite3_column_type(s, 12) != SQLITE_NULL &&
+		    (m->reasoning = dup_col(s, 12, &no_mem)) == NULL)
+			no_mem = true;
 		if (m->text == NULL)
 			no_mem = true;
 		if (no_mem || m->ids == NULL) {
@@ -831,6 +839,7 @@ sess_msgs_free(struct sess_msg *v, int n)
 
 	for (i = 0; i < n; i++) {
 		free(v[i].text);
+		free(v[i].reasoning);
 		free(v[i].ids);
 	}
 	free(v);

@@ -180,7 +180,8 @@ enum sess_role { SESS_SYSTEM = 0, SESS_USER = 1, SESS_ASSISTANT = 2 };
 struct sess_msg {
 	int64_t id;
 	enum sess_role role;
-	char *text;
+	char *text;		/* a reply: its answer (the reasoning apart, below) */
+	char *reasoning;	/* a reply's reasoning without its markup, or NULL */
 	int32_t *ids;		/* exact tokens this message added to the stream */
 	int n_ids;
 	bool interrupted;
@@ -311,10 +312,22 @@ struct sess_model {
 int sess_conv_rebind(struct sess_store *st, int64_t id, const struct sess_model *to,
     const struct sess_msg *msgs, int n, char *err, size_t errlen);
 
+/*
+ * The conversation's messages from seq first on (n of them, all it has
+ * after first) get msgs[i].ids, its snapshot chunks past position keep_pos
+ * go, and user (if not NULL) is appended, in one transaction: a chat
+ * template that renders earlier turns otherwise than the stream holds
+ * them (a dropped reasoning, a date) gives the stream a new tail from
+ * keep_pos on. Text, reasoning and figures stay. KVC_EINVAL when first + n
+ * is not the number of stored messages.
+ */
+int sess_conv_retoken(struct sess_store *st, int64_t id, int first, const struct sess_msg *msgs,
+    int n, int keep_pos, const struct sess_msg *user, char *err, size_t errlen);
+
 /* --- Additions (store engineer) --- */
 
 /* Schema version this build writes (PRAGMA user_version). */
-#define SESS_SCHEMA_VERSION 4
+#define SESS_SCHEMA_VERSION 5
 
 /* The 64-bit checksum kept with each snapshot chunk: XXH64 with seed 0. */
 uint64_t sess_checksum(const void *p, size_t n);

@@ -42,6 +42,13 @@ struct sess_store {
 
 /* --- schema.c --- */
 
+/*
+ * Append msgs[0..n) after the conversation's last message, inside the
+ * caller's transaction (store.c).
+ */
+int sess_msgs_insert(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
+    const char *what, char *err, size_t errlen);
+
 /* sess_migrations[v] takes the schema from version v to v + 1. */
 extern const char *const sess_migrations[];
 extern const int sess_n_migrations;

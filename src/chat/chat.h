@@ -106,6 +106,12 @@ struct chat_msg {
 	const char *text;	/* UTF-8; assistant: used only when ids is NULL, and by chat_render_text */
 	const int32_t *ids;	/* assistant: the exact generated ids (may end with an end-of-generation id) */
 	size_t n_ids;
+	/*
+	 * assistant: its reasoning without markup, or NULL; the model's own
+	 * template gets it as the message's reasoning_content and thinking
+	 * (gpt-oss), and decides whether it stays in the prompt
+	 */
+	const char *reasoning;
 };
 
 /* "chatml", "llama3", ... ; chat_family_from_name returns -1 if unknown. */
@@ -203,12 +209,29 @@ const char *const *chat_stop_strings(enum chat_family f);
  * A rendering that ends with a reply (with ids, no add_gen) ends with its
  * ids, as the stream does: the template's closing comes with the next delta.
  * Delta (n_prev > 0, msgs[n_prev - 1] a reply with ids): the tokens the
- * render of msgs[0..n) puts after that reply. A template that rewrites
- * earlier turns (Qwen3 drops old reasoning) does not change the stream:
- * earlier turns stay as the model saw them.
+ * render of msgs[0..n) puts after that reply; what the template now renders
+ * before it is not looked at, so a chat whose template rewrites earlier
+ * turns (Qwen3 drops old reasoning) renders the whole conversation instead
+ * (chat_jinja_render_spans, conv's rerender.c) and recomputes from where
+ * it differs.
  */
 int chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen);
+/*
+ * A whole render (n_prev 0) of msgs[0..n) as chat_jinja_render, and the
+ * tokens each message counts for in it (spans[n]): a reply without
+ * reasoning its exact ids; the rest, template text included, under the
+ * last user message before the next such reply (the first message there
+ * if none is a user's). A reply with reasoning is rendered from its texts
+ * (the template may drop the reasoning), so it counts for nothing of its
+ * own; so does every reply when the template rewrites replies' text (the
+ * render with ids then fails chat_jinja_render's check). The spans add up
+ * to the tokens appended. KVC_EUNSUPPORTED when two
+ * replies with template text between them leave it no message.
+ */
+int chat_jinja_render_spans(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_tokens *out, size_t *spans,
     char *err, size_t errlen);
 int chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_buf *out, char *err, size_t errlen);
@@ -220,5 +243,42 @@ int chat_jinja_text(const struct kvc_tokenizer *t, const char *jinja, const char
  */
 int chat_jinja_check(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     char *err, size_t errlen);
+
+/*
+ * A reply's reasoning told from its answer as it streams (chat_reason.c).
+ * THINK: "<think>...</think>" at the start of the reply, or only the close
+ * when the generation prompt opened the block (opened). HARMONY (gpt-oss):
+ * the analysis channel is reasoning, the others answer; the reply's special
+ * tokens must be in the text (TOK_DETOK_SPECIAL).
+ */
+enum chat_reason_style { CHAT_REASON_THINK, CHAT_REASON_HARMONY };
+enum chat_part { CHAT_PART_ANSWER, CHAT_PART_REASONING };
+struct chat_reason {
+	enum chat_reason_style style;
+	int state;
+	enum chat_part part;		/* harmony: the current message's */
+	struct kvc_buf hold;		/* text not yet told apart (a cut tag) */
+	struct kvc_buf answer;		/* the answer so far, without markup */
+	struct kvc_buf reasoning;	/* the reasoning so far; stripped by chat_reason_end */
+	bool oom;			/* a buffer could not grow: the texts are short */
+	/* Each part as it is told; non-zero asks the caller's loop to stop. */
+	int (*emit)(void *arg, enum chat_part part, const char *s, size_t n);
+	void *arg;
+};
+/* HARMONY when the template writes harmony's channels, else THINK. jinja may be NULL. */
+enum chat_reason_style chat_reason_style_of(const char *jinja);
+void chat_reason_init(struct chat_reason *r, enum chat_reason_style style, bool opened,
+    int (*emit)(void *arg, enum chat_part part, const char *s, size_t n), void *arg);
+/* The next piece of the reply; returns what emit returned (non-zero: stop). */
+int chat_reason_feed(struct chat_reason *r, const char *s, size_t n);
+/*
+ * The reply is over: what was held is told, the reasoning stripped of white
+ * space at both ends; answer.p and reasoning.p are then NUL-terminated
+ * (unless oom).
+ */
+int chat_reason_end(struct chat_reason *r);
+/* Whether the text now streaming is the answer. */
+bool chat_reason_in_answer(const struct chat_reason *r);
+void chat_reason_free(struct chat_reason *r);
 
 #endif

@@ -19,10 +19,9 @@
  * the spaces or newlines the template writes before it).
  * What a template renders before it may differ from the stream when the
  * template rewrites earlier turns (Qwen3 drops old reasoning, a date
- * string changes at midnight): the stream keeps them as the model saw
- * them, so the cache is never recomputed for it, and the delta is still
- * exactly the template's text after the reply. strftime_now shows the time
- * of the render.
+ * string changes at midnight): the whole render (chat_jinja_render_spans)
+ * says so, with the tokens each message counts for, and the chat recomputes
+ * from the first that differs. strftime_now shows the time of the render.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +40,26 @@ struct jr {
 	const struct chat_msg *msgs;
 	size_t n;
 	struct kvc_buf marked, real;	/* the render with markers, with contents */
-	char **texts;			/* each message's content (assistant: text or decoded ids) */
+	/*
+	 * [2n]: each message's content (assistant: text or decoded ids), then
+	 * each reply's reasoning (NULL for none); marker k stands for texts[k]
+	 */
+	char **texts;
+	/*
+	 * A whole render (not a delta): a reply with reasoning is rendered as
+	 * its texts, since its ids hold the reasoning the template may drop
+	 */
+	bool full;
+	bool as_text;			/* every reply rendered as its texts (its ids not used) */
+	size_t *reply_at;		/* [n] or NULL: where each reply's ids went in out */
 };
+
+/* The text marker k stands for, or NULL. */
+static const char *
+text_of(const struct jr *r, long k)
+{
+	return k >= 0 && (size_t)k < 2 * r->n ? r->texts[k] : NULL;
+}
 
 static const char *
 role_name(enum chat_role r)
@@ -54,15 +71,20 @@ role_name(enum chat_role r)
 static int
 msg_texts(struct jr *r, char *err, size_t errlen)
 {
-	r->texts = calloc(r->n ? r->n : 1, sizeof(*r->texts));
+	r->texts = calloc(r->n ? 2 * r->n : 1, sizeof(*r->texts));
 	if (!r->texts)
 		return KVC_ENOMEM;
-	for (size_t i = 0; i < r->n; i++) {
+	for (size_t j = 0; j < 2 * r->n; j++) {
+		size_t i = j % r->n;
 		const struct chat_msg *m = &r->msgs[i];
 		struct kvc_buf b = {0};
 		int rc = 0;
 
-		if (m->text)
+		if (j >= r->n && !(m->role == CHAT_ASSISTANT && m->reasoning))
+			continue;
+		if (j >= r->n)
+			rc = kvc_buf_append(&b, m->reasoning, strlen(m->reasoning));
+		else if (m->text)
 			rc = kvc_buf_append(&b, m->text, strlen(m->text));
 		else if (m->ids)
 			rc = tok_decode(r->t, m->ids, m->n_ids, 0, &b);
@@ -78,7 +100,7 @@ msg_texts(struct jr *r, char *err, size_t errlen)
 				"renderer reserves", i);
 			return KVC_EINVAL;
 		}
-		r->texts[i] = b.p;
+		r->texts[j] = b.p;
 	}
 	return 0;
 }
@@ -104,9 +126,22 @@ render_one(struct jr *r, const struct jinja_tmpl *tp, bool marked, bool add_gen,
 		rc = kvc_buf_printf(&j, "%s{\"role\": \"%s\", \"content\": ", i ? ", " : "",
 				    role_name(r->msgs[i].role));
 		snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, i);
+		/* replies as text: the template may cut them (r->as_text), so no marker */
+		bool mk = marked && !(r->as_text && r->msgs[i].role == CHAT_ASSISTANT);
+
 		if (rc == 0)
-			rc = marked ? kvc_json_str(&j, mark, strlen(mark)) :
+			rc = mk ? kvc_json_str(&j, mark, strlen(mark)) :
 			     kvc_json_str(&j, r->texts[i], strlen(r->texts[i]));
+		/* the reasoning under both names the templates read it by */
+		for (int f = 0; rc == 0 && r->texts[r->n + i] && f < 2; f++) {
+			const char *c = r->texts[r->n + i];
+
+			rc = kvc_buf_printf(&j, ", \"%s\": ", f ? "thinking" : "reasoning_content");
+			snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, r->n + i);
+			if (rc == 0)
+				rc = mk ? kvc_json_str(&j, mark, strlen(mark)) :
+				     kvc_json_str(&j, c, strlen(c));
+		}
 		if (rc == 0)
 			rc = kvc_buf_append(&j, "}", 1);
 	}
@@ -159,13 +194,14 @@ substitute(const struct jr *r, const char *s, size_t n, bool strip, struct kvc_b
 		size_t len;
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k < 0 || (size_t)k >= r->n) {
+		const char *c = text_of(r, k);
+
+		if (c == NULL) {
 			if (kvc_buf_append(out, s + i, 1))
 				return KVC_ENOMEM;
 			i++;
 			continue;
 		}
-		const char *c = r->texts[k];
 		size_t a = 0, b = strlen(c);
 
 		while (strip && a < b && strchr(" \t\n\r\f\v", c[a]))
@@ -233,7 +269,8 @@ encode(const struct kvc_tokenizer *t, const char *s, size_t n, bool special, str
 static bool
 is_reply(const struct jr *r, long k)
 {
-	return k >= 0 && (size_t)k < r->n && r->msgs[k].role == CHAT_ASSISTANT && r->msgs[k].ids;
+	return k >= 0 && (size_t)k < r->n && r->msgs[k].role == CHAT_ASSISTANT && r->msgs[k].ids &&
+	    !(r->full && r->msgs[k].reasoning) && !r->as_text;
 }
 
 /*
@@ -252,8 +289,8 @@ tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct k
 	for (size_t i = 0, len; i < n && !guard; i++) {
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k >= 0 && (size_t)k < r->n)
-			guard = has_special(r->t, r->texts[k], strlen(r->texts[k]));
+		if (text_of(r, k) != NULL)
+			guard = has_special(r->t, text_of(r, k), strlen(text_of(r, k)));
 	}
 	if (!guard) {
 		rc = substitute(r, s, n, strip, &b);
@@ -266,7 +303,7 @@ tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct k
 		size_t len, j = i;
 		long k = marker_at(s + i, n - i, &len);
 
-		if (k >= 0 && (size_t)k < r->n) {
+		if (text_of(r, k) != NULL) {
 			b.n = 0;
 			rc = substitute(r, s + i, len, strip, &b);
 			if (rc == 0)
@@ -315,6 +352,8 @@ tokenize_marked(const struct jr *r, size_t from, bool strip, const struct chat_m
 			j++;
 		rc = tokenize_piece(r, s + i, j - i, strip, out, err, errlen);
 		if (rc == 0 && j < n) {
+			if (r->reply_at)
+				r->reply_at[k] = out->n;
 			rc = kvc_tokens_append(out, r->msgs[k].ids, r->msgs[k].n_ids);
 			after = &r->msgs[k];
 			j += len;
@@ -341,19 +380,21 @@ marker_end(const struct jr *r, size_t k)
 static void
 jr_free(struct jr *r)
 {
-	for (size_t i = 0; r->texts && i < r->n; i++)
+	for (size_t i = 0; r->texts && i < 2 * r->n; i++)
 		free(r->texts[i]);
 	free(r->texts);
 	kvc_buf_free(&r->marked);
 	kvc_buf_free(&r->real);
 }
 
-int
-chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+/* chat_jinja_render, and where each reply's ids went (reply_at, may be NULL). */
+static int
+render_tokens(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
     const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
-    char *err, size_t errlen)
+    size_t *reply_at, bool as_text, char *err, size_t errlen)
 {
-	struct jr r = { .t = t, .msgs = msgs, .n = n };
+	struct jr r = { .t = t, .msgs = msgs, .n = n, .full = n_prev == 0, .reply_at = reply_at,
+	    .as_text = as_text };
 	struct jinja_tmpl *tp = NULL;
 	size_t from = 0, n0 = out->n;
 	bool strip = false;
@@ -370,6 +411,13 @@ chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *
 	rc = jinja_parse(jinja, strlen(jinja), NULL, &tp, err, errlen);
 	if (rc == 0)
 		rc = msg_texts(&r, err, errlen);
+	/* a reply's text is then template text: it must not hold special-token text */
+	for (size_t i = 0; rc == 0 && as_text && i < 2 * n; i++)
+		if (r.texts[i] && msgs[i % n].role == CHAT_ASSISTANT &&
+		    has_special(t, r.texts[i], strlen(r.texts[i]))) {
+			kvc_err(err, errlen, "chat: reply %zu holds special-token text", i % n);
+			rc = KVC_EUNSUPPORTED;
+		}
 	if (rc == 0)
 		rc = render_one(&r, tp, true, add_gen, vars_json, &r.marked, err, errlen);
 	if (rc == 0)
@@ -404,12 +452,86 @@ chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *
 		if (rc == 0) {
 			memmove(out->v + n0 + 1, out->v + n0, (out->n - n0 - 1) * sizeof(*out->v));
 			out->v[n0] = tok_bos(t);
+			for (size_t i = 0; reply_at && i < n; i++)
+				reply_at[i] += reply_at[i] != SIZE_MAX;
 		}
 	}
 	if (rc == KVC_ENOMEM)
 		kvc_err(err, errlen, "chat: out of memory");
 	jr_free(&r);
 	jinja_free(tp);
+	return rc;
+}
+
+int
+chat_jinja_render(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n_prev, size_t n, bool add_gen, struct kvc_tokens *out,
+    char *err, size_t errlen)
+{
+	return render_tokens(t, jinja, vars_json, msgs, n_prev, n, add_gen, out, NULL, false, err,
+	    errlen);
+}
+
+/* Which message a run of template text and contents between two replies' ids counts under. */
+static size_t
+run_owner(const struct chat_msg *msgs, size_t from, size_t to)
+{
+	size_t owner = from;
+
+	for (size_t i = from; i < to; i++)
+		if (msgs[i].role == CHAT_USER)
+			owner = i;
+	return owner;
+}
+
+int
+chat_jinja_render_spans(const struct kvc_tokenizer *t, const char *jinja, const char *vars_json,
+    const struct chat_msg *msgs, size_t n, bool add_gen, struct kvc_tokens *out, size_t *spans,
+    char *err, size_t errlen)
+{
+	size_t *at = malloc((n ? n : 1) * sizeof *at), n0 = out->n, end = 0, first = 0;
+	int rc;
+
+	if (at == NULL)
+		return KVC_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		at[i] = SIZE_MAX;
+		spans[i] = 0;
+	}
+	rc = render_tokens(t, jinja, vars_json, msgs, 0, n, add_gen, out, at, false, err, errlen);
+	/*
+	 * A template that rewrites a reply's text (DeepSeek-R1 keeps what
+	 * follows its "</think>") cannot take the reply as its ids: every reply
+	 * is then its text, as the template renders it.
+	 */
+	if (rc == KVC_EUNSUPPORTED) {
+		out->n = n0;
+		for (size_t i = 0; i < n; i++)
+			at[i] = SIZE_MAX;
+		rc = render_tokens(t, jinja, vars_json, msgs, 0, n, add_gen, out, at, true, err,
+		    errlen);
+	}
+	for (size_t k = 0; rc == 0 && k <= n; k++) {
+		size_t to = k < n ? at[k] : out->n;
+
+		if (k < n && to == SIZE_MAX)
+			continue;
+		to -= n0;
+		if (to > end && first == k) {
+			/* text with no message of its own to count under (two replies in a row) */
+			kvc_err(err, errlen, "chat: template text between replies %zu and %zu", k - 1, k);
+			rc = KVC_EUNSUPPORTED;
+			break;
+		}
+		if (to > end)
+			spans[run_owner(msgs, first, k)] += to - end;
+		if (k < n) {
+			spans[k] = msgs[k].n_ids;
+			end = to + msgs[k].n_ids;
+			first = k + 1;
+		}
+	}
+	free(at);
 	return rc;
 }
 

@@ -100,6 +100,8 @@ cli_help(FILE *f, void (*print_commands)(FILE *f))
 "                          default: the template's own; /set think)\n"
 "  --reasoning-effort low|medium|high  the template's reasoning_effort (gpt-oss;\n"
 "                          /set effort)\n"
+"  --show-thinking         print the reasoning when piped too (at a terminal it\n"
+"                          streams dimmed; /set show-thinking on|off)\n"
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"
 "  --kv-type f16|f32|q8_0  KV cache type (default f16; q8_0: 53%% of the memory\n"

@@ -69,6 +69,15 @@ struct conv_params {
 	 * rebuilt when next used. May be NULL (rebuilds run to the end).
 	 */
 	volatile sig_atomic_t *interrupt;
+	/*
+	 * Tests only (KVCHAT_TEST_REPLIES): each line is the next reply, forced
+	 * instead of sampled: its text (\\n a newline) tokenised with special
+	 * tokens parsed; the model still computes every id, and the reply runs
+	 * through the reasoning split, the store and the next render as a
+	 * sampled one does. It ends where the line does. Not copied: it must
+	 * outlive the manager. NULL: replies are sampled.
+	 */
+	const char *test_replies;
 };
 
 /* Per-conversation generation settings (persisted as the settings text). */
@@ -156,11 +165,20 @@ struct conv_stats {
 	int reused_tokens;		/* positions kept from the cache */
 	int prefill_tokens;		/* positions computed for this turn's prompt */
 	int gen_tokens;			/* reply tokens */
+	int reasoning_tokens;		/* of them, those of its reasoning (and its markup) */
 	int dropped_tokens;		/* history positions dropped (context overflow) */
 	int dropped_msgs;		/* messages that left the window (context overflow) */
 	int recomputed_tokens;		/* positions of kept history computed again after a drop */
 	double recompute_ms;		/* their share of the prefill time, ms */
 	int slid_tokens;		/* positions slid away (--ctx-overflow slide), none recomputed */
+	/*
+	 * Cached positions of earlier turns given up because the model's
+	 * template now renders them otherwise (the turn's prompt, prompt_tokens,
+	 * then holds their new rendering), and why (a static string; NULL when
+	 * the cache was kept whole)
+	 */
+	int rewritten_tokens;
+	const char *rewrite_why;
 	int spec_proposed, spec_accepted;	/* speculative proposals made, and kept */
 	int forward_passes;		/* decode passes of the main model */
 	double ttft_ms;			/* io->t_enter to the first reply token written, ms */
@@ -180,8 +198,15 @@ struct conv_stats {
 
 /* How a turn talks to its caller. */
 struct conv_io {
-	/* Reply text as it streams (valid UTF-8 pieces); non-zero return stops. */
+	/*
+	 * The reply's answer as it streams (valid UTF-8 pieces, without the
+	 * reasoning or its markup); non-zero return stops.
+	 */
 	int (*on_text)(void *arg, const char *s, size_t n);
+	/* Its reasoning as it streams (may be NULL: not shown); as on_text. */
+	int (*on_reasoning)(void *arg, const char *s, size_t n);
+	/* If not NULL: the reasoning's tokens so far (and its markup), kept up to date. */
+	int *reasoning_tokens;
 	void *arg;
 	/* Set by the caller's SIGINT handler: stop generating at once. May be NULL. */
 	volatile sig_atomic_t *interrupt;
@@ -243,6 +268,9 @@ struct conv_gen_params {
 	volatile sig_atomic_t *interrupt;	/* stop at once when set; may be NULL */
 	/* What the first id is sampled from when the sequence has no logits at hand, or NULL. */
 	const float *first_logits;
+	/* Ids taken instead of sampled, in order (tests); the reply ends after them. */
+	const int32_t *forced;
+	int n_forced;
 	/* [n_vocab] or NULL: gets a copy of the logits the first id is sampled from. */
 	float *keep_first_logits;
 	struct conv_spec *spec;		/* speculative decoding, or NULL */

@@ -43,6 +43,7 @@ struct conv_mgr {
 	struct conv *open;		/* open conversations, a list */
 	uint64_t tick;			/* LRU clock */
 	struct conv_work work;		/* the work the prefill hook reports */
+	size_t test_at;			/* where the next of p.test_replies starts */
 };
 
 struct conv {
@@ -183,6 +184,61 @@ void conv_unstore(struct conv *c, bool auto_title);
 /* The whole cache as one chunk (after a rebuild); a failure is noticed and counted. */
 void conv_save_snapshot(struct conv *c);
 int conv_save_settings(struct conv *c, char *err, size_t errlen);
+
+/* reason.c */
+/* A reply being told apart into reasoning and answer (chat_reason). */
+struct conv_reason {
+	struct chat_reason cr;
+	const struct conv_io *io;	/* where each part goes */
+	int n_tokens;			/* ids that came while the reasoning streamed */
+};
+/*
+ * Route the reply through the splitter: gp's on_text, on_id and arg are
+ * set to it (and its detokenizer flags for harmony); the parts go to io's
+ * on_text and on_reasoning.
+ */
+void conv_reason_begin(const struct conv *c, struct conv_reason *r, const struct conv_io *io,
+    struct conv_gen_params *gp);
+/*
+ * The reply is over: rec's text becomes the answer and its reasoning the
+ * reasoning (NULL if none), both owned by r; st->reasoning_tokens.
+ */
+int conv_reason_end(struct conv_reason *r, struct sess_msg *rec, struct conv_stats *st);
+void conv_reason_free(struct conv_reason *r);
+/* The next line of p.test_replies as ids (none left: out stays empty). */
+int conv_test_reply(struct conv_mgr *m, struct kvc_tokens *out, char *err, size_t errlen);
+
+/* rerender.c */
+/* A turn's prompt from a whole render with the model's own template. */
+struct conv_rerender {
+	struct kvc_tokens target;	/* the render: messages (+ user text, + generation prompt) */
+	int *spans;			/* [n_msgs + 1]: each message's tokens in it, then the user's */
+	int first;			/* first message whose tokens differ from its stored ones (n_msgs: none) */
+	int keep;			/* positions of the cache the render starts with */
+	const char *why;		/* why the cache is cut short of its end, or NULL */
+};
+/* Whether a turn renders the whole conversation: the model's own template, window 0, not slid. */
+bool conv_rerender_applies(const struct conv *c);
+/* Render msgs[0..n_msgs) (+ user, + the generation prompt) and compare it with the cache. */
+int conv_rerender(struct conv *c, const char *user, bool add_gen, int n_msgs,
+    struct conv_rerender *rr, char *err, size_t errlen);
+/*
+ * Store what the render changed (sess_conv_retoken: msgs[first..n_msgs)
+ * get their tokens in it, later messages keep theirs, chunks past keep go,
+ * user appended if not NULL) and take it into c->msgs.
+ */
+int conv_rerender_store(struct conv *c, const struct conv_rerender *rr, int n_msgs,
+    const struct sess_msg *user, char *err, size_t errlen);
+void conv_rerender_free(struct conv_rerender *rr);
+/*
+ * /retry's prompt, msgs[0..u] with the generation prompt, rendered whole:
+ * when the cache does not hold exactly it (an /undo left a rewritten
+ * turn's stream), the store takes its tokens and the cache is synced to
+ * it (*done, *n_pos its length, es the prefill). A prompt the cache holds,
+ * or one that cannot be rendered whole, is left to the caller.
+ */
+int conv_rerender_prompt(struct conv *c, int u, int *n_pos, struct eng_stats *es, bool *done,
+    char *err, size_t errlen);
 
 /* residency.c */
 /* Evict least recently used caches (never keep's) until extra more bytes fit. */

@@ -164,7 +164,8 @@ sample(struct run *r, struct kvc_engine *e, struct kvc_seq *s, struct kvc_sample
 		    sizeof *p->keep_first_logits);
 		g->first_logits_pos = r->pos;
 	}
-	*id = smp_sample(smp, logits, eng_seq_tokens(s), (size_t)r->pos);
+	*id = p->forced != NULL ? p->forced[g->ids.n] :
+	    smp_sample(smp, logits, eng_seq_tokens(s), (size_t)r->pos);
 	return KVC_OK;
 }
 
@@ -278,7 +279,8 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
 			g->interrupted = true;
 			break;
 		}
-		if (p->max_tokens >= 0 && (int)g->ids.n >= p->max_tokens)
+		if ((p->max_tokens >= 0 && (int)g->ids.n >= p->max_tokens) ||
+		    (p->forced != NULL && (int)g->ids.n >= p->n_forced))
 			break;
 		if ((rc = make_room(&r, e, s, g, err, errlen)) != 0 || g->ctx_full)
 			break;

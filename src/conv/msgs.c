@@ -28,6 +28,7 @@ static void
 msg_clear(struct sess_msg *x)
 {
 	free(x->text);
+	free(x->reasoning);
 	free(x->ids);
 	memset(x, 0, sizeof *x);
 }
@@ -48,8 +49,9 @@ conv_msgs_push(struct conv *c, const struct sess_msg *x)
 	d = &c->msgs[c->n_msgs];
 	*d = *x;
 	d->text = conv_strdup(x->text ? x->text : "");
+	d->reasoning = conv_strdup(x->reasoning);
 	d->ids = malloc((size_t)(x->n_ids > 0 ? x->n_ids : 1) * sizeof *d->ids);
-	if (d->text == NULL || d->ids == NULL) {
+	if (d->text == NULL || d->ids == NULL || (x->reasoning && d->reasoning == NULL)) {
 		msg_clear(d);
 		return KVC_ENOMEM;
 	}

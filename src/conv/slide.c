@@ -122,7 +122,7 @@ static int
 keep_positions(const struct conv *c)
 {
 	struct conv_mgr *m = c->m;
-	struct chat_msg sys = { CHAT_SYSTEM, c->system, NULL, 0 };
+	struct chat_msg sys = { .role = CHAT_SYSTEM, .text = c->system };
 	struct kvc_tokens t = {0};
 	const int32_t *s = eng_seq_tokens(c->seq);
 	int n = eng_seq_n_pos(c->seq), keep = 4;

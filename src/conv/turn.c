@@ -33,10 +33,11 @@ prompt_done(struct conv *c, const struct eng_stats *es, struct conv_stats *st)
  */
 static int
 reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_gen *g,
-    struct conv_stats *st, double t0, char *err, size_t errlen)
+    struct conv_reason *rs, struct conv_stats *st, double t0, char *err, size_t errlen)
 {
 	struct conv_gen_params gp;
 	struct conv_spec sp = { NULL, c->m->p.lookup, c->m->p.spec_k };
+	struct kvc_tokens forced = {0};
 	int rc;
 
 	memset(&gp, 0, sizeof gp);
@@ -51,14 +52,18 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	gp.mode = CONV_GEN_REPLY;
 	gp.max_tokens = c->set.max_tokens > 0 ? c->set.max_tokens : -1;
 	gp.stop = chat_stop_strings(c->m->p.family);
-	if (io) {
-		gp.on_text = io->on_text;
-		gp.arg = io->arg;
+	conv_reason_begin(c, rs, io, &gp);
+	if (io)
 		gp.interrupt = io->interrupt;
-	}
 	gp.first_logits = first;
 	gp.keep_first_logits = c->reply_logits;
+	if (c->m->p.test_replies != NULL &&
+	    (rc = conv_test_reply(c->m, &forced, err, errlen)) != 0)
+		return rc;
+	gp.forced = forced.v;
+	gp.n_forced = (int)forced.n;
 	rc = conv_generate(c->m->e, c->seq, c->smp, &gp, g, err, errlen);
+	kvc_tokens_free(&forced);
 	if (g->first_logits_pos >= 0)
 		c->reply_logits_pos = g->first_logits_pos;
 	st->interrupted = g->interrupted;
@@ -83,13 +88,17 @@ reply(struct conv *c, const struct conv_io *io, const float *first, struct conv_
 	return rc;
 }
 
-/* The stored form of a reply. */
-static void
-reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stats *st)
+/* The stored form of a reply: its answer and reasoning apart (rs's). */
+static int
+reply_msg(struct sess_msg *rec, const struct conv_gen *g, struct conv_reason *rs,
+    struct conv_stats *st, char *err, size_t errlen)
 {
 	memset(rec, 0, sizeof *rec);
 	rec->role = SESS_ASSISTANT;
-	rec->text = g->text.p;
+	if (conv_reason_end(rs, rec, st) != 0) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
 	rec->ids = g->ids.v;
 	rec->n_ids = (int)g->ids.n;
 	rec->interrupted = st->interrupted;
@@ -99,6 +108,7 @@ reply_msg(struct sess_msg *rec, const struct conv_gen *g, const struct conv_stat
 	rec->stats.prefill_tps = st->prefill_tps;
 	rec->stats.gen_tokens = st->gen_tokens;
 	rec->stats.decode_tps = st->decode_tps;
+	return KVC_OK;
 }
 
 /* The window's stream up to message k: its length, from the sequence or the messages. */
@@ -185,15 +195,36 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 	return KVC_OK;
 }
 
-/* The user's delta: closes the last reply, adds the turn and the generation prompt. */
+/*
+ * The user's delta: closes the last reply, adds the turn and the generation
+ * prompt. With the model's own template over the whole conversation, the
+ * tokens the whole render (rr) puts after the cached positions it keeps;
+ * *rewrite when that is short of the cache's end or earlier messages' tokens
+ * changed (the render is then the cache's target). A render that cannot be
+ * had, or no longer fits, leaves the delta after the last reply.
+ */
 static int
 user_delta(struct conv *c, const char *text, int old_n, struct kvc_tokens *delta,
-    char *err, size_t errlen)
+    struct conv_rerender *rr, bool *rewrite, char *err, size_t errlen)
 {
 	struct conv_mgr *m = c->m;
 	struct chat_msg *cl = NULL;
 	size_t ncl;
 	int rc;
+
+	*rewrite = false;
+	if (old_n > 0 && c->n_msgs > 0 && c->id != 0 && conv_rerender_applies(c)) {
+		rc = conv_rerender(c, text, true, c->n_msgs, rr, err, errlen);
+		if (rc == KVC_ENOMEM)
+			return rc;
+		if (rc == 0 && (int)rr->target.n + conv_reply_reserve(c) <= eng_n_ctx(m->e)) {
+			size_t from = rr->target.n - (size_t)rr->spans[c->n_msgs];
+
+			*rewrite = rr->first < c->n_msgs || rr->keep < old_n;
+			return kvc_tokens_append(delta, rr->target.v + from, rr->target.n - from);
+		}
+		conv_rerender_free(rr);
+	}
 
 	rc = conv_chat_list(c, c->win, c->n_msgs, text, &cl, &ncl);
 	if (rc == 0)
@@ -346,6 +377,49 @@ unstore_user(struct conv *c, bool fresh, bool was_auto)
 }
 
 /*
+ * store_user for a turn whose render changed earlier messages' tokens:
+ * those, the chunks past what the cache keeps and the user's message in one
+ * transaction.
+ */
+static int
+store_rewrite(struct conv *c, const char *text, const struct kvc_tokens *delta,
+    const struct conv_rerender *rr, char *err, size_t errlen)
+{
+	struct sess_msg rec;
+	int rc;
+
+	memset(&rec, 0, sizeof rec);
+	rec.role = SESS_USER;
+	rec.text = (char *)text;
+	rec.ids = delta->v;
+	rec.n_ids = (int)delta->n;
+	rc = conv_rerender_store(c, rr, c->n_msgs, &rec, err, errlen);
+	if (rc == 0 && conv_msgs_push(c, &rec) != 0) {
+		kvc_err(err, errlen, "out of memory");
+		rc = KVC_ENOMEM;
+		if (sess_rewind(c->m->st, c->id, c->n_msgs, c->snap_end, NULL, 0) != 0)
+			conv_drop_seq(c);
+	}
+	return rc;
+}
+
+/* A rewritten turn's figures: what of earlier turns was computed again, and why. */
+static void
+rewrite_stats(const struct conv_rerender *rr, const struct kvc_tokens *delta, int old_n,
+    struct conv_stats *st)
+{
+	int re = old_n - rr->keep;
+
+	(void)delta;
+	/* this turn's prompt is what the render adds past the positions kept */
+	st->prompt_tokens = (int)rr->target.n - rr->keep;
+	st->dropped_tokens = st->dropped_msgs = st->recomputed_tokens = 0;
+	st->recompute_ms = 0;
+	st->rewritten_tokens = re > 0 ? re : 0;
+	st->rewrite_why = rr->why ? rr->why : "the template renders earlier turns' tokens otherwise";
+}
+
+/*
  * A user message left without its reply (kvchat was stopped while it
  * answered, and the user went on instead of /retry): it stays, with an
  * empty reply marked interrupted, as a reply cut off at once would be.
@@ -446,15 +520,19 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 {
 	struct kvc_tokens delta = {0}, target = {0};
 	struct conv_gen g;
+	struct conv_reason rs;
 	struct eng_stats es = {0};
 	struct sess_msg rec;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
-	bool sync, fresh = c->id == 0, was_auto = c->auto_title;
+	bool sync = false, fresh = c->id == 0, was_auto = c->auto_title, rewrite = false;
+	struct conv_rerender rr;
 	int new_win, old_n, old_keep, old_cut, rc;
 	int64_t old_key;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	memset(&rs, 0, sizeof rs);
+	memset(&rr, 0, sizeof rr);
 	if ((rc = refuse_readonly(c, err, errlen)) != 0)
 		return rc;
 	if ((rc = conv_check_length(c, text, err, errlen)) != 0)
@@ -470,11 +548,20 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 	old_keep = c->slide_keep;
 	old_cut = c->slide_cut;
 	turn_begin(c, st);
-	rc = user_delta(c, text, old_n, &delta, err, errlen);
-	if (rc == 0)
-		rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, st, err, errlen);
-	if (rc == 0 && (rc = store_user(c, text, &delta, err, errlen)) != 0 && fresh)
-		conv_unstore(c, was_auto);	/* a row without its first message: gone again */
+	rc = user_delta(c, text, old_n, &delta, &rr, &rewrite, err, errlen);
+	if (rc == 0 && rewrite) {
+		/* the render is the cache's target: the common prefix kept, the rest computed */
+		sync = true;
+		rc = kvc_tokens_append(&target, rr.target.v, rr.target.n);
+		if (rc == 0)
+			rc = store_rewrite(c, text, &delta, &rr, err, errlen);
+	} else {
+		if (rc == 0)
+			rc = prompt_plan(c, text, &delta, old_n, &new_win, &target, &sync, st, err,
+			    errlen);
+		if (rc == 0 && (rc = store_user(c, text, &delta, err, errlen)) != 0 && fresh)
+			conv_unstore(c, was_auto);	/* a row without its first message: gone again */
+	}
 	if (rc) {
 		unslide(c, old_keep, old_cut);
 		goto out;
@@ -492,12 +579,15 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 		unstore_user(c, fresh, was_auto);
 		goto out;
 	}
+	if (rewrite)
+		rewrite_stats(&rr, &delta, old_n, st);
 	prompt_done(c, &es, st);
 	c->reply_logits_pos = -1;
-	rc = reply(c, io, NULL, &g, st, t0, err, errlen);
+	rc = reply(c, io, NULL, &g, &rs, st, t0, err, errlen);
+	if (rc == 0)
+		rc = reply_msg(&rec, &g, &rs, st, err, errlen);
 	if (rc)
 		goto rollback;
-	reply_msg(&rec, &g, st);
 	rc = commit_reply_turn(c, &rec, new_win, old_key, err, errlen);
 	if (rc)
 		goto rollback;
@@ -507,7 +597,7 @@ conv_turn(struct conv *c, const char *text, const struct conv_io *io,
 rollback:
 	/* The reply was not stored: the cache goes back to the stored stream. */
 	c->reply_logits_pos = -1;
-	if (new_win == c->win && c->slide_cut == old_cut && c->seq != NULL)
+	if (!rewrite && new_win == c->win && c->slide_cut == old_cut && c->seq != NULL)
 		(void)eng_seq_truncate(c->seq, old_n);
 	else	/* a new window or a slide cannot be taken back in the cache: rebuilt */
 		conv_drop_seq(c);
@@ -518,6 +608,8 @@ out:
 	kvc_tokens_free(&delta);
 	kvc_tokens_free(&target);
 	conv_gen_free(&g);
+	conv_reason_free(&rs);
+	conv_rerender_free(&rr);
 	return rc;
 }
 
@@ -566,14 +658,17 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
     char *err, size_t errlen)
 {
 	struct conv_gen g;
+	struct conv_reason rs;
 	struct eng_stats es = {0};
 	struct sess_msg rec;
 	const float *first = NULL;
 	double t0 = io && io->t_enter > 0 ? io->t_enter : kvc_now();
 	int n = c->n_msgs, u, n_pos, rc;
+	bool synced = false;
 
 	memset(st, 0, sizeof *st);
 	memset(&g, 0, sizeof g);
+	memset(&rs, 0, sizeof rs);
 	if ((rc = refuse_readonly(c, err, errlen)) != 0)
 		return rc;
 	if (n >= 1 && c->msgs[n - 1].role == SESS_USER)
@@ -588,20 +683,24 @@ conv_retry(struct conv *c, const struct conv_io *io, struct conv_stats *st,
 	if (rc)
 		return rc;
 	n_pos = eng_seq_n_pos(c->seq) - (u == n - 2 ? c->msgs[n - 1].n_ids : 0);
+	if (conv_rerender_applies(c) && c->id != 0 &&
+	    (rc = conv_rerender_prompt(c, u, &n_pos, &es, &synced, err, errlen)) != 0)
+		return rc;
 	if (n_pos <= 0) {
 		kvc_err(err, errlen, "stream shorter than its messages");
 		return KVC_ECORRUPT;
 	}
 	st->resumed_from_snapshot = c->pend_resumed;
 	st->rebuilt = c->pend_rebuilt;
-	rc = retry_prompt(c, n_pos, &first, &es, err, errlen);
+	rc = synced ? KVC_OK : retry_prompt(c, n_pos, &first, &es, err, errlen);
 	if (rc)
 		goto fail;
 	prompt_done(c, &es, st);
-	rc = reply(c, io, first, &g, st, t0, err, errlen);
+	rc = reply(c, io, first, &g, &rs, st, t0, err, errlen);
+	if (rc == 0)
+		rc = reply_msg(&rec, &g, &rs, st, err, errlen);
 	if (rc)
 		goto fail;
-	reply_msg(&rec, &g, st);
 	rc = conv_commit_reply(c, &rec, 1, u + 1, n_pos, conv_window_key(c, c->win), err, errlen);
 	if (rc)
 		goto fail;
@@ -625,6 +724,7 @@ fail:
 		conv_drop_seq(c);
 out:
 	conv_gen_free(&g);
+	conv_reason_free(&rs);
 	return rc;
 }
 

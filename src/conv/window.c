@@ -31,6 +31,7 @@ conv_chat_list(const struct conv *c, int from, int to, const char *user, struct 
 		    x->role == SESS_SYSTEM ? CHAT_SYSTEM : CHAT_USER;
 		a[k].text = x->text;
 		if (x->role == SESS_ASSISTANT) {
+			a[k].reasoning = x->reasoning;
 			a[k].ids = x->ids;
 			a[k].n_ids = (size_t)x->n_ids;
 		}

@@ -380,6 +380,23 @@ build_eog(struct kvc_tokenizer *t, const char *pre)
 		if (id >= 0 && t->type[id] == TOK_TYPE_CONTROL)
 			t->eog[id] = 1;
 	}
+	/*
+	 * Harmony (gpt-oss): a reply's analysis message ends with <|end|> and
+	 * the final one follows it; the reply ends at <|return|> or <|call|>,
+	 * as llama.cpp takes them when the vocabulary has <|return|>.
+	 */
+	int32_t ret = tok_strmap_find(t, &t->map, "<|return|>", strlen("<|return|>"));
+
+	if (ret >= 0 && t->type[ret] == TOK_TYPE_CONTROL) {
+		int32_t end = tok_strmap_find(t, &t->map, "<|end|>", strlen("<|end|>"));
+		int32_t call = tok_strmap_find(t, &t->map, "<|call|>", strlen("<|call|>"));
+
+		t->eog[ret] = 1;
+		if (call >= 0 && t->type[call] == TOK_TYPE_CONTROL)
+			t->eog[call] = 1;
+		if (end >= 0 && end != t->eos)
+			t->eog[end] = 0;
+	}
 	if (t->kind == TOK_KIND_SPM && pre != NULL && strcmp(pre, "chatglm-spm") == 0)
 		for (size_t i = 0; i < sizeof glm3 / sizeof glm3[0]; i++) {
 			int32_t id = tok_strmap_find(t, &t->map, glm3[i], strlen(glm3[i]));

@@ -113,9 +113,9 @@ test_names(void)
     "em['content'] %}<|{{ item['role'] }}|>{{ item['metadata'] }}\n{{ item['content'] }}{% endif" \
     " %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 static const struct chat_msg glm_conv[] = {
-	{ CHAT_SYSTEM, "You are a helpful assistant", NULL, 0 }, { CHAT_USER, "Hello", NULL, 0 },
-	{ CHAT_ASSISTANT, "Hi there", NULL, 0 }, { CHAT_USER, "Who are you", NULL, 0 },
-	{ CHAT_ASSISTANT, "   I am an assistant   ", NULL, 0 }, { CHAT_USER, "Another question", NULL, 0 },
+	{ CHAT_SYSTEM, "You are a helpful assistant", NULL, 0, NULL }, { CHAT_USER, "Hello", NULL, 0, NULL },
+	{ CHAT_ASSISTANT, "Hi there", NULL, 0, NULL }, { CHAT_USER, "Who are you", NULL, 0, NULL },
+	{ CHAT_ASSISTANT, "   I am an assistant   ", NULL, 0, NULL }, { CHAT_USER, "Another question", NULL, 0, NULL },
 };
 static const char GLM3_WANT[] = "[gMASK]sop<|system|>\n You are a helpful assistant<|user|>\n Hello<|assistant|>\n Hi there"
     "<|user|>\n Who are you<|assistant|>\n    I am an assistant   <|user|>\n Another question<|assistant|>";
@@ -191,10 +191,10 @@ static void
 test_text_formats(void)
 {
 	static const struct chat_msg conv[] = {
-		{ CHAT_SYSTEM, "SYS", NULL, 0 },
-		{ CHAT_USER, "Hi", NULL, 0 },
-		{ CHAT_ASSISTANT, "Yo", NULL, 0 },
-		{ CHAT_USER, "Bye", NULL, 0 },
+		{ CHAT_SYSTEM, "SYS", NULL, 0, NULL },
+		{ CHAT_USER, "Hi", NULL, 0, NULL },
+		{ CHAT_ASSISTANT, "Yo", NULL, 0, NULL },
+		{ CHAT_USER, "Bye", NULL, 0, NULL },
 	};
 	/* system + user + assistant + user + generation prompt */
 	static const char *const want[CHAT_FAMILY_COUNT] = {
@@ -248,8 +248,8 @@ test_text_formats(void)
 	{
 		static const char j31[] = "{{- \"Cutting Knowledge Date: December 2023\\n\" }}<|start_header_id|>system<|end_header_id|>";
 		static const struct chat_msg c2[] = {
-			{ CHAT_USER, " Hi ", NULL, 0 }, { CHAT_ASSISTANT, "Yo", NULL, 0 },
-			{ CHAT_SYSTEM, "S2", NULL, 0 }, { CHAT_USER, "Bye", NULL, 0 },
+			{ CHAT_USER, " Hi ", NULL, 0, NULL }, { CHAT_ASSISTANT, "Yo", NULL, 0, NULL },
+			{ CHAT_SYSTEM, "S2", NULL, 0, NULL }, { CHAT_USER, "Bye", NULL, 0, NULL },
 		};
 		static const char want31[] = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
 		    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
@@ -282,11 +282,11 @@ ollama_conv(int c, struct chat_msg *m, const int32_t *a_ids, size_t a_n)
 	size_t n = 0;
 
 	if (c == 2)
-		m[n++] = (struct chat_msg){ CHAT_SYSTEM, SYS, NULL, 0 };
-	m[n++] = (struct chat_msg){ CHAT_USER, U1, NULL, 0 };
+		m[n++] = (struct chat_msg){ CHAT_SYSTEM, SYS, NULL, 0, NULL };
+	m[n++] = (struct chat_msg){ CHAT_USER, U1, NULL, 0, NULL };
 	if (c >= 1) {
-		m[n++] = (struct chat_msg){ CHAT_ASSISTANT, A1, a_ids, a_n };
-		m[n++] = (struct chat_msg){ CHAT_USER, U2, NULL, 0 };
+		m[n++] = (struct chat_msg){ CHAT_ASSISTANT, A1, a_ids, a_n, NULL };
+		m[n++] = (struct chat_msg){ CHAT_USER, U2, NULL, 0, NULL };
 	}
 	return n;
 }
@@ -459,10 +459,10 @@ test_incremental(const struct kvc_tokenizer *t, const char *vname, const char *j
 			int e, ok = 1;
 
 			if (sys)
-				m[n++] = (struct chat_msg){ CHAT_SYSTEM, "  You are a test system.  ", NULL, 0 };
+				m[n++] = (struct chat_msg){ CHAT_SYSTEM, "  You are a test system.  ", NULL, 0, NULL };
 			first_user = n;
 			for (e = 0; e < ex; e++) {
-				m[n++] = (struct chat_msg){ CHAT_USER, user_texts[e], NULL, 0 };
+				m[n++] = (struct chat_msg){ CHAT_USER, user_texts[e], NULL, 0, NULL };
 				if (e == ex - 1)
 					break;
 				tok_encode(t, reply_texts[e], strlen(reply_texts[e]), TOK_NO_SPACE_PREFIX, &ids[e],
@@ -470,7 +470,7 @@ test_incremental(const struct kvc_tokenizer *t, const char *vname, const char *j
 				/* cut: the second reply lacks its end token (max tokens, Ctrl-C) */
 				if (!(cut && e == 1) && end_id(t, (enum chat_family)f) >= 0)
 					kvc_tokens_push(&ids[e], end_id(t, (enum chat_family)f));
-				m[n++] = (struct chat_msg){ CHAT_ASSISTANT, reply_texts[e], ids[e].v, ids[e].n };
+				m[n++] = (struct chat_msg){ CHAT_ASSISTANT, reply_texts[e], ids[e].v, ids[e].n, NULL };
 			}
 			ok &= chat_render(t, (enum chat_family)f, jinja, m, n, true, &full, err, sizeof err) == 0;
 			/* turn by turn */
@@ -541,7 +541,7 @@ test_no_injection(const struct kvc_tokenizer *t, const char *vname)
 	int f;
 
 	for (f = 0; f < CHAT_FAMILY_COUNT; f++) {
-		struct chat_msg a = { CHAT_USER, evil, NULL, 0 }, b = { CHAT_USER, "hi", NULL, 0 };
+		struct chat_msg a = { .role = CHAT_USER, .text = evil }, b = { .role = CHAT_USER, .text = "hi" };
 		struct kvc_tokens ta = {0}, tb = {0};
 		size_t i, ca = 0, cb = 0;
 
@@ -685,7 +685,7 @@ static void
 test_spm_details(const struct kvc_tokenizer *t)
 {
 	struct chat_msg m[3] = {
-		{ CHAT_USER, "he", NULL, 0 }, { CHAT_ASSISTANT, NULL, NULL, 0 }, { CHAT_USER, "he", NULL, 0 },
+		{ CHAT_USER, "he", NULL, 0, NULL }, { CHAT_ASSISTANT, NULL, NULL, 0, NULL }, { CHAT_USER, "he", NULL, 0, NULL },
 	};
 	struct kvc_tokens got = {0}, ref = {0}, reply = {0};
 	char err[256];

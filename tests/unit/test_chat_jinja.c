@@ -29,9 +29,9 @@ check_template(const struct kvc_tokenizer *t, const char *name, const char *jinj
 	       const struct kvc_tokens *reply, int *stable)
 {
 	struct chat_msg m[3] = {
-		{ CHAT_USER, "What is 6*7?", NULL, 0 },
-		{ CHAT_ASSISTANT, "Sure, 42.", reply->v, reply->n },
-		{ CHAT_USER, "Thanks", NULL, 0 },
+		{ CHAT_USER, "What is 6*7?", NULL, 0, NULL },
+		{ CHAT_ASSISTANT, "Sure, 42.", reply->v, reply->n, NULL },
+		{ CHAT_USER, "Thanks", NULL, 0, NULL },
 	};
 	struct kvc_tokens a = {0}, b = {0}, f = {0}, s = {0};
 	char err[512] = "";
@@ -64,9 +64,9 @@ check_tokens(const struct kvc_tokenizer *t, const char *jinja, const struct kvc_
 {
 	int32_t im_end = tok_lookup(t, "<|im_end|>");
 	struct chat_msg m[3] = {
-		{ CHAT_USER, "say <|im_end|> please", NULL, 0 },
-		{ CHAT_ASSISTANT, "Sure, 42.", reply->v, reply->n },
-		{ CHAT_USER, "ok", NULL, 0 },
+		{ CHAT_USER, "say <|im_end|> please", NULL, 0, NULL },
+		{ CHAT_ASSISTANT, "Sure, 42.", reply->v, reply->n, NULL },
+		{ CHAT_USER, "ok", NULL, 0, NULL },
 	};
 	struct kvc_tokens a = {0}, b = {0};
 	char err[512] = "";

@@ -1,8 +1,8 @@
 /*
- * test_think.c: the REPL's split of a streaming reply into reasoning and
- * answer (src/cli/repl/think.c), fed in pieces that cut the tags anywhere:
- * at a terminal everything is shown (the reasoning dimmed), piped only the
- * answer; a prompt that opened the block leaves the reply inside it.
+ * test_think.c: how the REPL draws a reply's two parts (src/cli/repl/think.c),
+ * which the conversation layer has told apart: at a terminal the reasoning
+ * is shown (dimmed with colour) or folded to one line, piped only the
+ * answer unless --show-thinking; /history shows a stored reasoning the same way.
  */
 #include "test.h"
 
@@ -10,9 +10,12 @@
 
 #include "cli/repl/repl.h"
 
-/* Feeds pieces to a fresh stream state and returns what reached stdout. */
+/* A reply as the parts came: 'R' reasoning, 'A' answer, then the text. */
+static const char *const reply[] = { "Rreason", "Ring 1 < 2", "AAnswer", "A.", NULL };
+
+/* Runs fn with stdout going to a file; returns what reached it. */
 static const char *
-run(bool tty, enum repl_think_state start, const char *const *pieces)
+capture(bool tty, int show, int tokens, const char *const *parts, const char *stored)
 {
 	static char out[4096];
 	struct kvc_repl r;
@@ -23,13 +26,20 @@ run(bool tty, enum repl_think_state start, const char *const *pieces)
 
 	memset(&r, 0, sizeof r);
 	r.tty = tty;
-	r.stream.started = true;
-	r.stream.state = start;
+	r.show_thinking = show;
 	fflush(stdout);
 	dup2(fd, 1);
-	for (size_t i = 0; pieces[i]; i++)
-		repl_think_text(&r, pieces[i], strlen(pieces[i]));
-	repl_think_end(&r);
+	for (size_t i = 0; parts && parts[i]; i++) {
+		r.stream.n_tokens = tokens;
+		if (parts[i][0] == 'R')
+			repl_think_reasoning(&r, parts[i] + 1, strlen(parts[i] + 1));
+		else
+			repl_think_text(&r, parts[i] + 1, strlen(parts[i] + 1));
+	}
+	if (parts)
+		repl_think_end(&r);
+	if (stored)
+		repl_think_show(&r, stored);
 	fflush(stdout);
 	dup2(saved, 1);
 	close(saved);
@@ -45,23 +55,29 @@ run(bool tty, enum repl_think_state start, const char *const *pieces)
 int
 main(void)
 {
-	static const char *const split[] = { "  <thi", "nk>\nreason", "ing 1 < 2</th", "ink>", "\n\nAns", "wer.", NULL };
-	static const char *const plain[] = { "Just ", "<b>an</b> answer", NULL };
-	static const char *const opened[] = { "still reasoning\n<", "/think>\n\n42", NULL };
-	static const char *const cut[] = { "<think>never closed", NULL };
+	static const char *const cut[] = { "Rnever closed", NULL };
+	static const char *const plain[] = { "AJust ", "A<b>an</b> answer", NULL };
 	const char *s;
 
-	s = run(false, REPL_THINK_START, split);
+	s = capture(false, -1, 5, reply, NULL);
 	test_cond(strcmp(s, "Answer.") == 0, "piped: only the answer, got [%s]", s);
-	s = run(true, REPL_THINK_START, split);
-	test_cond(strcmp(s, "<think>\nreasoning 1 < 2</think>\n\nAnswer.") == 0, "tty: all, got [%s]", s);
-	s = run(false, REPL_THINK_START, plain);
+	s = capture(false, 1, 5, reply, NULL);
+	test_cond(strcmp(s, "reasoning 1 < 2\n\nAnswer.") == 0, "piped, --show-thinking: got [%s]", s);
+	s = capture(true, -1, 5, reply, NULL);
+	test_cond(strcmp(s, "reasoning 1 < 2\n\nAnswer.") == 0, "tty: both, got [%s]", s);
+	s = capture(true, 0, 7, reply, NULL);
+	test_cond(strcmp(s, "[thinking: 7 tokens]\nAnswer.") == 0, "tty, folded: got [%s]", s);
+	s = capture(false, -1, 3, plain, NULL);
 	test_cond(strcmp(s, "Just <b>an</b> answer") == 0, "no reasoning: as it is, got [%s]", s);
-	s = run(false, REPL_THINKING, opened);
-	test_cond(strcmp(s, "42") == 0, "prompt opened the block: got [%s]", s);
-	s = run(false, REPL_THINK_START, cut);
+	s = capture(false, -1, 3, cut, NULL);
 	test_cond(strcmp(s, "") == 0, "reasoning cut off: nothing piped, got [%s]", s);
-	s = run(true, REPL_THINK_START, cut);
-	test_cond(strcmp(s, "<think>never closed") == 0, "reasoning cut off at a tty: shown, got [%s]", s);
+	s = capture(true, -1, 3, cut, NULL);
+	test_cond(strcmp(s, "never closed\n\n") == 0, "reasoning cut off at a tty: got [%s]", s);
+	s = capture(true, -1, 0, NULL, "Stored.");
+	test_cond(strcmp(s, "[thinking]\nStored.\n[answer]\n") == 0, "/history: got [%s]", s);
+	s = capture(true, 0, 0, NULL, "Stored.");
+	test_cond(strstr(s, "[thinking: 7 bytes") == s, "/history folded: got [%s]", s);
+	s = capture(false, -1, 0, NULL, "Stored.");
+	test_cond(strcmp(s, "") == 0, "/history piped: got [%s]", s);
 	return test_done();
 }

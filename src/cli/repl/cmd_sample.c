@@ -47,7 +47,7 @@ set_one(struct kvc_repl *r, const char *name, const char *value)
 
 	if (row == NULL) {
 		conv_setting_names(names, sizeof names);
-		repl_error(r, "/set: unknown setting '%s' (%s; or system, verbose, quiet, think, effort)", name,
+		repl_error(r, "/set: unknown setting '%s' (%s; or system, verbose, quiet, think, effort, show-thinking)", name,
 		    names);
 		return 1;
 	}
@@ -123,6 +123,19 @@ set_template_var(struct kvc_repl *r, bool think, const char *value)
 	return 0;
 }
 
+/* /set show-thinking on|off: the reasoning streamed dimmed, or one folded line. */
+static int
+set_show_thinking(struct kvc_repl *r, const char *value)
+{
+	if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0) {
+		repl_error(r, "usage: /set show-thinking on|off");
+		return 1;
+	}
+	r->show_thinking = value[1] == 'n';
+	printf("reasoning %s\n", r->show_thinking ? "shown" : "folded to one line");
+	return 0;
+}
+
 static int
 cmd_set_exec(struct kvc_repl *r, const char *args)
 {
@@ -142,6 +155,8 @@ cmd_set_exec(struct kvc_repl *r, const char *args)
 		next_word(&args, name, sizeof name);
 	} else if (strcmp(name, "system") == 0) {
 		return cmd_system_set(r, args);
+	} else if (strcmp(name, "show-thinking") == 0) {
+		return set_show_thinking(r, args);
 	} else if (strcmp(name, "think") == 0 || strcmp(name, "effort") == 0) {
 		return set_template_var(r, name[0] == 't', args);
 	} else if (strcmp(name, "verbose") == 0 || strcmp(name, "quiet") == 0) {
@@ -161,7 +176,8 @@ const struct kvc_cmd_entry cmd_sample_entries[] = {
 	{ "set", "[parameter] NAME VALUE", "temperature, top_p, top_k, min_p, repeat_penalty, "
 	    "seed, max_tokens; /set verbose|quiet: stats line on|off; /set system TEXT; "
 	    "/set think on|off, /set effort low|medium|high: the model's template's "
-	    "enable_thinking, reasoning_effort",
+	    "enable_thinking, reasoning_effort; /set show-thinking on|off: reasoning shown "
+	    "or folded",
 	    cmd_set_exec },
 	{ NULL, NULL, NULL, NULL },
 };

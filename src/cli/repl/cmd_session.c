@@ -273,6 +273,10 @@ export_json(struct kvc_repl *r, struct kvc_buf *b)
 		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
 		    role_name(x->role));
 		rc = rc ? rc : json_text(b, x->text);
+		if (rc == 0 && x->reasoning) {
+			rc = kvc_buf_printf(b, ",\"reasoning\":");
+			rc = rc ? rc : json_text(b, x->reasoning);
+		}
 		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", x->n_ids,
 		    x->interrupted ? "true" : "false");
 	}
@@ -289,7 +293,14 @@ export_md(struct kvc_repl *r, struct kvc_buf *b)
 	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
 		const struct sess_msg *x = conv_msg(r->cur, i);
 
-		rc = kvc_buf_printf(b, "## %s\n\n%s%s\n\n", x->role == SESS_ASSISTANT ? "Assistant" :
+		/* the reasoning as a quoted block of its own, before the answer */
+		if (x->reasoning) {
+			rc = kvc_buf_printf(b, "## Assistant (thinking)\n\n> ");
+			for (const char *p = x->reasoning; rc == 0 && *p; p++)
+				rc = *p == '\n' ? kvc_buf_printf(b, "\n> ") : kvc_buf_append(b, p, 1);
+			rc = rc ? rc : kvc_buf_printf(b, "\n\n");
+		}
+		rc = rc ? rc : kvc_buf_printf(b, "## %s\n\n%s%s\n\n", x->role == SESS_ASSISTANT ? "Assistant" :
 		    "User", x->text, x->interrupted ? " *(interrupted)*" : "");
 	}
 	return rc;

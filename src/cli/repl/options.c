@@ -18,7 +18,7 @@ enum {
 	OPT_DB = 256, OPT_SESSION, OPT_RESUME, OPT_NEW, OPT_SYSTEM, OPT_TEMPLATE,
 	OPT_THREADS, OPT_CTX, OPT_KV_TYPE, OPT_KV_BUDGET, OPT_OVERFLOW, OPT_KEEP, OPT_DRAFT,
 	OPT_LOOKUP, OPT_SPEC_K, OPT_DEVICE, OPT_GPU, OPT_STATS_JSON, OPT_NO_COLOR, OPT_VERSION,
-	OPT_RECAP, OPT_FORCE_UNLOCK, OPT_THINK, OPT_EFFORT,
+	OPT_RECAP, OPT_FORCE_UNLOCK, OPT_THINK, OPT_EFFORT, OPT_SHOW_THINKING,
 	OPT_SETTING = 512,	/* + the row of conv_setting_table */
 };
 
@@ -50,6 +50,7 @@ static const struct option fixed_options[] = {
 	{ "no-color", no_argument, NULL, OPT_NO_COLOR },
 	{ "think", required_argument, NULL, OPT_THINK },
 	{ "reasoning-effort", required_argument, NULL, OPT_EFFORT },
+	{ "show-thinking", no_argument, NULL, OPT_SHOW_THINKING },
 	{ "force-unlock", no_argument, NULL, OPT_FORCE_UNLOCK },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -235,6 +236,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 	o->overflow = CONV_OVERFLOW_DROP;
 	o->recap = 2;	/* the last exchange */
 	o->think = -1;
+	o->show_thinking = -1;
 	build_options();
 	optind = 1;
 	opterr = 0;
@@ -283,6 +285,7 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 				return usage_error("--reasoning-effort wants low, medium or high, not '%s'", a);
 			o->effort = a;
 			break;
+		case OPT_SHOW_THINKING: o->show_thinking = 1; break;
 		case OPT_FORCE_UNLOCK: o->force_unlock = true; break;
 		case 'h':
 			cli_help(stdout, cmd_print_help);

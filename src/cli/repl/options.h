@@ -28,6 +28,7 @@ struct repl_opts {
 	bool force_unlock;		/* take over locks that cannot be checked */
 	int think;			/* --think on|off: enable_thinking 1 / 0; -1: the template's default */
 	const char *effort;		/* --reasoning-effort low|medium|high, or NULL */
+	int show_thinking;		/* --show-thinking: 1; -1: the default (shown at a terminal) */
 };
 
 /*

@@ -463,7 +463,7 @@ repl_main(int argc, char **argv)
 	struct kvc_engine *draft = NULL;
 	struct sigaction sa;
 	char err[512], dbbuf[4096];
-	char *model = NULL, *model_real = NULL, *tmpl_text = NULL;
+	char *model = NULL, *model_real = NULL, *tmpl_text = NULL, *test_replies = NULL;
 	const char *jinja = NULL;
 	int rc, status = 1, fam;
 
@@ -534,7 +534,12 @@ repl_main(int argc, char **argv)
 		goto out;
 	if ((fam = pick_template(&r, &o, &jinja, &tmpl_text)) < 0)
 		goto out;
+	/* Tests only: replies forced one a turn (man page, ENVIRONMENT). */
+	if (getenv("KVCHAT_TEST_REPLIES") != NULL &&
+	    (test_replies = read_template_file(getenv("KVCHAT_TEST_REPLIES"))) == NULL)
+		goto out;
 	memset(&cp, 0, sizeof cp);
+	cp.test_replies = test_replies;
 	cp.family = (enum chat_family)fam;
 	cp.jinja = jinja;
 	cp.model_path = model_real ? model_real : model;
@@ -555,6 +560,7 @@ repl_main(int argc, char **argv)
 	}
 	r.think = o.think;
 	r.effort = o.effort;
+	r.show_thinking = o.show_thinking;
 	if (cmd_template_vars(&r) != 0) {
 		fprintf(stderr, "kvchat: out of memory\n");
 		goto out;
@@ -572,5 +578,6 @@ out:
 	free(model);
 	free(model_real);
 	free(tmpl_text);
+	free(test_replies);
 	return status;
 }

@@ -28,12 +28,10 @@
 
 /* What the chat program holds while it runs (repl.c owns it). */
 /* think.c: where a streaming reply is, reasoning or answer. */
-enum repl_think_state { REPL_THINK_START, REPL_THINKING, REPL_AFTER_THINK, REPL_ANSWER };
+enum repl_think_state { REPL_THINK_NONE, REPL_THINKING, REPL_ANSWER };
 struct repl_think {
-	bool started;			/* repl_think_begin ran for this reply */
 	enum repl_think_state state;
-	char pend[16];			/* a tag's start held back at a piece's end */
-	size_t npend;
+	int n_tokens;			/* the reasoning's tokens so far (conv_io.reasoning_tokens) */
 };
 
 struct kvc_repl {
@@ -60,17 +58,18 @@ struct kvc_repl {
 	const char *effort;		/* reasoning_effort: "low", "medium", "high" or NULL */
 	struct repl_think stream;	/* the reply streaming now: reasoning or answer */
 	struct kvc_wrap wrap;		/* its rows at a terminal, wrapped between words */
+	int show_thinking;		/* reasoning shown: 1 yes, 0 folded, -1 default (at a terminal) */
 };
 
 /* think.c */
-/* Before a reply streams: whether the prompt left it inside a reasoning block. */
-void repl_think_begin(struct kvc_repl *r);
-/* A piece of the reply: reasoning dimmed at a terminal (not printed when piped), the answer as it is. */
+/* A piece of the reply's reasoning: dimmed at a terminal, folded, or not printed when piped. */
+void repl_think_reasoning(struct kvc_repl *r, const char *s, size_t n);
+/* A piece of the answer, as it is. */
 void repl_think_text(struct kvc_repl *r, const char *s, size_t n);
-/* After the reply: what was held back, and the colour reset. */
+/* After the reply: the colour reset, a folded line finished. */
 void repl_think_end(struct kvc_repl *r);
-/* The last reply's reasoning in tokens (up to its </think> token, when the vocabulary has one), else 0. */
-int repl_think_tokens(struct kvc_repl *r);
+/* A stored reply's reasoning (NULL: none) before its answer, as /history shows it. */
+void repl_think_show(struct kvc_repl *r, const char *reasoning);
 
 /* notice.c */
 /*

@@ -13,11 +13,19 @@
 #include "cli/colour.h"
 #include "tokenizer/tokenizer.h"
 
-/* conv_io.on_text: the reply as it comes. */
+/* conv_io.on_text: the answer as it comes. */
 static int
 on_text(void *arg, const char *s, size_t n)
 {
 	repl_think_text(arg, s, n);
+	return 0;
+}
+
+/* conv_io.on_reasoning: the reasoning as it comes. */
+static int
+on_reasoning(void *arg, const char *s, size_t n)
+{
+	repl_think_reasoning(arg, s, n);
 	return 0;
 }
 
@@ -67,8 +75,11 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	if (s->dropped_msgs || s->dropped_tokens)
 		fprintf(f, " | context full: dropped %d messages (%d tokens), recomputed %d in %.0f ms",
 		    s->dropped_msgs, s->dropped_tokens, s->recomputed_tokens, s->recompute_ms);
-	if (repl_think_tokens(r) > 0)
-		fprintf(f, " | thinking %d tokens", repl_think_tokens(r));
+	if (s->rewrite_why)
+		fprintf(f, " | cache cut back %d positions: %s", s->rewritten_tokens,
+		    s->rewrite_why);
+	if (s->reasoning_tokens > 0)
+		fprintf(f, " | thinking %d tokens", s->reasoning_tokens);
 	if (s->spec_proposed)
 		fprintf(f, " | speculative: %d of %d accepted, %.2f tokens per pass", s->spec_accepted,
 		    s->spec_proposed, s->forward_passes ? (double)s->gen_tokens / s->forward_passes : 0.0);
@@ -107,7 +118,8 @@ repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
 	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
 	    "\"recompute_ms\":%.3f,\"kv_type\":\"%s\",\"kv_bytes_per_pos\":%zu,"
 	    "\"snapshot_bytes_per_pos\":%zu,\"slid_tokens\":%d,\"spec_proposed\":%d,"
-	    "\"spec_accepted\":%d,\"forward_passes\":%d}\n", s->prompt_tokens, s->reused_tokens,
+	    "\"spec_accepted\":%d,\"forward_passes\":%d,\"reasoning_tokens\":%d,"
+	    "\"rewritten_tokens\":%d,\"rewrite_reason\":", s->prompt_tokens, s->reused_tokens,
 	    s->prefill_tokens,
 	    s->gen_tokens, s->prefill_tps, s->decode_tps, s->context_used,
 	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
@@ -116,8 +128,12 @@ repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
 	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
 	    kv->type, kv->bytes_per_pos,
 	    kv->snap_bytes_per_pos ? kv->snap_bytes_per_pos : kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
-	    s->spec_accepted, s->forward_passes);
-	return rc;
+	    s->spec_accepted, s->forward_passes, s->reasoning_tokens, s->rewritten_tokens);
+	/* why earlier turns were computed again (the template rewrote them), or null */
+	if (rc == 0)
+		rc = s->rewrite_why ? kvc_json_str(b, s->rewrite_why, strlen(s->rewrite_why)) :
+		    kvc_buf_printf(b, "null");
+	return rc ? rc : kvc_buf_printf(b, "}\n");
 }
 
 /* One JSON object per turn, appended to --stats-json's file. */
@@ -159,6 +175,8 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	/* A read-only store: conv refuses the turn before generating. */
 	memset(&io, 0, sizeof io);
 	io.on_text = on_text;
+	io.on_reasoning = on_reasoning;
+	io.reasoning_tokens = &r->stream.n_tokens;
 	io.arg = r;
 	io.interrupt = r->interrupt;
 	io.t_enter = kvc_now();
@@ -282,6 +300,7 @@ show_msg(struct kvc_repl *r, const struct sess_msg *x, bool brief)
 	}
 	if (x->role != SESS_ASSISTANT)
 		return;
+	repl_think_show(r, x->reasoning);
 	fputs(x->text ? x->text : "", stdout);
 	printf("%s\n", x->interrupted ? " ^C" : "");
 	if (x->interrupted)

@@ -517,15 +517,26 @@ report(const struct batch *b, double t_wall)
 	    t_wall > 0 ? n_gen / t_wall : 0.0);
 }
 
-/* The template of the messages form, as the chat picks it. */
+/*
+ * The template of the messages form, as the chat picks it: the file's own
+ * (rendered by src/jinja) unless --chat-template names a family, a family
+ * when the file has none or its template cannot be used (said once).
+ */
 static void
 pick_template(const struct batch_opts *o, struct kvc_engine *e, struct batch_defaults *d)
 {
-	int fam;
+	char err[512];
+	int fam = chat_family_for_file(eng_gguf(e), &d->jinja);
+	int named = o->template_name ? chat_family_from_name(o->template_name) : -1;
 
-	fam = chat_family_for_file(eng_gguf(e), &d->jinja);
-	if (o->template_name)
-		fam = chat_family_from_name(o->template_name);
+	if (named >= 0 && named != CHAT_JINJA)
+		fam = named;
+	else if (d->jinja != NULL && chat_jinja_check(eng_tokenizer(e), d->jinja, NULL, err,
+	    sizeof err) == 0)
+		fam = CHAT_JINJA;
+	else if (d->jinja != NULL)
+		fprintf(stderr, "kvchat: batch: the model's chat template cannot be used (%s); "
+		    "using a family\n", err);
 	d->family = fam < 0 ? CHAT_CHATML : (enum chat_family)fam;
 	d->fallback = fam < 0;
 }
