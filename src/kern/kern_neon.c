@@ -108,9 +108,9 @@ kern_neon_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
 
 /*
  * q_act_prepare's work with vectors: the same d and levels (the conversion
- * rounds to nearest even, as lrintf does in the default mode), the sum of
- * x in a vector order (it may differ from the scalar sum in the last bits;
- * both neon tables use this one).
+ * rounds to nearest even, as lrintf does in the default mode), the same
+ * sums (d times the levels' integer sum): bitwise the scalar bytes; both
+ * neon tables use this one.
  */
 void
 kern_neon_act_prepare(const float *x, int64_t n_in, void *act)
@@ -131,11 +131,14 @@ kern_neon_act_prepare(const float *x, int64_t n_in, void *act)
 		float amax = vmaxvq_f32(m);
 		float db = amax / 127.0f, id = db > 0 ? 127.0f / amax : 0;
 		d[b] = db;
-		xs[b] = vaddvq_f32(vaddq_f32(vaddq_f32(vaddq_f32(v[0], v[1]), vaddq_f32(v[2], v[3])),
-		    vaddq_f32(vaddq_f32(v[4], v[5]), vaddq_f32(v[6], v[7]))));
-		for (int i = 0; i < 4; i++)
+		int32_t isum = 0;
+		for (int i = 0; i < 4; i++) {
 			h[i] = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * i], id))),
 			    vqmovn_s32(vcvtnq_s32_f32(vmulq_n_f32(v[2 * i + 1], id))));
+			isum += vaddlvq_s16(h[i]);
+		}
+		/* d times the levels' sum, as q_act_prepare: exact in any order */
+		xs[b] = db * (float)isum;
 		vst1q_s8(q + 32 * b, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
 		vst1q_s8(q + 32 * b + 16, vcombine_s8(vqmovn_s16(h[2]), vqmovn_s16(h[3])));
 	}

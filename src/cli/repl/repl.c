@@ -453,6 +453,22 @@ open_draft(const struct repl_opts *o, struct kvc_engine *e, struct kvc_engine **
 	return 0;
 }
 
+/* The chat's state from its options, before anything is opened. */
+static void
+repl_init(struct kvc_repl *r, const struct repl_opts *o)
+{
+	memset(r, 0, sizeof *r);
+	r->tty = isatty(0) && isatty(1);
+	r->color = r->tty && !o->no_color && kvc_use_color(1);
+	r->interrupt = &repl_sigint;
+	r->set = o->set;
+	r->set_mask = o->set_mask;
+	r->system = o->system;
+	r->stats_json = o->stats_json;
+	r->recap = o->recap;
+	r->kv_budget = o->kv_budget_given ? o->kv_budget : default_kv_budget();
+}
+
 int
 repl_main(int argc, char **argv)
 {
@@ -472,16 +488,7 @@ repl_main(int argc, char **argv)
 		return 0;	/* --help, --version */
 	if (rc > 0)
 		return rc;
-	memset(&r, 0, sizeof r);
-	r.tty = isatty(0) && isatty(1);
-	r.color = r.tty && !o.no_color && kvc_use_color(1);
-	r.interrupt = &repl_sigint;
-	r.set = o.set;
-	r.set_mask = o.set_mask;
-	r.system = o.system;
-	r.stats_json = o.stats_json;
-	r.recap = o.recap;
-	r.kv_budget = o.kv_budget_given ? o.kv_budget : default_kv_budget();
+	repl_init(&r, &o);
 
 	/* SIGINT stops a reply or clears the line; no SA_RESTART so reads wake up. */
 	memset(&sa, 0, sizeof sa);
