@@ -8,7 +8,7 @@
 # gcc-aarch64-linux-gnu and qemu-user-static cross-build and run the
 # aarch64 kernel tests (tests/e2e/test_neon_qemu.sh).
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev sqlite3 clang tmux strace python3 python3-venv python3-jinja2 curl ca-certificates gcc-aarch64-linux-gnu qemu-user-static"
+pkgs="build-essential autoconf automake libtool pkg-config libreadline-dev libsqlite3-dev libutf8proc-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev sqlite3 clang tmux strace python3 python3-venv python3-jinja2 curl ca-certificates gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

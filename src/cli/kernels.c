@@ -1,8 +1,9 @@
 /*
  * kernels.c: KVCHAT_KERNELS, the CPU kernel table the user asks for
- * (scalar, avx2, avx2vnni, avx512, auto), read from the environment once per use and
- * checked by main before any command runs, so a table this CPU cannot run
- * is refused by name, with the tables it can, before anything is opened.
+ * (scalar, avx2, avx2vnni, avx512, neon, neondot, auto), read from the
+ * environment once per use and checked by main before any command runs, so a table
+ * this CPU cannot run is refused by name, with the tables it can, before
+ * anything is opened.
  */
 #include "config.h"
 

@@ -1,10 +1,12 @@
 /*
  * kern.h: the CPU kernels, one table per instruction set: "scalar" (any
- * CPU), "avx2" (AVX2 + FMA + F16C), "avx2vnni" (that and AVX-VNNI: avx2's
- * table with vpdpbusd in its int8 products, bitwise the same results),
- * "avx512" (AVX2 and AVX512 F, VL, BW, VNNI). Each table's files are compiled with their own flags (kern.am);
- * the CPU is probed once (kvc_cpu_features) and the CPU backend takes its
- * table at init (kern_find), so nothing below it asks the CPU again.
+ * CPU); on x86-64 "avx2" (AVX2 + FMA + F16C), "avx2vnni" (that and
+ * AVX-VNNI: avx2's table with vpdpbusd in its int8 products, bitwise the
+ * same results), "avx512" (AVX2 and AVX512 F, VL, BW, VNNI); on aarch64 "neon" (Advanced SIMD), "neondot" (that and
+ * the ARMv8.2 dot product). Each table's files are compiled with their
+ * own flags (kern.am); the CPU is probed once (kvc_cpu_features) and the
+ * CPU backend takes its table at init (kern_find), so nothing below it
+ * asks the CPU again.
  *
  * The matrix products are per weight type: a table's rows_f / rows_act /
  * packed arrays are indexed by enum gguf_dtype, and a type a SIMD table
@@ -70,7 +72,7 @@ struct kern_att_tile {
 size_t kern_att_buf_floats(int hd);
 
 struct kern {
-	const char *name;		/* "scalar", "avx2", "avx2vnni", "avx512" (KVCHAT_KERNELS) */
+	const char *name;		/* "scalar", "avx2", "avx2vnni", "avx512", "neon", "neondot" (KVCHAT_KERNELS) */
 	unsigned need;			/* KVC_CPU_* bits the CPU must have */
 	kern_rows_f_fn *const *rows_f;		/* [KERN_NTYPE] float activations */
 	kern_rows_act_fn *const *rows_act;	/* [KERN_NTYPE] int8 activations */
@@ -100,9 +102,10 @@ bool kern_runs(const struct kern *k);
 /* The best table this CPU runs. */
 const struct kern *kern_best(void);
 /*
- * The table named name ("scalar", "avx2", "avx2vnni", "avx512"); NULL, "" or "auto":
+ * The table named name ("scalar", "avx2", ...); NULL, "" or "auto":
  * kern_best(). KVC_EINVAL for a name that is no table, KVC_EUNSUPPORTED
- * for one this CPU cannot run, each with a message naming it.
+ * for one this CPU cannot run or another architecture's, each with a
+ * message naming it.
  */
 int kern_find(const char *name, const struct kern **out, char *err, size_t errlen);
 

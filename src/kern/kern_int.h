@@ -16,6 +16,15 @@ bool kern_scalar_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const 
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 extern kern_rows_f_fn *const kern_scalar_rows_f_t[KERN_NTYPE];
 extern kern_rows_act_fn *const kern_scalar_rows_act_t[KERN_NTYPE];
+/* quant_iq.h's types: their block decoded once for several tokens (the neon tables use it too) */
+bool kern_scalar_rows_act_iq(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+#define KERN_SCALAR_IQ_ROWS_ACT							\
+	[GGML_TYPE_Q2_K] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ4_NL] = kern_scalar_rows_act_iq, \
+	[GGML_TYPE_IQ4_XS] = kern_scalar_rows_act_iq, [GGML_TYPE_MXFP4] = kern_scalar_rows_act_iq, \
+	[GGML_TYPE_IQ3_XXS] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ3_S] = kern_scalar_rows_act_iq, \
+	[GGML_TYPE_IQ2_XXS] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ2_XS] = kern_scalar_rows_act_iq, \
+	[GGML_TYPE_IQ2_S] = kern_scalar_rows_act_iq
 void kern_scalar_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void kern_scalar_f32_to_f16(uint16_t *d, const float *x, int n);
 void kern_scalar_act(float *g, const float *u, int64_t n, bool gelu);

@@ -387,9 +387,11 @@ name(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t 
 	NEON_ROWS_I8(GGML_TYPE_Q5_K, rows_q5_k)					\
 	NEON_ROWS_I8(GGML_TYPE_Q6_K, rows_q6_k)
 
+/* quant_iq.h's types: the scalar table's loop (no NEON kernel of theirs yet) */
 #define NEON_ROWS_I8_TABLE							\
 	[GGML_TYPE_Q8_0] = rows_q8_0, [GGML_TYPE_Q4_0] = rows_q4_0, [GGML_TYPE_Q4_1] = rows_q4_1, \
 	[GGML_TYPE_Q5_0] = rows_q5_0, [GGML_TYPE_Q5_1] = rows_q5_1, [GGML_TYPE_Q3_K] = rows_q3_k, \
-	[GGML_TYPE_Q4_K] = rows_q4_k, [GGML_TYPE_Q5_K] = rows_q5_k, [GGML_TYPE_Q6_K] = rows_q6_k
+	[GGML_TYPE_Q4_K] = rows_q4_k, [GGML_TYPE_Q5_K] = rows_q5_k, [GGML_TYPE_Q6_K] = rows_q6_k, \
+	KERN_SCALAR_IQ_ROWS_ACT
 
 #endif

@@ -39,9 +39,9 @@ kern_scalar_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8
  * quant_iq.h's types: quant's loop that decodes a row's block once for up
  * to Q_IQ_TOKENS tokens, each result q_dot_act's bit for bit.
  */
-static bool
-rows_act_iq(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
-    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+bool
+kern_scalar_rows_act_iq(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
 	q_iq_matmul_rows_act(t, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	return true;
@@ -59,10 +59,7 @@ kern_rows_f_fn *const kern_scalar_rows_f_t[KERN_NTYPE] = {
 };
 
 kern_rows_act_fn *const kern_scalar_rows_act_t[KERN_NTYPE] = {
-	ALL_Q(kern_scalar_rows_act),
-	[GGML_TYPE_Q2_K] = rows_act_iq, [GGML_TYPE_IQ4_NL] = rows_act_iq, [GGML_TYPE_IQ4_XS] = rows_act_iq,
-	[GGML_TYPE_MXFP4] = rows_act_iq, [GGML_TYPE_IQ3_XXS] = rows_act_iq, [GGML_TYPE_IQ3_S] = rows_act_iq,
-	[GGML_TYPE_IQ2_XXS] = rows_act_iq, [GGML_TYPE_IQ2_XS] = rows_act_iq, [GGML_TYPE_IQ2_S] = rows_act_iq,
+	ALL_Q(kern_scalar_rows_act), KERN_SCALAR_IQ_ROWS_ACT,
 };
 
 void

@@ -5,11 +5,12 @@
 # quant, kern, model, backend, the float64 reference: no readline, SQLite
 # or other aarch64 -dev package), statically, with the flags kern.am gives
 # on aarch64 (plain, and -march=armv8.2-a+dotprod for kern_neon_dot.c):
-#  - qemu -cpu max (SDOT): test_quant over scalar, neon and neondot (every
-#    type's kernels against the references, batch independence); test_neon:
-#    neon and neondot bitwise equal, neondot the best table; test_forward on
-#    a qwen2 fixture with Q4_K and F16 weights in the neondot table against
-#    the float64 reference, and batch independence of its logits.
+#  - qemu -cpu max (SDOT): test_quant and test_quant_iq over scalar, neon
+#    and neondot (every type's kernels against the references, batch
+#    independence); test_neon: neon and neondot bitwise equal, neondot the
+#    best table; test_forward on a qwen2 fixture with Q4_K and F16 weights
+#    in the neondot table against the float64 reference, and batch
+#    independence of its logits.
 #  - qemu -cpu cortex-a53 (ARMv8.0, no SDOT): test_quant (neondot not run),
 #    test_neon: neondot refused by name, neon the best table; test_forward
 #    (Q4_K) in the neon table.
@@ -25,8 +26,13 @@ command -v "$QEMU" >/dev/null 2>&1 || skip "no $QEMU (Debian: apt-get install qe
 S=$top_srcdir O=$TMPD/obj
 mkdir -p "$O"
 # config.h: the build's own (it names paths and features, not the CPU)
-CFLAGS="-std=c11 -O2 -Wall -Wextra -Werror -pthread -include $top_builddir/config.h -I$top_builddir \
--I$S/src -I$S -I$S/tests"
+CFLAGS="-std=c11 -O2 -Wall -Wextra -Werror -pthread -include $top_builddir/config.h \
+-I$top_builddir -I$S/src -I$S -I$S/tests"
+# the compiler without its C library (libc6-dev-arm64-cross) cannot link
+printf 'int main(void) { return 0; }\n' >"$O/c.c"
+nice "$CC" -static -o "$O/c" "$O/c.c" 2>/dev/null ||
+	skip "$CC cannot link a static program (Debian: apt-get install libc6-dev-arm64-cross)"
+"$QEMU" -cpu max "$O/c" || skip "$QEMU does not run an aarch64 program here"
 cc1() {	# cc1 SOURCE [FLAGS...]: one object under $O
 	_s=$1; shift
 	_o=$O/$(echo "$_s" | sed 's|/|_|g; s|\.c$|.o|')
@@ -42,7 +48,7 @@ for f in src/core/util.c src/core/parse.c src/core/file.c \
 	lib="$lib $(cc1 "$f")" || exit 1
 done
 lib="$lib $(cc1 src/kern/kern_neon_dot.c -march=armv8.2-a+dotprod)" || exit 1
-for t in test_quant test_neon test_forward; do
+for t in test_quant test_quant_iq test_neon test_forward; do
 	nice "$CC" $CFLAGS -static -o "$TMPD/$t" "$S/tests/unit/$t.c" $lib -lm 2>"$O/cc.err" ||
 		{ cat "$O/cc.err" >&2; echo "FAIL: link $t"; exit 1; }
 done
@@ -59,6 +65,7 @@ run() {
 	fi
 }
 run max quant-max - "$TMPD/test_quant"
+run max quant-iq-max - "$TMPD/test_quant_iq"
 check "-cpu max: test_quant ran neondot" grep -q '^kernels neondot$' "$TMPD/quant-max.log"
 run max neon-max - "$TMPD/test_neon" dotprod
 run max forward-max neondot "$TMPD/test_forward" qwen2 Q4_K F16
@@ -66,7 +73,8 @@ check "-cpu max: test_forward ran neondot" grep -q '^qwen2 *F16 *neondot' "$TMPD
 
 run cortex-a53 quant-a53 - "$TMPD/test_quant"
 check "-cpu cortex-a53: test_quant ran neon" grep -q '^kernels neon$' "$TMPD/quant-a53.log"
-check "-cpu cortex-a53: neondot not run" grep -q '^kernels neondot: not on this CPU' "$TMPD/quant-a53.log"
+check "-cpu cortex-a53: neondot not run" \
+    grep -q '^kernels neondot: not on this CPU' "$TMPD/quant-a53.log"
 run cortex-a53 neon-a53 - "$TMPD/test_neon" nodot
 run cortex-a53 forward-a53 neon "$TMPD/test_forward" qwen2 Q4_K
 check "-cpu cortex-a53: test_forward ran neon" grep -q '^qwen2 *Q4_K *neon ' "$TMPD/forward-a53.log"
