@@ -321,6 +321,26 @@ tokenize_piece(const struct jr *r, const char *s, size_t n, bool strip, struct k
 }
 
 /*
+ * Whether the template's space before reply k (text s[0..n) ends with one)
+ * is the one the reply's first token carries ("[/INST] " + content, the
+ * model having written "▁Reply" after "[/INST]"): it goes with the reply's
+ * ids, as in the stream, not into a token of its own.
+ */
+static bool
+space_goes_with(const struct jr *r, long k, const char *s, size_t n)
+{
+	struct kvc_buf b = {0};
+	bool yes = false;
+
+	if (n == 0 || s[n - 1] != ' ' || r->msgs[k].n_ids == 0)
+		return false;
+	if (tok_decode(r->t, r->msgs[k].ids, 1, TOK_DETOK_KEEP_LEADING_SPACE, &b) == 0 && b.n > 0)
+		yes = b.p[0] == ' ';
+	kvc_buf_free(&b);
+	return yes;
+}
+
+/*
  * marked[from..) as tokens: pieces between reply markers, each reply as its
  * ids. after: the reply the text follows (its end-of-turn token, when its
  * ids end with one, stands for the template's text of it), or NULL.
@@ -350,7 +370,8 @@ tokenize_marked(const struct jr *r, size_t from, bool strip, const struct chat_m
 
 		while (j < n && !is_reply(r, k = marker_at(s + j, n - j, &len)))
 			j++;
-		rc = tokenize_piece(r, s + i, j - i, strip, out, err, errlen);
+		rc = tokenize_piece(r, s + i, j - i - (j < n && space_goes_with(r, k, s + i, j - i)),
+		    strip, out, err, errlen);
 		if (rc == 0 && j < n) {
 			if (r->reply_at)
 				r->reply_at[k] = out->n;

@@ -20,7 +20,11 @@ KVC_TMUX_SCROLL=400 KVC_TMUX_PROMPT='>>>'
 M="$TMPD/g.gguf"
 "$MKMODEL" -o "$M" --preset tiny --arch gemma3 --swa 8 --type f32 --seed 4 --ctx 4096 \
     >/dev/null || { echo "FAIL: mkmodel"; exit 1; }
-OPTS="-m $M --temp 0 -n 150 --ctx 4096 --threads 2"
+# The gemma family: the fixture's own template (Llama 2's [INST] form) puts a
+# space before each reply, which a random model's first token lacks, so each
+# turn would rightly recompute the replies (the chat renders the whole
+# conversation); this test is about the windowed caches, not templates.
+OPTS="-m $M --temp 0 -n 150 --ctx 4096 --threads 2 --chat-template gemma"
 sqlq() { command sqlite3 -cmd '.timeout 10000' "$1" "$2"; }
 texts() { sqlq "$1" "SELECT group_concat(text, '|') FROM (SELECT text FROM messages ORDER BY conv_id, seq)"; }
 nmsg() { [ "$(sqlq "$1" 'SELECT count(*) FROM messages')" -eq "$2" ]; }
