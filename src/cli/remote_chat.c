@@ -8,8 +8,12 @@
  * server's prefix cache, when it has one, makes that cost only the new
  * message) and streams the reply (src/remote). Conversations are stored in
  * the local database as the chat stores them, history only (no KV
- * snapshot: the cache is the server's), each locked while open, so
- * --resume, /history and /undo work on them; the stats line gives the time
+ * snapshot: the cache is the server's), each locked while open, titled
+ * from the first message as the chat titles them. The REPL's commands that
+ * need only the history (/history, /undo, /retry, /export, /rename, /clear,
+ * /new) work here through the REPL's own table, history printing and export;
+ * the ones that need the local engine or its cache say so by name. The
+ * stats line gives the time
  * to first token, the decode rate and the server's cached_tokens when it
  * reports them. Ctrl-C stops a reply (kept, marked interrupted); Ctrl-C or
  * Ctrl-D at the prompt ends the chat.
@@ -25,7 +29,9 @@
 #include <readline/history.h>
 
 #include "cli.h"
+#include "cli/repl/cmd.h"
 #include "cli/repl/repl.h"
+#include "conv/conv.h"
 #include "remote/remote.h"
 #include "sessions/store.h"
 
@@ -35,7 +41,8 @@ static const char remote_usage[] =
     "  --endpoint URL        an OpenAI-compatible server, e.g. http://host:8000/v1\n"
     "  --remote-model NAME   the model to ask for (default: the first it lists)\n"
     "  --api-key-file F      send \"Authorization: Bearer KEY\", KEY the file's first line\n"
-    "In the chat: /history, /undo, /quit.\n";
+    "In the chat: /help, /history [N], /undo, /retry, /export md|json FILE, /rename TITLE,\n"
+    "/clear, /new, /quit; the commands that need a local model say so.\n";
 
 struct remote_opts {
 	struct rmt_params rp;
@@ -51,6 +58,8 @@ struct remote_chat {
 	struct sess_msg *msgs;		/* the conversation's messages */
 	int n_msgs;
 	char *system;
+	char title[64];			/* as stored */
+	struct kvc_repl shell;		/* what the REPL's printing and /export read */
 };
 
 static volatile sig_atomic_t remote_interrupt;
@@ -186,8 +195,8 @@ create(struct remote_chat *c, const char *first)
 {
 	char err[512], title[64], fp[300];
 
-	snprintf(title, sizeof title, "%.48s", first);
-	title[strcspn(title, "\n")] = '\0';
+	(void)conv_title_from(first, title, sizeof title);
+	snprintf(c->title, sizeof c->title, "%s", title);
 	snprintf(fp, sizeof fp, "remote:%s", c->o->rp.model);
 	if (sess_conv_create(c->st, title, fp, "remote", c->system, "", &c->id, err,
 	    sizeof err) != KVC_OK || sess_conv_lock(c->st, c->id, err, sizeof err) != KVC_OK) {
@@ -197,11 +206,15 @@ create(struct remote_chat *c, const char *first)
 	return 0;
 }
 
-/* One turn. 0, or 1 (said; nothing of the turn is kept). */
+/*
+ * The reply to the stored history (ending with a user message), streamed,
+ * stored and remembered. 0, or a KVC_E* code after saying why (nothing of
+ * the reply is kept).
+ */
 static int
-turn(struct remote_chat *c, const char *line)
+ask(struct remote_chat *c)
 {
-	struct sess_msg um, am;
+	struct sess_msg am;
 	struct rmt_stats rs;
 	struct rmt_msg *h;
 	struct kvc_buf reply = {0};
@@ -209,18 +222,8 @@ turn(struct remote_chat *c, const char *line)
 	size_t n;
 	int rc;
 
-	if (c->id == 0 && create(c, line) != 0)
-		return 1;
-	memset(&um, 0, sizeof um);
-	um.role = SESS_USER;
-	um.text = (char *)line;
-	if (sess_user_commit(c->st, c->id, &um, err, sizeof err) != KVC_OK ||
-	    remember(c, SESS_USER, line, false) != KVC_OK) {
-		fprintf(stderr, "kvchat: %s\n", err[0] ? err : "out of memory");
-		return 1;
-	}
 	if ((h = history(c, &n)) == NULL)
-		return 1;
+		return KVC_ENOMEM;
 	remote_interrupt = 0;
 	rc = rmt_chat(&c->o->rp, h, n, print_text, NULL, &remote_interrupt, &reply, &rs, err,
 	    sizeof err);
@@ -228,12 +231,9 @@ turn(struct remote_chat *c, const char *line)
 	printf("\n\n");
 	fflush(stdout);
 	if (rc != KVC_OK) {
-		/* the message the server could not answer is taken back */
 		fprintf(stderr, "kvchat: %s\n", err);
-		(void)sess_rewind(c->st, c->id, c->n_msgs - 1, 0, err, sizeof err);
-		forget_last(c);
 		kvc_buf_free(&reply);
-		return 1;
+		return rc;
 	}
 	memset(&am, 0, sizeof am);
 	am.role = SESS_ASSISTANT;
@@ -256,6 +256,55 @@ turn(struct remote_chat *c, const char *line)
 	fprintf(stderr, "%s]\n", rs.interrupted ? ", interrupted" : "");
 	kvc_buf_free(&reply);
 	return 0;
+}
+
+/* One turn. 0, or 1 (said; nothing of the turn is kept). */
+static int
+turn(struct remote_chat *c, const char *line)
+{
+	struct sess_msg um;
+	char err[512] = "";
+
+	if (c->id == 0 && create(c, line) != 0)
+		return 1;
+	memset(&um, 0, sizeof um);
+	um.role = SESS_USER;
+	um.text = (char *)line;
+	if (sess_user_commit(c->st, c->id, &um, err, sizeof err) != KVC_OK ||
+	    remember(c, SESS_USER, line, false) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err[0] ? err : "out of memory");
+		return 1;
+	}
+	if (ask(c) != KVC_OK) {
+		/* the message the server could not answer is taken back */
+		(void)sess_rewind(c->st, c->id, c->n_msgs - 1, 0, err, sizeof err);
+		forget_last(c);
+		return 1;
+	}
+	return 0;
+}
+
+/* /retry: the last reply (if any) is dropped and the last message answered again. */
+static int
+retry(struct remote_chat *c)
+{
+	char err[512];
+	int keep = c->n_msgs;
+
+	while (keep > 0 && c->msgs[keep - 1].role == SESS_ASSISTANT)
+		keep--;
+	if (keep == 0) {
+		fprintf(stderr, "kvchat: nothing to retry\n");
+		return 1;
+	}
+	if (keep < c->n_msgs && sess_rewind(c->st, c->id, keep, 0, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s\n", err);
+		return 1;
+	}
+	while (c->n_msgs > keep)
+		forget_last(c);
+	/* on failure the message stays, unanswered, as the chat leaves a cut-off reply */
+	return ask(c) == KVC_OK ? 0 : 1;
 }
 
 /* /undo: the last exchange leaves the store and the history. */
@@ -294,6 +343,7 @@ resume(struct remote_chat *c)
 	}
 	free(c->system);
 	c->system = sc.system ? strdup(sc.system) : NULL;
+	snprintf(c->title, sizeof c->title, "%s", sc.title ? sc.title : "");
 	sess_conv_clear(&sc);
 	if (sess_msgs_load(c->st, c->id, &c->msgs, &c->n_msgs, err, sizeof err) != KVC_OK) {
 		fprintf(stderr, "kvchat: %s\n", err);
@@ -301,6 +351,120 @@ resume(struct remote_chat *c)
 	}
 	fprintf(stderr, "kvchat: conversation %lld, %d messages\n", (long long)c->id, c->n_msgs);
 	return 0;
+}
+
+/* The REPL's commands that work on a remote engine, in /help's order. */
+static const char *const remote_cmds[] = {
+	"help", "new", "rename", "undo", "retry", "clear", "history", "export", "quit",
+};
+
+/* The messages as the REPL's printing and /export take them. NULL on ENOMEM. */
+static const struct sess_msg **
+msg_list(const struct remote_chat *c)
+{
+	const struct sess_msg **v = calloc(c->n_msgs > 0 ? (size_t)c->n_msgs : 1, sizeof *v);
+
+	for (int i = 0; v != NULL && i < c->n_msgs; i++)
+		v[i] = &c->msgs[i];
+	return v;
+}
+
+/* /new: the conversation is closed (it stays stored) and the next message starts one. */
+static void
+new_conv(struct remote_chat *c)
+{
+	if (c->id > 0)
+		sess_conv_unlock(c->st, c->id);
+	c->id = 0;
+	c->title[0] = '\0';
+	while (c->n_msgs > 0)
+		forget_last(c);
+	fprintf(stderr, "kvchat: new conversation\n");
+}
+
+/* "/name args" by the REPL's command table. 0, or 1 said. */
+static int
+command(struct remote_chat *c, const char *line)
+{
+	const struct kvc_cmd_entry *e;
+	const struct sess_msg **v;
+	char name[32], err[512];
+	size_t n = 0;
+	long k = -1;
+	int rc = 0;
+
+	for (line++; line[n] && line[n] != ' ' && line[n] != '\t' && n < sizeof name - 1; n++)
+		name[n] = line[n];
+	name[n] = '\0';
+	for (line += n; *line == ' ' || *line == '\t'; line++)
+		;
+	if ((e = cmd_find(name)) == NULL) {
+		fprintf(stderr, "kvchat: unknown command '/%s' (/help lists them)\n", name);
+		return 1;
+	}
+	if (strcmp(e->name, "help") == 0) {
+		printf("Commands with --endpoint:\n");
+		for (size_t i = 0; i < sizeof remote_cmds / sizeof remote_cmds[0]; i++) {
+			const struct kvc_cmd_entry *x = cmd_find(remote_cmds[i]);
+			char head[48];
+
+			snprintf(head, sizeof head, "/%s%s%s", x->name, x->args[0] ? " " : "", x->args);
+			printf("  %-26s %s\n", head, x->help);
+		}
+		printf("The others need a local model (its cache, its settings): kvchat -m MODEL.\n");
+	} else if (strcmp(e->name, "quit") == 0) {
+		c->shell.quit = true;
+	} else if (strcmp(e->name, "undo") == 0) {
+		undo(c);
+	} else if (strcmp(e->name, "retry") == 0) {
+		rc = retry(c);
+	} else if (strcmp(e->name, "new") == 0) {
+		new_conv(c);
+	} else if (strcmp(e->name, "clear") == 0) {
+		if (c->id > 0 && sess_rewind(c->st, c->id, 0, 0, err, sizeof err) != KVC_OK) {
+			fprintf(stderr, "kvchat: %s\n", err);
+			return 1;
+		}
+		while (c->n_msgs > 0)
+			forget_last(c);
+	} else if (strcmp(e->name, "rename") == 0) {
+		if (*line == '\0' || c->id == 0) {
+			fprintf(stderr, "kvchat: %s\n", *line ? "nothing stored to rename yet" :
+			    "usage: /rename TITLE");
+			return 1;
+		}
+		if (sess_conv_rename(c->st, c->id, line, err, sizeof err) != KVC_OK) {
+			fprintf(stderr, "kvchat: %s\n", err);
+			return 1;
+		}
+		snprintf(c->title, sizeof c->title, "%s", line);
+	} else if (strcmp(e->name, "history") == 0 || strcmp(e->name, "export") == 0) {
+		if (e->name[0] == 'h' && *line && kvc_parse_long(line, 0, 1000000, &k) != KVC_OK) {
+			fprintf(stderr, "kvchat: usage: /history [N] (the last N messages)\n");
+			return 1;
+		}
+		if ((v = msg_list(c)) == NULL) {
+			fprintf(stderr, "kvchat: out of memory\n");
+			return 1;
+		}
+		if (e->name[0] == 'h') {
+			if (c->n_msgs == 0)
+				printf("no messages yet\n");
+			repl_show_list(&c->shell, v, c->n_msgs, (int)k, false);
+		} else {
+			struct repl_export_src x = { c->id, c->title, c->o->rp.model, c->system, v,
+			    c->n_msgs };
+
+			rc = cmd_export_write(&c->shell, &x, line);
+		}
+		free(v);
+	} else {
+		fprintf(stderr, "kvchat: /%s is not available with --endpoint: it needs a local "
+		    "model (kvchat -m MODEL)%s\n", e->name, strcmp(e->name, "set") == 0 ?
+		    "; the server's sampling is set by --temp and -n" : "");
+		return 1;
+	}
+	return rc;
 }
 
 /* Lines until the end of input or /quit. The exit status. */
@@ -332,17 +496,12 @@ loop(struct remote_chat *c)
 		}
 		if (*l == '\0')
 			continue;
-		if (strcmp(l, "/quit") == 0 || strcmp(l, "/exit") == 0)
-			break;
-		if (strcmp(l, "/undo") == 0)
-			undo(c);
-		else if (strcmp(l, "/history") == 0)
-			for (int i = 0; i < c->n_msgs; i++)
-				printf("%s: %s\n", c->msgs[i].role == SESS_USER ? "you" : "assistant",
-				    c->msgs[i].text);
-		else if (l[0] == '/')
-			fprintf(stderr, "kvchat: with --endpoint: /history, /undo, /quit\n");
-		else if (turn(c, l) != 0)
+		if (l[0] == '/') {
+			/* as at the chat's prompt: a command that fails said why, and the chat goes on */
+			(void)command(c, l);
+			if (c->shell.quit)
+				break;
+		} else if (turn(c, l) != 0)
 			status = 1;
 	}
 	free(line);
@@ -363,6 +522,8 @@ cli_remote_main(int argc, char **argv)
 	memset(&c, 0, sizeof c);
 	o.rp.temperature = -1;
 	c.o = &o;
+	c.shell.tty = isatty(STDIN_FILENO);
+	c.shell.show_thinking = -1;
 	if ((rc = parse_args(argc, argv, &o)) >= 0)
 		return rc;
 	if (o.rp.base_url == NULL || strncmp(o.rp.base_url, "http", 4) != 0)

@@ -399,6 +399,14 @@ int conv_set_settings(struct conv *c, const struct conv_settings *s, char *err, 
  */
 int conv_activate(struct conv *c, char *err, size_t errlen);
 
+/*
+ * The title a first message gives, into t (len bytes): its first line, at
+ * most 48 bytes of whole characters; a line cut there ends at the last
+ * space before the cut (no word cut in half) unless that would leave less
+ * than half of it. Its length; also for chats without a conv (--endpoint).
+ */
+size_t conv_title_from(const char *text, char *t, size_t len);
+
 int64_t conv_id(const struct conv *c);
 const char *conv_title(const struct conv *c);
 const char *conv_system(const struct conv *c);

@@ -123,13 +123,8 @@ conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char
 	return commit(c, msg, 1, -1, 0, key, true, err, errlen);
 }
 
-/*
- * The title a first message gives: its first line, at most 48 bytes of
- * whole characters; a line cut there ends at the last space before the cut
- * (no word cut in half) unless that would leave less than half of it.
- */
-static size_t
-title_from(const char *text, char *t, size_t len)
+size_t
+conv_title_from(const char *text, char *t, size_t len)
 {
 	size_t n = 0, sp;
 
@@ -163,7 +158,7 @@ conv_store_new(struct conv *c, const char *first, char *err, size_t errlen)
 
 	if (c->id != 0)
 		return KVC_OK;
-	if (c->auto_title && first != NULL && title_from(first, t, sizeof t) > 0 &&
+	if (c->auto_title && first != NULL && conv_title_from(first, t, sizeof t) > 0 &&
 	    (title = conv_strdup(t)) == NULL)
 		return KVC_ENOMEM;
 	if (conv_settings_format(&c->set, &sb)) {

@@ -38,13 +38,56 @@ print("stored:", rows)
 PY
 check "the second turn's stats line has the server's cached_tokens" \
     grep -q "cached [1-9][0-9]* of [0-9]* prompt tokens" "$TMPD/err1"
-check "/history shows what is left" grep -q "^you: hello there" "$TMPD/out1"
-check "...without the undone exchange" sh -c "! grep -q '^you: and more' '$TMPD/out1'"
+check "/history shows what is left" grep -q "^>>> hello there" "$TMPD/out1"
+check "...without the undone exchange" sh -c "! grep -q '^>>> and more' '$TMPD/out1'"
+check "a title is made from the first message" \
+    [ "$(sqlite3 "$DB" "select title from conversations")" = "hello there" ]
 
 printf 'one more\n' | "$KVCHAT" $EP --resume 1 >"$TMPD/out2" 2>"$TMPD/err2"
 check "--resume goes on (exit $?)" [ $? -eq 0 ]
 check "...with the stored history" grep -q "conversation 1, 2 messages" "$TMPD/err2"
 check "...the turn stored" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq 4 ]
+
+old=$(sqlite3 "$DB" "select text from messages where conv_id = 1 order by id desc limit 1")
+# /retry replaces the last reply with a new one: greedy again with fewer
+# tokens, so the new reply is a shorter beginning of the old.
+printf '/retry\n' | "$KVCHAT" $EP -n 3 --resume 1 >"$TMPD/out6" 2>"$TMPD/err6"
+check "/retry (exit $?)" [ $? -eq 0 ]
+check "...streamed a reply" grep -q "tok/s" "$TMPD/err6"
+python3 - "$DB" "$old" <<'PY' || fail "/retry replaces the last reply"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "select role, text from messages where conv_id = 1 order by id").fetchall()
+old = sys.argv[2]
+assert [r[0] for r in rows] == [1, 2, 1, 2], rows
+assert rows[3][1] != old and old.startswith(rows[3][1]), (rows[3][1], old)
+PY
+# /undo's exchange is not in the store nor the next request (the turn after
+# it is cached up to the first reply, not past it); /history and /export
+# print the conversation; a command that needs the local model says so by name.
+printf '/undo\nthird\n/history\n/export md %s\n/export json %s\n/show\n/set temp 1\n' \
+    "$TMPD/x.md" "$TMPD/x.json" | "$KVCHAT" $EP --resume 1 >"$TMPD/out5" 2>"$TMPD/err5"
+check "the commands (exit $?)" [ $? -eq 0 ]
+python3 - "$DB" <<'PY' || fail "/undo in the store"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "select role, text from messages where conv_id = 1 order by id").fetchall()
+assert [r[0] for r in rows] == [1, 2, 1, 2], rows       # undone, then third
+assert rows[2][1] == "third", rows
+print("after /undo, third:", rows)
+PY
+check "/history prints the conversation" grep -q "^>>> third" "$TMPD/out5"
+check "/export md" grep -q "^## User" "$TMPD/x.md"
+check "...with the title" grep -q "^# hello there" "$TMPD/x.md"
+python3 - "$TMPD/x.json" <<'PY' || fail "/export json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["title"] == "hello there", d
+assert [m["role"] for m in d["messages"]] == ["user", "assistant", "user", "assistant"], d
+assert d["messages"][2]["text"] == "third", d
+PY
+check "/show is refused by name" grep -q "/show is not available with --endpoint" "$TMPD/err5"
+check "/set is refused by name" grep -q "/set is not available with --endpoint" "$TMPD/err5"
 
 n0=$(sqlite3 "$DB" "select count(*) from messages")
 echo "hello" | "$KVCHAT" --endpoint "http://127.0.0.1:1/v1" --remote-model m --db "$DB" \

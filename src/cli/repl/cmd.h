@@ -33,6 +33,16 @@ int cmd_system_set(struct kvc_repl *r, const char *args);
  * template's enable_thinking and reasoning_effort. 0 or KVC_ENOMEM. */
 int cmd_template_vars(struct kvc_repl *r);
 
+/* cmd_session.c: what /export writes, from a conv or from --endpoint's chat. */
+struct repl_export_src {
+	int64_t id;
+	const char *title, *model, *system;	/* system NULL: none */
+	const struct sess_msg **msgs;
+	int n_msgs;
+};
+/* /export md|json FILE (args "md FILE") of x. 0, or 1 after saying why. */
+int cmd_export_write(struct kvc_repl *r, const struct repl_export_src *x, const char *args);
+
 /* cmd.c */
 /* The i-th command of all groups (help first), or NULL past the end. */
 const struct kvc_cmd_entry *cmd_entry(int i);

@@ -255,59 +255,58 @@ json_text(struct kvc_buf *b, const char *s)
 }
 
 static int
-export_json(struct kvc_repl *r, struct kvc_buf *b)
+export_json(const struct repl_export_src *x, struct kvc_buf *b)
 {
-	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", conv_id(r->cur));
+	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", x->id);
 
-	rc = rc ? rc : json_text(b, conv_title(r->cur));
+	rc = rc ? rc : json_text(b, x->title);
 	rc = rc ? rc : kvc_buf_printf(b, ",\"model\":");
-	rc = rc ? rc : json_text(b, r->model_path);
+	rc = rc ? rc : json_text(b, x->model);
 	rc = rc ? rc : kvc_buf_printf(b, ",\"system\":");
 	if (rc == 0)
-		rc = conv_system(r->cur) ? json_text(b, conv_system(r->cur)) :
-		    kvc_buf_printf(b, "null");
+		rc = x->system ? json_text(b, x->system) : kvc_buf_printf(b, "null");
 	rc = rc ? rc : kvc_buf_printf(b, ",\"messages\":[");
-	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
-		const struct sess_msg *x = conv_msg(r->cur, i);
+	for (int i = 0; rc == 0 && i < x->n_msgs; i++) {
+		const struct sess_msg *m = x->msgs[i];
 
 		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
-		    role_name(x->role));
-		rc = rc ? rc : json_text(b, x->text);
-		if (rc == 0 && x->reasoning) {
+		    role_name(m->role));
+		rc = rc ? rc : json_text(b, m->text);
+		if (rc == 0 && m->reasoning) {
 			rc = kvc_buf_printf(b, ",\"reasoning\":");
-			rc = rc ? rc : json_text(b, x->reasoning);
+			rc = rc ? rc : json_text(b, m->reasoning);
 		}
-		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", x->n_ids,
-		    x->interrupted ? "true" : "false");
+		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", m->n_ids,
+		    m->interrupted ? "true" : "false");
 	}
 	return rc ? rc : kvc_buf_printf(b, "]}\n");
 }
 
 static int
-export_md(struct kvc_repl *r, struct kvc_buf *b)
+export_md(const struct repl_export_src *x, struct kvc_buf *b)
 {
-	int rc = kvc_buf_printf(b, "# %s\n\n", conv_title(r->cur));
+	int rc = kvc_buf_printf(b, "# %s\n\n", x->title ? x->title : "");
 
-	if (rc == 0 && conv_system(r->cur))
-		rc = kvc_buf_printf(b, "**System:** %s\n\n", conv_system(r->cur));
-	for (int i = 0; rc == 0 && i < conv_n_msgs(r->cur); i++) {
-		const struct sess_msg *x = conv_msg(r->cur, i);
+	if (rc == 0 && x->system)
+		rc = kvc_buf_printf(b, "**System:** %s\n\n", x->system);
+	for (int i = 0; rc == 0 && i < x->n_msgs; i++) {
+		const struct sess_msg *m = x->msgs[i];
 
 		/* the reasoning as a quoted block of its own, before the answer */
-		if (x->reasoning) {
+		if (m->reasoning) {
 			rc = kvc_buf_printf(b, "## Assistant (thinking)\n\n> ");
-			for (const char *p = x->reasoning; rc == 0 && *p; p++)
+			for (const char *p = m->reasoning; rc == 0 && *p; p++)
 				rc = *p == '\n' ? kvc_buf_printf(b, "\n> ") : kvc_buf_append(b, p, 1);
 			rc = rc ? rc : kvc_buf_printf(b, "\n\n");
 		}
-		rc = rc ? rc : kvc_buf_printf(b, "## %s\n\n%s%s\n\n", x->role == SESS_ASSISTANT ? "Assistant" :
-		    "User", x->text, x->interrupted ? " *(interrupted)*" : "");
+		rc = rc ? rc : kvc_buf_printf(b, "## %s\n\n%s%s\n\n", m->role == SESS_ASSISTANT ? "Assistant" :
+		    "User", m->text, m->interrupted ? " *(interrupted)*" : "");
 	}
 	return rc;
 }
 
-static int
-cmd_export_exec(struct kvc_repl *r, const char *args)
+int
+cmd_export_write(struct kvc_repl *r, const struct repl_export_src *x, const char *args)
 {
 	struct kvc_buf b = {0};
 	char fmt[8];
@@ -325,9 +324,9 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 	while (*path == ' ')
 		path++;
 	if (strcmp(fmt, "md") == 0)
-		rc = export_md(r, &b);
+		rc = export_md(x, &b);
 	else if (strcmp(fmt, "json") == 0)
-		rc = export_json(r, &b);
+		rc = export_json(x, &b);
 	else {
 		repl_error(r, "/export: format must be md or json");
 		return 1;
@@ -352,6 +351,26 @@ cmd_export_exec(struct kvc_repl *r, const char *args)
 	kvc_buf_free(&b);
 	printf("wrote %s\n", path);
 	return 0;
+}
+
+static int
+cmd_export_exec(struct kvc_repl *r, const char *args)
+{
+	struct repl_export_src x = {
+		conv_id(r->cur), conv_title(r->cur), r->model_path, conv_system(r->cur), NULL,
+		conv_n_msgs(r->cur),
+	};
+	int rc;
+
+	if ((x.msgs = calloc(x.n_msgs > 0 ? (size_t)x.n_msgs : 1, sizeof *x.msgs)) == NULL) {
+		repl_error(r, "/export: out of memory");
+		return 1;
+	}
+	for (int i = 0; i < x.n_msgs; i++)
+		x.msgs[i] = conv_msg(r->cur, i);
+	rc = cmd_export_write(r, &x, args);
+	free(x.msgs);
+	return rc;
 }
 
 static int

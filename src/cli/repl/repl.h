@@ -104,6 +104,9 @@ void repl_switch(struct kvc_repl *r, struct conv *c);
  * first lines and how much more /history shows.
  */
 void repl_show_msgs(struct kvc_repl *r, int n, bool brief);
+/* The same for the messages msgs[0..total) of a chat without a conv (--endpoint). */
+void repl_show_list(struct kvc_repl *r, const struct sess_msg *const *msgs, int total, int n,
+    bool brief);
 /* "conversation 3 (title), 4 messages", or "new conversation (title)" before it is stored. */
 void repl_describe(struct kvc_repl *r, char *buf, size_t len);
 /* Print the stats line of one turn to f (dim when f is stdout and colour is on). */

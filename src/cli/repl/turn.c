@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -311,11 +312,28 @@ show_msg(struct kvc_repl *r, const struct sess_msg *x, bool brief)
 void
 repl_show_msgs(struct kvc_repl *r, int n, bool brief)
 {
-	int total = conv_n_msgs(r->cur), i = n < 0 || n > total ? 0 : total - n;
+	int total = conv_n_msgs(r->cur);
+	const struct sess_msg **v = calloc(total > 0 ? (size_t)total : 1, sizeof *v);
+
+	if (v == NULL) {
+		repl_error(r, "out of memory");
+		return;
+	}
+	for (int i = 0; i < total; i++)
+		v[i] = conv_msg(r->cur, i);
+	repl_show_list(r, v, total, n, brief);
+	free(v);
+}
+
+void
+repl_show_list(struct kvc_repl *r, const struct sess_msg *const *msgs, int total, int n,
+    bool brief)
+{
+	int i = n < 0 || n > total ? 0 : total - n;
 
 	for (; i < total; i++)
-		show_msg(r, conv_msg(r->cur, i), brief);
-	if (total > 0 && conv_msg(r->cur, total - 1)->role == SESS_USER)
+		show_msg(r, msgs[i], brief);
+	if (total > 0 && msgs[total - 1]->role == SESS_USER)
 		printf("%s[the reply was cut off: /retry answers it]%s\n",
 		    kvc_sgr(r->color, KVC_SGR_DIM), kvc_sgr(r->color, KVC_SGR_RESET));
 	fflush(stdout);
