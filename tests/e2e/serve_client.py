@@ -215,7 +215,8 @@ def step_disconnect_plain():
     check("a non-streamed completion stops when its client leaves", m is not None and
           int(m.group(2)) < 2000, m and m.group(0))
     # the same as a new stored conversation's turn
-    db = sqlite3.connect(WD + "/s.db")
+    import os
+    db = sqlite3.connect(os.environ.get("KVC_SERVE_DB", WD + "/s.db"))
     n0 = db.execute("select count(*) from conversations").fetchone()[0]
     msgs = [{"role": "user", "content": "a long one"}]
     send_and_leave("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,

@@ -62,7 +62,6 @@ for _i in $(seq 1 100); do
 	sleep 0.1
 done
 check "the disconnect was noticed" grep -q "the client went away" "$TMPD/serve.err"
-client disconnect_plain
 store_dump >"$TMPD/before"
 client bad
 store_dump >"$TMPD/after"
@@ -139,6 +138,20 @@ stop_server
 start_server --parallel 1 --max-queue 0
 client queue
 stop_server
+
+# A non-streamed request whose client leaves, on a model wide enough that a
+# reply takes seconds: on the tiny one an idle machine can finish the reply
+# (or reach its end of turn) before the client is seen gone.
+wide_model "$TMPD/w.gguf"
+M_TINY=$M
+M=$TMPD/w.gguf
+KVC_SERVE_DB=$TMPD/dp.db
+export KVC_SERVE_DB
+serve_start "$KVC_SERVE_DB" --parallel 2
+client disconnect_plain
+stop_server
+M=$M_TINY
+unset KVC_SERVE_DB
 
 # Another address than loopback, without a key: refused before anything starts.
 "$KVCHAT" serve -m "$M" --host 0.0.0.0 --port 0 --db "$DB" >/dev/null 2>"$TMPD/open.err"
