@@ -321,8 +321,13 @@ conv_generate(struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
 	/* After a stop string the text ends where it began. */
 	if (tok_detok_flush(&r.dt, &r.piece) == 0 && !r.stopped)
 		add_piece(&r, g);
-	/* The run is over: what was held back is not a stop string. */
-	(void)show(&r, g, g->text.n);
+	/*
+	 * The run is over: what was held back is not a stop string. Not after
+	 * an interrupt: the terminal has echoed ^C, and nothing may follow it
+	 * (the text is kept in g->text all the same).
+	 */
+	if (!g->interrupted)
+		(void)show(&r, g, g->text.n);
 	kvc_buf_free(&r.piece);
 	if (g->text.p == NULL && kvc_buf_append(&g->text, "", 0))
 		return KVC_ENOMEM;

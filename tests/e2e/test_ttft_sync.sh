@@ -17,7 +17,9 @@ command -v python3 >/dev/null 2>&1 || skip "python3 not found"
 echo "First." | kvrun "an earlier conversation" "$TMPD/e0" -m "$TMPD/m.gguf" --db "$TMPD/s.db" \
     --session earlier --temp 0 -n 4 >/dev/null
 printf 'Hello there.\nSecond turn here.\nAnd a third.\n' >"$TMPD/in.txt"
-strace -f -e trace=fdatasync,fsync,write,read -o "$TMPD/trace" "$KVCHAT" -m "$TMPD/m.gguf" \
+# (LeakSanitizer cannot run under ptrace: off for the traced run in a sanitizer build)
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+    strace -f -e trace=fdatasync,fsync,write,read -o "$TMPD/trace" "$KVCHAT" -m "$TMPD/m.gguf" \
     --db "$TMPD/s.db" --session traced --temp 0 -n 4 --stats-json "$TMPD/s.json" \
     <"$TMPD/in.txt" >"$TMPD/out" 2>"$TMPD/err" || { fail "traced chat"; cat "$TMPD/err" >&2; }
 check "three turns" [ "$(wc -l <"$TMPD/s.json")" -eq 3 ]
