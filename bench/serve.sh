@@ -12,7 +12,7 @@
 #
 # For docs/BENCHMARKS.md, on an idle machine, from the build folder:
 #   bench/serve.sh ~/.cache/kvchat/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-#       /tmp/peers/llama.cpp/build-cpu/bin/llama-server
+#       LLAMA_DIR/build-cpu/bin/llama-server   (a llama.cpp built by ../shared/peers/build-llamacpp.sh)
 # It ends with the figures as Markdown tables (serve.py table).
 #
 # 1. For each client count: TTFT p50/p99 and aggregate decode tok/s of
