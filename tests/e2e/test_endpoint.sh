@@ -135,5 +135,13 @@ for _i in $(seq 1 100); do
 	grep -q "the client went away" "$TMPD/serve2.err" && break
 	sleep 0.1
 done
-check "...and the server stopped generating it" grep -q "the client went away" "$TMPD/serve2.err"
+# The reply is sampled (--temp 0.9): now and then the model ends its turn
+# before the interrupt arrives, and the server has nothing left to stop.
+# (A reply that ran to its 2000 tokens was not stopped: that fails.)
+ngen=$(sed -n 's/.*: prompt [0-9]* (cached [0-9]*), \([0-9]*\) generated.*/\1/p' "$TMPD/serve2.err" | tail -n 1)
+if grep -q "the client went away" "$TMPD/serve2.err" || [ -z "$ngen" ] || [ "$ngen" -ge 2000 ]; then
+	check "...and the server stopped generating it" grep -q "the client went away" "$TMPD/serve2.err"
+else
+	echo "note: the reply ended before the interrupt reached the server: $(grep -E 'generated' "$TMPD/serve2.err" | tail -n 1)"
+fi
 done_testing
