@@ -3,14 +3,20 @@
 # same GGUF files and thread counts (issue 11). For each model and thread
 # count it runs, alternately (A B A B ...), VS_ROUNDS times each:
 #   kvchat bench -m MODEL -p P -n N -r REPS --threads T
-#   LLAMA_BENCH -m MODEL -fa 0 -p P -n N -r REPS -t T
+#   LLAMA_BENCH -m MODEL -fa 0,1 -p P -n N -r REPS -t T
 # and prints one table row with the median of the rounds: prefill (ppP) and
 # decode (tgN) tokens/s of both, and their ratios kvchat / llama.cpp.
+# llama.cpp is measured in its best configuration: each round runs it with
+# flash attention off and on (VS_FA) and keeps the faster of the two for
+# each test; its weight repacking stays at its default (on). kvchat runs the
+# kernel table it picks, or the one KVCHAT_KERNELS names (avx2 against an
+# AVX2-only llama.cpp build); the last column names the table it ran.
 # (kvchat bench reports the median of its REPS runs, llama-bench the mean.)
 # llama.cpp is not part of kvchat: pass the path of a llama-bench you built.
 #
 #   env: KVCHAT (default: kvchat on PATH), VS_THREADS (default "1 2"),
 #        VS_ROUNDS (default 2), VS_P (512), VS_N (128), VS_REPS (3),
+#        VS_FA (llama-bench's -fa values, default "0,1": the faster is kept),
 #        VS_LOG (keep every raw output there),
 #        KVCHAT_BASE (a second kvchat, e.g. a build from before a change:
 #        run in the same alternation, A B C A B C, and shown as "base" columns)
@@ -28,6 +34,7 @@ ROUNDS=${VS_ROUNDS:-2}
 P=${VS_P:-512}
 N=${VS_N:-128}
 REPS=${VS_REPS:-3}
+FA=${VS_FA:-0,1}
 command -v "$KVCHAT" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no kvchat at '$KVCHAT' (set KVCHAT)" >&2; exit 2; }
 command -v "$LB" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no llama-bench at '$LB'" >&2; exit 2; }
 for m in "$@"; do
@@ -44,11 +51,13 @@ kv() {
 		$2 ~ /decode/ { gsub(/ /, "", $4); d = $4 }
 		END { print (p == "" ? "fail" : p), (d == "" ? "fail" : d) }' "$1"
 }
-# lb FILE: "pp tg" tok/s from llama-bench's markdown table (the mean before the ±)
+# lb FILE: "pp tg" tok/s from llama-bench's markdown table (the mean before
+# the ±; of several rows for one test, e.g. -fa 0 and 1, the fastest)
 lb() {
 	awk -F'|' -v pp="pp$P" -v tg="tg$N" '
 		NF >= 3 { t = $(NF - 2); gsub(/ /, "", t); v = $(NF - 1); sub(/^ */, "", v); sub(/ .*/, "", v)
-			if (t == pp) p = v; if (t == tg) d = v }
+			if (t == pp && (p == "" || v + 0 > p + 0)) p = v
+			if (t == tg && (d == "" || v + 0 > d + 0)) d = v }
 		END { print (p == "" ? "fail" : p), (d == "" ? "fail" : d) }' "$1"
 }
 # median of the numbers on stdin ("fail" when there are none)
@@ -62,11 +71,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b =
 BASE=${KVCHAT_BASE:-}
 if [ -n "$BASE" ]; then
 	command -v "$BASE" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no kvchat at '$BASE' (KVCHAT_BASE)" >&2; exit 2; }
-	echo "| model | threads | prefill pp$P base | kvchat | llama.cpp | base ratio | ratio | decode tg$N base | kvchat | llama.cpp | base ratio | ratio |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| model | threads | prefill pp$P base | kvchat | llama.cpp | base ratio | ratio | decode tg$N base | kvchat | llama.cpp | base ratio | ratio | kernels |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 else
-	echo "| model | threads | prefill pp$P kvchat | llama.cpp | ratio | decode tg$N kvchat | llama.cpp | ratio |"
-	echo "|---|---|---|---|---|---|---|---|"
+	echo "| model | threads | prefill pp$P kvchat | llama.cpp | ratio | decode tg$N kvchat | llama.cpp | ratio | kernels |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 fi
 i=0
 for m in "$@"; do
@@ -79,7 +88,7 @@ for m in "$@"; do
 			i=$((i + 1))
 			"$KVCHAT" bench -m "$m" -p "$P" -n "$N" -r "$REPS" --threads "$t" > "$LOG/$i-kvchat.txt" 2>&1
 			kv "$LOG/$i-kvchat.txt" >> "$D/kv.txt"
-			"$LB" -m "$m" -fa 0 -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
+			"$LB" -m "$m" -fa "$FA" -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
 			lb "$LOG/$i-llama.txt" >> "$D/lb.txt"
 			if [ -n "$BASE" ]; then
 				"$BASE" bench -m "$m" -p "$P" -n "$N" -r "$REPS" --threads "$t" > "$LOG/$i-base.txt" 2>&1
@@ -91,12 +100,13 @@ for m in "$@"; do
 		kd=$(cut -d' ' -f2 < "$D/kv.txt" | median)
 		lp=$(cut -d' ' -f1 < "$D/lb.txt" | median)
 		ld=$(cut -d' ' -f2 < "$D/lb.txt" | median)
+		kt=$(sed -n 's/.*CPU kernels \([a-z0-9]*\).*/\1/p' "$LOG/$i-kvchat.txt" | head -n 1)
 		if [ -n "$BASE" ]; then
 			bp=$(cut -d' ' -f1 < "$D/base.txt" | median)
 			bd=$(cut -d' ' -f2 < "$D/base.txt" | median)
-			echo "| $(basename "$m") | $t | $bp | $kp | $lp | $(ratio "$bp" "$lp") | $(ratio "$kp" "$lp") | $bd | $kd | $ld | $(ratio "$bd" "$ld") | $(ratio "$kd" "$ld") |"
+			echo "| $(basename "$m") | $t | $bp | $kp | $lp | $(ratio "$bp" "$lp") | $(ratio "$kp" "$lp") | $bd | $kd | $ld | $(ratio "$bd" "$ld") | $(ratio "$kd" "$ld") | ${kt:--} |"
 		else
-			echo "| $(basename "$m") | $t | $kp | $lp | $(ratio "$kp" "$lp") | $kd | $ld | $(ratio "$kd" "$ld") |"
+			echo "| $(basename "$m") | $t | $kp | $lp | $(ratio "$kp" "$lp") | $kd | $ld | $(ratio "$kd" "$ld") | ${kt:--} |"
 		fi
 	done
 done
