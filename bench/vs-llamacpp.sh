@@ -2,8 +2,12 @@
 # bench/vs-llamacpp.sh LLAMA_BENCH MODEL...: kvchat against llama.cpp on the
 # same GGUF files and thread counts (issue 11). For each model and thread
 # count it runs, alternately (A B A B ...), VS_ROUNDS times each:
-#   kvchat bench -m MODEL -p P -n N -r REPS --threads T
+#   kvchat bench -m MODEL -p P -n 0 -r REPS --threads T   (prefill)
+#   kvchat bench -m MODEL -p 0 -n N -r REPS --threads T   (decode)
 #   LLAMA_BENCH -m MODEL -fa 0,1 -p P -n N -r REPS -t T
+# Decode is measured from an empty cache on both sides, as llama-bench's tgN
+# is (one kvchat run -p P -n N would decode after the P-token prefill, each
+# step attending over P more positions than llama.cpp's).
 # and prints one table row with the median of the rounds: prefill (ppP) and
 # decode (tgN) tokens/s of both, and their ratios kvchat / llama.cpp.
 # llama.cpp is measured in its best configuration: each round runs it with
@@ -45,9 +49,10 @@ trap 'rm -rf "$D"' EXIT
 LOG=${VS_LOG:-$D}
 mkdir -p "$LOG"
 
-# kv FILE OUT: "prefill decode" tok/s from kvchat bench's table, or "fail fail"
+# kv FILE: "prefill decode" tok/s from kvchat bench's tables (the prefill of
+# the first run, the decode of the last), or "fail fail"
 kv() {
-	awk -F'|' '$2 ~ /prefill/ { gsub(/ /, "", $4); p = $4 }
+	awk -F'|' '$2 ~ /prefill/ && p == "" { gsub(/ /, "", $4); p = $4 }
 		$2 ~ /decode/ { gsub(/ /, "", $4); d = $4 }
 		END { print (p == "" ? "fail" : p), (d == "" ? "fail" : d) }' "$1"
 }
@@ -86,12 +91,14 @@ for m in "$@"; do
 		r=1
 		while [ "$r" -le "$ROUNDS" ]; do
 			i=$((i + 1))
-			"$KVCHAT" bench -m "$m" -p "$P" -n "$N" -r "$REPS" --threads "$t" > "$LOG/$i-kvchat.txt" 2>&1
+			"$KVCHAT" bench -m "$m" -p "$P" -n 0 -r "$REPS" --threads "$t" > "$LOG/$i-kvchat.txt" 2>&1
+			"$KVCHAT" bench -m "$m" -p 0 -n "$N" -r "$REPS" --threads "$t" >> "$LOG/$i-kvchat.txt" 2>&1
 			kv "$LOG/$i-kvchat.txt" >> "$D/kv.txt"
 			"$LB" -m "$m" -fa "$FA" -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
 			lb "$LOG/$i-llama.txt" >> "$D/lb.txt"
 			if [ -n "$BASE" ]; then
-				"$BASE" bench -m "$m" -p "$P" -n "$N" -r "$REPS" --threads "$t" > "$LOG/$i-base.txt" 2>&1
+				"$BASE" bench -m "$m" -p "$P" -n 0 -r "$REPS" --threads "$t" > "$LOG/$i-base.txt" 2>&1
+				"$BASE" bench -m "$m" -p 0 -n "$N" -r "$REPS" --threads "$t" >> "$LOG/$i-base.txt" 2>&1
 				kv "$LOG/$i-base.txt" >> "$D/base.txt"
 			fi
 			r=$((r + 1))
