@@ -10,6 +10,7 @@
 
 #include "cmd.h"
 #include "cli/colour.h"
+#include "cli/json_text.h"
 
 static int
 cmd_new_exec(struct kvc_repl *r, const char *args)
@@ -247,39 +248,33 @@ role_name(enum sess_role role)
 	return role == SESS_ASSISTANT ? "assistant" : role == SESS_SYSTEM ? "system" : "user";
 }
 
-/* s (NULL as "") as a JSON string literal. */
-static int
-json_text(struct kvc_buf *b, const char *s)
-{
-	return kvc_json_str(b, s, s ? strlen(s) : 0);
-}
-
 static int
 export_json(const struct repl_export_src *x, struct kvc_buf *b)
 {
-	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", x->id);
+	json_t *o = json_object(), *list = json_array();
+	bool bad = false;
+	int rc;
 
-	rc = rc ? rc : json_text(b, x->title);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"model\":");
-	rc = rc ? rc : json_text(b, x->model);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"system\":");
-	if (rc == 0)
-		rc = x->system ? json_text(b, x->system) : kvc_buf_printf(b, "null");
-	rc = rc ? rc : kvc_buf_printf(b, ",\"messages\":[");
-	for (int i = 0; rc == 0 && i < x->n_msgs; i++) {
+	cli_json_put(o, "id", json_integer(x->id), &bad);
+	cli_json_put(o, "title", cli_json_cstr(x->title), &bad);
+	cli_json_put(o, "model", cli_json_cstr(x->model), &bad);
+	cli_json_put(o, "system", x->system ? cli_json_cstr(x->system) : json_null(), &bad);
+	cli_json_put(o, "messages", list, &bad);
+	for (int i = 0; !bad && i < x->n_msgs; i++) {
 		const struct sess_msg *m = x->msgs[i];
+		json_t *e = json_object();
 
-		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
-		    role_name(m->role));
-		rc = rc ? rc : json_text(b, m->text);
-		if (rc == 0 && m->reasoning) {
-			rc = kvc_buf_printf(b, ",\"reasoning\":");
-			rc = rc ? rc : json_text(b, m->reasoning);
-		}
-		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", m->n_ids,
-		    m->interrupted ? "true" : "false");
+		bad = json_array_append_new(list, e) != 0;
+		cli_json_put(e, "role", json_string(role_name(m->role)), &bad);
+		cli_json_put(e, "text", cli_json_cstr(m->text), &bad);
+		if (m->reasoning)
+			cli_json_put(e, "reasoning", cli_json_cstr(m->reasoning), &bad);
+		cli_json_put(e, "tokens", json_integer(m->n_ids), &bad);
+		cli_json_put(e, "interrupted", json_boolean(m->interrupted), &bad);
 	}
-	return rc ? rc : kvc_buf_printf(b, "]}\n");
+	rc = bad ? KVC_ENOMEM : cli_json_line(o, 0, b);
+	json_decref(o);
+	return rc;
 }
 
 static int
