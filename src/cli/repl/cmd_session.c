@@ -29,8 +29,8 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
-static int
-cmd_list_exec(struct kvc_repl *r, const char *args)
+int
+cmd_list_rows(struct kvc_repl *r, int64_t cur)
 {
 	struct sess_conv *v;
 	char err[512], bad[512];
@@ -44,13 +44,19 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 		printf("no conversations\n");
 	/* A damaged row is listed cleaned, and named below. */
 	for (int i = 0; i < n; i++)
-		repl_print_conv_row(r, stdout, &v[i], r->cur && conv_id(r->cur) == v[i].id);
+		repl_print_conv_row(r, stdout, &v[i], cur != 0 && v[i].id == cur);
 	fflush(stdout);
 	for (int i = 0; i < n; i++)
 		if (repl_conv_damage(&v[i], bad, sizeof bad) != NULL && ++n_bad)
 			repl_error(r, "/list: conversation %" PRId64 " is damaged: %s", v[i].id, bad);
 	sess_conv_list_free(v, n);
 	return n_bad ? 1 : 0;
+}
+
+static int
+cmd_list_exec(struct kvc_repl *r, const char *args)
+{
+	return cmd_list_rows(r, r->cur ? conv_id(r->cur) : 0);
 }
 
 static int
@@ -106,8 +112,8 @@ cmd_rename_exec(struct kvc_repl *r, const char *args)
 }
 
 /* At a terminal, "[y/N]" before a delete; piped input is not asked. */
-static bool
-confirm_delete(struct kvc_repl *r, int64_t id)
+bool
+cmd_confirm_delete(struct kvc_repl *r, int64_t id)
 {
 	struct sess_conv row = {0};
 	char q[640], t[256], *a;
@@ -144,7 +150,7 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 		id = conv_id(r->cur);
 	else if (repl_pick_conv(r, "/delete", args, stdout, &id))
 		return 1;
-	if (!confirm_delete(r, id))
+	if (!cmd_confirm_delete(r, id))
 		return 0;
 	if (conv_id(r->cur) == id) {
 		/* Its replacement first: a failed delete leaves the current one as it was. */
