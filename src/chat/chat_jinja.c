@@ -28,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "chat/chat.h"
 #include "jinja/jinja.h"
 
@@ -105,67 +107,104 @@ msg_texts(struct jr *r, char *err, size_t errlen)
 	return 0;
 }
 
-/* One render: the messages (contents or markers) and the variables, as JSON. */
+/* o[key] = s[0..n) as a JSON string: KVC_OK, KVC_EFORMAT (said) when it is not UTF-8, KVC_ENOMEM. */
+static int
+put_text(json_t *o, const char *key, const char *s, size_t n, char *err, size_t errlen)
+{
+	if (kvc_utf8_valid_prefix(s, n) != n) {
+		kvc_err(err, errlen, "chat: a %s given to the template is not valid UTF-8", key);
+		return KVC_EFORMAT;
+	}
+	return json_object_set_new(o, key, json_stringn(s, n)) == 0 ? KVC_OK : KVC_ENOMEM;
+}
+
+/* The messages (contents or markers) as the template's "messages" list. */
+static int
+put_messages(struct jr *r, json_t *root, bool marked, char *err, size_t errlen)
+{
+	json_t *list = json_array();
+	int rc = json_object_set_new(root, "messages", list) == 0 ? KVC_OK : KVC_ENOMEM;
+
+	for (size_t i = 0; rc == 0 && i < r->n; i++) {
+		json_t *m = json_object();
+		char mark[32];
+		/* replies as text: the template may cut them (r->as_text), so no marker */
+		bool mk = marked && !(r->as_text && r->msgs[i].role == CHAT_ASSISTANT);
+
+		if (json_array_append_new(list, m) != 0 ||
+		    json_object_set_new(m, "role", json_string(role_name(r->msgs[i].role))) != 0) {
+			rc = KVC_ENOMEM;
+			break;
+		}
+		snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, i);
+		rc = mk ? put_text(m, "content", mark, strlen(mark), err, errlen) :
+		     put_text(m, "content", r->texts[i], strlen(r->texts[i]), err, errlen);
+		/* the reasoning under both names the templates read it by */
+		for (int f = 0; rc == 0 && r->texts[r->n + i] && f < 2; f++) {
+			const char *c = r->texts[r->n + i], *key = f ? "thinking" : "reasoning_content";
+
+			snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, r->n + i);
+			rc = mk ? put_text(m, key, mark, strlen(mark), err, errlen) :
+			     put_text(m, key, c, strlen(c), err, errlen);
+		}
+	}
+	return rc;
+}
+
+/* vars_json (an object's members without its braces) read into *out. */
+static int
+parse_vars(const char *vars_json, json_t **out, char *err, size_t errlen)
+{
+	struct kvc_buf b = {0};
+	json_error_t je;
+	int rc = kvc_buf_printf(&b, "{%s}", vars_json);
+
+	if (rc != KVC_OK)
+		return rc;
+	*out = json_loadb(b.p, b.n, JSON_REJECT_DUPLICATES, &je);
+	kvc_buf_free(&b);
+	if (*out == NULL) {
+		kvc_err(err, errlen, "chat: template variables: %s", je.text);
+		return KVC_EFORMAT;
+	}
+	return KVC_OK;
+}
+
+/* One render: the messages (contents or markers) and the variables, as JSON values. */
 static int
 render_one(struct jr *r, const struct jinja_tmpl *tp, bool marked, bool add_gen,
 	   const char *vars_json, struct kvc_buf *out, char *err, size_t errlen)
 {
-	struct kvc_buf j = {0};
-	struct kvc_json *root = NULL;
+	json_t *root = json_object(), *extra = NULL, *v;
 	struct jinja_var vars[32];
 	size_t nv = 0;
+	const char *key;
 	int32_t bos = tok_bos(r->t), eos = tok_eos(r->t);
 	size_t bl = 0, el = 0;
 	const char *bp = bos >= 0 ? tok_piece(r->t, bos, &bl) : "";
 	const char *ep = eos >= 0 ? tok_piece(r->t, eos, &el) : "";
-	int rc = kvc_buf_append(&j, "{\"messages\": [", 14);
+	int rc = root ? put_messages(r, root, marked, err, errlen) : KVC_ENOMEM;
 
-	for (size_t i = 0; rc == 0 && i < r->n; i++) {
-		char mark[32];
-
-		rc = kvc_buf_printf(&j, "%s{\"role\": \"%s\", \"content\": ", i ? ", " : "",
-				    role_name(r->msgs[i].role));
-		snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, i);
-		/* replies as text: the template may cut them (r->as_text), so no marker */
-		bool mk = marked && !(r->as_text && r->msgs[i].role == CHAT_ASSISTANT);
-
-		if (rc == 0)
-			rc = mk ? kvc_json_str(&j, mark, strlen(mark)) :
-			     kvc_json_str(&j, r->texts[i], strlen(r->texts[i]));
-		/* the reasoning under both names the templates read it by */
-		for (int f = 0; rc == 0 && r->texts[r->n + i] && f < 2; f++) {
-			const char *c = r->texts[r->n + i];
-
-			rc = kvc_buf_printf(&j, ", \"%s\": ", f ? "thinking" : "reasoning_content");
-			snprintf(mark, sizeof mark, MARK_OPEN "%zu" MARK_CLOSE, r->n + i);
-			if (rc == 0)
-				rc = mk ? kvc_json_str(&j, mark, strlen(mark)) :
-				     kvc_json_str(&j, c, strlen(c));
-		}
-		if (rc == 0)
-			rc = kvc_buf_append(&j, "}", 1);
-	}
+	if (rc == 0 && json_object_set_new(root, "add_generation_prompt", json_boolean(add_gen)) != 0)
+		rc = KVC_ENOMEM;
 	if (rc == 0)
-		rc = kvc_buf_printf(&j, "], \"add_generation_prompt\": %s, \"bos_token\": ",
-				    add_gen ? "true" : "false");
+		rc = put_text(root, "bos_token", bp ? bp : "", bp ? bl : 0, err, errlen);
 	if (rc == 0)
-		rc = kvc_json_str(&j, bp ? bp : "", bp ? bl : 0);
-	if (rc == 0)
-		rc = kvc_buf_append(&j, ", \"eos_token\": ", 15);
-	if (rc == 0)
-		rc = kvc_json_str(&j, ep ? ep : "", ep ? el : 0);
+		rc = put_text(root, "eos_token", ep ? ep : "", ep ? el : 0, err, errlen);
 	if (rc == 0 && vars_json && vars_json[0])
-		rc = kvc_buf_printf(&j, ", %s", vars_json);
-	if (rc == 0)
-		rc = kvc_buf_append(&j, "}", 1);
-	if (rc == 0)
-		rc = kvc_json_parse(j.p, j.n, &root, err, errlen);
-	for (size_t i = 0; rc == 0 && i < root->n && nv < 32; i++)
-		vars[nv++] = (struct jinja_var){ root->kids[i].key, &root->kids[i] };
-	if (rc == 0)
+		rc = parse_vars(vars_json, &extra, err, errlen);
+	/* the variables in order, the caller's after the standard ones (a later name wins) */
+	if (rc == 0) {
+		json_object_foreach(root, key, v)
+			vars[nv++] = (struct jinja_var){ key, v };
+		if (extra != NULL)
+			json_object_foreach(extra, key, v)
+				if (nv < 32)
+					vars[nv++] = (struct jinja_var){ key, v };
 		rc = jinja_render(tp, vars, nv, (int64_t)time(NULL), out, err, errlen);
-	kvc_json_free(root);
-	kvc_buf_free(&j);
+	}
+	json_decref(extra);
+	json_decref(root);
 	return rc;
 }
 

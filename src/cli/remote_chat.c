@@ -11,7 +11,9 @@
  * snapshot: the cache is the server's), each locked while open, titled
  * from the first message as the chat titles them. The REPL's commands that
  * need only the history (/history, /undo, /retry, /export, /rename, /clear,
- * /new) work here through the REPL's own table, history printing and export;
+ * /new, /list, /resume, /delete) work here through the REPL's own table,
+ * history printing, listing and export: any stored conversation, the
+ * chat's own included, can be continued on the server from its messages;
  * the ones that need the local engine or its cache say so by name. The
  * stats line gives the time
  * to first token, the decode rate and the server's cached_tokens when it
@@ -42,7 +44,8 @@ static const char remote_usage[] =
     "  --remote-model NAME   the model to ask for (default: the first it lists)\n"
     "  --api-key-file F      send \"Authorization: Bearer KEY\", KEY the file's first line\n"
     "In the chat: /help, /history [N], /undo, /retry, /export md|json FILE, /rename TITLE,\n"
-    "/clear, /new, /quit; the commands that need a local model say so.\n";
+    "/clear, /new, /list, /resume [ID|TITLE], /delete [ID|TITLE], /quit; the commands that\n"
+    "need a local model say so.\n";
 
 struct remote_opts {
 	struct rmt_params rp;
@@ -162,12 +165,13 @@ history(const struct remote_chat *c, size_t *n)
 	return m;
 }
 
-/* Forget the last message in memory (its text, and the ids a chat-made one has). */
+/* Forget the last message in memory (its text, and the reasoning and ids a chat-made one has). */
 static void
 forget_last(struct remote_chat *c)
 {
 	c->n_msgs--;
 	free(c->msgs[c->n_msgs].text);
+	free(c->msgs[c->n_msgs].reasoning);
 	free(c->msgs[c->n_msgs].ids);
 }
 
@@ -327,35 +331,134 @@ undo(struct remote_chat *c)
 	fprintf(stderr, "kvchat: the last exchange is undone\n");
 }
 
-/* --resume: the stored conversation, locked. 0, or 1 said. */
+/*
+ * The open conversation closed (it stays stored, its lock let go) and the
+ * next message starts a new one, under the command line's --system, as
+ * the chat's /new does.
+ */
+static void
+close_conv(struct remote_chat *c)
+{
+	if (c->id > 0)
+		sess_conv_unlock(c->st, c->id);
+	c->id = 0;
+	c->title[0] = '\0';
+	while (c->n_msgs > 0)
+		forget_last(c);
+	free(c->system);
+	c->system = c->o->system ? strdup(c->o->system) : NULL;
+}
+
+/*
+ * Conversation id continued here (--resume, /resume): locked, its system
+ * prompt, title and messages read; the one open before is closed only once
+ * that worked, so a failure leaves the chat as it was. 0, or 1 said (what:
+ * "--resume", "/resume").
+ */
+static int
+open_conv(struct remote_chat *c, int64_t id, const char *what)
+{
+	struct sess_conv sc;
+	struct sess_msg *msgs = NULL;
+	char err[512], t[256];
+	int n = 0;
+
+	memset(&sc, 0, sizeof sc);
+	if (sess_conv_lock(c->st, id, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s: %s\n", what, err);
+		return 1;
+	}
+	if (sess_conv_get(c->st, id, &sc, err, sizeof err) != KVC_OK ||
+	    sess_msgs_load(c->st, id, &msgs, &n, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: %s: %s\n", what, err);
+		sess_conv_clear(&sc);
+		sess_conv_unlock(c->st, id);
+		return 1;
+	}
+	close_conv(c);
+	free(c->system);
+	free(c->msgs);
+	c->system = sc.system ? strdup(sc.system) : NULL;
+	c->msgs = msgs;
+	c->n_msgs = n;
+	c->id = id;
+	snprintf(c->title, sizeof c->title, "%s", sc.title ? sc.title : "");
+	sess_conv_clear(&sc);
+	fprintf(stderr, "kvchat: conversation %lld (%s), %d messages\n", (long long)id,
+	    repl_title(c->title, t, sizeof t), n);
+	return 0;
+}
+
+/* --resume: the stored conversation by id or title. 0, or 1 said. */
 static int
 resume(struct remote_chat *c)
 {
-	struct sess_conv sc;
 	char err[512];
+	int64_t id;
 
-	if (sess_conv_find(c->st, c->o->resume, &c->id, err, sizeof err) != KVC_OK ||
-	    sess_conv_lock(c->st, c->id, err, sizeof err) != KVC_OK ||
-	    sess_conv_get(c->st, c->id, &sc, err, sizeof err) != KVC_OK) {
-		fprintf(stderr, "kvchat: %s\n", err);
-		c->id = 0;
-		return 1;
-	}
-	free(c->system);
-	c->system = sc.system ? strdup(sc.system) : NULL;
-	snprintf(c->title, sizeof c->title, "%s", sc.title ? sc.title : "");
-	sess_conv_clear(&sc);
-	if (sess_msgs_load(c->st, c->id, &c->msgs, &c->n_msgs, err, sizeof err) != KVC_OK) {
+	if (sess_conv_find(c->st, c->o->resume, &id, err, sizeof err) != KVC_OK) {
 		fprintf(stderr, "kvchat: %s\n", err);
 		return 1;
 	}
-	fprintf(stderr, "kvchat: conversation %lld, %d messages\n", (long long)c->id, c->n_msgs);
+	return open_conv(c, id, "--resume");
+}
+
+/* /resume [ID|TITLE]: another stored conversation (default: the latest) continued here. */
+static int
+resume_cmd(struct remote_chat *c, const char *args)
+{
+	char err[512];
+	int64_t id;
+
+	if (args[0] == '\0') {
+		if (sess_conv_latest(c->st, &id, err, sizeof err) != KVC_OK) {
+			fprintf(stderr, "kvchat: /resume: %s\n", err);
+			return 1;
+		}
+	} else if (repl_pick_conv(&c->shell, "/resume", args, stdout, &id) != 0) {
+		return 1;
+	}
+	if (id == c->id) {
+		printf("conversation %lld is this one\n", (long long)id);
+		return 0;
+	}
+	return open_conv(c, id, "/resume");
+}
+
+/* /delete [ID|TITLE]: a stored conversation (default: this one, then a new one starts). */
+static int
+delete_cmd(struct remote_chat *c, const char *args)
+{
+	char err[512];
+	int64_t id;
+
+	if (args[0] == '\0' && c->id == 0) {
+		printf("this conversation has no messages: nothing to delete\n");
+		return 0;
+	}
+	if (args[0] == '\0')
+		id = c->id;
+	else if (repl_pick_conv(&c->shell, "/delete", args, stdout, &id) != 0)
+		return 1;
+	if (!cmd_confirm_delete(&c->shell, id))
+		return 0;
+	/* one held by another process (a chat, kvchat serve) is refused by its lock */
+	if (sess_conv_delete(c->st, id, err, sizeof err) != KVC_OK) {
+		fprintf(stderr, "kvchat: /delete: %s\n", err);
+		return 1;
+	}
+	if (id == c->id) {
+		c->id = 0;	/* gone with its lock */
+		close_conv(c);
+	}
+	printf("deleted conversation %lld\n", (long long)id);
 	return 0;
 }
 
 /* The REPL's commands that work on a remote engine, in /help's order. */
 static const char *const remote_cmds[] = {
-	"help", "new", "rename", "undo", "retry", "clear", "history", "export", "quit",
+	"help", "new", "list", "resume", "delete", "rename", "undo", "retry", "clear", "history",
+	"export", "quit",
 };
 
 /* The messages as the REPL's printing and /export take them. NULL on ENOMEM. */
@@ -367,19 +470,6 @@ msg_list(const struct remote_chat *c)
 	for (int i = 0; v != NULL && i < c->n_msgs; i++)
 		v[i] = &c->msgs[i];
 	return v;
-}
-
-/* /new: the conversation is closed (it stays stored) and the next message starts one. */
-static void
-new_conv(struct remote_chat *c)
-{
-	if (c->id > 0)
-		sess_conv_unlock(c->st, c->id);
-	c->id = 0;
-	c->title[0] = '\0';
-	while (c->n_msgs > 0)
-		forget_last(c);
-	fprintf(stderr, "kvchat: new conversation\n");
 }
 
 /* "/name args" by the REPL's command table. 0, or 1 said. */
@@ -419,7 +509,14 @@ command(struct remote_chat *c, const char *line)
 	} else if (strcmp(e->name, "retry") == 0) {
 		rc = retry(c);
 	} else if (strcmp(e->name, "new") == 0) {
-		new_conv(c);
+		close_conv(c);
+		fprintf(stderr, "kvchat: new conversation\n");
+	} else if (strcmp(e->name, "list") == 0) {
+		rc = cmd_list_rows(&c->shell, c->id);
+	} else if (strcmp(e->name, "resume") == 0) {
+		rc = resume_cmd(c, line);
+	} else if (strcmp(e->name, "delete") == 0) {
+		rc = delete_cmd(c, line);
 	} else if (strcmp(e->name, "clear") == 0) {
 		if (c->id > 0 && sess_rewind(c->st, c->id, 0, 0, err, sizeof err) != KVC_OK) {
 			fprintf(stderr, "kvchat: %s\n", err);
@@ -551,6 +648,7 @@ cli_remote_main(int argc, char **argv)
 		fprintf(stderr, "kvchat: %s\n", err);
 		goto out;
 	}
+	c.shell.st = c.st;	/* what the REPL's /list, /resume and /delete helpers read */
 	c.system = o.system ? strdup(o.system) : NULL;
 	if (o.resume != NULL && resume(&c) != 0)
 		goto out;

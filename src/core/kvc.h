@@ -93,52 +93,6 @@ unsigned kvc_cpu_features(void);
 size_t kvc_utf8_valid_prefix(const char *s, size_t n);
 
 
-/* ---- JSON (json.c) ---- */
-/* The program writes its JSON (/export json, --stats-json) with
- * kvc_buf_printf; the one part that needs care, escaping text, is here,
- * and a strict reader for the JSON it takes in. */
-/*
- * Appends s[0..n) to b as a JSON string literal, quotes included: '"' and
- * '\' are escaped, \n \r \t by name, other bytes below 0x20 as \u00XX.
- * Every other byte is copied as it is, so UTF-8 passes through unchanged
- * and invalid UTF-8 is not repaired (the caller validates text it takes
- * in). s may be NULL when n is 0. Returns 0 or KVC_ENOMEM.
- */
-int kvc_json_str(struct kvc_buf *b, const char *s, size_t n);
-
-/*
- * Reading JSON (one value, RFC 8259, strictly): what kvchat batch's input
- * lines are. A parsed value is a tree of kvc_json nodes. Refused, with
- * KVC_EFORMAT and a message naming the byte offset: anything but white
- * space after the value, invalid UTF-8, control characters in strings,
- * bad escapes, lone surrogates, numbers JSON does not allow (leading
- * zeros, "+1", ".5", "1.", NaN), duplicate keys in an object, nesting
- * deeper than KVC_JSON_DEPTH.
- */
-#define KVC_JSON_DEPTH 64
-enum kvc_json_type {
-	KVC_JSON_NULL, KVC_JSON_BOOL, KVC_JSON_NUM, KVC_JSON_STR, KVC_JSON_ARR, KVC_JSON_OBJ
-};
-struct kvc_json {
-	enum kvc_json_type type;
-	bool b;			/* BOOL */
-	double num;		/* NUM: the value (strtod) */
-	char *str;		/* STR: decoded UTF-8, NUL-terminated (it may hold NULs: see len);
-				   NUM: the number's text as written (for exact integers) */
-	size_t len;		/* bytes of str */
-	char *key;		/* an object member's key (decoded, NUL-terminated), else NULL */
-	size_t key_len;
-	struct kvc_json *kids;	/* ARR: the elements; OBJ: the members, in order */
-	size_t n;		/* elements or members */
-};
-/* Parse s[0..n) into *out (free with kvc_json_free). 0, KVC_EFORMAT or KVC_ENOMEM. */
-int kvc_json_parse(const char *s, size_t n, struct kvc_json **out, char *err, size_t errlen);
-void kvc_json_free(struct kvc_json *j);
-/* The member of object obj named key (no NUL inside), or NULL (also when obj is not an object). */
-const struct kvc_json *kvc_json_get(const struct kvc_json *obj, const char *key);
-/* "null", "boolean", "number", "string", "array", "object". */
-const char *kvc_json_type_name(enum kvc_json_type t);
-
 /* ---- number parsers (parse.c) ----
  * One for each kind of value read from a command line or a /command. Each
  * is strict: the whole of s must be the number (leading white space and a

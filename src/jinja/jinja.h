@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "core/kvc.h"
 
 /* Bounds on one parse and one render. */
@@ -51,10 +53,11 @@ int jinja_parse(const char *src, size_t n, const struct jinja_limits *lim,
 
 void jinja_free(struct jinja_tmpl *t);
 
-/* One variable of a render: its name and its value as a JSON tree. */
+/* One variable of a render: its name and its value as a JSON tree (jansson's,
+ * read only during the render; strings may hold NULs, json_string_length). */
 struct jinja_var {
 	const char *name;
-	const struct kvc_json *value;
+	const json_t *value;
 };
 
 /*

@@ -139,7 +139,7 @@ void jj_dict_set(struct jj_rt *rt, struct jj_dict *d, const char *k, size_t kn, 
 struct jj_val *jj_dict_get(const struct jj_dict *d, const char *k, size_t kn);
 
 /* A JSON tree as values (integers stay integers). */
-struct jj_val jv_from_json(struct jj_rt *rt, const struct kvc_json *j);
+struct jj_val jv_from_json(struct jj_rt *rt, const json_t *j);
 
 bool jv_truthy(struct jj_val v);
 bool jv_is_num(struct jj_val v);	/* int, float or bool (Python's bool is an int) */

@@ -18,7 +18,7 @@ add_str(struct jj_rt *rt, struct jj_sb *b, const char *s)
 }
 
 static void
-json_string(struct jj_rt *rt, struct jj_sb *b, const char *s, size_t n, bool ascii)
+dump_string(struct jj_rt *rt, struct jj_sb *b, const char *s, size_t n, bool ascii)
 {
 	jj_sb_add(rt, b, "\"", 1);
 	for (size_t i = 0; i < n;) {
@@ -104,7 +104,7 @@ dump_dict(struct jj_rt *rt, struct jj_sb *b, const struct jj_dict *d,
 			add_str(rt, b, o->item_sep);
 		if (o->indent >= 0)
 			newline(rt, b, o, level + 1);
-		json_string(rt, b, keys[i]->p, keys[i]->n, o->ensure_ascii);
+		dump_string(rt, b, keys[i]->p, keys[i]->n, o->ensure_ascii);
 		add_str(rt, b, o->key_sep);
 		dump(rt, b, *jj_dict_get(d, keys[i]->p, keys[i]->n), o, level + 1);
 	}
@@ -113,12 +113,15 @@ dump_dict(struct jj_rt *rt, struct jj_sb *b, const struct jj_dict *d,
 	jj_sb_add(rt, b, "}", 1);
 }
 
+/* tojson's bound on a value's nesting: deeper is refused rather than recursed into */
+#define TOJSON_DEPTH 256
+
 static void
 dump(struct jj_rt *rt, struct jj_sb *b, struct jj_val v, const struct jj_json_opts *o, int level)
 {
 	char num[64];
 
-	if (level > KVC_JSON_DEPTH * 4)
+	if (level > TOJSON_DEPTH)
 		jj_rt_fail(rt, KVC_ERANGE, "tojson: value nested too deeply");
 	switch (v.t) {
 	case JV_NONE: add_str(rt, b, "null"); return;
@@ -136,7 +139,7 @@ dump(struct jj_rt *rt, struct jj_sb *b, struct jj_val v, const struct jj_json_op
 			jj_float_repr(num, sizeof(num), v.u.f);
 		add_str(rt, b, num);
 		return;
-	case JV_STR: json_string(rt, b, v.u.s->p, v.u.s->n, o->ensure_ascii); return;
+	case JV_STR: dump_string(rt, b, v.u.s->p, v.u.s->n, o->ensure_ascii); return;
 	case JV_LIST:
 		if (v.u.l->n == 0) {
 			jj_sb_add(rt, b, "[]", 2);

@@ -115,42 +115,37 @@ jj_dict_set(struct jj_rt *rt, struct jj_dict *d, const char *k, size_t kn, struc
 	d->v[d->n++] = v;
 }
 
-/* A JSON number as Python's json.loads makes it: an int when written as one. */
-static struct jj_val
-num_from_json(const struct kvc_json *j)
-{
-	const char *s = j->str;
-
-	if (s && !strpbrk(s, ".eE")) {
-		char *end;
-		long long i = strtoll(s, &end, 10);
-
-		if (*end == '\0' && i > INT64_MIN && i < INT64_MAX)
-			return jv_int(i);
-	}
-	return jv_float(j->num);
-}
-
+/*
+ * A JSON tree as Python's json.loads makes it: a number written as an
+ * integer stays an int (jansson keeps the two apart as json.loads does),
+ * any other a float; object members in their order.
+ */
 struct jj_val
-jv_from_json(struct jj_rt *rt, const struct kvc_json *j)
+jv_from_json(struct jj_rt *rt, const json_t *j)
 {
 	struct jj_val v;
+	const char *key;
+	size_t i;
+	json_t *kid;
 
-	switch (j->type) {
-	case KVC_JSON_NULL: return jv_none();
-	case KVC_JSON_BOOL: return jv_bool(j->b);
-	case KVC_JSON_NUM: return num_from_json(j);
-	case KVC_JSON_STR: return jv_str(rt, j->str, j->len);
-	case KVC_JSON_ARR:
-		v = jv_list(rt, j->n);
-		for (size_t i = 0; i < j->n; i++)
-			jj_list_push(rt, v.u.l, jv_from_json(rt, &j->kids[i]));
+	switch (json_typeof(j)) {
+	case JSON_NULL: return jv_none();
+	case JSON_TRUE: return jv_bool(true);
+	case JSON_FALSE: return jv_bool(false);
+	case JSON_INTEGER: return jv_int((int64_t)json_integer_value(j));
+	case JSON_REAL: return jv_float(json_real_value(j));
+	case JSON_STRING: return jv_str(rt, json_string_value(j), json_string_length(j));
+	case JSON_ARRAY:
+		v = jv_list(rt, json_array_size(j));
+		json_array_foreach(j, i, kid)
+			jj_list_push(rt, v.u.l, jv_from_json(rt, kid));
 		return v;
-	case KVC_JSON_OBJ:
+	case JSON_OBJECT:
 		v = jv_dict(rt, JV_DICT);
-		for (size_t i = 0; i < j->n; i++)
-			jj_dict_set(rt, v.u.d, j->kids[i].key, j->kids[i].key_len,
-				    jv_from_json(rt, &j->kids[i]));
+		/* jansson's foreach takes a non-const object (it does not change it);
+		 * its keys hold no NUL (a document with one is refused) */
+		json_object_foreach((json_t *)j, key, kid)
+			jj_dict_set(rt, v.u.d, key, strlen(key), jv_from_json(rt, kid));
 		return v;
 	}
 	return jv_none();

@@ -6,11 +6,15 @@
  * resident after its request ends. A new request takes the free slot whose
  * cached tokens share the longest prefix with its rendered prompt (so a
  * client that resends its history prefills only its new message), and
- * eng_seq_sync computes the rest. While other requests are decoding, that
- * prefill is cut into slices of about 0.2 s (the engine's prefill hook
- * stops it after one; the next sync keeps what was computed) with one
- * decode step of everyone else between two slices, so a newcomer's long
- * prompt neither stalls the streams nor waits for them. Every running
+ * eng_seq_sync computes the rest. While other requests are decoding, other
+ * prefills wait or a newcomer waits for a free slot, that prefill is cut
+ * into slices of about 0.2 s (the engine's prefill hook stops it after one;
+ * the next sync keeps what was computed) with one decode step of everyone
+ * else between two slices, so a newcomer's long prompt neither stalls the
+ * streams nor waits for them. Which waiting prefill gets the next slice is
+ * sched_pick.c's choice: the least left to compute, a long wait counting
+ * against it, so a short newcomer's first token does not wait for every
+ * prompt that came before it, and no prompt waits for ever. Every running
  * request's next token goes through the model in one eng_seq_decode_multi
  * pass (continuous batching: a request leaves the batch when it ends, a
  * new one joins after its prefill). Each sequence's logits are those it
@@ -42,6 +46,8 @@ struct srv_sched {
 	struct conv_mgr *cm;		/* stored conversations' turns, or NULL */
 	bool slice;			/* the prefill under way stops after one slice */
 	struct srv_job *pre;		/* the job whose prefill runs (the hook reads its cancel) */
+	unsigned long n_placed;		/* jobs placed in slots so far (their order) */
+	int slice_pos;			/* positions the last cut slice computed (sched_pick.c's unit) */
 	struct srv_store_index *ix;	/* the stored conversations' streams (sched_store.c) */
 	struct kvc_buf piece;		/* scratch */
 };
@@ -63,7 +69,27 @@ logf_(struct kvc_server *s, const char *fmt, ...)
 	s->p.log(s->p.log_arg, line);
 }
 
-/* The prefill hook: stop after the first slice when others are decoding, or when cancelled. */
+/* Whether a request waits in the queue while a slot is free for it (the scheduler thread's view). */
+static bool
+newcomer_waiting(struct srv_sched *sc)
+{
+	bool free_slot = false, queued;
+
+	for (int i = 0; i < sc->n_slot && !free_slot; i++)
+		free_slot = sc->slot[i].job == NULL;
+	if (!free_slot)
+		return false;
+	pthread_mutex_lock(&sc->s->mu);
+	queued = sc->s->q_head != NULL;
+	pthread_mutex_unlock(&sc->s->mu);
+	return queued;
+}
+
+/*
+ * The prefill hook: stop after a slice when the prefill was to be sliced,
+ * or when a newcomer arrived meanwhile (it is placed at the next pass and
+ * may go first), or at once when the client went away.
+ */
 static int
 prefill_hook(void *arg, int done, int total)
 {
@@ -71,7 +97,9 @@ prefill_hook(void *arg, int done, int total)
 
 	if (sc->pre != NULL && sc->pre->cancel)
 		return 1;
-	return sc->slice && done > 0 && done < total;
+	if (done <= 0 || done >= total)
+		return 0;
+	return sc->slice || newcomer_waiting(sc);
 }
 
 /* A job taken from the queue has ended: one more may wait. */
@@ -309,16 +337,20 @@ place(struct srv_sched *sc, struct srv_job *j)
 	}
 	best->job = j;
 	j->n_prompt = (int)j->prompt_ids.n;
+	j->order = ++sc->n_placed;
 }
 
-/* One slice (or all) of the prefill of the slot's job; then its first token. 0 or KVC_ENOMEM. */
+/*
+ * One slice (or all, when others is false and no newcomer comes) of the
+ * prefill of the slot's job; then its first token. 0 or KVC_ENOMEM.
+ */
 static int
 prefill(struct srv_sched *sc, struct srv_slot *sl, bool others)
 {
 	struct srv_job *j = sl->job;
 	struct eng_stats st;
 	char err[512] = "";
-	int rc;
+	int had = common_prefix(sl->seq, j->prompt_ids.v, (int)j->prompt_ids.n), rc;
 
 	sc->slice = others;
 	sc->pre = j;
@@ -329,8 +361,12 @@ prefill(struct srv_sched *sc, struct srv_slot *sl, bool others)
 		j->prefilling = true;
 		j->cached = st.n_reused;
 	}
-	if (rc == KVC_EINTR)
-		return KVC_OK;	/* a slice done (or cancelled): the loop goes on */
+	/* a slice done (or cancelled): its size is the unit of the next choice; the loop goes on */
+	if (rc == KVC_EINTR) {
+		if (eng_seq_n_pos(sl->seq) > had)
+			sc->slice_pos = eng_seq_n_pos(sl->seq) - had;
+		return KVC_OK;
+	}
 	if (rc != KVC_OK) {
 		logf_(sc->s, "%s: prefill: %s", j->id, err);
 		job_fail(j, rc == KVC_ERANGE ? 400 : 500, err);
@@ -418,6 +454,40 @@ next_work(struct srv_sched *sc, struct srv_job **in, int *n_in)
 	return true;
 }
 
+/*
+ * The slot whose prefill gets this pass's slice (sched_pick.c), or NULL;
+ * *decoding: whether any request is decoding, *n_pending: the prefills
+ * waiting. The others' wait grows by one pass.
+ */
+static struct srv_slot *
+pick_prefill(struct srv_sched *sc, bool *decoding, int *n_pending)
+{
+	struct srv_pending p[SRV_MAX_PARALLEL];
+	int at[SRV_MAX_PARALLEL], n = 0, k;
+
+	for (int i = 0; i < sc->n_slot; i++) {
+		struct srv_job *j = sc->slot[i].job;
+
+		if (j == NULL)
+			continue;
+		if (j->t_prefilled > 0) {
+			*decoding = true;
+			continue;
+		}
+		p[n] = (struct srv_pending){ j->n_prompt - common_prefix(sc->slot[i].seq,
+		    j->prompt_ids.v, j->n_prompt), j->waited, j->order };
+		at[n++] = i;
+	}
+	*n_pending = n;
+	if (n == 0)
+		return NULL;
+	k = sched_pick_prefill(p, n, sc->slice_pos);
+	for (int i = 0; i < n; i++)
+		if (i != k)
+			sc->slot[at[i]].job->waited++;
+	return &sc->slot[at[k]];
+}
+
 /* A job a connection gave up on leaves its slot (its sequence keeps what it computed). */
 static void
 drop_cancelled(struct srv_sched *sc)
@@ -439,8 +509,9 @@ sched_main(void *arg)
 	int n_in, rc = KVC_OK;
 
 	for (;;) {
-		struct srv_slot *pre = NULL;
+		struct srv_slot *pre;
 		bool decoding = false;
+		int n_pending = 0;
 
 		pthread_mutex_lock(&s->mu);
 		if (!next_work(sc, in, &n_in)) {
@@ -462,19 +533,9 @@ sched_main(void *arg)
 				place(sc, in[k]);
 			}
 		}
-		/* the oldest prefill first: one slice of it when others decode */
-		for (int i = 0; i < sc->n_slot; i++) {
-			struct srv_job *j = sc->slot[i].job;
-
-			if (j == NULL)
-				continue;
-			if (j->t_prefilled > 0)
-				decoding = true;
-			else if (pre == NULL || j->t_start < pre->job->t_start)
-				pre = &sc->slot[i];
-		}
+		pre = pick_prefill(sc, &decoding, &n_pending);
 		if (pre != NULL)
-			rc = prefill(sc, pre, decoding);
+			rc = prefill(sc, pre, sched_slice_prefill(decoding, n_pending, newcomer_waiting(sc)));
 		if (rc == KVC_OK)
 			rc = step(sc);
 		if (rc != KVC_OK) {
@@ -517,6 +578,7 @@ sched_start(struct kvc_server *s, char *err, size_t errlen)
 	s->sched = sc;
 	sc->s = s;
 	sc->n_slot = s->p.parallel;
+	sc->slice_pos = 512;	/* the engine's slice without a hook, until one is measured */
 	if ((sc->slot = calloc((size_t)sc->n_slot, sizeof *sc->slot)) == NULL)
 		return KVC_ENOMEM;
 	for (int i = 0; i < sc->n_slot; i++)

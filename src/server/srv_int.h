@@ -4,6 +4,7 @@
  *   http.c (libmicrohttpd: routes, auth, limits, responses)
  *     -> oai_req.c (a request body read into a job, with jansson)
  *     -> sched.c (the scheduler thread: slots, prefix reuse, batching)
+ *        -> sched_pick.c (which waiting prefill gets the next slice)
  *        -> sched_conv.c (a request that is a stored conversation's turn)
  *        -> sched_save.c (an unnamed request stored as a conversation)
  *        -> sched_store.c (a prompt's prefix from the stored snapshots)
@@ -61,6 +62,8 @@ struct srv_job {
 	int cached;			/* prompt positions reused */
 	int computed;			/* prompt positions computed */
 	bool prefilling;		/* its prefill has begun */
+	unsigned long order;		/* placed in a slot: the scheduler's count (its age) */
+	int waited;			/* passes its prefill was passed over (sched_pick.c) */
 	double t_start, t_prefilled, t_end;	/* kvc_now() */
 	const char *finish;		/* "stop" or "length" once finished */
 	int32_t eog;			/* the end-of-generation id that ended it, or -1 */
@@ -198,6 +201,36 @@ int save_prompt(struct kvc_server *s, struct srv_store_index **ix, struct srv_jo
  */
 void save_unnamed(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq *seq,
     struct srv_job *j);
+
+/*
+ * sched_pick.c: the prefills waiting in the slots compete for one slice a
+ * pass (the decode step of the running requests follows each). The next
+ * slice goes to the prefill with the least left to compute, a prefill's
+ * wait counting against what it has left: each pass it is passed over
+ * counts as 1/SRV_PREFILL_AGING of a slice done, so a newcomer with a
+ * short prompt goes before a long prefill under way (its time to first
+ * token is its own prompt's, not the queue's) while a long prompt is not
+ * starved by a stream of short ones (it goes first after about
+ * SRV_PREFILL_AGING times its own slices of waiting). Among equals the
+ * oldest goes first, and one under way keeps going (what it has done
+ * lowers its rest faster than waiting lowers the others'), so prompts
+ * arriving together finish one after another, not all at the end.
+ */
+#define SRV_PREFILL_AGING 4
+struct srv_pending {
+	int remaining;			/* prompt positions still to compute */
+	int waited;			/* passes it was passed over */
+	unsigned long order;		/* smaller: placed earlier */
+};
+/* The index in p[0..n) (n > 0) of the prefill that gets the next slice of slice_pos positions. */
+int sched_pick_prefill(const struct srv_pending *p, int n, int slice_pos);
+/*
+ * Whether a prefill stops after one slice: when requests are decoding
+ * (their next step must not wait for a whole prompt), when other prefills
+ * wait in the slots, or when a newcomer waits in the queue for a free slot
+ * (it is placed, and may go first, at the next pass).
+ */
+bool sched_slice_prefill(bool decoding, int n_pending, bool newcomer);
 
 /* sched_conv.c: run j as a turn of its stored conversation (scheduler thread). */
 void sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j);

@@ -129,18 +129,20 @@ check "--quiet: no per-request lines" test "$(grep -c 'batch: #' "$B/erro")" -eq
 	echo '{"messages": [{"role": "robot", "content": "hi"}]}'
 	echo '{"prompt": "a", "max_tokens": 2.5}'
 	echo '[1, 2]'
+	echo '{"prompt": "a", "seed": 18446744073709551615}'
 } >"$B/bad.jsonl"
 "$KVCHAT" batch -m "$M" -f "$B/bad.jsonl" --parallel 2 >"$B/outb" 2>"$B/errb"
 check "bad lines: exit status 1" test $? -eq 1
-check "bad lines: 9 output lines" test "$(wc -l <"$B/outb")" -eq 9
+check "bad lines: 10 output lines" test "$(wc -l <"$B/outb")" -eq 10
 python3 - "$B/outb" "$B/out1" <<'PY' || fail "bad lines: errors name their lines, the good lines run"
 import json, sys
 got = [json.loads(l) for l in open(sys.argv[1])]
 good = [json.loads(l) for l in open(sys.argv[2])]
 want = {1: ("line 2:", "unknown key \"max_token\""), 2: ("line 4:", "JSON"),
         4: ("line 6:", "not both"), 5: ("line 7:", "temperature"), 6: ("line 8:", "robot"),
-        7: ("line 9:", "max_tokens"), 8: ("line 10:", "object")}
-ok = [g.get("index") for g in got] == list(range(9))
+        7: ("line 9:", "max_tokens"), 8: ("line 10:", "object"),
+        9: ("line 11:", "\"seed\" is out of range: from 0 to 9223372036854775807")}
+ok = [g.get("index") for g in got] == list(range(10))
 for i, (pre, part) in want.items():
     e = got[i].get("error", "")
     if not (e.startswith(pre) and part in e and "text" not in got[i]):

@@ -3,7 +3,9 @@
 # free loopback port: the first reply equals kvchat generate's greedy text
 # on the rendered prompt; the second turn's stats line carries the server's
 # cached_tokens; the conversation is stored locally (history only), /undo
-# takes the last exchange back, --resume goes on with it; a server that
+# takes the last exchange back, --resume goes on with it; inside the chat,
+# /list lists the stored conversations, /resume continues another (the
+# server gets its whole history) and /delete deletes one; a server that
 # cannot be reached is a clear error and stores nothing; a wrong key is the
 # server's 401 message; Ctrl-C stops a reply (kept, marked interrupted) and
 # the server stops generating it. The server is stopped at the end, also on
@@ -45,7 +47,7 @@ check "a title is made from the first message" \
 
 printf 'one more\n' | "$KVCHAT" $EP --resume 1 >"$TMPD/out2" 2>"$TMPD/err2"
 check "--resume goes on (exit $?)" [ $? -eq 0 ]
-check "...with the stored history" grep -q "conversation 1, 2 messages" "$TMPD/err2"
+check "...with the stored history" grep -q "conversation 1 (hello there), 2 messages" "$TMPD/err2"
 check "...the turn stored" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq 4 ]
 
 old=$(sqlite3 "$DB" "select text from messages where conv_id = 1 order by id desc limit 1")
@@ -88,6 +90,38 @@ assert d["messages"][2]["text"] == "third", d
 PY
 check "/show is refused by name" grep -q "/show is not available with --endpoint" "$TMPD/err5"
 check "/set is refused by name" grep -q "/set is not available with --endpoint" "$TMPD/err5"
+
+# /list, /resume and /delete inside the chat: a second conversation is
+# made and listed (starred), an unknown one refused by name, the first one
+# resumed and continued (the server is sent its whole history), the second
+# deleted by id, a third deleted as the current one (a new one follows).
+printf 'second chat\n/list\n/resume nosuch\n/resume 1\n/list\nfourth\n/delete 2\n/new\nfifth\n/delete\n/list\n' |
+    "$KVCHAT" $EP >"$TMPD/out7" 2>"$TMPD/err7"
+check "/list, /resume, /delete (exit $?)" [ $? -eq 0 ]
+check "/list stars the current conversation" grep -Eq '^\* +2  .* second chat$' "$TMPD/out7"
+check "...and lists the others" grep -Eq '^  +1  .* hello there$' "$TMPD/out7"
+check "/resume of an unknown title is refused by name" \
+    grep -q "/resume: no conversation with id or title 'nosuch'" "$TMPD/err7"
+check "/resume 1 continues the first" grep -q "conversation 1 (hello there), 4 messages" "$TMPD/err7"
+check "...which /list then stars" grep -Eq '^\* +1  .* hello there$' "$TMPD/out7"
+check "/delete 2" grep -q "^deleted conversation 2$" "$TMPD/out7"
+check "/delete of the current one" grep -q "^deleted conversation 3$" "$TMPD/out7"
+check "...only the first is left" [ "$(sqlite3 "$DB" "select group_concat(id) from conversations")" = 1 ]
+python3 - "$DB" "$TMPD/server.db" <<'PY' || fail "/resume continues the stored history on the server"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "select role, text from messages where conv_id = 1 order by id").fetchall()
+assert [r[0] for r in rows] == [1, 2, 1, 2, 1, 2], rows
+assert rows[4][1] == "fourth", rows
+# the server stored the request it answered: every user message of the history
+srv = sqlite3.connect(sys.argv[2])
+conv = srv.execute("select conv_id from messages where role = 1 and text = 'fourth'").fetchall()
+assert conv, "the server has no request with 'fourth'"
+users = [r[0] for r in srv.execute("select text from messages where conv_id = ? and role = 1 "
+    "order by id", (conv[-1][0],))]
+assert users == ["hello there", "third", "fourth"], users
+print("the server's conversation:", users)
+PY
 
 n0=$(sqlite3 "$DB" "select count(*) from messages")
 echo "hello" | "$KVCHAT" --endpoint "http://127.0.0.1:1/v1" --remote-model m --db "$DB" \

@@ -64,6 +64,15 @@ if [ -n "$missing" ]; then fail "in --help but not in kvchat.1:" $missing; else 
 extra=$(comm -13 "$TMPD/help_opts" "$TMPD/man_opts")
 if [ -n "$extra" ]; then fail "in kvchat.1 but in no --help:" $extra; else ok; fi
 
+# kvchat serve --help lists every option its parser takes (issue 24), the
+# short forms too (-h and --help aside).
+"$KVCHAT" serve --help >"$TMPD/serve_help.txt" 2>&1
+for o in $(grep -o 'strcmp(a, "-[-a-zA-Z]*")' "$top_srcdir/src/cli/sub/sub_serve.c" |
+    sed 's/strcmp(a, "\(.*\)")/\1/' | sort -u); do
+	case $o in -h|--help) continue ;; esac
+	check "kvchat serve --help lists $o" grep -Eq -- "(^|[ ,(])$o([ ,)]|\$)" "$TMPD/serve_help.txt"
+done
+
 # Every short option of the chat's --help is documented too.
 for o in $(grep -o -- ' -[a-zA-Z]\b' "$TMPD/help.txt" | sort -u); do
 	check "short option $o in kvchat.1" grep -q "Fl ${o#-}\( \|\$\)" "$MAN"

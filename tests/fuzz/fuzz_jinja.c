@@ -31,19 +31,22 @@ static const char vars_json[] =
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct kvc_json *vars;
+	static json_t *vars;
 	static struct jinja_var v[16];
 	static size_t nv;
 	struct jinja_limits lim = jinja_default_limits();
 	struct jinja_tmpl *t;
 	struct kvc_buf out = {0};
 	char err[256];
+	const char *key;
+	json_t *val;
 
 	if (!vars) {
-		if (kvc_json_parse(vars_json, strlen(vars_json), &vars, err, sizeof err) != 0)
+		if ((vars = json_loads(vars_json, JSON_REJECT_DUPLICATES, NULL)) == NULL)
 			__builtin_trap();
-		for (size_t i = 0; i < vars->n && i < 16; i++)
-			v[nv++] = (struct jinja_var){ vars->kids[i].key, &vars->kids[i] };
+		json_object_foreach(vars, key, val)
+			if (nv < 16)
+				v[nv++] = (struct jinja_var){ key, val };
 	}
 	lim.max_steps = 200000;
 	lim.max_output = 1 << 20;

@@ -1,8 +1,7 @@
 /*
- * test_core: the core module's JSON string literals (escapes, UTF-8 and
- * invalid bytes passed through) and its strict number parsers (whole
- * string, range, overflow, the size multipliers, seeds), also over the
- * widest ranges the settings table (conv/settings.c) gives them.
+ * test_core: the core module's strict number parsers (whole string,
+ * range, overflow, the size multipliers, seeds), also over the widest
+ * ranges the settings table (conv/settings.c) gives them.
  */
 #include "gguf/gguf.h"
 #include "config.h"
@@ -16,72 +15,6 @@
 
 #include "core/kvc.h"
 #include "test.h"
-
-/* kvc_json_str of s[0..n) into a fresh buffer equals want (want_n bytes). */
-static int
-json_is(const char *s, size_t n, const char *want, size_t want_n)
-{
-	struct kvc_buf b = {0};
-	int ok = kvc_json_str(&b, s, n) == KVC_OK && b.n == want_n &&
-	    memcmp(b.p, want, want_n) == 0;
-
-	if (!ok)
-		fprintf(stderr, "got \"%.*s\"\n", b.p ? (int)b.n : 0, b.p ? b.p : "");
-	kvc_buf_free(&b);
-	return ok;
-}
-
-#define JSON_IS(lit, want) json_is(lit, sizeof lit - 1, want, sizeof want - 1)
-
-static void
-test_json(void)
-{
-	struct kvc_buf b = {0};
-
-	test_cond(JSON_IS("", "\"\""), "empty");
-	test_cond(json_is(NULL, 0, "\"\"", 2), "NULL, 0");
-	test_cond(JSON_IS("hello, world", "\"hello, world\""), "plain");
-	test_cond(JSON_IS("say \"hi\"", "\"say \\\"hi\\\"\""), "quotes");
-	test_cond(JSON_IS("a\\b", "\"a\\\\b\""), "backslash");
-	test_cond(JSON_IS("/", "\"/\""), "slash is not escaped");
-	test_cond(JSON_IS("l1\nl2\r\tx", "\"l1\\nl2\\r\\tx\""), "named escapes");
-	test_cond(JSON_IS("\x01\x08\x0c\x1f", "\"\\u0001\\u0008\\u000c\\u001f\""),
-	    "other control characters as \\u00XX");
-	test_cond(JSON_IS("a\0b", "\"a\\u0000b\""), "a NUL inside the length");
-	test_cond(JSON_IS("\x7f", "\"\x7f\""), "DEL passes");
-	test_cond(JSON_IS("h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80",
-	    "\"h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\""), "UTF-8 passes through");
-	test_cond(JSON_IS("\xff\xc3(\xed\xa0\x80", "\"\xff\xc3(\xed\xa0\x80\""),
-	    "invalid UTF-8 is copied as it is");
-	test_cond(json_is("abc\"def", 3, "\"abc\"", 5), "only n bytes");
-
-	/* Appends to what the buffer holds. */
-	test_cond(kvc_buf_printf(&b, "{\"t\":") == KVC_OK && kvc_json_str(&b, "x\"", 2) == KVC_OK &&
-	    kvc_buf_append(&b, "}", 1) == KVC_OK && strcmp(b.p, "{\"t\":\"x\\\"\"}") == 0,
-	    "appends: %s", b.p);
-	kvc_buf_free(&b);
-
-	/* Every byte value, one at a time: each maps by the rule. */
-	for (int c = 0; c < 256; c++) {
-		char in = (char)c, want[16];
-		size_t wn;
-
-		if (c == '"' || c == '\\')
-			wn = (size_t)snprintf(want, sizeof want, "\"\\%c\"", c);
-		else if (c == '\n' || c == '\r' || c == '\t')
-			wn = (size_t)snprintf(want, sizeof want, "\"\\%c\"",
-			    c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
-		else if (c < 0x20)
-			wn = (size_t)snprintf(want, sizeof want, "\"\\u%04x\"", c);
-		else {
-			want[0] = '"';
-			want[1] = (char)c;
-			want[2] = '"';
-			wn = 3;
-		}
-		test_cond(json_is(&in, 1, want, wn), "byte 0x%02x", c);
-	}
-}
 
 static void
 test_long(void)
@@ -233,7 +166,6 @@ test_setting_ranges(void)
 int
 main(void)
 {
-	test_json();
 	test_long();
 	test_double();
 	test_size();

@@ -18,7 +18,9 @@ render(const char *src, const char *vars_json, const struct jinja_limits *lim, s
        char *err, size_t errlen)
 {
 	struct jinja_tmpl *t;
-	struct kvc_json *j = NULL;
+	json_t *j = NULL, *v;
+	json_error_t je;
+	const char *key;
 	struct jinja_var vars[16];
 	size_t n = 0;
 	int rc = jinja_parse(src, strlen(src), lim, &t, err, errlen);
@@ -27,17 +29,20 @@ render(const char *src, const char *vars_json, const struct jinja_limits *lim, s
 	if (rc != 0)
 		return rc;
 	if (vars_json) {
-		if (kvc_json_parse(vars_json, strlen(vars_json), &j, err, errlen) != 0) {
+		j = json_loads(vars_json, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+		if (j == NULL) {
+			snprintf(err, errlen, "JSON: %s", je.text);
 			jinja_free(t);
 			return -100;
 		}
-		for (size_t i = 0; i < j->n && i < 16; i++)
-			vars[n++] = (struct jinja_var){ j->kids[i].key, &j->kids[i] };
+		json_object_foreach(j, key, v)
+			if (n < 16)
+				vars[n++] = (struct jinja_var){ key, v };
 	}
 	rc = jinja_render(t, vars, n, 0, out, err, errlen);
 	if (out->p)
 		out->p[out->n] = '\0';
-	kvc_json_free(j);
+	json_decref(j);
 	jinja_free(t);
 	return rc;
 }

@@ -53,7 +53,7 @@ main(void)
 	s.gen_tokens = 5;
 	s.ttft_ms = 12.5;
 	r = record(&s, "interrupted");
-	test_cond(strstr(r, "\"ttft_ms\":12.500") != NULL, "ttft of a started reply: %s", r);
+	test_cond(strstr(r, "\"ttft_ms\":12.5,") != NULL, "ttft of a started reply: %s", r);
 
 	/* The model ended its turn (no reason from the stats line): eos. */
 	s.interrupted = false;

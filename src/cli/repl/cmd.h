@@ -42,6 +42,12 @@ struct repl_export_src {
 };
 /* /export md|json FILE (args "md FILE") of x. 0, or 1 after saying why. */
 int cmd_export_write(struct kvc_repl *r, const struct repl_export_src *x, const char *args);
+/* /list: the stored conversations (r->st), the one whose id is cur (0: none)
+ * starred, damaged rows named. 0, or 1 after saying why. */
+int cmd_list_rows(struct kvc_repl *r, int64_t cur);
+/* /delete's question at a terminal (r->tty): true to go on (always when not
+ * at a terminal); "not deleted" said otherwise. */
+bool cmd_confirm_delete(struct kvc_repl *r, int64_t id);
 
 /* cmd.c */
 /* The i-th command of all groups (help first), or NULL past the end. */

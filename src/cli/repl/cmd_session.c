@@ -10,6 +10,7 @@
 
 #include "cmd.h"
 #include "cli/colour.h"
+#include "cli/json_text.h"
 
 static int
 cmd_new_exec(struct kvc_repl *r, const char *args)
@@ -28,8 +29,8 @@ cmd_new_exec(struct kvc_repl *r, const char *args)
 	return 0;
 }
 
-static int
-cmd_list_exec(struct kvc_repl *r, const char *args)
+int
+cmd_list_rows(struct kvc_repl *r, int64_t cur)
 {
 	struct sess_conv *v;
 	char err[512], bad[512];
@@ -43,13 +44,19 @@ cmd_list_exec(struct kvc_repl *r, const char *args)
 		printf("no conversations\n");
 	/* A damaged row is listed cleaned, and named below. */
 	for (int i = 0; i < n; i++)
-		repl_print_conv_row(r, stdout, &v[i], r->cur && conv_id(r->cur) == v[i].id);
+		repl_print_conv_row(r, stdout, &v[i], cur != 0 && v[i].id == cur);
 	fflush(stdout);
 	for (int i = 0; i < n; i++)
 		if (repl_conv_damage(&v[i], bad, sizeof bad) != NULL && ++n_bad)
 			repl_error(r, "/list: conversation %" PRId64 " is damaged: %s", v[i].id, bad);
 	sess_conv_list_free(v, n);
 	return n_bad ? 1 : 0;
+}
+
+static int
+cmd_list_exec(struct kvc_repl *r, const char *args)
+{
+	return cmd_list_rows(r, r->cur ? conv_id(r->cur) : 0);
 }
 
 static int
@@ -105,8 +112,8 @@ cmd_rename_exec(struct kvc_repl *r, const char *args)
 }
 
 /* At a terminal, "[y/N]" before a delete; piped input is not asked. */
-static bool
-confirm_delete(struct kvc_repl *r, int64_t id)
+bool
+cmd_confirm_delete(struct kvc_repl *r, int64_t id)
 {
 	struct sess_conv row = {0};
 	char q[640], t[256], *a;
@@ -143,7 +150,7 @@ cmd_delete_exec(struct kvc_repl *r, const char *args)
 		id = conv_id(r->cur);
 	else if (repl_pick_conv(r, "/delete", args, stdout, &id))
 		return 1;
-	if (!confirm_delete(r, id))
+	if (!cmd_confirm_delete(r, id))
 		return 0;
 	if (conv_id(r->cur) == id) {
 		/* Its replacement first: a failed delete leaves the current one as it was. */
@@ -247,39 +254,33 @@ role_name(enum sess_role role)
 	return role == SESS_ASSISTANT ? "assistant" : role == SESS_SYSTEM ? "system" : "user";
 }
 
-/* s (NULL as "") as a JSON string literal. */
-static int
-json_text(struct kvc_buf *b, const char *s)
-{
-	return kvc_json_str(b, s, s ? strlen(s) : 0);
-}
-
 static int
 export_json(const struct repl_export_src *x, struct kvc_buf *b)
 {
-	int rc = kvc_buf_printf(b, "{\"id\":%" PRId64 ",\"title\":", x->id);
+	json_t *o = json_object(), *list = json_array();
+	bool bad = false;
+	int rc;
 
-	rc = rc ? rc : json_text(b, x->title);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"model\":");
-	rc = rc ? rc : json_text(b, x->model);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"system\":");
-	if (rc == 0)
-		rc = x->system ? json_text(b, x->system) : kvc_buf_printf(b, "null");
-	rc = rc ? rc : kvc_buf_printf(b, ",\"messages\":[");
-	for (int i = 0; rc == 0 && i < x->n_msgs; i++) {
+	cli_json_put(o, "id", json_integer(x->id), &bad);
+	cli_json_put(o, "title", cli_json_cstr(x->title), &bad);
+	cli_json_put(o, "model", cli_json_cstr(x->model), &bad);
+	cli_json_put(o, "system", x->system ? cli_json_cstr(x->system) : json_null(), &bad);
+	cli_json_put(o, "messages", list, &bad);
+	for (int i = 0; !bad && i < x->n_msgs; i++) {
 		const struct sess_msg *m = x->msgs[i];
+		json_t *e = json_object();
 
-		rc = kvc_buf_printf(b, "%s{\"role\":\"%s\",\"text\":", i ? "," : "",
-		    role_name(m->role));
-		rc = rc ? rc : json_text(b, m->text);
-		if (rc == 0 && m->reasoning) {
-			rc = kvc_buf_printf(b, ",\"reasoning\":");
-			rc = rc ? rc : json_text(b, m->reasoning);
-		}
-		rc = rc ? rc : kvc_buf_printf(b, ",\"tokens\":%d,\"interrupted\":%s}", m->n_ids,
-		    m->interrupted ? "true" : "false");
+		bad = json_array_append_new(list, e) != 0;
+		cli_json_put(e, "role", json_string(role_name(m->role)), &bad);
+		cli_json_put(e, "text", cli_json_cstr(m->text), &bad);
+		if (m->reasoning)
+			cli_json_put(e, "reasoning", cli_json_cstr(m->reasoning), &bad);
+		cli_json_put(e, "tokens", json_integer(m->n_ids), &bad);
+		cli_json_put(e, "interrupted", json_boolean(m->interrupted), &bad);
 	}
-	return rc ? rc : kvc_buf_printf(b, "]}\n");
+	rc = bad ? KVC_ENOMEM : cli_json_line(o, 0, b);
+	json_decref(o);
+	return rc;
 }
 
 static int

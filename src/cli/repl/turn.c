@@ -5,6 +5,7 @@
  * come here.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "repl.h"
 #include "cli/colour.h"
+#include "cli/json_text.h"
 #include "tokenizer/tokenizer.h"
 
 /* conv_io.on_text: the answer as it comes. */
@@ -96,45 +98,64 @@ repl_print_stats(struct kvc_repl *r, FILE *f, const struct conv_stats *s)
 	fflush(f);
 }
 
+/* A rate or a time with three decimals, as the stats line rounds them; null when not finite. */
+static json_t *
+milli(double x)
+{
+	return isfinite(x) ? json_real(round(x * 1000.0) / 1000.0) : json_null();
+}
+
 int
 repl_stats_record(struct kvc_buf *b, int turn, int64_t id, const char *title,
     const struct conv_stats *s, const char *stop, const struct repl_kv_facts *kv)
 {
-	char ttft[32] = "null";
+	json_t *o = json_object();
+	bool bad = false;
 	int rc;
 
+	cli_json_put(o, "turn", json_integer(turn), &bad);
+	cli_json_put(o, "conversation_id", json_integer(id), &bad);
+	cli_json_put(o, "title", cli_json_cstr(title), &bad);
+	cli_json_put(o, "stop", json_string(stop ? stop : "eos"), &bad);
 	/* No reply token, no time to it: null, never a 0 that reads as instant. */
-	if (s->gen_tokens > 0)
-		snprintf(ttft, sizeof ttft, "%.3f", s->ttft_ms);
-	rc = kvc_buf_printf(b, "{\"turn\":%d,\"conversation_id\":%" PRId64 ",\"title\":",
-	    turn, id);
-	rc = rc ? rc : kvc_json_str(b, title, title ? strlen(title) : 0);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"stop\":\"%s\",\"ttft_ms\":%s", stop ? stop : "eos",
-	    ttft);
-	rc = rc ? rc : kvc_buf_printf(b, ",\"prompt_tokens\":%d,\"reused_tokens\":%d,"
-	    "\"prefill_tokens\":%d,\"gen_tokens\":%d,\"prefill_tps\":%.3f,"
-	    "\"decode_tps\":%.3f,\"context_used\":%d,\"context_total\":%d,"
-	    "\"resumed_from_snapshot\":%s,\"rebuilt\":%s,\"dropped_tokens\":%d,"
-	    "\"interrupted\":%s,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"ctx_used\":%d,"
-	    "\"ctx_size\":%d,\"store_errors\":%d,\"dropped_messages\":%d,\"recomputed_tokens\":%d,"
-	    "\"recompute_ms\":%.3f,\"kv_type\":\"%s\",\"kv_bytes_per_pos\":%zu,"
-	    "\"snapshot_bytes_per_pos\":%zu,\"slid_tokens\":%d,\"spec_proposed\":%d,"
-	    "\"spec_accepted\":%d,\"forward_passes\":%d,\"reasoning_tokens\":%d,"
-	    "\"rewritten_tokens\":%d,\"rewrite_reason\":", s->prompt_tokens, s->reused_tokens,
-	    s->prefill_tokens,
-	    s->gen_tokens, s->prefill_tps, s->decode_tps, s->context_used,
-	    s->context_total, s->resumed_from_snapshot ? "true" : "false",
-	    s->rebuilt ? "true" : "false", s->dropped_tokens, s->interrupted ? "true" : "false",
-	    s->prefill_tps, s->decode_tps, s->context_used, s->context_total,
-	    s->store_errors, s->dropped_msgs, s->recomputed_tokens, s->recompute_ms,
-	    kv->type, kv->bytes_per_pos,
-	    kv->snap_bytes_per_pos ? kv->snap_bytes_per_pos : kv->bytes_per_pos, s->slid_tokens, s->spec_proposed,
-	    s->spec_accepted, s->forward_passes, s->reasoning_tokens, s->rewritten_tokens);
+	cli_json_put(o, "ttft_ms", s->gen_tokens > 0 ? milli(s->ttft_ms) : json_null(), &bad);
+	cli_json_put(o, "prompt_tokens", json_integer(s->prompt_tokens), &bad);
+	cli_json_put(o, "reused_tokens", json_integer(s->reused_tokens), &bad);
+	cli_json_put(o, "prefill_tokens", json_integer(s->prefill_tokens), &bad);
+	cli_json_put(o, "gen_tokens", json_integer(s->gen_tokens), &bad);
+	cli_json_put(o, "prefill_tps", milli(s->prefill_tps), &bad);
+	cli_json_put(o, "decode_tps", milli(s->decode_tps), &bad);
+	cli_json_put(o, "context_used", json_integer(s->context_used), &bad);
+	cli_json_put(o, "context_total", json_integer(s->context_total), &bad);
+	cli_json_put(o, "resumed_from_snapshot", json_boolean(s->resumed_from_snapshot), &bad);
+	cli_json_put(o, "rebuilt", json_boolean(s->rebuilt), &bad);
+	cli_json_put(o, "dropped_tokens", json_integer(s->dropped_tokens), &bad);
+	cli_json_put(o, "interrupted", json_boolean(s->interrupted), &bad);
+	cli_json_put(o, "prefill_tok_s", milli(s->prefill_tps), &bad);
+	cli_json_put(o, "decode_tok_s", milli(s->decode_tps), &bad);
+	cli_json_put(o, "ctx_used", json_integer(s->context_used), &bad);
+	cli_json_put(o, "ctx_size", json_integer(s->context_total), &bad);
+	cli_json_put(o, "store_errors", json_integer(s->store_errors), &bad);
+	cli_json_put(o, "dropped_messages", json_integer(s->dropped_msgs), &bad);
+	cli_json_put(o, "recomputed_tokens", json_integer(s->recomputed_tokens), &bad);
+	cli_json_put(o, "recompute_ms", milli(s->recompute_ms), &bad);
+	cli_json_put(o, "kv_type", json_string(kv->type), &bad);
+	cli_json_put(o, "kv_bytes_per_pos", json_integer((json_int_t)kv->bytes_per_pos), &bad);
+	cli_json_put(o, "snapshot_bytes_per_pos", json_integer((json_int_t)(kv->snap_bytes_per_pos ?
+	    kv->snap_bytes_per_pos : kv->bytes_per_pos)), &bad);
+	cli_json_put(o, "slid_tokens", json_integer(s->slid_tokens), &bad);
+	cli_json_put(o, "spec_proposed", json_integer(s->spec_proposed), &bad);
+	cli_json_put(o, "spec_accepted", json_integer(s->spec_accepted), &bad);
+	cli_json_put(o, "forward_passes", json_integer(s->forward_passes), &bad);
+	cli_json_put(o, "reasoning_tokens", json_integer(s->reasoning_tokens), &bad);
+	cli_json_put(o, "rewritten_tokens", json_integer(s->rewritten_tokens), &bad);
 	/* why earlier turns were computed again (the template rewrote them), or null */
-	if (rc == 0)
-		rc = s->rewrite_why ? kvc_json_str(b, s->rewrite_why, strlen(s->rewrite_why)) :
-		    kvc_buf_printf(b, "null");
-	return rc ? rc : kvc_buf_printf(b, "}\n");
+	cli_json_put(o, "rewrite_reason", s->rewrite_why ? cli_json_cstr(s->rewrite_why) : json_null(),
+	    &bad);
+	/* 15 digits show the three decimals exactly: 12.5, never 12.500000000000002 */
+	rc = bad ? KVC_ENOMEM : cli_json_line(o, JSON_REAL_PRECISION(15), b);
+	json_decref(o);
+	return rc;
 }
 
 /* One JSON object per turn, appended to --stats-json's file. */

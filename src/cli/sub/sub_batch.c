@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/json_text.h"
 #include "cli/progress.h"
 #include "conv/conv.h"
 #include "sub_batch.h"
@@ -144,6 +145,32 @@ struct batch {
 	int n_steps;
 };
 
+/* r's output line, appended to line: its text and ids, or its error. 0 or KVC_ENOMEM. */
+static int
+batch_line(const struct batch_req *r, struct kvc_buf *line)
+{
+	json_t *o = json_object(), *ids = NULL;
+	bool bad = false;
+	int rc;
+
+	cli_json_put(o, "index", json_integer(r->index), &bad);
+	if (r->error != NULL) {
+		cli_json_put(o, "line", json_integer(r->line), &bad);
+		cli_json_put(o, "error", cli_json_cstr(r->error), &bad);
+	} else {
+		cli_json_put(o, "text", cli_json_text(r->text.p, r->text.n), &bad);
+		cli_json_put(o, "ids", ids = json_array(), &bad);
+		for (size_t i = 0; !bad && i < r->ids.n; i++)
+			bad = json_array_append_new(ids, json_integer(r->ids.v[i])) != 0;
+		cli_json_put(o, "prompt_tokens", json_integer((json_int_t)r->prompt.n), &bad);
+		cli_json_put(o, "gen_tokens", json_integer((json_int_t)r->ids.n), &bad);
+		cli_json_put(o, "stop", json_string(r->stop), &bad);
+	}
+	rc = bad ? KVC_ENOMEM : cli_json_line(o, 0, line);
+	json_decref(o);
+	return rc;
+}
+
 /* Write the output lines every earlier request of which is done. 0, KVC_ENOMEM or KVC_EIO (said). */
 static int
 write_ready(struct batch *b)
@@ -155,19 +182,7 @@ write_ready(struct batch *b)
 		if (r->error == NULL && r->stop == NULL)
 			break;
 		b->line.n = 0;
-		if (r->error != NULL) {
-			rc |= kvc_buf_printf(&b->line, "{\"index\":%d,\"line\":%d,\"error\":", r->index, r->line);
-			rc |= kvc_json_str(&b->line, r->error, strlen(r->error));
-		} else {
-			rc |= kvc_buf_printf(&b->line, "{\"index\":%d,\"text\":", r->index);
-			rc |= kvc_json_str(&b->line, r->text.p, r->text.n);
-			rc |= kvc_buf_append(&b->line, ",\"ids\":[", 8);
-			for (size_t i = 0; i < r->ids.n; i++)
-				rc |= kvc_buf_printf(&b->line, i ? ",%d" : "%d", (int)r->ids.v[i]);
-			rc |= kvc_buf_printf(&b->line, "],\"prompt_tokens\":%zu,\"gen_tokens\":%zu,"
-			    "\"stop\":\"%s\"", r->prompt.n, r->ids.n, r->stop);
-		}
-		rc |= kvc_buf_append(&b->line, "}\n", 2);
+		rc = batch_line(r, &b->line);
 		if (rc != KVC_OK)
 			return KVC_ENOMEM;	/* said by batch_main */
 		if (kvc_write_all(b->fd, b->line.p, b->line.n) != KVC_OK) {

@@ -29,11 +29,11 @@ static const char serve_usage[] =
     "                    [--repeat-penalty R] [--seed S] [--quiet] [--threads N] [--ctx N]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
     "\n"
-    "  -m FILE             the GGUF model to serve (named after the file in /v1/models)\n"
+    "  -m, --model FILE    the GGUF model to serve (named after the file in /v1/models)\n"
     "  --host ADDR         address to listen on (default 127.0.0.1); another than a\n"
     "                      loopback one needs --api-key-file or --no-auth\n"
     "  --port N            port (default 8080; 0: a free one, said on stderr)\n"
-    "  --parallel B        requests decoded together, each with a resident cache (default 4)\n"
+    "  --parallel B, -B B  requests decoded together, each with a resident cache (default 4)\n"
     "  --db PATH           the conversations' database (default the chat's)\n"
     "  --api-key-file F    every request but /health needs \"Authorization: Bearer KEY\",\n"
     "                      KEY the file's first line\n"
@@ -50,13 +50,15 @@ static const char serve_usage[] =
     "  --chat-template NAME  the template of /v1/chat/completions (default: the model's)\n"
     "  --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed\n"
     "                      a request's sampling when it says none (the chat's defaults)\n"
-    "  --threads N, --ctx N, --kv-type T, --device D, --gpu N\n"
+    "  --threads N (-t), --ctx N (-c), --kv-type T, --device D, --gpu N\n"
     "                      the engine, as the chat's (--ctx: each sequence's context)\n"
-    "  --quiet             no line per request on stderr\n"
+    "  --quiet, -q         no line per request on stderr\n"
     "Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream, stream_options.include_usage, max_tokens, max_completion_tokens, temperature,\n"
-    "top_p, top_k, min_p, seed, stop, n = 1; \"conversation\": ID or \"new\", or the header\n"
-    "X-Kvchat-Conversation: a stored conversation's turn, as kvchat --resume opens it).\n";
+    "top_p, top_k, min_p, repeat_penalty, seed, stop, n = 1; \"conversation\": ID or \"new\",\n"
+    "or the header X-Kvchat-Conversation: a stored conversation's turn, as kvchat --resume\n"
+    "opens it). Responses: usage with prompt_tokens_details.cached_tokens, timings as\n"
+    "llama-server's.\n";
 
 #define SERVE_KEY_MAX 4096
 

@@ -123,24 +123,31 @@ struct tmpl_ctx {
 	struct gguf_file *f;
 	struct kvc_tokenizer *tok;
 	struct kvc_buf src, in;
-	struct kvc_json *stdin_json;
-	struct kvc_json *var_json[MAX_VARS];
+	json_t *stdin_json;
+	json_t *var_json[MAX_VARS];
 	char *var_name[MAX_VARS];
-	struct kvc_json bos, eos, agp, *messages;
+	json_t *bos, *eos, *agp;
 	struct jinja_var vars[4 + 256 + MAX_VARS];	/* defaults, standard input, --var */
 	size_t n;
 };
+
+/* How standard input and --var values are read: any value, NULs in strings kept (as
+ * Python's json.loads keeps them), a key given twice refused rather than one dropped. */
+#define TMPL_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES)
 
 static void
 ctx_free(struct tmpl_ctx *c)
 {
 	kvc_buf_free(&c->src);
 	kvc_buf_free(&c->in);
-	kvc_json_free(c->stdin_json);
+	json_decref(c->stdin_json);
 	for (int i = 0; i < MAX_VARS; i++) {
-		kvc_json_free(c->var_json[i]);
+		json_decref(c->var_json[i]);
 		free(c->var_name[i]);
 	}
+	json_decref(c->bos);
+	json_decref(c->eos);
+	json_decref(c->agp);
 	tok_free(c->tok);
 	if (c->f)
 		gguf_close(c->f);
@@ -150,6 +157,8 @@ static int
 load_model(const struct tmpl_opts *o, struct tmpl_ctx *c)
 {
 	char err[512];
+	const char *piece = NULL;
+	size_t len = 0;
 	int32_t id;
 
 	if (gguf_open(&c->f, o->model, err, sizeof err) != KVC_OK ||
@@ -157,14 +166,21 @@ load_model(const struct tmpl_opts *o, struct tmpl_ctx *c)
 		fprintf(stderr, "kvchat template: %s\n", err);
 		return 1;
 	}
-	c->bos = (struct kvc_json){ .type = KVC_JSON_STR, .str = (char *)"" };
-	c->eos = c->bos;
+	/* The pieces as the vocabulary has them, bytes unchecked: the template sees
+	 * what the tokenizer would write (the render never writes them out as JSON). */
 	if ((id = tok_bos(c->tok)) >= 0)
-		c->bos.str = (char *)tok_piece(c->tok, id, &c->bos.len);
+		piece = tok_piece(c->tok, id, &len);
+	c->bos = id >= 0 && piece ? json_stringn_nocheck(piece, len) : json_string("");
+	piece = NULL;
 	if ((id = tok_eos(c->tok)) >= 0)
-		c->eos.str = (char *)tok_piece(c->tok, id, &c->eos.len);
-	c->vars[c->n++] = (struct jinja_var){ "bos_token", &c->bos };
-	c->vars[c->n++] = (struct jinja_var){ "eos_token", &c->eos };
+		piece = tok_piece(c->tok, id, &len);
+	c->eos = id >= 0 && piece ? json_stringn_nocheck(piece, len) : json_string("");
+	if (!c->bos || !c->eos) {
+		fprintf(stderr, "kvchat template: out of memory\n");
+		return 1;
+	}
+	c->vars[c->n++] = (struct jinja_var){ "bos_token", c->bos };
+	c->vars[c->n++] = (struct jinja_var){ "eos_token", c->eos };
 	if (!o->template) {
 		const char *t = gguf_get_str(c->f, "tokenizer.chat_template", NULL);
 
@@ -183,25 +199,28 @@ load_model(const struct tmpl_opts *o, struct tmpl_ctx *c)
 static int
 collect_vars(const struct tmpl_opts *o, struct tmpl_ctx *c)
 {
-	char err[512];
+	json_error_t je;
+	const char *key;
+	json_t *v;
 
-	c->agp = (struct kvc_json){ .type = KVC_JSON_BOOL, .b = o->agp };
-	c->vars[c->n++] = (struct jinja_var){ "add_generation_prompt", &c->agp };
+	c->agp = json_boolean(o->agp);
+	c->vars[c->n++] = (struct jinja_var){ "add_generation_prompt", c->agp };
 	if (read_stream(stdin, &c->in) != KVC_OK) {
 		fprintf(stderr, "kvchat template: reading standard input failed\n");
 		return 1;
 	}
 	if (c->in.n > 0) {
-		if (kvc_json_parse(c->in.p, c->in.n, &c->stdin_json, err, sizeof err) != KVC_OK) {
-			fprintf(stderr, "kvchat template: standard input: %s\n", err);
+		c->stdin_json = json_loadb(c->in.p, c->in.n, TMPL_JSON_FLAGS, &je);
+		if (c->stdin_json == NULL) {
+			fprintf(stderr, "kvchat template: standard input: JSON: %s (line %d, column %d)\n",
+				je.text, je.line, je.column);
 			return 1;
 		}
-		if (c->stdin_json->type == KVC_JSON_ARR) {
+		if (json_is_array(c->stdin_json)) {
 			c->vars[c->n++] = (struct jinja_var){ "messages", c->stdin_json };
-		} else if (c->stdin_json->type == KVC_JSON_OBJ && c->stdin_json->n <= 256) {
-			for (size_t i = 0; i < c->stdin_json->n; i++)
-				c->vars[c->n++] = (struct jinja_var){ c->stdin_json->kids[i].key,
-								      &c->stdin_json->kids[i] };
+		} else if (json_is_object(c->stdin_json) && json_object_size(c->stdin_json) <= 256) {
+			json_object_foreach(c->stdin_json, key, v)
+				c->vars[c->n++] = (struct jinja_var){ key, v };
 		} else {
 			fprintf(stderr, "kvchat template: standard input must be a JSON array of messages "
 				"or an object of at most 256 variables\n");
@@ -210,22 +229,18 @@ collect_vars(const struct tmpl_opts *o, struct tmpl_ctx *c)
 	}
 	for (int i = 0; i < o->n_var; i++) {
 		const char *eq = strchr(o->var[i], '=');
-		struct kvc_buf q = {0};
 
 		c->var_name[i] = strndup(o->var[i], (size_t)(eq - o->var[i]));
 		if (!c->var_name[i])
 			return 1;
-		/* VALUE as JSON if it is JSON, else the text as a JSON string. */
-		if (kvc_json_parse(eq + 1, strlen(eq + 1), &c->var_json[i], NULL, 0) != KVC_OK) {
-			int rc = kvc_json_str(&q, eq + 1, strlen(eq + 1));
-
-			if (rc == KVC_OK)
-				rc = kvc_json_parse(q.p, q.n, &c->var_json[i], err, sizeof err);
-			kvc_buf_free(&q);
-			if (rc != KVC_OK) {
-				fprintf(stderr, "kvchat template: --var %s: %s\n", c->var_name[i], err);
-				return 1;
-			}
+		/* VALUE as JSON if it is JSON, else the text as a string. */
+		c->var_json[i] = json_loads(eq + 1, TMPL_JSON_FLAGS, NULL);
+		if (c->var_json[i] == NULL)
+			c->var_json[i] = json_string(eq + 1);
+		if (c->var_json[i] == NULL) {
+			fprintf(stderr, "kvchat template: --var %s: the value is not valid UTF-8\n",
+				c->var_name[i]);
+			return 1;
 		}
 		c->vars[c->n++] = (struct jinja_var){ c->var_name[i], c->var_json[i] };
 	}
