@@ -31,6 +31,7 @@ model_arch_name(enum kvc_arch a)
 	case KVC_ARCH_QWEN3MOE: return "qwen3moe";
 	case KVC_ARCH_QWEN2MOE: return "qwen2moe";
 	case KVC_ARCH_GPT_OSS: return "gpt-oss";
+	case KVC_ARCH_GLM4MOE: return "glm4moe";
 	}
 	return "?";
 }
@@ -76,9 +77,11 @@ model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t err
 		hp->arch = KVC_ARCH_QWEN2MOE;
 	else if (strcmp(arch, "gpt-oss") == 0)
 		hp->arch = KVC_ARCH_GPT_OSS;
+	else if (strcmp(arch, "glm4moe") == 0)
+		hp->arch = KVC_ARCH_GLM4MOE;
 	else {
 		kvc_err(err, errlen, "%s: architecture '%s' is not supported "
-		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2, qwen2moe, qwen3moe, gpt-oss)",
+		    "(llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm, glm4, gpt2, qwen2moe, qwen3moe, gpt-oss, glm4moe)",
 		    gguf_path(f), arch);
 		return KVC_EUNSUPPORTED;
 	}

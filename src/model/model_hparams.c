@@ -230,12 +230,15 @@ model_read_hparams(struct model_loader *l)
 		    gguf_path(f), l->arch);
 		return KVC_EFORMAT;
 	}
-	if (hp->arch == KVC_ARCH_GLM4) {
-		/* multimodal RoPE sections and multi-token-prediction layers change the graph */
+	if (hp->arch == KVC_ARCH_GLM4 || hp->arch == KVC_ARCH_GLM4MOE) {
+		/*
+		 * multimodal RoPE sections and multi-token-prediction layers change
+		 * the graph (glm4moe's are trailing blocks never run: model_experts.c)
+		 */
 		static const char *const refused[] = { "rope.dimension_sections", "nextn_predict_layers" };
 		size_t i;
 
-		for (i = 0; i < 2; i++) {
+		for (i = 0; i < (hp->arch == KVC_ARCH_GLM4 ? 2u : 1u); i++) {
 			snprintf(key, sizeof key, "%s.%s", l->arch, refused[i]);
 			if (gguf_find_key(f, key) >= 0 && (i == 0 || gguf_get_int(f, key, 0) > 0)) {
 				kvc_err(l->err, l->errlen, "%s: %s is not supported", gguf_path(f), key);

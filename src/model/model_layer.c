@@ -29,7 +29,7 @@ static const char *const layer_suffixes[] = {
 	"ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",
 	"ffn_down_shexp.weight",
 	"attn_sinks.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias",
-	"ffn_down_exps.bias",
+	"ffn_down_exps.bias", "exp_probs_b.bias",
 };
 
 /* phi3, chatglm, glm4, gpt2: Q/K/V (and gate+up) may come fused. */
@@ -39,11 +39,25 @@ arch_fused(enum kvc_arch a)
 	return a == KVC_ARCH_PHI3 || a == KVC_ARCH_CHATGLM || a == KVC_ARCH_GLM4 || a == KVC_ARCH_GPT2;
 }
 
-/* qwen3, qwen3moe, gemma3: per-head RMSNorm of Q and K. */
+/* qwen3, qwen3moe, gemma3: per-head RMSNorm of Q and K (glm4moe: optional, GLM-4.6 has them). */
 static bool
 arch_qk_norm(enum kvc_arch a)
 {
 	return a == KVC_ARCH_QWEN3 || a == KVC_ARCH_QWEN3MOE || a == KVC_ARCH_GEMMA3;
+}
+
+/* gpt-oss, glm4moe: the FFN's input norm is the file's post_attention_norm (no ffn_norm). */
+static bool
+ffn_norm_post(const struct kvc_hparams *hp)
+{
+	return hp->gpt_oss || hp->arch == KVC_ARCH_GLM4MOE;
+}
+
+/* Layer il routes through experts (glm4moe's leading layers are dense). */
+static bool
+layer_moe(const struct kvc_hparams *hp, int il)
+{
+	return hp->n_expert > 0 && il >= hp->n_layer_dense;
 }
 
 /*
@@ -54,8 +68,10 @@ arch_qk_norm(enum kvc_arch a)
 bool
 model_known_tensor(const struct kvc_model *m, const char *name)
 {
+	const struct kvc_hparams *hp = &m->hp;
 	size_t j, nsuf = sizeof layer_suffixes / sizeof layer_suffixes[0];
 	int il, off = 0;
+	bool moe;
 
 	if (strcmp(name, "token_embd.weight") == 0 || strcmp(name, "output_norm.weight") == 0 ||
 	    strcmp(name, "output.weight") == 0)
@@ -65,33 +81,41 @@ model_known_tensor(const struct kvc_model *m, const char *name)
 	if (strcmp(name, "position_embd.weight") == 0 || strcmp(name, "output_norm.bias") == 0)
 		return m->hp.arch == KVC_ARCH_GPT2;
 	if (sscanf(name, "blk.%d.%n", &il, &off) != 1 || off == 0 || il < 0 ||
-	    il >= m->hp.n_layer)
+	    il >= hp->n_layer + hp->n_layer_nextn)
 		return false;
+	/* glm4moe's multi-token-prediction blocks: never run, so never read */
+	if (il >= hp->n_layer)
+		return true;
 	for (j = 0; j < nsuf; j++)
 		if (strcmp(name + off, layer_suffixes[j]) == 0)
 			break;
 	if (j == nsuf)
 		return false;
+	moe = layer_moe(hp, il);
+	if (j == 36)	/* the choice's correction bias: glm4moe's */
+		return moe && hp->arch == KVC_ARCH_GLM4MOE;
 	if (j >= 31 || j == 20)	/* gpt-oss's sinks and biases (attn_output.bias: and gpt2's) */
-		return m->hp.gpt_oss || (j == 20 && m->hp.arch == KVC_ARCH_GPT2);
-	if (j == 14 && m->hp.gpt_oss)	/* post_attention_norm: gpt-oss's FFN input norm */
+		return hp->gpt_oss || (j == 20 && hp->arch == KVC_ARCH_GPT2);
+	if (j == 14 && ffn_norm_post(hp))	/* post_attention_norm: gpt-oss's, glm4moe's FFN input norm */
 		return true;
-	if (j == 5 && m->hp.gpt_oss)	/* ffn_norm: gpt-oss has none */
+	if (j == 5 && ffn_norm_post(hp))	/* ffn_norm: they have none */
 		return false;
-	if (j >= 27)	/* the shared expert: qwen2moe's */
-		return m->hp.n_ff_shexp > 0;
+	if (j == 27)	/* the shared expert's gate: qwen2moe's */
+		return moe && hp->arch == KVC_ARCH_QWEN2MOE;
+	if (j >= 28)	/* the shared expert: qwen2moe's, glm4moe's */
+		return moe && hp->n_ff_shexp > 0;
 	if (j >= 23)	/* router and experts */
-		return m->hp.n_expert > 0;
+		return moe;
 	if (j >= 6 && j <= 8)	/* dense FFN */
-		return m->hp.n_expert == 0;
+		return !moe;
 	if (j >= 18)	/* gpt2's norm and product biases */
-		return m->hp.arch == KVC_ARCH_GPT2;
+		return hp->arch == KVC_ARCH_GPT2;
 	if (j >= 16)	/* fused Q/K/V: phi3, chatglm, glm4, gpt2 */
-		return arch_fused(m->hp.arch);
+		return arch_fused(hp->arch);
 	if (j >= 14)	/* post-norms: gemma's, glm4's */
-		return m->hp.post_norms;
-	if (j >= 12)	/* q/k norms: qwen3's and gemma3's */
-		return arch_qk_norm(m->hp.arch);
+		return hp->post_norms;
+	if (j >= 12)	/* q/k norms: qwen3's and gemma3's, glm4moe's when it has them */
+		return arch_qk_norm(hp->arch) || hp->arch == KVC_ARCH_GLM4MOE;
 	return true;
 }
 
@@ -161,8 +185,8 @@ model_load_layer(struct model_loader *l, int il)
 	const struct kvc_hparams *hp = &m->hp;
 	struct kvc_layer_weights *w = &m->layers[il];
 	int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-	bool qk_norm = arch_qk_norm(hp->arch);
-	bool post = hp->post_norms, moe = hp->n_expert > 0;
+	bool qk_norm = arch_qk_norm(hp->arch), fpost = ffn_norm_post(hp);
+	bool post = hp->post_norms, moe = layer_moe(hp, il);
 	int rc;
 	size_t j;
 
@@ -171,7 +195,7 @@ model_load_layer(struct model_loader *l, int il)
 	    (rc = model_layer_tensor(l, &w->q_norm, il, "attn_q_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = model_layer_tensor(l, &w->k_norm, il, "attn_k_norm.weight", hp->head_dim, 1, !qk_norm)) ||
 	    (rc = model_layer_tensor(l, &w->wo, il, "attn_output.weight", qd, hp->n_embd, false)) ||
-	    (rc = model_layer_tensor(l, &w->ffn_norm, il, hp->gpt_oss ? "post_attention_norm.weight" :
+	    (rc = model_layer_tensor(l, &w->ffn_norm, il, fpost ? "post_attention_norm.weight" :
 	    "ffn_norm.weight", hp->n_embd, 1, false)) ||
 	    (rc = moe ? model_load_experts(l, w, il) : load_gate_up(l, w, il)) ||
 	    (rc = model_layer_tensor(l, &w->w_down, il, "ffn_down.weight", hp->n_ff, hp->n_embd, moe)) ||
@@ -180,7 +204,7 @@ model_load_layer(struct model_loader *l, int il)
 	    (rc = model_layer_tensor(l, &w->bo, il, "attn_output.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
 	    (rc = model_layer_tensor(l, &w->b_up, il, "ffn_up.bias", hp->n_ff, 1, !hp->ffn_plain)) ||
 	    (rc = model_layer_tensor(l, &w->b_down, il, "ffn_down.bias", hp->n_embd, 1, !hp->ffn_plain)) ||
-	    (!hp->gpt_oss &&	/* gpt-oss's post_attention_norm is its FFN input norm, above */
+	    (!fpost &&	/* gpt-oss's and glm4moe's post_attention_norm is their FFN input norm, above */
 	    (rc = model_layer_tensor(l, &w->attn_post_norm, il, "post_attention_norm.weight", hp->n_embd, 1, !post))) ||
 	    (rc = model_layer_tensor(l, &w->ffn_post_norm, il, "post_ffw_norm.weight", hp->n_embd, 1, !post)))
 		return rc;
@@ -188,6 +212,12 @@ model_load_layer(struct model_loader *l, int il)
 	if ((w->bq.data == NULL) != (w->bk.data == NULL) ||
 	    (w->bq.data == NULL) != (w->bv.data == NULL)) {
 		kvc_err(l->err, l->errlen, "%s: layer %d has only some of the Q/K/V biases",
+		    gguf_path(l->f), il);
+		return KVC_EFORMAT;
+	}
+	/* where they are optional (glm4moe), both or neither */
+	if ((w->q_norm.data == NULL) != (w->k_norm.data == NULL)) {
+		kvc_err(l->err, l->errlen, "%s: layer %d has only one of attn_q_norm and attn_k_norm",
 		    gguf_path(l->f), il);
 		return KVC_EFORMAT;
 	}
@@ -199,6 +229,7 @@ model_load_layer(struct model_loader *l, int il)
 			&w->attn_norm_b, &w->ffn_norm_b, &w->bo, &w->b_up, &w->b_down,
 			&w->gate_inp, &w->gate_inp_shexp, &w->gate_shexp, &w->up_shexp, &w->down_shexp,
 			&w->gate_inp_b, &w->gate_exps_b, &w->up_exps_b, &w->down_exps_b, &w->attn_sinks,
+			&w->exp_probs_b,
 		};
 
 		for (j = 0; j < sizeof all / sizeof all[0]; j++)
