@@ -524,7 +524,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		cpu_matmul(c, &j);
 		cpu_rows_residual(c, n, true, v->bo, v->attn_post_norm, v->ffn_norm, v->ffn_norm_b);
 
-		if (hp->n_expert > 0) {
+		if (w->gate_inp.data != NULL) {	/* experts (glm4moe's first layers are dense) */
 			cpu_moe_ffn(c, il, n);	/* xb in, xb out */
 			cpu_rows_residual(c, n, true, NULL, v->ffn_post_norm,
 			    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);

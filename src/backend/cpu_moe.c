@@ -1,11 +1,14 @@
 /*
  * cpu_moe.c: the feed-forward block of a mixture-of-experts layer on the
- * CPU (llama.cpp's build_moe_ffn for llama, qwen2moe, qwen3moe).
+ * CPU (llama.cpp's build_moe_ffn for llama, qwen2moe, qwen3moe, gpt-oss,
+ * glm4moe).
  *
  * Per token the router's logits (ffn_gate_inp, one product) go through a
- * softmax; the n_expert_used largest probabilities pick the experts (ties:
- * the lower index), their probabilities, renormalised to sum 1 when the
- * architecture says so (hp.expert_norm), weight the experts' outputs.
+ * softmax (glm4moe: a sigmoid each); the n_expert_used largest
+ * probabilities (glm4moe: plus the layer's exp_probs_b, which steers only
+ * the choice) pick the experts (ties: the lower index), and their
+ * probabilities, renormalised to sum 1 when the architecture says so
+ * (hp.expert_norm), then times hp.expert_scale, weight the experts' outputs.
  *
  * Execution: the batch's (token, rank) pairs are grouped by expert, each
  * expert's input rows gathered into one contiguous block, and the threads
@@ -23,8 +26,9 @@
  * ranks, so a token's result is bitwise the same in any batch
  * (tests/unit/test_moe.c checks prefill against one-token decode).
  *
- * Shared expert (qwen2moe): a dense SwiGLU FFN every token runs, its output
- * times sigmoid(ffn_gate_inp_shexp . x), added after the routed experts.
+ * Shared expert (qwen2moe, glm4moe): a dense SwiGLU FFN every token runs,
+ * its output times sigmoid(ffn_gate_inp_shexp . x) where the file has that
+ * gate (qwen2moe), added after the routed experts.
  *
  * gpt-oss (hp.gpt_oss): the router's logits get their bias, the largest
  * n_expert_used logits are chosen and weighted by the softmax over them
@@ -44,6 +48,8 @@
 struct cpu_moe {
 	int cap;
 	float *logit;		/* (cap, n_expert) router logits, then probabilities */
+	float *score;		/* (n_expert) a token's probabilities + exp_probs_b (glm4moe) */
+	float *probs_b;		/* (n_expert) the layer's exp_probs_b (glm4moe) */
 	int *sel;		/* (cap, n_used) the selected experts, by rank */
 	float *wt;		/* (cap, n_used) their weights */
 	int *row;		/* (cap, n_used) the grouped row of (token, rank) */
@@ -67,6 +73,8 @@ cpu_moe_free(struct cpu_ctx *c)
 	if (mo == NULL)
 		return;
 	free(mo->logit);
+	free(mo->score);
+	free(mo->probs_b);
 	free(mo->sel);
 	free(mo->wt);
 	free(mo->row);
@@ -154,6 +162,8 @@ cpu_moe_reserve(struct cpu_ctx *c, int n_tok, char *err, size_t errlen)
 	if (mo == NULL)
 		goto oom;
 	mo->logit = malloc(t * ne * sizeof *mo->logit);
+	mo->score = malloc(ne * sizeof *mo->score);
+	mo->probs_b = malloc(ne * sizeof *mo->probs_b);
 	mo->sel = malloc(t * k * sizeof *mo->sel);
 	mo->wt = malloc(t * k * sizeof *mo->wt);
 	mo->row = malloc(t * k * sizeof *mo->row);
@@ -169,8 +179,8 @@ cpu_moe_reserve(struct cpu_ctx *c, int n_tok, char *err, size_t errlen)
 	mo->shg = malloc(E * sizeof *mo->shg);
 	if (hp->gpt_oss)
 		mo->bias = malloc((size_t)hp->n_layer * bias_floats(hp) * sizeof *mo->bias);
-	if (!mo->logit || !mo->sel || !mo->wt || !mo->row || !mo->count || !mo->first ||
-	    !mo->active || !mo->x || !mo->g || !mo->u || !mo->y || !mo->xq || !mo->sh || !mo->shg ||
+	if (!mo->logit || !mo->score || !mo->probs_b || !mo->sel || !mo->wt || !mo->row || !mo->count ||
+	    !mo->first || !mo->active || !mo->x || !mo->g || !mo->u || !mo->y || !mo->xq || !mo->sh || !mo->shg ||
 	    (hp->gpt_oss && mo->bias == NULL))
 		goto oom;
 	if (hp->gpt_oss)
@@ -184,27 +194,36 @@ oom:
 }
 
 /*
- * Token t's experts from its router logits: softmax over all experts, the
- * n_used largest probabilities in descending order, their weights.
+ * Token t's experts from its router logits p: softmax over all experts (or
+ * a sigmoid each), the n_used largest probabilities (plus bias b when not
+ * NULL, into sc) in descending order, their weights.
  */
 static void
-route(const struct kvc_hparams *hp, float *p, int *sel, float *wt)
+route(const struct kvc_hparams *hp, float *p, const float *b, float *sc, int *sel, float *wt)
 {
 	int ne = hp->n_expert, k = hp->n_expert_used, e, r, i;
 	float mx = -INFINITY, sum = 0;
+	const float *s = p;
 
-	/* gpt-oss chooses by the logits themselves; the others by their softmax */
-	for (e = 0; e < ne && !hp->gpt_oss; e++)
+	/* gpt-oss chooses by the logits themselves; the others by their softmax or sigmoids */
+	for (e = 0; e < ne && hp->expert_sigmoid; e++)
+		p[e] = 1.0f / (1.0f + expf(-p[e]));
+	for (e = 0; e < ne && !hp->gpt_oss && !hp->expert_sigmoid; e++)
 		mx = p[e] > mx ? p[e] : mx;
-	for (e = 0; e < ne && !hp->gpt_oss; e++)
+	for (e = 0; e < ne && !hp->gpt_oss && !hp->expert_sigmoid; e++)
 		sum += p[e] = expf(p[e] - mx);
-	for (e = 0; e < ne && !hp->gpt_oss; e++)
+	for (e = 0; e < ne && !hp->gpt_oss && !hp->expert_sigmoid; e++)
 		p[e] /= sum;
+	if (b != NULL) {
+		for (e = 0; e < ne; e++)
+			sc[e] = p[e] + b[e];
+		s = sc;
+	}
 	/* insertion into the sorted top k: strictly larger moves up, so ties keep the lower index first */
 	for (r = 0; r < k; r++)
 		sel[r] = -1;
 	for (e = 0; e < ne; e++) {
-		for (r = k; r > 0 && (sel[r - 1] < 0 || p[e] > p[sel[r - 1]]); r--)
+		for (r = k; r > 0 && (sel[r - 1] < 0 || s[e] > s[sel[r - 1]]); r--)
 			;
 		if (r == k)
 			continue;
@@ -229,6 +248,9 @@ route(const struct kvc_hparams *hp, float *p, int *sel, float *wt)
 		for (r = 0; r < k; r++)
 			wt[r] /= sum;
 	}
+	/* 0 (absent) and 1 leave them, as llama.cpp */
+	for (r = 0; r < k && hp->expert_scale != 0.0f && hp->expert_scale != 1.0f; r++)
+		wt[r] *= hp->expert_scale;
 }
 
 static void
@@ -348,7 +370,7 @@ run_phase(struct cpu_ctx *c, const struct kvc_layer_weights *lw, bool down, int 
 		tp_run(c->pool, moe_run, &j);
 }
 
-/* qwen2moe's shared expert over xb into mo->sh, times its sigmoid gate. */
+/* The shared expert over xb into mo->sh, times its sigmoid gate when there is one (qwen2moe). */
 static void
 shared_expert(struct cpu_ctx *c, const struct kvc_layer_weights *lw, int n)
 {
@@ -360,6 +382,8 @@ shared_expert(struct cpu_ctx *c, const struct kvc_layer_weights *lw, int n)
 	cpu_matmul(c, &j);
 	j = (struct mm_job){ c->hb, { { &lw->down_shexp, mo->sh } }, 1, n, false, false, 0, NULL, { NULL } };
 	cpu_matmul(c, &j);
+	if (lw->gate_inp_shexp.data == NULL)
+		return;
 	q_dequant_row(lw->gate_inp_shexp.type, lw->gate_inp_shexp.data, mo->shg, E);
 	for (t = 0; t < n; t++) {
 		const float *x = c->xb + (size_t)t * E;
@@ -386,8 +410,11 @@ cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 	memset(mo->count, 0, (size_t)ne * sizeof *mo->count);
 	for (t = 0; t < n && hp->gpt_oss; t++)
 		add_bias(mo->logit + (size_t)t * ne, router_bias(c, il), 0, ne);
+	if (lw->exp_probs_b.data != NULL)
+		q_dequant_row(lw->exp_probs_b.type, lw->exp_probs_b.data, mo->probs_b, ne);
 	for (t = 0; t < n; t++) {
-		route(hp, mo->logit + (size_t)t * ne, mo->sel + (size_t)t * k, mo->wt + (size_t)t * k);
+		route(hp, mo->logit + (size_t)t * ne, lw->exp_probs_b.data ? mo->probs_b : NULL, mo->score,
+		    mo->sel + (size_t)t * k, mo->wt + (size_t)t * k);
 		for (r = 0; r < k; r++)
 			mo->count[mo->sel[(size_t)t * k + r]]++;
 	}

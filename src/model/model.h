@@ -1,8 +1,8 @@
 /*
  * model.h: a transformer's hyper-parameters and weight tensors, read from a
  * GGUF (architectures llama, qwen2, qwen3, gemma2, gemma3, phi3, chatglm,
- * glm4, gpt2, and the mixture-of-experts qwen3moe, qwen2moe and llama with
- * experts). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
+ * glm4, gpt2, and the mixture-of-experts qwen3moe, qwen2moe, llama with
+ * experts, gpt-oss and glm4moe). Fused tensors (attn_qkv, a gate+up ffn_up) are presented as their
  * parts: views of the fused rows, so backends see one layout. The weights stay in the file's
  * mapping in their stored types; backends compute from (or upload) them.
  *
@@ -19,7 +19,7 @@
 enum kvc_arch {
 	KVC_ARCH_LLAMA, KVC_ARCH_QWEN2, KVC_ARCH_QWEN3, KVC_ARCH_GEMMA2, KVC_ARCH_GEMMA3,
 	KVC_ARCH_PHI3, KVC_ARCH_CHATGLM, KVC_ARCH_GLM4, KVC_ARCH_GPT2,
-	KVC_ARCH_QWEN3MOE, KVC_ARCH_QWEN2MOE, KVC_ARCH_GPT_OSS,
+	KVC_ARCH_QWEN3MOE, KVC_ARCH_QWEN2MOE, KVC_ARCH_GPT_OSS, KVC_ARCH_GLM4MOE,
 };
 
 struct kvc_hparams {
@@ -27,7 +27,7 @@ struct kvc_hparams {
 	int n_vocab;
 	int n_ctx_train;	/* <arch>.context_length */
 	int n_embd;		/* model width */
-	int n_layer;
+	int n_layer;		/* layers run (glm4moe: block_count less its n_layer_nextn) */
 	int n_head;
 	int n_head_kv;		/* grouped-query: n_head % n_head_kv == 0 */
 	int head_dim;		/* qwen3: <arch>.attention.key_length; else n_embd / n_head */
@@ -90,6 +90,20 @@ struct kvc_hparams {
 	 */
 	bool gpt_oss;
 	float swiglu_alpha, swiglu_limit;	/* 1.702, 7 */
+	/*
+	 * glm4moe (llama.cpp's LLM_ARCH_GLM4_MOE): the router's probabilities
+	 * are sigmoid(logit) (expert_sigmoid); the experts are chosen by
+	 * probability + exp_probs_b (a correction bias that only steers the
+	 * choice); their weights are the unbiased probabilities, renormalised
+	 * when expert_norm, then times expert_scale. The first n_layer_dense
+	 * layers have a dense FFN instead (their gate_inp is absent); the shared
+	 * expert (expert_shared_count x expert width) has no gate. The file's
+	 * last n_layer_nextn blocks (multi-token prediction) are never run.
+	 */
+	bool expert_sigmoid;
+	float expert_scale;	/* 1: none */
+	int n_layer_dense;
+	int n_layer_nextn;
 };
 
 /*
@@ -120,13 +134,14 @@ struct kvc_layer_weights {
 	struct kvc_weight attn_norm_b, ffn_norm_b;	/* gpt2 LayerNorm biases (n_embd), else absent */
 	struct kvc_weight bo, b_up, b_down;	/* gpt2 product biases (n_embd), (n_ff), (n_embd), else absent */
 	struct kvc_weight attn_post_norm;	/* gemma: (n_embd), else absent */
-	struct kvc_weight ffn_norm;	/* (n_embd) */
+	struct kvc_weight ffn_norm;	/* (n_embd); gpt-oss, glm4moe: the file's post_attention_norm */
 	struct kvc_weight w_gate, w_up;	/* (n_ff, n_embd) */
 	struct kvc_weight w_down;	/* (n_embd, n_ff) */
 	struct kvc_weight ffn_post_norm;	/* gemma: (n_embd), else absent */
 
 	/*
-	 * Mixture-of-experts layers (hp.n_expert > 0) have these instead of
+	 * Mixture-of-experts layers (gate_inp.data != NULL: hp.n_expert > 0,
+	 * past glm4moe's leading dense layers) have these instead of
 	 * w_gate/w_up/w_down. A GGUF stacks the experts in one 3-D tensor
 	 * (ne = {n_in, n_out, n_expert}), which is a matrix of n_expert * n_out
 	 * rows: expert e is rows [e * n_out, (e + 1) * n_out) (model_expert).
@@ -142,6 +157,7 @@ struct kvc_layer_weights {
 	 * (n_ff_exp) (gate, up) and (n_embd) (down), attention sinks (n_head) */
 	struct kvc_weight gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 	struct kvc_weight attn_sinks;
+	struct kvc_weight exp_probs_b;	/* glm4moe: the choice's correction bias (n_expert), else absent */
 };
 
 struct kvc_model {

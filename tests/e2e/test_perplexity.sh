@@ -4,8 +4,9 @@
 # forward gives over the same positions (tests/fixtures/refppl, sharing no
 # code with kvchat's forward or scoring): a qwen2 fixture (no BOS) and a
 # gemma3 fixture (SPM, BOS put in place of each chunk's first token,
-# sliding windows shorter than a chunk), qwen3moe, qwen2moe and gpt-oss
-# fixtures (experts; gpt-oss's sinks and windows), a YaRN-scaled qwen3. F32 weights and cache: the logits
+# sliding windows shorter than a chunk), qwen3moe, qwen2moe, gpt-oss and
+# glm4moe fixtures (experts; gpt-oss's sinks and windows; glm4moe's dense
+# layer, sigmoid routing and unrun last block), a YaRN-scaled qwen3. F32 weights and cache: the logits
 # agree to ~1e-7 relative (test_forward), so the perplexities to 1e-4.
 . "$top_srcdir/tests/e2e/lib.sh"
 REFPPL="$top_builddir/tests/fixtures/refppl"
@@ -61,9 +62,10 @@ PY
 }
 one qwen2 nobos
 one gemma3 bos
-# experts: refppl routes and sums them on its own (src/model/model.c's defaults)
+# experts: refppl routes and sums them on its own (src/model/model_experts.c's defaults)
 one qwen3moe nobos
 one qwen2moe nobos
+one glm4moe nobos
 # gpt-oss: sinks, biases, the biased router, windows of 8 in the even layers, YaRN 32 over 4096;
 # qwen3 with YaRN 4 over an original context of 64 (most of the dimensions interpolated)
 one gpt-oss nobos

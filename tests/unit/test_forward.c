@@ -581,7 +581,7 @@ ref_of(const struct spec *s)
 	struct ref_config rc = { s->arch, s->n_vocab, s->n_embd, s->n_layer, s->n_head,
 	    s->n_head_kv, s->head_dim, s->n_ff, s->rope_dim ? s->rope_dim : s->head_dim, s->eps, s->theta,
 	    s->linear_scale ? 1.0 / s->linear_scale : 1.0, 0, 0, 0, 0, 0, 0, false, false, 0, 0, 0, 0, 0, 0, 0,
-	    false, NULL, false };
+	    false, NULL, false, 0, false, 0 };
 	bool g2 = strcmp(s->arch, "gemma2") == 0;
 
 	rc.post_norms = strcmp(s->arch, "glm4") == 0;

@@ -228,6 +228,7 @@ main(void)
 		{ "gpt2", "f32", "f16", 0 }, { "phi3", "bf16", "f16", 0 }, { "gemma3", "q8_0", "f32", 8 },
 		/* experts: the pass groups its rows by expert as a prefill does */
 		{ "qwen3moe", "q4_k", "f16", 0 }, { "qwen2moe", "q8_0", "q8_0", 0 },
+		{ "glm4moe", "q4_k", "f16", 0 },
 	};
 	char dir[] = "/tmp/kvc-test-fmulti-XXXXXX";
 	const char *bd = getenv("top_builddir");

@@ -1,7 +1,10 @@
 /*
  * test_moe: mixture-of-experts models (qwen3moe, qwen2moe with its shared
  * expert, llama with experts, gpt-oss with its attention sinks, biases,
- * clamped SwiGLU, alternating windowed layers and YaRN) on tiny
+ * clamped SwiGLU, alternating windowed layers and YaRN, glm4moe with its
+ * dense first layer, sigmoid routing steered by a correction bias, scaled
+ * weights, ungated shared expert, partial NeoX RoPE, optional Q/K norms
+ * and a multi-token-prediction block that must not run) on tiny
  * random-weight files built here:
  * model_load's hyper-parameters and defaults, the CPU backend's logits
  * against the float64 reference (tests/fixtures/ref_forward.c, which routes
@@ -39,6 +42,13 @@
  * asserts it above ROUTE_GAP: router logits are ~2 here and the
  * activations' bound lets a product drift by 1.3% (test_forward.c), so a
  * logit moves by ~0.03 at most, a gap of 0.1 cannot flip.
+ *
+ * glm4moe's correction bias (exp_probs_b) is small and random except for
+ * the last expert's, +1: that expert is chosen by every token, for the
+ * bias alone (its unbiased sigmoid is about 0.5, below the token's group's
+ * about 0.87), and weighted by its unbiased sigmoid; a backend that chose
+ * without the bias, or weighted with it, is O(1) off. Its gap (the
+ * reference's, in the sigmoids' terms) stays above ROUTE_GAP the same way.
  */
 #define ROUTE_GAP 0.1
 #include "gguf/gguf.h"
@@ -66,9 +76,18 @@ struct mspec {
 	int n_ff_exp_eff;	/* what the experts are: the key, or llama.cpp's default */
 	int n_ff_shexp;		/* qwen2moe's shared expert (the default: n_ff) */
 	bool norm;		/* renormalised weights (the architecture's, for the reference) */
+	double scale;		/* glm4moe: expert_weights_scale */
+	bool qk_norm;		/* glm4moe: attn_q_norm/attn_k_norm (GLM-4.6 has them, 4.5-Air not) */
 };
 
 enum { E = 256, N_LAYER = 2, N_HEAD = 4, N_HEAD_KV = 2, HD = 64, N_VOCAB = 300, GPT_OSS_SWA = 5 };
+
+/* glm4moe: layer 0 dense, then experts; one more block (multi-token prediction) in the file */
+static int
+n_dense(const struct mspec *s)
+{
+	return strcmp(s->arch, "glm4moe") == 0 ? 1 : 0;
+}
 
 static uint64_t rng_state;
 
@@ -152,14 +171,14 @@ build(const struct mspec *s, void **mem, const char *skip)
 	int qd = N_HEAD * HD, kvd = N_HEAD_KV * HD, F = s->n_ff_exp_eff;
 	double ms = 1.0 / sqrt(E), fs = 1.0 / sqrt(F);
 	bool qwen = strncmp(s->arch, "qwen", 4) == 0, q2 = strcmp(s->arch, "qwen2moe") == 0;
-	bool oss = strcmp(s->arch, "gpt-oss") == 0;
+	bool oss = strcmp(s->arch, "gpt-oss") == 0, glm = strcmp(s->arch, "glm4moe") == 0;
 	size_t len;
 
 #define K(name) (snprintf(key, sizeof key, "%s.%s", s->arch, name), key)
 	gguf_w_str(w, "general.architecture", s->arch);
 	gguf_w_u32(w, K("context_length"), 256);
 	gguf_w_u32(w, K("embedding_length"), E);
-	gguf_w_u32(w, K("block_count"), N_LAYER);
+	gguf_w_u32(w, K("block_count"), N_LAYER + glm);
 	gguf_w_u32(w, K("feed_forward_length"), (uint32_t)s->n_ff);
 	gguf_w_u32(w, K("attention.head_count"), N_HEAD);
 	gguf_w_u32(w, K("attention.head_count_kv"), N_HEAD_KV);
@@ -176,11 +195,21 @@ build(const struct mspec *s, void **mem, const char *skip)
 		gguf_w_f32(w, K("rope.scaling.factor"), 4.0f);
 		gguf_w_u32(w, K("rope.scaling.original_context_length"), 4096);
 	}
+	if (glm) {
+		/* GLM-4.5's keys as llama.cpp's converter writes them; RoPE over half of each head */
+		gguf_w_u32(w, K("rope.dimension_count"), HD / 2);
+		gguf_w_u32(w, K("expert_shared_count"), 1);
+		gguf_w_u32(w, K("leading_dense_block_count"), 1);
+		gguf_w_u32(w, K("expert_gating_func"), 2);
+		gguf_w_f32(w, K("expert_weights_scale"), (float)s->scale);
+		gguf_w_bool(w, K("expert_weights_norm"), true);
+		gguf_w_u32(w, K("nextn_predict_layers"), 1);
+	}
 #undef K
 	add_routed(w, "token_embd.weight", s->wtype, E, N_VOCAB, s->n_expert, s->n_used, false);
 	add_t(w, "output_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0, 0);
 	add_t(w, "output.weight", s->wtype, E, N_VOCAB, 1, ms, 0, 0);
-	for (int l = 0; l < N_LAYER; l++) {
+	for (int l = 0; l < N_LAYER + glm; l++) {
 #define T(suffix, type, nin, nout, nmat, sc, off) \
 		(snprintf(n, sizeof n, "blk.%d.%s", l, suffix), \
 		strcmp(suffix, skip ? skip : "") == 0 ? 0 : add_t(w, n, type, nin, nout, nmat, sc, off, \
@@ -189,17 +218,29 @@ build(const struct mspec *s, void **mem, const char *skip)
 		T("attn_q.weight", s->wtype, E, qd, 1, 2 * ms, 0);
 		T("attn_k.weight", s->wtype, E, kvd, 1, 2 * ms, 0);
 		T("attn_v.weight", s->wtype, E, kvd, 1, ms, 0);
-		if (q2 || oss) {
+		if (l == N_LAYER) {
+			/* glm4moe's multi-token-prediction block: kvchat never reads it */
+			T("nextn.eh_proj.weight", s->wtype, 2 * E, E, 1, ms, 0);
+			T("nextn.enorm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0);
+			continue;
+		}
+		if (q2 || oss || glm) {
 			T("attn_q.bias", GGML_TYPE_F32, qd, 1, 1, 0.3, 0);
 			T("attn_k.bias", GGML_TYPE_F32, kvd, 1, 1, 0.3, 0);
 			T("attn_v.bias", GGML_TYPE_F32, kvd, 1, 1, 0.3, 0);
 		}
-		if (qwen && !q2) {
+		if ((qwen && !q2) || s->qk_norm) {
 			T("attn_q_norm.weight", GGML_TYPE_F32, HD, 1, 1, 0.3, 1.0);
 			T("attn_k_norm.weight", GGML_TYPE_F32, HD, 1, 1, 0.3, 1.0);
 		}
 		T("attn_output.weight", s->wtype, qd, E, 1, ms, 0);
-		T(oss ? "post_attention_norm.weight" : "ffn_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0);
+		T(oss || glm ? "post_attention_norm.weight" : "ffn_norm.weight", GGML_TYPE_F32, E, 1, 1, 0.2, 1.0);
+		if (l < n_dense(s)) {
+			T("ffn_gate.weight", s->wtype, E, s->n_ff, 1, 2 * ms, 0);
+			T("ffn_up.weight", s->wtype, E, s->n_ff, 1, ms, 0);
+			T("ffn_down.weight", s->wtype, s->n_ff, E, 1, 1.0 / sqrt(s->n_ff), 0);
+			continue;
+		}
 		if (oss) {
 			T("attn_output.bias", GGML_TYPE_F32, E, 1, 1, 0.3, 0);
 			/* sinks around the scores' size, so they take a real share */
@@ -216,10 +257,21 @@ build(const struct mspec *s, void **mem, const char *skip)
 		T("ffn_gate_exps.weight", s->wtype, E, F, s->n_expert, 2 * ms, 0);
 		T("ffn_up_exps.weight", s->wtype, E, F, s->n_expert, ms, 0);
 		T("ffn_down_exps.weight", s->wtype, F, E, s->n_expert, fs, 0);
-		if (q2) {
+		if (glm && strcmp(skip ? skip : "", "exp_probs_b.bias") != 0) {
+			/* small and random, but +1 on the last expert: chosen for its bias alone */
+			float b[64];
+			int64_t ne1[4] = { s->n_expert, 1, 1, 1 };
+
+			for (int e = 0; e < s->n_expert; e++)
+				b[e] = (float)(0.02 * rnd()) + (e == s->n_expert - 1 ? 1.0f : 0.0f);
+			snprintf(n, sizeof n, "blk.%d.exp_probs_b.bias", l);
+			gguf_w_tensor(w, n, GGML_TYPE_F32, 1, ne1, b, (size_t)s->n_expert * sizeof *b);
+		}
+		if (q2 || glm) {
 			int S = s->n_ff_shexp;
 
-			T("ffn_gate_inp_shexp.weight", GGML_TYPE_F32, E, 1, 1, ms, 0);
+			if (q2)
+				T("ffn_gate_inp_shexp.weight", GGML_TYPE_F32, E, 1, 1, ms, 0);
 			T("ffn_gate_shexp.weight", s->wtype, E, S, 1, 2 * ms, 0);
 			T("ffn_up_shexp.weight", s->wtype, E, S, 1, ms, 0);
 			T("ffn_down_shexp.weight", s->wtype, S, E, 1, 1.0 / sqrt(S), 0);
@@ -253,8 +305,14 @@ ref_of(const struct mspec *s)
 	rc.n_expert = s->n_expert;
 	rc.n_expert_used = s->n_used;
 	rc.n_ff_exp = s->n_ff_exp_eff;
-	rc.n_ff_shexp = strcmp(s->arch, "qwen2moe") == 0 ? s->n_ff_shexp : 0;
+	rc.n_ff_shexp = strcmp(s->arch, "qwen2moe") == 0 || n_dense(s) ? s->n_ff_shexp : 0;
 	rc.expert_norm = s->norm;
+	if (n_dense(s)) {
+		rc.rope_dim = HD / 2;
+		rc.n_dense = n_dense(s);
+		rc.expert_sigmoid = true;
+		rc.expert_scale = s->scale;
+	}
 	if (strcmp(s->arch, "gpt-oss") == 0) {
 		rc.gpt_oss = true;
 		rc.n_swa = GPT_OSS_SWA;
@@ -372,13 +430,22 @@ check_model(const struct kvc_model *m, const struct mspec *s)
 	const struct kvc_hparams *hp = &m->hp;
 	const struct kvc_layer_weights *w = &m->layers[1];
 	uint64_t stack = 0, all_exp, other = 0;
+	int n_moe = N_LAYER - n_dense(s);
+	bool glm = n_dense(s) > 0;
 
 	test_cond(strcmp(model_arch_name(hp->arch), s->arch) == 0, "arch %s", model_arch_name(hp->arch));
 	test_cond(hp->n_expert == s->n_expert && hp->n_expert_used == s->n_used &&
 	    hp->n_ff_exp == s->n_ff_exp_eff && hp->expert_norm == s->norm &&
-	    hp->n_ff_shexp == (strcmp(s->arch, "qwen2moe") == 0 ? s->n_ff_shexp : 0),
+	    hp->n_ff_shexp == (strcmp(s->arch, "qwen2moe") == 0 || glm ? s->n_ff_shexp : 0),
 	    "%s: experts %d/%d of %d, norm %d, shared %d", s->arch, hp->n_expert_used, hp->n_expert,
 	    hp->n_ff_exp, hp->expert_norm, hp->n_ff_shexp);
+	/* glm4moe: the trailing block is not a layer, layer 0 is dense, routing by sigmoids, scaled */
+	test_cond(hp->n_layer == N_LAYER && hp->n_layer_dense == n_dense(s) && hp->expert_sigmoid == glm &&
+	    hp->expert_scale == (float)(glm ? s->scale : 1) && (m->layers[0].gate_inp.data == NULL) == glm &&
+	    (m->layers[0].w_gate.data != NULL) == glm && (w->exp_probs_b.data != NULL) == glm &&
+	    (w->gate_inp_shexp.data != NULL) == (strcmp(s->arch, "qwen2moe") == 0),
+	    "%s: %d layers, %d dense, sigmoid %d, scale %g", s->arch, hp->n_layer, hp->n_layer_dense,
+	    hp->expert_sigmoid, hp->expert_scale);
 	test_cond(w->gate_exps.n_out == (int64_t)s->n_expert * s->n_ff_exp_eff &&
 	    w->down_exps.n_out == (int64_t)s->n_expert * E && w->w_gate.data == NULL,
 	    "%s: expert stacks", s->arch);
@@ -390,20 +457,21 @@ check_model(const struct kvc_model *m, const struct mspec *s)
 	/* per token: every other tensor, and n_used of n_expert experts */
 	stack = (w->gate_exps.row_bytes + w->up_exps.row_bytes) * (uint64_t)s->n_ff_exp_eff +
 	    w->down_exps.row_bytes * (uint64_t)E;
-	all_exp = stack * (uint64_t)s->n_expert * N_LAYER;
+	all_exp = stack * (uint64_t)s->n_expert * n_moe;
 	test_cond(m->n_params - m->n_params_active ==
-	    (uint64_t)N_LAYER * (s->n_expert - s->n_used) * 3 * E * s->n_ff_exp_eff,
+	    (uint64_t)n_moe * (s->n_expert - s->n_used) * 3 * E * s->n_ff_exp_eff,
 	    "%s: active parameters %llu of %llu", s->arch, (unsigned long long)m->n_params_active,
 	    (unsigned long long)m->n_params);
-	/* every tensor but the experts' and the embedding (a row per token), whole */
+	/* every tensor but the experts', the embedding (a row per token) and an unrun block's, whole */
 	for (int64_t i = 0; i < gguf_n_tensors(m->file); i++)
 		if (strstr(gguf_tensor(m->file, i)->name, "_exps.weight") == NULL &&
-		    strcmp(gguf_tensor(m->file, i)->name, "token_embd.weight") != 0)
+		    strcmp(gguf_tensor(m->file, i)->name, "token_embd.weight") != 0 &&
+		    strncmp(gguf_tensor(m->file, i)->name, "blk.2.", 6) != 0)
 			other += gguf_tensor(m->file, i)->nbytes;
-	test_cond(m->weight_bytes == other + stack * (uint64_t)s->n_used * N_LAYER,
+	test_cond(m->weight_bytes == other + stack * (uint64_t)s->n_used * n_moe,
 	    "%s: bytes per token %llu, expected %llu (all experts %llu)", s->arch,
 	    (unsigned long long)m->weight_bytes,
-	    (unsigned long long)(other + stack * (uint64_t)s->n_used * N_LAYER), (unsigned long long)all_exp);
+	    (unsigned long long)(other + stack * (uint64_t)s->n_used * n_moe), (unsigned long long)all_exp);
 }
 
 static void
@@ -415,10 +483,14 @@ refusals(void)
 		{ "llama", "ffn_gate_inp.weight", "ffn_gate_inp", KVC_EFORMAT },
 		{ "gpt-oss", "attn_sinks.weight", "attn_sinks", KVC_EFORMAT },
 		{ "gpt-oss", "ffn_down_exps.bias", "ffn_down_exps.bias", KVC_EFORMAT },
+		{ "glm4moe", "exp_probs_b.bias", "exp_probs_b", KVC_EFORMAT },
+		{ "glm4moe", "ffn_gate.weight", "blk.0.ffn_gate", KVC_EFORMAT },
+		{ "glm4moe", "attn_k_norm.weight", "attn_q_norm and attn_k_norm", KVC_EFORMAT },
 	};
 
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		struct mspec s = { cases[i].arch, GGML_TYPE_F32, 4, 2, 512, 256, 256, 256, true };
+		struct mspec s = { cases[i].arch, GGML_TYPE_F32, 4, 2, 512, 256, 256, 256, true, 1,
+		    strcmp(cases[i].arch, "glm4moe") == 0 };
 		struct kvc_model m;
 		char err[256] = "";
 		void *mem;
@@ -434,7 +506,7 @@ refusals(void)
 	}
 	/* more experts used than there are */
 	{
-		struct mspec s = { "qwen3moe", GGML_TYPE_F32, 4, 5, 512, 256, 256, 0, true };
+		struct mspec s = { "qwen3moe", GGML_TYPE_F32, 4, 5, 512, 256, 256, 0, true, 1, false };
 		struct kvc_model m;
 		char err[256] = "";
 		void *mem;
@@ -460,13 +532,17 @@ main(void)
 	/* K-quant rows need multiples of 256: the experts are 256 wide */
 	static const struct mspec specs[] = {
 		/* expert width from its key (not feed_forward_length / used = 384), renormalised */
-		{ "qwen3moe", 0, 8, 2, 768, 256, 256, 0, true },
+		{ "qwen3moe", 0, 8, 2, 768, 256, 256, 0, true, 1, false },
 		/* default expert width 512 / 2, shared expert of feed_forward_length, not renormalised */
-		{ "qwen2moe", 0, 8, 2, 512, 0, 256, 512, false },
+		{ "qwen2moe", 0, 8, 2, 512, 0, 256, 512, false, 1, false },
 		/* Mixtral: experts of feed_forward_length, renormalised; 3 of 4 */
-		{ "llama", 0, 4, 3, 256, 0, 256, 0, true },
+		{ "llama", 0, 4, 3, 256, 0, 256, 0, true, 1, false },
 		/* gpt-oss: biases everywhere, softmax over the chosen logits (not renormalised: exact) */
-		{ "gpt-oss", 0, 8, 2, 512, 256, 256, 0, false },
+		{ "gpt-oss", 0, 8, 2, 512, 256, 256, 0, false, 1, false },
+		/* glm4moe as GLM-4.5-Air: no Q/K norms, weights renormalised, unscaled */
+		{ "glm4moe", 0, 8, 2, 512, 256, 256, 256, true, 1.0, false },
+		/* and as GLM-4.6: Q/K norms, weights scaled by 2.5 */
+		{ "glm4moe", 0, 8, 2, 512, 256, 256, 256, true, 2.5, true },
 	};
 	int32_t tok[N_TOK];
 

@@ -42,6 +42,39 @@ arch_int(const struct gguf_file *f, const char *arch, const char *suffix, int64_
 	return gguf_get_int(f, key, def);
 }
 
+/*
+ * The experts line: count, used, width, the shared expert, leading dense
+ * layers (glm4moe), the routing when it is not a softmax. Widths come from
+ * the tensors of the first layer that has experts: keys may be absent.
+ */
+static void
+print_experts(const struct gguf_file *f, const char *arch)
+{
+	const struct gguf_tensor *ex = NULL, *sh = NULL;
+	int64_t n_layer = arch_int(f, arch, "block_count", 0);
+	int64_t dense = arch_int(f, arch, "leading_dense_block_count", 0);
+	int64_t gating = arch_int(f, arch, "expert_gating_func", strcmp(arch, "glm4moe") == 0 ? 2 : 1);
+	char name[96];
+
+	for (int64_t il = 0; il < n_layer && il < 4096 && ex == NULL; il++) {
+		snprintf(name, sizeof name, "blk.%lld.ffn_up_exps.weight", (long long)il);
+		ex = gguf_find_tensor(f, name);
+		snprintf(name, sizeof name, "blk.%lld.ffn_up_shexp.weight", (long long)il);
+		sh = gguf_find_tensor(f, name);
+	}
+	printf("%-18s %lld, %lld used per token", "experts", (long long)arch_int(f, arch, "expert_count", 0),
+	    (long long)arch_int(f, arch, "expert_used_count", 0));
+	if (ex != NULL)
+		printf(", %lld wide", (long long)ex->ne[1]);
+	if (sh != NULL)
+		printf("; shared expert %lld wide", (long long)sh->ne[1]);
+	if (dense > 0)
+		printf("; first %lld layer%s dense", (long long)dense, dense == 1 ? "" : "s");
+	if (gating == 2)
+		printf("; sigmoid routing");
+	printf("\n");
+}
+
 static void
 print_special(const struct kvc_tokenizer *t, const char *label, int32_t id)
 {
@@ -113,24 +146,17 @@ sub_info(int argc, char **argv)
 	printf("\n");
 	printf("%-18s %lld\n", "context length", (long long)arch_int(f, arch, "context_length", 0));
 	printf("%-18s %lld\n", "embedding", (long long)arch_int(f, arch, "embedding_length", 0));
-	printf("%-18s %lld\n", "layers", (long long)arch_int(f, arch, "block_count", 0));
+	printf("%-18s %lld", "layers", (long long)arch_int(f, arch, "block_count", 0));
+	if (arch_int(f, arch, "nextn_predict_layers", 0) > 0)
+		printf(" (the last %lld for multi-token prediction, not run)",
+		    (long long)arch_int(f, arch, "nextn_predict_layers", 0));
+	printf("\n");
 	printf("%-18s %lld (kv %lld)\n", "heads", (long long)arch_int(f, arch, "attention.head_count", 0),
 	    (long long)arch_int(f, arch, "attention.head_count_kv",
 		arch_int(f, arch, "attention.head_count", 0)));
 	printf("%-18s %lld\n", "feed-forward", (long long)arch_int(f, arch, "feed_forward_length", 0));
-	if (arch_int(f, arch, "expert_count", 0) > 0) {
-		/* the experts' width and the shared expert's from their tensors: keys may be absent */
-		const struct gguf_tensor *ex = gguf_find_tensor(f, "blk.0.ffn_up_exps.weight");
-		const struct gguf_tensor *sh = gguf_find_tensor(f, "blk.0.ffn_up_shexp.weight");
-
-		printf("%-18s %lld, %lld used per token", "experts", (long long)arch_int(f, arch, "expert_count", 0),
-		    (long long)arch_int(f, arch, "expert_used_count", 0));
-		if (ex != NULL)
-			printf(", %lld wide", (long long)ex->ne[1]);
-		if (sh != NULL)
-			printf("; shared expert %lld wide", (long long)sh->ne[1]);
-		printf("\n");
-	}
+	if (arch_int(f, arch, "expert_count", 0) > 0)
+		print_experts(f, arch);
 
 	if (gguf_find_key(f, "tokenizer.ggml.model") < 0) {
 		printf("%-18s none\n", "vocabulary");
