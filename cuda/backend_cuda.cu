@@ -31,11 +31,15 @@
  * (decode_graph; KVCHAT_CUDA_GRAPH=0 runs it kernel by kernel, to measure
  * both ways).
  *
+ * forward_multi (kvchat batch, serve) runs the sequences' tokens as the
+ * rows of one batch (multi.cu); long prefills' attention runs over tiles
+ * of queries x keys (attn_prefill.cu).
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: GPU sampling, a batched prefill path for short deltas, a
- * tiled prefill attention, q8_0 caches and forward_multi on the
- * device (issue 25 lists what is left; docs/BENCHMARKS.md what is
- * unmeasured).
+ * Still to do: GPU sampling, q8_0 caches, an int8 tensor-core prefill,
+ * prefill_multi, and experts / IQ / MXFP4 weights (refused: --device
+ * auto runs those on the CPU) (issue 25 lists what is left;
+ * docs/BENCHMARKS.md what is unmeasured).
  */
 extern "C" {
 #include "backend/backend.h"
@@ -342,6 +346,7 @@ cuda_free(void *ctx)
 	if (c->graph_exec)
 		cudaGraphExecDestroy(c->graph_exec);
 	cu_free_scratch(c);
+	cu_multi_free(c);
 	cudaFree(c->logits);
 	if (c->blas)
 		cublasDestroy(c->blas);
@@ -730,8 +735,32 @@ cuda_describe_devices(struct kvc_buf *out)
 	}
 }
 
-/* kv_lowest and forward_multi stay NULL: every position is kept, and the engine decodes a
- * batch of sequences one at a time with cuda_forward. */
+/*
+ * multi.cu's pass over the caches grown first (the tables it sends name
+ * their buffers), or one sequence at a time for caches it does not take
+ * (mixed types).
+ */
+static int
+cuda_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens, const int *pos,
+    float *logits, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	bool one_by_one;
+	int rc = cu_multi_check(c, n_seq, kvs, tokens, pos, logits, &one_by_one, err, errlen);
+
+	if (rc != KVC_OK)
+		return rc;
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	for (int i = 0; rc == KVC_OK && i < n_seq; i++)
+		rc = one_by_one ? cuda_forward(ctx, kvs[i], &tokens[i], 1, pos[i],
+		    logits + (size_t)i * c->m->hp.n_vocab, false, err, errlen) :
+		    kv_grow(c, (struct cuda_kv *)kvs[i], pos[i] + 1, err, errlen);
+	if (rc == KVC_OK && !one_by_one)
+		rc = cu_forward_multi(c, n_seq, kvs, tokens, pos, logits, err, errlen);
+	return rc;
+}
+
+/* kv_lowest stays NULL: every position is kept. prefill_multi too: the engine prefills one at a time. */
 static const struct kvc_backend_i cuda_backend = {
 	"cuda",
 	cuda_init,
@@ -744,6 +773,8 @@ static const struct kvc_backend_i cuda_backend = {
 	cuda_kv_write,
 	cuda_describe,
 	cuda_kv_shift,
+	NULL,
+	cuda_forward_multi,
 };
 
 static const struct kvc_cuda_module cuda_module = {
