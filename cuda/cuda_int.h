@@ -59,8 +59,10 @@ extern "C" {
 
 /*
  * One token's x in blocks of 32, as the int8 kernels read it: scale d =
- * max|x| / 127, sum s = the block's exact sum (for the weights' offsets),
- * q = x / d rounded to nearest. 40 bytes, so q is 4-byte aligned for dp4a.
+ * max|x| / 127, q = x / d rounded to nearest, sum s = d * (sum of the 32
+ * q), the sum of the rounded x (the weights' offsets must see the x the
+ * levels see, or Q4_1/Q5_1/Q4_K/Q5_K's offset terms do not cancel: as the
+ * CPU's q_act_prepare). 40 bytes, so q is 4-byte aligned for dp4a.
  */
 struct xq8 {
 	float d, s;

@@ -20,10 +20,17 @@
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
  * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for the
- * others: their offsets use x's exact block sum, or for the K-quants'
- * groups of 16 its quants' sum, which adds the same rounding again); the
- * test allows twice that over 64 rows. Parts fed x's next block instead of their
- * own (what a layout slip does) must miss it by far, so the test can fail.
+ * others, whose offsets add a block sum of x's rounding); the test allows
+ * twice that over 64 rows. Parts fed x's next block instead of their own
+ * (what a layout slip does) must miss it by far, so the test can fail.
+ *
+ * And exactly (to float rounding, 1e-5 of sum |w x|): each dot is the
+ * dequantised row times the rounded x, d q, offsets included, as the
+ * CPU's q_act_prepare makes it: the block sum is d times the levels'
+ * integer sum. With x's exact sum instead (what the kernel once used) the
+ * offset terms of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q5_K see another x than
+ * their levels: the test checks that those sums miss the bound (they
+ * miss by 5e-4 to 1.5e-3 here).
  */
 #include "cuda/backend_cuda.cu"
 #include "cuda/cuda_err.cu"
@@ -64,12 +71,16 @@ rnd(void)
 	return (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
 }
 
-/* x to xq8 blocks as kernel_quantize_x does (a lane per element). */
+/*
+ * x to xq8 blocks as kernel_quantize_x does (a lane per element); exact:
+ * the block sums as the kernel once made them, x's exact sum.
+ */
 static void
-host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
+host_quantize_x_as(const float *x, struct xq8 *xq, int64_t n, bool exact)
 {
 	for (int64_t b = 0; b < n / 32; b++) {
 		float amax = 0, sum = 0, d;
+		int isum = 0;
 
 		for (int i = 0; i < 32; i++) {
 			amax = fmaxf(amax, fabsf(x[32 * b + i]));
@@ -77,11 +88,20 @@ host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
 		}
 		d = amax / 127.f;
 		xq[b].d = d;
-		xq[b].s = sum;
-		for (int i = 0; i < 32; i++)
+		for (int i = 0; i < 32; i++) {
 			xq[b].q[i] = (int8_t)(d > 0 ? lrintf(x[32 * b + i] / d) : 0);
+			isum += xq[b].q[i];
+		}
+		xq[b].s = exact ? sum : d * (float)isum;
 	}
 }
+
+static void
+host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
+{
+	host_quantize_x_as(x, xq, n, false);
+}
+
 
 /*
  * One row of type t from src: the fixture quantiser, or for Q2_K (which it
@@ -142,6 +162,47 @@ rel_err(enum gguf_dtype t, int64_t n_in, int n_out, bool wrong)
 	free(src);
 	free(xq);
 	return sqrt(se / sy);
+}
+
+/*
+ * The largest |int8 dot - (dequantised row) . (rounded x)| / sum |w x| over
+ * n_out rows of type t, n_in wide, with the block sums rounded (*now) and
+ * exact (*old, the sums the kernel once used).
+ */
+static void
+rounded_err(enum gguf_dtype t, int64_t n_in, int n_out, double *now, double *old)
+{
+	size_t rb = gguf_dtype_row_size(t, n_in);
+	uint8_t *w = (uint8_t *)malloc(rb);
+	float *x = (float *)malloc(n_in * sizeof *x), *row = (float *)malloc(n_in * sizeof *row);
+	float *src = (float *)malloc(n_in * sizeof *src);
+	struct xq8 *xq = (struct xq8 *)calloc(n_in / 32, sizeof *xq), *xe = (struct xq8 *)calloc(n_in / 32, sizeof *xe);
+
+	*now = *old = 0;
+	for (int64_t i = 0; i < n_in; i++)
+		x[i] = (float)(rnd() * (i % 97 == 0 ? 8 : 1));
+	host_quantize_x_as(x, xq, n_in, false);
+	host_quantize_x_as(x, xe, n_in, true);
+	for (int r = 0; r < n_out; r++) {
+		double ref = 0, mag = 0;
+
+		for (int64_t i = 0; i < n_in; i++)
+			src[i] = (float)rnd();
+		make_row(t, src, w, n_in);
+		q_dequant_row(t, w, row, n_in);
+		for (int64_t i = 0; i < n_in; i++) {
+			ref += (double)row[i] * xq[i / 32].d * xq[i / 32].q[i % 32];
+			mag += fabs((double)row[i] * x[i]);
+		}
+		*now = fmax(*now, fabs(mv_i8_row_host(t, w, xq, n_in) - ref) / mag);
+		*old = fmax(*old, fabs(mv_i8_row_host(t, w, xe, n_in) - ref) / mag);
+	}
+	free(w);
+	free(x);
+	free(row);
+	free(src);
+	free(xq);
+	free(xe);
 }
 
 /* true, or a failure counted with the CUDA error's words */
@@ -776,6 +837,22 @@ main(void)
 		snprintf(what, sizeof what, "%s %lld wide", gguf_dtype_name(cases[i].t), (long long)cases[i].n_in);
 		check(e <= bound, what, e, bound);
 		check(bad > 10 * bound, "a part paired with the wrong x is not caught", bad, 10 * bound);
+		{
+			enum gguf_dtype t = cases[i].t;
+			bool offsets = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 ||
+			    t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+			double now, old;
+
+			rounded_err(t, cases[i].n_in, 16, &now, &old);
+			printf("%s n_in %lld: against w . (rounded x) %.2e of sum |w x| (bound 1e-5); with exact "
+			    "block sums %.2e\n", gguf_dtype_name(t), (long long)cases[i].n_in, now, old);
+			snprintf(what, sizeof what, "%s %lld wide: the dot of the rounded x", gguf_dtype_name(t),
+			    (long long)cases[i].n_in);
+			check(now <= 1e-5, what, now, 1e-5);
+			/* the offset types must tell the two sums apart, or the check above could not fail */
+			if (offsets)
+				check(old > 2e-5, "exact block sums are not caught", old, 2e-5);
+		}
 	}
 	{
 		static const enum gguf_dtype all[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
