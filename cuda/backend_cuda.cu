@@ -93,18 +93,7 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	memset(d, 0, sizeof *d);
 	if (w->data == NULL)
 		return KVC_OK;
-	if (!cu_dev_type_ok(w->type)) {
-		/* block_dot would give zeros: refuse, the CPU backend runs these files */
-		kvc_err(err, errlen, "cuda: no GPU kernel for %s weights yet (the CPU backend runs them: "
-		    "--device cpu)", gguf_dtype_name(w->type));
-		return KVC_EUNSUPPORTED;
-	}
-	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
-		/* the float types run through 32-element pseudo-blocks */
-		kvc_err(err, errlen, "cuda: %s matrix with %lld columns (not a multiple of 32)",
-		    gguf_dtype_name(w->type), (long long)w->n_in);
-		return KVC_EUNSUPPORTED;
-	}
+	/* its type and width: cu_model_check (support.c) refused the model otherwise */
 	if ((rc = upload(c, w->data, w->row_bytes * (size_t)w->n_out, &p, err, errlen)) != KVC_OK)
 		return rc;
 	/* only the quantised types pass through wscratch (see matmul) */
@@ -194,6 +183,9 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	cudaError_t ce;
 
 	*out = NULL;
+	/* what it lacks named before the device is touched (--device auto's notice) */
+	if ((rc = cu_model_check(m, err, errlen)) != KVC_OK)
+		return rc;
 	if ((ce = cudaGetDeviceCount(&n_dev)) != cudaSuccess || n_dev == 0) {
 		/* an old driver is cudaErrorInsufficientDriver, not "no device": say which */
 		kvc_err(err, errlen, "cuda: cannot use CUDA: %s",
@@ -207,23 +199,6 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	if (gpu < 0 || gpu >= n_dev) {
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
-	}
-	/*
-	 * Every dense architecture model_load accepts runs here (gemma's
-	 * windowed layers keep every position: kv_lowest stays 0), YaRN
-	 * included; experts are CPU-only for now, refused by name, and
-	 * --device auto runs them on the CPU.
-	 */
-	if (hp->n_expert > 0) {
-		kvc_err(err, errlen, "cuda: a mixture of experts is not implemented on the GPU yet (the CPU "
-		    "backend runs it: --device cpu)");
-		return KVC_EUNSUPPORTED;
-	}
-	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
-		kvc_err(err, errlen, "cuda: %s's head shape (%d heads, %d KV heads, head size %d, "
-		    "%d rotated) is not one the GPU kernels take (head size at most 256)",
-		    model_arch_name(hp->arch), hp->n_head, hp->n_head_kv, hp->head_dim, hp->rope_dim);
-		return KVC_EUNSUPPORTED;
 	}
 	if ((c = (struct cuda_ctx *)calloc(1, sizeof *c)) == NULL) {
 		kvc_err(err, errlen, "out of memory");

@@ -27,6 +27,7 @@ extern "C" {
 #include <stdint.h>
 
 #include "launch_plan.h"
+#include "support.h"
 
 /* Record the failing call with file:line and return an error, never abort. */
 #define CUDA_CHECK(call, err, errlen) do {					\
@@ -247,9 +248,6 @@ int cu_launched(struct cuda_ctx *c, const char *kernel, char *err, size_t errlen
 int cu_call(cudaError_t e, const char *what, char *err, size_t errlen);
 
 /* ---- matmul.cu ---- */
-
-/* The weight types the GPU computes (the others stay on the CPU). */
-bool cu_dev_type_ok(enum gguf_dtype t);
 
 /* The types cuBLAS multiplies as stored (the others are dequantised to F16 first). */
 bool cu_matmul_native(int type);

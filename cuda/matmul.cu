@@ -440,25 +440,6 @@ kernel_embed(int type, const uint8_t *E, size_t row_bytes, const int32_t *tokens
 	}
 }
 
-/*
- * The weight types block_dot has a case for (and, the quantised ones,
- * mv_i8.cu); the CPU computes more: the IQ lattice types and MXFP4 run on
- * the CPU (--device auto falls back there with a notice naming the type).
- */
-bool
-cu_dev_type_ok(enum gguf_dtype t)
-{
-	switch (t) {
-	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
-	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
-	case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-	case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* The types cuBLAS multiplies as stored (the others are dequantised to F16 first). */
 bool
 cu_matmul_native(int type)
