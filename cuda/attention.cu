@@ -3,8 +3,11 @@
  * an online softmax (no score matrix in memory): for decode, one block per
  * KV head that serves its whole GQA group, split over the cache
  * (flash-decoding: the split count from the SM count, launch_plan.c, so a
- * captured graph replays at any position); for prefill and the shapes the
- * group kernel does not take, a block per (token, query head).
+ * captured graph replays at any position); for short prefills and the
+ * shapes the group kernel does not take, a block per (token, query head)
+ * (long prefills: attn_prefill.cu's tiles). The same kernels serve
+ * forward_multi's rows (attention_rows): row t is one sequence's token,
+ * its cache and position its own (a->k_rows[t], a->pos0[t]).
  *
  * Positions come from device memory (*a->pos0), never from the launch, so
  * the decode graph (backend_cuda.cu) replays these kernels unchanged.
@@ -24,7 +27,8 @@ kv_at(const void *c, bool f16, int64_t i)
  * Causal grouped-query attention with an online softmax, split over the
  * sequence (flash-decoding) when gridDim.z > 1. Block (t, h, z) handles
  * query token t, head h (KV head h / (n_head / n_head_kv), as on the CPU)
- * and the z-th of gridDim.z equal slices of positions [first, *pos0 + t]:
+ * and the z-th of gridDim.z equal slices of positions [first, *pos0 + t]
+ * (with k_rows, forward_multi's: [first, pos0[t]] of row t's own cache):
  * first = *pos0 + t + 1 - win for a windowed layer (win > 0, gemma), else
  * 0. Scores are q.k * scale, then cap * tanh(score / cap) when cap > 0
  * (gemma2).
@@ -42,7 +46,7 @@ kv_at(const void *c, bool f16, int64_t i)
 __global__ static void
 kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
     float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale,
-    float cap, int win)
+    float cap, int win, void *const *k_rows, void *const *v_rows)
 {
 	__shared__ float acc[ATT_WARPS][256];
 	__shared__ float wm[ATT_WARPS], ws[ATT_WARPS];
@@ -50,10 +54,14 @@ kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int kvh = h / (n_head / n_head_kv), kv_dim = n_head_kv * head_dim;
 	const float *qv = q + ((int64_t)t * n_head + h) * head_dim;
-	int n_pos = *pos0 + t + 1, first = win > 0 ? max(0, n_pos - win) : 0;
+	int n_pos = (k_rows ? pos0[t] : *pos0 + t) + 1, first = win > 0 ? max(0, n_pos - win) : 0;
 	int per = (n_pos - first + nz - 1) / nz, p0 = first + z * per, p1 = min(n_pos, p0 + per);
 	float m = -INFINITY, s = 0.f;
 
+	if (k_rows) {
+		kc = k_rows[t];
+		vc = v_rows[t];
+	}
 	for (int i = lane; i < head_dim; i += 32)
 		acc[warp][i] = 0.f;
 	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
@@ -181,7 +189,8 @@ load_kv(const void *c, bool f16, int64_t base, float *out)
 
 /*
  * One token's attention for KV head blockIdx.x and its G = n_head /
- * n_head_kv query heads over split blockIdx.y of gridDim.y. Lane l holds
+ * n_head_kv query heads over split blockIdx.y of gridDim.y, for row
+ * blockIdx.z (forward_multi's sequences: a.k_rows; else row 0). Lane l holds
  * dims [PL l, PL l + PL) of the G queries and accumulators in registers
  * (head_dim = 32 PL); each of the ATT_WARPS warps walks every ATT_WARPS-th
  * position of the split, reads its K and V rows once (wide loads: 16 bytes
@@ -189,7 +198,7 @@ load_kv(const void *c, bool f16, int64_t base, float *out)
  * so the group shares one read of the cache instead of G. The warps are
  * merged in shared memory; with one split the block writes the normalised
  * output, otherwise (max, sum, unnormalised accumulator) to part for
- * kernel_attention_merge. grid (n_head_kv, nz), block 32 * ATT_WARPS,
+ * kernel_attention_merge. grid (n_head_kv, nz, rows), block 32 * ATT_WARPS,
  * static shared memory ATT_WARPS * GQA_MAX * (head_dim + 2) * 4 <= 33 KB.
  * Bytes: 2 * n_pos * kv_dim * elt of cache read once, n_head * head_dim * 4
  * of q, n_head * nz * (head_dim + 2) * 4 written.
@@ -199,12 +208,17 @@ __global__ static void __launch_bounds__(32 * ATT_WARPS)
 kernel_attn_gqa(struct att_args a, int nz)
 {
 	__shared__ float sacc[ATT_WARPS][GQA_MAX][32 * PL], sm[ATT_WARPS][GQA_MAX], ss[ATT_WARPS][GQA_MAX];
-	const int hd = 32 * PL, G = a.n_head / a.n_head_kv, kvh = blockIdx.x, z = blockIdx.y;
+	const int hd = 32 * PL, G = a.n_head / a.n_head_kv, kvh = blockIdx.x, z = blockIdx.y, row = blockIdx.z;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32, p0, p1;
 	int64_t kv_dim = (int64_t)a.n_head_kv * hd;
 	float q[GQA_MAX][PL], acc[GQA_MAX][PL], m[GQA_MAX], s[GQA_MAX];
+	const void *kc = a.k_rows ? a.k_rows[row] : a.k, *vc = a.k_rows ? a.v_rows[row] : a.v;
 
-	att_slice(*a.pos0 + 1, a.win, z, nz, &p0, &p1);
+	/* the row's own query, output and partials (row 0 of one token: as they are) */
+	a.q += (int64_t)row * a.n_head * hd;
+	a.out += (int64_t)row * a.n_head * hd;
+	a.part += (int64_t)row * a.n_head * nz * (hd + 2);
+	att_slice((a.k_rows ? a.pos0[row] : *a.pos0) + 1, a.win, z, nz, &p0, &p1);
 #pragma unroll
 	for (int j = 0; j < GQA_MAX; j++) {
 		m[j] = -INFINITY;
@@ -219,8 +233,8 @@ kernel_attn_gqa(struct att_args a, int nz)
 		int64_t base = (int64_t)p * kv_dim + (int64_t)kvh * hd + PL * lane;
 		float k[PL], v[PL];
 
-		load_kv<PL>(a.k, a.f16, base, k);
-		load_kv<PL>(a.v, a.f16, base, v);
+		load_kv<PL>(kc, a.f16, base, k);
+		load_kv<PL>(vc, a.f16, base, v);
 #pragma unroll
 		for (int j = 0; j < GQA_MAX; j++) {
 			if (j >= G)
@@ -290,10 +304,10 @@ gqa_ok(const struct att_args *a)
 }
 
 cudaError_t
-attention_decode(cudaStream_t st, const struct att_args *a, int nz)
+attention_rows(cudaStream_t st, const struct att_args *a, int nz, int n_rows)
 {
 	if (gqa_ok(a)) {
-		dim3 grid(a->n_head_kv, nz);
+		dim3 grid(a->n_head_kv, nz, n_rows);
 
 		switch (a->head_dim / 32) {
 		case 2: kernel_attn_gqa<2><<<grid, 32 * ATT_WARPS, 0, st>>>(*a, nz); break;
@@ -302,24 +316,31 @@ attention_decode(cudaStream_t st, const struct att_args *a, int nz)
 		default: kernel_attn_gqa<8><<<grid, 32 * ATT_WARPS, 0, st>>>(*a, nz); break;
 		}
 	} else {
-		kernel_attention<<<dim3(1, a->n_head, nz), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v, a->f16,
-		    a->out, a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap, a->win);
+		kernel_attention<<<dim3(n_rows, a->n_head, nz), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v,
+		    a->f16, a->out, a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap,
+		    a->win, a->k_rows, a->v_rows);
 	}
 	if (nz > 1) {
 		cudaError_t e = cudaPeekAtLastError();
 
 		if (e != cudaSuccess)
 			return e;
-		kernel_attention_merge<<<dim3(1, a->n_head), a->head_dim, 0, st>>>(a->part, a->out, a->n_head,
-		    a->head_dim, nz);
+		kernel_attention_merge<<<dim3(n_rows, a->n_head), a->head_dim, 0, st>>>(a->part, a->out,
+		    a->n_head, a->head_dim, nz);
 	}
 	return cudaPeekAtLastError();
+}
+
+cudaError_t
+attention_decode(cudaStream_t st, const struct att_args *a, int nz)
+{
+	return attention_rows(st, a, nz, 1);
 }
 
 cudaError_t
 attention_tokens(cudaStream_t st, const struct att_args *a, int n)
 {
 	kernel_attention<<<dim3(n, a->n_head, 1), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v, a->f16, a->out,
-	    a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap, a->win);
+	    a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap, a->win, NULL, NULL);
 	return cudaPeekAtLastError();
 }

@@ -31,11 +31,15 @@
  * (decode_graph; KVCHAT_CUDA_GRAPH=0 runs it kernel by kernel, to measure
  * both ways).
  *
+ * forward_multi (kvchat batch, serve) runs the sequences' tokens as the
+ * rows of one batch (multi.cu); long prefills' attention runs over tiles
+ * of queries x keys (attn_prefill.cu).
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: GPU sampling, a batched prefill path for short deltas, a
- * tiled prefill attention, q8_0 caches and forward_multi on the
- * device (issue 25 lists what is left; docs/BENCHMARKS.md what is
- * unmeasured).
+ * Still to do: GPU sampling, q8_0 caches, an int8 tensor-core prefill,
+ * prefill_multi, and experts / IQ / MXFP4 weights (refused: --device
+ * auto runs those on the CPU) (issue 25 lists what is left;
+ * docs/BENCHMARKS.md what is unmeasured).
  */
 extern "C" {
 #include "backend/backend.h"
@@ -89,18 +93,7 @@ upload_weight(struct cuda_ctx *c, const struct kvc_weight *w, struct dweight *d,
 	memset(d, 0, sizeof *d);
 	if (w->data == NULL)
 		return KVC_OK;
-	if (!cu_dev_type_ok(w->type)) {
-		/* block_dot would give zeros: refuse, the CPU backend runs these files */
-		kvc_err(err, errlen, "cuda: no GPU kernel for %s weights yet (the CPU backend runs them: "
-		    "--device cpu)", gguf_dtype_name(w->type));
-		return KVC_EUNSUPPORTED;
-	}
-	if (q_block_elems(w->type) == 1 && w->n_in % 32 != 0) {
-		/* the float types run through 32-element pseudo-blocks */
-		kvc_err(err, errlen, "cuda: %s matrix with %lld columns (not a multiple of 32)",
-		    gguf_dtype_name(w->type), (long long)w->n_in);
-		return KVC_EUNSUPPORTED;
-	}
+	/* its type and width: cu_model_check (support.c) refused the model otherwise */
 	if ((rc = upload(c, w->data, w->row_bytes * (size_t)w->n_out, &p, err, errlen)) != KVC_OK)
 		return rc;
 	/* only the quantised types pass through wscratch (see matmul) */
@@ -190,6 +183,9 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	cudaError_t ce;
 
 	*out = NULL;
+	/* what it lacks named before the device is touched (--device auto's notice) */
+	if ((rc = cu_model_check(m, err, errlen)) != KVC_OK)
+		return rc;
 	if ((ce = cudaGetDeviceCount(&n_dev)) != cudaSuccess || n_dev == 0) {
 		/* an old driver is cudaErrorInsufficientDriver, not "no device": say which */
 		kvc_err(err, errlen, "cuda: cannot use CUDA: %s",
@@ -203,23 +199,6 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 	if (gpu < 0 || gpu >= n_dev) {
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
-	}
-	/*
-	 * Every dense architecture model_load accepts runs here (gemma's
-	 * windowed layers keep every position: kv_lowest stays 0), YaRN
-	 * included; experts are CPU-only for now, refused by name, and
-	 * --device auto runs them on the CPU.
-	 */
-	if (hp->n_expert > 0) {
-		kvc_err(err, errlen, "cuda: a mixture of experts is not implemented on the GPU yet (the CPU "
-		    "backend runs it: --device cpu)");
-		return KVC_EUNSUPPORTED;
-	}
-	if (hp->head_dim > 256 || hp->n_head % hp->n_head_kv != 0 || hp->rope_dim > hp->head_dim) {
-		kvc_err(err, errlen, "cuda: %s's head shape (%d heads, %d KV heads, head size %d, "
-		    "%d rotated) is not one the GPU kernels take (head size at most 256)",
-		    model_arch_name(hp->arch), hp->n_head, hp->n_head_kv, hp->head_dim, hp->rope_dim);
-		return KVC_EUNSUPPORTED;
 	}
 	if ((c = (struct cuda_ctx *)calloc(1, sizeof *c)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
@@ -342,6 +321,7 @@ cuda_free(void *ctx)
 	if (c->graph_exec)
 		cudaGraphExecDestroy(c->graph_exec);
 	cu_free_scratch(c);
+	cu_multi_free(c);
 	cudaFree(c->logits);
 	if (c->blas)
 		cublasDestroy(c->blas);
@@ -730,8 +710,32 @@ cuda_describe_devices(struct kvc_buf *out)
 	}
 }
 
-/* kv_lowest and forward_multi stay NULL: every position is kept, and the engine decodes a
- * batch of sequences one at a time with cuda_forward. */
+/*
+ * multi.cu's pass over the caches grown first (the tables it sends name
+ * their buffers), or one sequence at a time for caches it does not take
+ * (mixed types).
+ */
+static int
+cuda_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens, const int *pos,
+    float *logits, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	bool one_by_one;
+	int rc = cu_multi_check(c, n_seq, kvs, tokens, pos, logits, &one_by_one, err, errlen);
+
+	if (rc != KVC_OK)
+		return rc;
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	for (int i = 0; rc == KVC_OK && i < n_seq; i++)
+		rc = one_by_one ? cuda_forward(ctx, kvs[i], &tokens[i], 1, pos[i],
+		    logits + (size_t)i * c->m->hp.n_vocab, false, err, errlen) :
+		    kv_grow(c, (struct cuda_kv *)kvs[i], pos[i] + 1, err, errlen);
+	if (rc == KVC_OK && !one_by_one)
+		rc = cu_forward_multi(c, n_seq, kvs, tokens, pos, logits, err, errlen);
+	return rc;
+}
+
+/* kv_lowest stays NULL: every position is kept. prefill_multi too: the engine prefills one at a time. */
 static const struct kvc_backend_i cuda_backend = {
 	"cuda",
 	cuda_init,
@@ -744,6 +748,8 @@ static const struct kvc_backend_i cuda_backend = {
 	cuda_kv_write,
 	cuda_describe,
 	cuda_kv_shift,
+	NULL,
+	cuda_forward_multi,
 };
 
 static const struct kvc_cuda_module cuda_module = {

@@ -6,9 +6,11 @@
  * generic and prefill paths (block decoding, F16 matvec, cuBLAS);
  * cuda_err.cu error reporting; mv_i8.cu the
  * int8 matrix-vector kernels of decode and the fused steps around them;
- * attention.cu attention over the cache (flash-decoding, prefill);
- * launch_plan.c (launch_plan.h) the host-side choices, plain C so that
- * the CPU tests run them without nvcc.
+ * attention.cu attention over the cache (flash-decoding, short
+ * prefills, forward_multi's rows); attn_prefill.cu long prefills'
+ * attention over tiles of queries x keys; multi.cu forward_multi (one
+ * decode step of several sequences); launch_plan.c (launch_plan.h) the
+ * host-side choices, plain C so that the CPU tests run them without nvcc.
  */
 #ifndef KVC_CUDA_INT_H
 #define KVC_CUDA_INT_H
@@ -25,6 +27,7 @@ extern "C" {
 #include <stdint.h>
 
 #include "launch_plan.h"
+#include "support.h"
 
 /* Record the failing call with file:line and return an error, never abort. */
 #define CUDA_CHECK(call, err, errlen) do {					\
@@ -57,8 +60,10 @@ extern "C" {
 
 /*
  * One token's x in blocks of 32, as the int8 kernels read it: scale d =
- * max|x| / 127, sum s = the block's exact sum (for the weights' offsets),
- * q = x / d rounded to nearest. 40 bytes, so q is 4-byte aligned for dp4a.
+ * max|x| / 127, q = x / d rounded to nearest, sum s = d * (sum of the 32
+ * q), the sum of the rounded x (the weights' offsets must see the x the
+ * levels see, or Q4_1/Q5_1/Q4_K/Q5_K's offset terms do not cancel: as the
+ * CPU's q_act_prepare). 40 bytes, so q is 4-byte aligned for dp4a.
  */
 struct xq8 {
 	float d, s;
@@ -83,6 +88,8 @@ struct dlayer {
 	bool swa;				/* model_layer_swa: attends to the last n_swa positions */
 	struct dweight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
+
+struct cu_multi;
 
 struct cuda_ctx {
 	const struct kvc_model *m;
@@ -129,6 +136,7 @@ struct cuda_ctx {
 	float *att_part;			/* (ATT_MAX_SPLIT, n_head, head_dim + 2) split-K partials */
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
+	struct cu_multi *multi;			/* forward_multi's row tables (multi.cu), or NULL */
 };
 
 struct cuda_kv {
@@ -172,6 +180,18 @@ struct mv_qkv {
 	bool f16;
 };
 
+/*
+ * forward_multi's pass (multi.cu): row t is one sequence's next token at
+ * position pos[t] of its own cache. Device tables.
+ */
+struct cu_rows {
+	const int *pos;			/* (n) each row's position */
+	void *const *k, *const *v;	/* (n_layer * n) layer l's K / V buffer of row t's cache at [l * n + t] */
+	int n;
+	int n_pos_max;			/* the largest pos[t] + 1 (attention splits) */
+	bool f16;			/* the caches' type: f16, else f32 (all the same) */
+};
+
 /* One layer's attention for attention.cu's kernels. */
 struct att_args {
 	const float *q;			/* (n, n_head, head_dim) rotated queries */
@@ -183,6 +203,11 @@ struct att_args {
 	const int *pos0;		/* first token's position, in device memory */
 	float scale, cap;		/* score scale; softcap (gemma2) or 0 */
 	int win;			/* sliding window (gemma's local layers) or 0 */
+	/*
+	 * forward_multi (attention_rows): row t's cache buffers, then pos0 is
+	 * the rows' positions (n) and k, v are unused; NULL otherwise.
+	 */
+	void *const *k_rows, *const *v_rows;
 };
 
 /* ---- attention.cu ---- */
@@ -195,6 +220,21 @@ cudaError_t attention_decode(cudaStream_t st, const struct att_args *a, int nz);
 
 /* n tokens' attention (prefill), a block per (token, query head). */
 cudaError_t attention_tokens(cudaStream_t st, const struct att_args *a, int n);
+
+/*
+ * forward_multi's attention: n_rows rows of one token each (a->k_rows,
+ * a->v_rows, a->pos0 per row), each split nz ways over its own cache
+ * (att_multi_splits; n_rows * nz <= ATT_MAX_SPLIT when nz > 1).
+ */
+cudaError_t attention_rows(cudaStream_t st, const struct att_args *a, int nz, int n_rows);
+
+/* ---- attn_prefill.cu ---- */
+
+/*
+ * n tokens' attention over tiles of queries x keys (att_tile_ok(n,
+ * head_dim) must hold): causal, windowed, softcapped as attention_tokens.
+ */
+cudaError_t attention_prefill(cudaStream_t st, const struct att_args *a, int n);
 
 /* ---- cuda_err.cu ---- */
 
@@ -209,9 +249,6 @@ int cu_call(cudaError_t e, const char *what, char *err, size_t errlen);
 
 /* ---- matmul.cu ---- */
 
-/* The weight types the GPU computes (the others stay on the CPU). */
-bool cu_dev_type_ok(enum gguf_dtype t);
-
 /* The types cuBLAS multiplies as stored (the others are dequantised to F16 first). */
 bool cu_matmul_native(int type);
 
@@ -225,8 +262,12 @@ int cu_set_matvec_smem(struct cuda_ctx *c, char *err, size_t errlen);
 int cu_matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y, int n, bool same_x,
     char *err, size_t errlen);
 
-/* The embedding rows of c->tokens[0..n) (and gpt2's learned positions) into c->x. */
-void cu_embed(struct cuda_ctx *c, int n);
+/*
+ * The embedding rows of c->tokens[0..n) (and gpt2's learned positions)
+ * into c->x; the positions *c->d_pos + t, or with rows (forward_multi)
+ * rows[t] (device memory).
+ */
+void cu_embed(struct cuda_ctx *c, int n, const int *rows);
 
 /* ---- layers.cu ---- */
 
@@ -238,6 +279,33 @@ int cu_ensure_scratch(struct cuda_ctx *c, int n, char *err, size_t errlen);
 /* Tokens[0..n) (n <= CHUNK) at positions pos0..; logits of rows [lo, n) into logits (may be NULL). */
 int cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, int n, int pos0,
     float *logits, int lo, char *err, size_t errlen);
+
+/*
+ * forward_multi's pass: rows->n (<= the scratch's capacity) tokens already
+ * in c->tokens, each at its own position of its own cache; every row's
+ * logits into logits (host, rows->n x n_vocab).
+ */
+int cu_forward_rows(struct cuda_ctx *c, const struct cu_rows *rows, float *logits, char *err, size_t errlen);
+
+/* ---- multi.cu ---- */
+
+/*
+ * forward_multi's arguments (backend.h), checked as the CPU checks them;
+ * *mixed when the caches are not all F16 or all F32 (the rows' kernels
+ * take one type: the caller then runs the sequences one at a time).
+ */
+int cu_multi_check(const struct cuda_ctx *c, int n_seq, void *const *kvs, const int32_t *tokens, const int *pos,
+    const float *logits, bool *mixed, char *err, size_t errlen);
+
+/*
+ * One decode step of n_seq sequences, checked by cu_multi_check (not
+ * mixed) and each cache grown to hold pos[i] + 1 positions.
+ */
+int cu_forward_multi(struct cuda_ctx *c, int n_seq, void *const *kvs, const int32_t *tokens, const int *pos,
+    float *logits, char *err, size_t errlen);
+
+/* The row tables' buffers (c->multi), at cuda_free. */
+void cu_multi_free(struct cuda_ctx *c);
 
 /* ---- mv_i8.cu ---- */
 

@@ -1,7 +1,7 @@
 /*
  * dev_util.cuh: the few one-line device helpers every kernel file of the
  * CUDA backend uses (fp16 bits to float, the dp4a dot, unaligned 4-byte
- * loads, a warp's sum).
+ * loads, a warp's sum and maximum).
  *
  * The one place in the tree with function bodies in a header, on purpose:
  * without relocatable device code (-rdc, a device link step and no
@@ -75,6 +75,15 @@ warp_sum(float s)
 	for (int o = 16; o > 0; o /= 2)
 		s += __shfl_xor_sync(0xffffffffu, s, o);
 	return s;
+}
+
+/* the largest of m over the 32 lanes of a warp, in every lane */
+__device__ static inline float
+warp_max(float m)
+{
+	for (int o = 16; o > 0; o /= 2)
+		m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+	return m;
 }
 
 #endif

@@ -49,6 +49,46 @@ int mv_multi_passes(int n);
 int att_decode_splits(int n_sm, int n_head_kv, int n_ctx);
 
 /*
+ * Splits of forward_multi's attention (n_rows sequences' one token each,
+ * the longest at n_pos positions): enough blocks (n_head_kv * n_rows per
+ * split) for two per SM, at most one per 64 positions of the longest, and
+ * n_rows * splits within ATT_MAX_SPLIT (the partials share one-token
+ * decode's buffer) unless there is one split (no partials). No graph is
+ * captured for these steps, so the count may follow the positions.
+ */
+int att_multi_splits(int n_sm, int n_head_kv, int n_rows, int n_pos);
+
+#define ATT_TILE_KEYS 32	/* keys per tile of the tiled prefill attention: one per lane */
+#define ATT_TILE_WARPS 8	/* warps per block of it */
+#define ATT_TILE_MIN 16		/* fewest new tokens that take it (fewer: a block per token and head) */
+
+/*
+ * Whether a prefill of n tokens runs the tiled attention: n >= ATT_TILE_MIN
+ * and a head size it is built for (64, 96, 128, 256).
+ */
+bool att_tile_ok(int n, int head_dim);
+
+/*
+ * Query rows one block of the tiled attention takes: ATT_TILE_WARPS warps
+ * of att_tile_rows_per_warp rows (2 up to 128 wide heads, 1 for 256, so its
+ * shared memory stays within the 48 KB a block gets without opting in).
+ * Rows are numbered r = t * G + j for token t of the chunk and head j of
+ * the KV head's group of G query heads, so a block's rows share one KV
+ * head's K and V tiles.
+ */
+int att_tile_rows_per_warp(int head_dim);
+int att_tile_rows(int head_dim);
+
+/*
+ * The key positions [*k0, *k1) that the block holding rows [r0, r1) (of
+ * group size G, the chunk's first token at position pos0) reads, tile by
+ * tile from *k0: from the first key its first token sees (the window's
+ * start for a windowed layer, win > 0, else 0) to its last token's own
+ * position.
+ */
+void att_tile_keys(int r0, int r1, int G, int pos0, int win, int *k0, int *k1);
+
+/*
  * What a captured decode step (one CUDA graph: embedding to logits of one
  * token) bakes into its kernels' arguments: the cache's buffers and size
  * and the scratch buffers. Each is named by a generation number that the

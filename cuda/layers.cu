@@ -3,7 +3,8 @@
  * the embedding to the logits (norms, Q/K/V with RoPE and the cache store,
  * attention, FFN, residuals; fused for one token where exact), the small
  * element-wise kernels between the products, the scratch they use, and
- * decode as one replayed CUDA graph per step.
+ * decode as one replayed CUDA graph per step, and forward_multi's pass
+ * (several sequences' tokens as the rows of one batch, struct cu_rows).
  */
 #include "cuda_int.h"
 #include "dev_util.cuh"
@@ -147,15 +148,17 @@ kernel_softcap(float *x, int64_t total, float cap)
  * about 1e-3 rad at 16k positions. The first position comes from device
  * memory so that a captured graph can be replayed at any position. cos
  * and sin are multiplied by mscale (YaRN's rope_mscale, else 1), as the
- * CPU's. grid (n, n_heads), block 64; bytes: 2 * n * n_heads * rope_dim * 4.
+ * CPU's. per_row (forward_multi): token t's position is pos0[t], else
+ * *pos0 + t. grid (n, n_heads), block 64; bytes: 2 * n * n_heads *
+ * rope_dim * 4.
  */
 __global__ static void
-kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0,
+kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0, bool per_row,
     bool neox, const double *inv_freq, float mscale)
 {
 	int t = blockIdx.x, h = blockIdx.y;
 	float *v = x + ((int64_t)t * n_heads + h) * head_dim;
-	int pos = *pos0 + t;
+	int pos = per_row ? pos0[t] : *pos0 + t;
 
 	for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) {
 		double sd, cd;
@@ -180,6 +183,37 @@ kernel_kv_store(void *cache, bool f16, const float *src, const int *pos0, int64_
 		((__half *)cache)[dst] = __float2half(src[i]);
 	else
 		((float *)cache)[dst] = src[i];
+}
+
+/*
+ * Row t's K and V (kv_dim floats each, row t of k and of v) into layer l's
+ * buffers of row t's cache at position pos[t]. grid n, block 256. Bytes:
+ * 2 * n * kv_dim * 4 read, 2 * n * kv_dim * elt written.
+ */
+__global__ static void
+kernel_kv_store_rows(void *const *kc, void *const *vc, const int *pos, bool f16, const float *k,
+    const float *v, int kv_dim)
+{
+	int t = blockIdx.x;
+	int64_t src = (int64_t)t * kv_dim, dst = (int64_t)pos[t] * kv_dim;
+
+	for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+		if (f16) {
+			((__half *)kc[t])[dst + i] = __float2half(k[src + i]);
+			((__half *)vc[t])[dst + i] = __float2half(v[src + i]);
+		} else {
+			((float *)kc[t])[dst + i] = k[src + i];
+			((float *)vc[t])[dst + i] = v[src + i];
+		}
+	}
+}
+
+static cudaError_t
+kv_store_rows(cudaStream_t st, const struct cu_rows *r, int l, const float *k, const float *v, int kv_dim)
+{
+	kernel_kv_store_rows<<<r->n, 256, 0, st>>>(r->k + (size_t)l * r->n, r->v + (size_t)l * r->n, r->pos,
+	    r->f16, k, v, kv_dim);
+	return cudaPeekAtLastError();
 }
 
 /* RMSNorm over each head (qwen3 q/k norms): n_rows rows of head_dim. */
@@ -434,15 +468,18 @@ glu_fusable(const struct dlayer *d, int n)
 
 /*
  * Q, K and V of n tokens kernel by kernel: products (x's int8 blocks from
- * block_norm_q when it made them), biases, q/k norms, RoPE, cache store.
+ * block_norm_q when it made them), biases, q/k norms, RoPE, cache store;
+ * with rows (forward_multi, kv NULL) each token at its own position of
+ * its own cache.
  */
 static int
 qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d, const double *freq, int n,
-    char *err, size_t errlen)
+    const struct cu_rows *rows, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
 	int64_t q_dim = (int64_t)hp->n_head * hp->head_dim, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-	bool f16 = kv->type == GGML_TYPE_F16;
+	bool f16 = rows ? rows->f16 : kv->type == GGML_TYPE_F16;
+	const int *pos = rows ? rows->pos : c->d_pos;
 	int rc;
 
 	if ((rc = cu_matmul(c, &d->wq, c->xb, c->q, n, true, err, errlen)) != KVC_OK ||
@@ -467,11 +504,16 @@ qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 	}
 	if (hp->rope_dim > 0) {
 		kernel_rope<<<dim3(n, hp->n_head), 64, 0, c->stream>>>(c->q, hp->n_head, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, freq, hp->rope_mscale);
+		    hp->rope_dim, pos, rows != NULL, hp->rope_neox, freq, hp->rope_mscale);
 		LAUNCHED("kernel_rope (q)");
 		kernel_rope<<<dim3(n, hp->n_head_kv), 64, 0, c->stream>>>(c->k, hp->n_head_kv, hp->head_dim,
-		    hp->rope_dim, c->d_pos, hp->rope_neox, freq, hp->rope_mscale);
+		    hp->rope_dim, pos, rows != NULL, hp->rope_neox, freq, hp->rope_mscale);
 		LAUNCHED("kernel_rope (k)");
+	}
+	if (rows) {
+		kv_store_rows(c->stream, rows, l, c->k, c->v, (int)kv_dim);
+		LAUNCHED("kernel_kv_store_rows");
+		return KVC_OK;
 	}
 	kernel_kv_store<<<grid_blocks(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
 	LAUNCHED("kernel_kv_store (k)");
@@ -485,16 +527,20 @@ qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
  * embedding, layers, and when nl > 0 the logits of the last nl rows into
  * c->logits. No host synchronisation and launch shapes that do not depend
  * on the position, so that one token's run can be captured as a graph.
+ * With rows (forward_multi, kv NULL), token t is a sequence of its own:
+ * its position and cache are the rows' (the products run over all rows
+ * at once, each row's RoPE, cache store and attention its own).
  */
 static int
-forward_kernels(struct cuda_ctx *c, struct cuda_kv *kv, int n, int nl, char *err, size_t errlen)
+forward_kernels(struct cuda_ctx *c, struct cuda_kv *kv, int n, int nl, const struct cu_rows *rows,
+    char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
 	int64_t E = hp->n_embd;
-	bool f16 = kv->type == GGML_TYPE_F16;
+	bool f16 = rows ? rows->f16 : kv->type == GGML_TYPE_F16;
 	int rc;
 
-	cu_embed(c, n);
+	cu_embed(c, n, rows ? rows->pos : NULL);
 	LAUNCHED("kernel_embed");
 	for (int l = 0; l < hp->n_layer; l++) {
 		struct dlayer *d = &c->layers[l];
@@ -503,19 +549,29 @@ forward_kernels(struct cuda_ctx *c, struct cuda_kv *kv, int n, int nl, char *err
 
 		if ((rc = block_norm_q(c, c->x, d->attn_norm, d->attn_norm_b, n, err, errlen)) != KVC_OK)
 			return rc;
-		if (qkv_fusable(c, d, n)) {
+		if (rows == NULL && qkv_fusable(c, d, n)) {
 			if ((rc = qkv_fused(c, kv, l, d, freq, err, errlen)) != KVC_OK)
 				return rc;
-		} else if ((rc = qkv_plain(c, kv, l, d, freq, n, err, errlen)) != KVC_OK) {
+		} else if ((rc = qkv_plain(c, kv, l, d, freq, n, rows, err, errlen)) != KVC_OK) {
 			return rc;
 		}
-		struct att_args aa = { c->q, kv->k[l], kv->v[l], f16, c->att, c->att_part, hp->n_head,
-			hp->n_head_kv, hp->head_dim, c->d_pos, hp->attn_scale, hp->attn_softcap, win };
-		if (n == 1)
+		struct att_args aa = { c->q, rows ? NULL : kv->k[l], rows ? NULL : kv->v[l], f16, c->att,
+			c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, rows ? rows->pos : c->d_pos,
+			hp->attn_scale, hp->attn_softcap, win, rows ? rows->k + (size_t)l * n : NULL,
+			rows ? rows->v + (size_t)l * n : NULL };
+		if (rows) {
+			attention_rows(c->stream, &aa, att_multi_splits(c->n_sm, hp->n_head_kv, n, rows->n_pos_max), n);
+			LAUNCHED("kernel_attn_gqa / kernel_attention (rows)");
+		} else if (n == 1) {
 			attention_decode(c->stream, &aa, att_decode_splits(c->n_sm, hp->n_head_kv, kv->n_ctx));
-		else
+			LAUNCHED("kernel_attn_gqa / kernel_attention_merge");
+		} else if (att_tile_ok(n, hp->head_dim)) {
+			attention_prefill(c->stream, &aa, n);
+			LAUNCHED("kernel_attn_tile");
+		} else {
 			attention_tokens(c->stream, &aa, n);
-		LAUNCHED(n == 1 ? "kernel_attn_gqa / kernel_attention_merge" : "kernel_attention");
+			LAUNCHED("kernel_attention");
+		}
 		if ((rc = project_add(c, &d->wo, c->att, d->bo, d->attn_post_norm, n, err, errlen)) != KVC_OK ||
 		    (rc = block_norm_q(c, c->x, d->ffn_norm, d->ffn_norm_b, n, err, errlen)) != KVC_OK)
 			return rc;
@@ -577,9 +633,9 @@ decode_graph(struct cuda_ctx *c, struct cuda_kv *kv, char *err, size_t errlen)
 		if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
 			cudaGetLastError();
 			c->use_graph = false;
-			return forward_kernels(c, kv, 1, 1, err, errlen);
+			return forward_kernels(c, kv, 1, 1, NULL, err, errlen);
 		}
-		rc = forward_kernels(c, kv, 1, 1, err, errlen);
+		rc = forward_kernels(c, kv, 1, 1, NULL, err, errlen);
 		e = cudaStreamEndCapture(c->stream, &g);
 		if (rc != KVC_OK || e != cudaSuccess) {
 			if (g)
@@ -588,7 +644,7 @@ decode_graph(struct cuda_ctx *c, struct cuda_kv *kv, char *err, size_t errlen)
 			if (rc != KVC_OK)
 				return rc;
 			c->use_graph = false;
-			return forward_kernels(c, kv, 1, 1, err, errlen);
+			return forward_kernels(c, kv, 1, 1, NULL, err, errlen);
 		}
 		if (c->graph_exec) {
 			cudaGraphExecUpdateResultInfo info;
@@ -605,7 +661,7 @@ decode_graph(struct cuda_ctx *c, struct cuda_kv *kv, char *err, size_t errlen)
 			cudaGetLastError();
 			c->graph_exec = NULL;
 			c->use_graph = false;
-			return forward_kernels(c, kv, 1, 1, err, errlen);
+			return forward_kernels(c, kv, 1, 1, NULL, err, errlen);
 		}
 		c->graph_key = want;
 		c->graph_captures++;
@@ -643,7 +699,7 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
 	if (n == 1 && nl == 1 && c->use_graph)
 		rc = decode_graph(c, kv, err, errlen);
 	else
-		rc = forward_kernels(c, kv, n, nl, err, errlen);
+		rc = forward_kernels(c, kv, n, nl, NULL, err, errlen);
 	if (rc != KVC_OK)
 		return rc;
 	if (nl > 0)
@@ -654,3 +710,17 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
 	return KVC_OK;
 }
 
+int
+cu_forward_rows(struct cuda_ctx *c, const struct cu_rows *rows, float *logits, char *err, size_t errlen)
+{
+	int n = rows->n, rc;
+
+	if ((rc = ensure_logits(c, n, err, errlen)) != KVC_OK ||
+	    (rc = forward_kernels(c, NULL, n, n, rows, err, errlen)) != KVC_OK)
+		return rc;
+	CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)n * c->m->hp.n_vocab * 4, cudaMemcpyDeviceToHost,
+	    c->stream), err, errlen);
+	/* the tables' pinned copy is rewritten by the next step: wait for this one */
+	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
+	return KVC_OK;
+}

@@ -411,14 +411,14 @@ kernel_dequant_f16(int type, const uint8_t *W, size_t row_bytes, __half *out,
 
 /*
  * Embedding rows for n tokens: out[t] = dequant(E[tokens[t]]) * scale
- * (gemma: sqrt(n_embd)), plus row *pos0 + t of the learned positions P
- * when P != NULL (gpt2). grid n, block 64. Bytes: n rows of E (and P) read,
- * n * n_embd * 4 written.
+ * (gemma: sqrt(n_embd)), plus row *pos0 + t (per_row, forward_multi's
+ * rows: pos0[t]) of the learned positions P when P != NULL (gpt2). grid
+ * n, block 64. Bytes: n rows of E (and P) read, n * n_embd * 4 written.
  */
 __global__ static void
 kernel_embed(int type, const uint8_t *E, size_t row_bytes, const int32_t *tokens,
     float *out, int64_t n_embd, int blk, float scale, int ptype, const uint8_t *P,
-    size_t prow_bytes, int pblk, const int *pos0)
+    size_t prow_bytes, int pblk, const int *pos0, bool per_row)
 {
 	float buf[256], pb[256];
 	int t = blockIdx.x;
@@ -432,30 +432,11 @@ kernel_embed(int type, const uint8_t *E, size_t row_bytes, const int32_t *tokens
 	if (P == NULL)
 		return;
 	__syncthreads();	/* the same elements, other threads when pblk != blk */
-	row = P + (size_t)(*pos0 + t) * prow_bytes;
+	row = P + (size_t)(per_row ? pos0[t] : *pos0 + t) * prow_bytes;
 	for (int64_t b = threadIdx.x; b < n_embd / pblk; b += blockDim.x) {
 		block_dot(ptype, row, b, pb, pb);
 		for (int j = 0; j < pblk; j++)
 			out[(int64_t)t * n_embd + b * pblk + j] += pb[j];
-	}
-}
-
-/*
- * The weight types block_dot has a case for (and, the quantised ones,
- * mv_i8.cu); the CPU computes more: the IQ lattice types and MXFP4 run on
- * the CPU (--device auto falls back there with a notice naming the type).
- */
-bool
-cu_dev_type_ok(enum gguf_dtype t)
-{
-	switch (t) {
-	case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q8_0:
-	case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1:
-	case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
-	case GGML_TYPE_Q6_K:
-		return true;
-	default:
-		return false;
 	}
 }
 
@@ -657,12 +638,12 @@ cu_matmul(struct cuda_ctx *c, const struct dweight *w, const float *X, float *Y,
 
 
 void
-cu_embed(struct cuda_ctx *c, int n)
+cu_embed(struct cuda_ctx *c, int n, const int *rows)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
 
 	kernel_embed<<<n, 64, 0, c->stream>>>(c->tok_embd.type, (const uint8_t *)c->tok_embd.d,
 	    c->tok_embd.row_bytes, c->tokens, c->x, hp->n_embd, dev_block(c->tok_embd.type), hp->embd_scale,
 	    c->pos_embd.type, (const uint8_t *)c->pos_embd.d, c->pos_embd.row_bytes,
-	    c->pos_embd.d ? dev_block(c->pos_embd.type) : 32, c->d_pos);
+	    c->pos_embd.d ? dev_block(c->pos_embd.type) : 32, rows ? rows : c->d_pos, rows != NULL);
 }

@@ -6,7 +6,7 @@
  * and residual add in the epilogue).
  *
  * x is quantised once per token to int8 blocks of 32 (struct xq8: scale,
- * exact sum, 32 quants); every weight type's value is s * q - m with q a
+ * the sum of the rounded values, 32 quants); every weight type's value is s * q - m with q a
  * small integer, s one scale per 16 or 32 values and m an offset per
  * group (the K-quants' dmin * min, Q4_1/Q5_1's m, or a constant level
  * shift such as Q4_0's 8), so a group's dot is s * d_x * sum(q q_x) minus
@@ -532,24 +532,31 @@ kernel_mv_i8_qkv(const uint8_t *W, size_t row_bytes, const struct xq8 *x, int64_
 }
 
 /*
- * Quantise 32 values, one per lane (v), into block b: d = max|v| / 127,
- * the exact sum, q rounded to nearest (as tests/unit/test_cuda_i8's host
- * copy does, bit for bit).
+ * Quantise 32 values, one per lane (v), into block b: d = max|v| / 127, q
+ * rounded to nearest, s = d times the integer sum of the 32 q: the sum of
+ * the rounded x, so that the weights' offset terms (Q4_1/Q5_1's m, the
+ * K-quants' mins, Q4_0/Q5_0's level shift) multiply the same x as their
+ * levels and cancel as the CPU's do (q_act_prepare); with x's exact sum a
+ * Q4_K dot was off by ~1e-3 of its magnitude. As tests/unit/test_cuda_i8's
+ * host copy does, bit for bit.
  */
 __device__ static inline void
 quantize_block(float v, struct xq8 *b, int lane)
 {
-	float amax = fabsf(v), sum = v;
+	float amax = fabsf(v);
+	int q, isum;
 
-	for (int o = 16; o > 0; o /= 2) {
+	for (int o = 16; o > 0; o /= 2)
 		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-		sum += __shfl_xor_sync(0xffffffffu, sum, o);
-	}
 	float d = amax / 127.f;
-	b->q[lane] = (int8_t)(d > 0.f ? __float2int_rn(v / d) : 0);
+	q = d > 0.f ? __float2int_rn(v / d) : 0;
+	isum = q;
+	for (int o = 16; o > 0; o /= 2)
+		isum += __shfl_xor_sync(0xffffffffu, isum, o);
+	b->q[lane] = (int8_t)q;
 	if (lane == 0) {
 		b->d = d;
-		b->s = sum;
+		b->s = d * (float)isum;	/* exact in any order: an integer sum */
 	}
 }
 

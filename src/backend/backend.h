@@ -113,8 +113,8 @@ struct kvc_backend_i {
 	 * so they hold what the same tokens would give at their new positions
 	 * up to rounding, without recomputing them (optional; --ctx-overflow
 	 * slide recomputes without it). KVC_EINVAL when the range is not inside
-	 * the computed positions. The CUDA backend leaves kv_lowest
-	 * (it keeps every position) and forward_multi NULL.
+	 * the computed positions. The CUDA backend leaves kv_lowest NULL
+	 * (it keeps every position).
 	 */
 	int (*kv_shift)(void *ctx, void *kv, int p0, int n_drop, char *err, size_t errlen);
 	/*
@@ -129,12 +129,14 @@ struct kvc_backend_i {
 	 * own cache [0, pos[i]] (no padding: the sequences may be at any
 	 * positions). As forward with n = 1, positions at or past pos[i] in
 	 * kvs[i] are overwritten. logits receives n_seq x n_vocab floats, row i
-	 * for sequence i. The caches must be distinct. A backend gives each
-	 * sequence the logits its one-token forward gives, bit for bit (the
-	 * CPU's products are batch-independent), so batching never changes a
-	 * greedy reply. On failure nothing is known of the caches' new
-	 * positions (callers drop them). The CUDA backend leaves it NULL,
-	 * and the engine then runs the sequences one at a time.
+	 * for sequence i. The caches must be distinct. The CPU backend gives
+	 * each sequence the logits its one-token forward gives, bit for bit
+	 * (its products are batch-independent), so batching never changes a
+	 * greedy reply there; the CUDA backend's rows go through its batched
+	 * kernels, equal to its one-token forward to float rounding only
+	 * (cuda/multi.cu), so on a GPU a near-tie may go the other way. On
+	 * failure nothing is known of the caches' new positions (callers drop
+	 * them).
 	 */
 	int (*forward_multi)(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
 	    const int *pos, float *logits, char *err, size_t errlen);

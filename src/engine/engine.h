@@ -127,9 +127,10 @@ int eng_seq_append_all(struct kvc_seq *s, const int32_t *tokens, int n, float *l
  * with room for one more position): tokens[i] is appended to seqs[i], as
  * eng_seq_append of that one token would, and the logits after it are at
  * hand (eng_seq_logits). With a backend that runs several sequences in one
- * pass (the CPU's) all n go through the model together, each at its own
- * position over its own cache, and each gets the logits it would get alone,
- * bit for bit; otherwise (CUDA) they run one after the other. Positions a
+ * pass (forward_multi: the CPU's, CUDA's) all n go through the model
+ * together, each at its own position over its own cache, and each gets the
+ * logits it would get alone (bit for bit on the CPU, to float rounding on
+ * the GPU: backend.h); otherwise they run one after the other. Positions a
  * sequence has pending (evicted, rewound) are first computed by its own
  * prefill. KVC_ERANGE when a sequence's context is full, KVC_EINVAL for a
  * bad argument (nothing changes then). On a failed pass every sequence is

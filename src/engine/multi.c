@@ -2,11 +2,12 @@
  * multi.c: one decode step of several sequences at once (kvchat batch).
  *
  * Each sequence gets one token at its own next position; with a backend
- * that has forward_multi they all run in one forward pass (the CPU reads
- * each weight row once for all of them), else one after the other. Either
- * way every sequence ends as eng_seq_append of that one token would leave
- * it: the token in its list, its cache one position longer, its logits at
- * hand, the same bits.
+ * that has forward_multi they all run in one forward pass (the CPU and the
+ * GPU read each weight row once for all of them), else one after the
+ * other. Either way every sequence ends as eng_seq_append of that one
+ * token would leave it: the token in its list, its cache one position
+ * longer, its logits at hand, the same bits on the CPU (to float rounding
+ * on the GPU, backend.h).
  */
 #include "config.h"
 

@@ -5,7 +5,9 @@
 # generates with the module missing (auto silent, --device cuda a clear
 # error); --version names the backends; a stand-in module
 # (tests/unit/fake-cuda.so) checks the loader's refusals and auto's
-# fallback to the CPU with a one-line notice. With the real module built:
+# fallback to the CPU with a one-line notice, also for what the GPU lacks
+# (experts, IQ4_NL, MXFP4 weights), named by the real module's model check
+# that the stand-in runs. With the real module built:
 # it needs nothing of the program beyond cuda/host.syms, and it carries
 # machine code for the architectures configure was given.
 . "$top_srcdir/tests/e2e/lib.sh"
@@ -55,6 +57,28 @@ if [ -f "$FAKE" ]; then
 	check "... with the runtime's reason" grep -q "no CUDA-capable device is detected (fake module)" "$TMPD/err"
 	FAKE_CUDA=oldabi "$KVCHAT" generate -m "$M" -n 4 -p hi --device cuda >"$TMPD/out" 2>"$TMPD/err"
 	check "a module of another interface is refused" grep -q "interface 2), this is .* (1): reinstall it" "$TMPD/err"
+	# what the GPU lacks, in the real module's words (cuda/support.c, run by the stand-in's init)
+	FAKE_CUDA=check kvrun "auto, a model the GPU takes" "$TMPD/err" generate -m "$M" -n 4 --temp 0 -p hi \
+	    >"$TMPD/out"
+	check "a dense f32 model passes the check" grep -q "passed cu_model_check (fake module); running on the CPU$" \
+	    "$TMPD/err"
+	for c in "qwen3moe q8_0 qwen3moe's mixture of experts" "llama iq4_nl no GPU kernel for IQ4_NL weights" \
+	    "llama mxfp4 no GPU kernel for MXFP4 weights"; do
+		set -- $c
+		arch=$1 type=$2
+		shift 2
+		mm="$TMPD/$arch-$type.gguf"
+		"$MKMODEL" -o "$mm" --preset tiny --arch "$arch" --type "$type" --vocab bpe --seed 5 >/dev/null ||
+			fail "mkmodel $arch $type"
+		FAKE_CUDA=check kvrun "auto, $arch $type" "$TMPD/err" generate -m "$mm" -n 4 --temp 0 -p hi >"$TMPD/out"
+		check "auto runs $arch $type on the CPU after one notice" [ "$(notices "$TMPD/err" | grep -c .)" -eq 1 ]
+		check "... naming what the GPU lacks: $*" grep -q "^kvchat: cuda: .*$*.*; running on the CPU$" "$TMPD/err"
+		check "... and generates" [ -s "$TMPD/out" ]
+		FAKE_CUDA=check "$KVCHAT" generate -m "$mm" -n 4 -p hi --device cuda >"$TMPD/out" 2>"$TMPD/err"
+		check "--device cuda refuses $arch $type" [ $? -ne 0 ]
+		check "... saying the CPU runs it" grep -q "the CPU backend runs" "$TMPD/err"
+		rm -f "$mm"
+	done
 	FAKE_CUDA=initfail kvrun "--version with a module" "$TMPD/err" --version >"$TMPD/ver"
 	check "--version names the module and its code" grep -q "^cuda: module $FAKE, built for sm_80 (fake)" "$TMPD/ver"
 	check "--version lists the devices" grep -q "^cuda: device 0: Fake GPU" "$TMPD/ver"

@@ -7,9 +7,12 @@
 # printed the moment it is known (a timeout loses nothing before it):
 #   1. kvchat --version (the module found, its code, the device);
 #   2. tests/unit/test_cuda_i8: the matrix-vector kernels of every weight
-#      type on random data against the float64 dot (896 and 14336 wide);
+#      type on random data against the float64 dot (896 and 14336 wide),
+#      the tiled prefill attention and forward_multi's rows' attention
+#      against a float64 softmax and one sequence at a time;
 #      tests/unit/test_cuda: every architecture x weight type against the
-#      float64 reference, F32 and F16 caches, snapshots CPU <-> GPU;
+#      float64 reference, F32 and F16 caches, snapshots CPU <-> GPU,
+#      forward_multi against one-token forwards;
 #   3. a short generation with KVCHAT_CUDA_SYNC=1 per architecture (a
 #      faulting kernel is named; no graph), then the same as one CUDA graph
 #      per step: the text must be the same;
@@ -21,7 +24,8 @@
 #      Llama-3.1-8B shapes (Q4_K, Q8_0, F16): decode tok/s and GB/s against
 #      the copy ceiling, prefill tok/s at 512 and 2048; decode once more
 #      with KVCHAT_CUDA_GRAPH=0 (graph vs no graph), and the TTFT of a
-#      50-token turn after 0, 4k and 16k tokens of history (bench -d).
+#      50-token turn after 0, 4k and 16k tokens of history (bench -d);
+#      kvchat batch (forward_multi) at --parallel 1 and 8.
 # Full logs go to $OUT; summary.txt holds the summary. Models are generated
 # here and deleted after use (the device disk is 64 GB). Meant to finish in
 # under 6 minutes; not yet run on a device (no session had one).
@@ -48,10 +52,12 @@ add "version: $(tr '\n' ';' <"$OUT/version.txt")"
 T 60 ./tests/unit/test_cuda_i8 >"$OUT/test_cuda_i8.log" 2>&1
 add "test_cuda_i8: rc=$?, $(tail -1 "$OUT/test_cuda_i8.log") [$(elapsed)]"
 grep -m5 '^FAIL' "$OUT/test_cuda_i8.log"
+add "  tiled prefill attention: $(grep -c '^device attention_prefill' "$OUT/test_cuda_i8.log") run, $(grep -c '^FAIL: attention_prefill' "$OUT/test_cuda_i8.log") FAIL; forward_multi rows' attention: $(grep -c '^device attention_rows' "$OUT/test_cuda_i8.log") run, $(grep -c '^FAIL: attention_rows' "$OUT/test_cuda_i8.log") FAIL"
 T 150 ./tests/unit/test_cuda >"$OUT/test_cuda.log" 2>&1
 rc=$?
 add "test_cuda: rc=$rc, $(tail -1 "$OUT/test_cuda.log"); worst lines: $(grep -c '^FAIL' "$OUT/test_cuda.log") FAIL [$(elapsed)]"
 grep -m5 '^FAIL' "$OUT/test_cuda.log"
+add "  forward_multi vs one at a time: $(grep -c 'forward_multi against one at a time' "$OUT/test_cuda.log") models, $(grep -c 'FAIL.*forward_multi' "$OUT/test_cuda.log") FAIL"
 
 # 3. each architecture once, synchronised after every launch
 for arch in llama qwen2 qwen3 gemma2 gemma3 phi3 chatglm glm4 gpt2; do
@@ -134,6 +140,22 @@ for type in q4_k q8_0 f16; do
 				tt="$tt $(awk -v p="${p50:-0}" 'BEGIN { printf "%s", p > 0 ? sprintf("%.1f ms", 50000 / p) : "?" }') after $d,"
 			done
 			add "TTFT (50-token turn), qwen2.5-7b q4_k:$tt [$(elapsed)]"
+			# forward_multi: 8 greedy requests decoded together, against one at a time
+			i=0
+			: >"$OUT/batch-in.jsonl"
+			while [ $i -lt 8 ]; do
+				printf '{"prompt": "Request %d: %s", "max_tokens": 32, "temperature": 0}\n' $i \
+				    "$(seq 1 $((5 + i * 4)) | tr '\n' ' ')" >>"$OUT/batch-in.jsonl"
+				i=$((i + 1))
+			done
+			bt=
+			for b in 1 8; do
+				T 60 ./kvchat batch -m "$m" --device cuda -f "$OUT/batch-in.jsonl" --parallel $b --quiet \
+				    >"$OUT/batch-out$b" 2>"$OUT/batch-err$b"
+				bt="$bt B=$b: $(sed -n 's/.*decode \([0-9.]*\) tok\/s aggregate.*/\1/p' "$OUT/batch-err$b") tok/s,"
+			done
+			nd=$(diff "$OUT/batch-out1" "$OUT/batch-out8" | grep -c '^<')
+			add "kvchat batch, qwen2.5-7b q4_k, 8 x 32 tokens, decode aggregate:$bt output lines differing from B=1: $nd of 8 (float rounding may flip a near tie) [$(elapsed)]"
 		fi
 		rm -f "$m"
 		dec=$(awk -F'|' '$2 ~ /decode/ { gsub(/ /, "", $4); print $4 }' "$log")

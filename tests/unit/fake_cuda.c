@@ -4,9 +4,13 @@
  * on machines without a GPU (tests/e2e/test_cuda_module.sh). What it does
  * is chosen by FAKE_CUDA: "nodevice" (no device, with a reason),
  * "initfail" (one device whose init fails, as a model too large for it
- * would), "oldabi" (another interface version).
+ * would), "oldabi" (another interface version), "check" (one device whose
+ * init runs the real module's first step, cuda/support.c's
+ * cu_model_check, built in here: a model it refuses is refused in its
+ * words; one it takes fails after it, saying it passed).
  */
 #include "backend/backend.h"
+#include "cuda/support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +35,16 @@ static int
 fake_init(void **ctx, const struct kvc_model *m, const struct kvc_backend_params *p, char *err,
     size_t errlen)
 {
-	(void)m;
+	int rc;
+
 	(void)p;
 	*ctx = NULL;
+	if (strcmp(mode(), "check") == 0) {
+		if ((rc = cu_model_check(m, err, errlen)) != KVC_OK)
+			return rc;
+		say(err, errlen, "cuda: the model passed cu_model_check (fake module)");
+		return KVC_EUNSUPPORTED;
+	}
 	say(err, errlen, "cuda: cannot allocate 4096.0 MiB for weights (fake module)");
 	return KVC_ENOMEM;
 }

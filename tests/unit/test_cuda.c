@@ -9,8 +9,12 @@
  * reference's top-2 margin exceeds twice that bound (closer calls may go
  * either way on a correct backend). Also: snapshots move CPU -> GPU and
  * GPU -> CPU and continue within the bound, a restored GPU cache gives
- * bit-identical logits, and delta prefill stays within the bound of full
- * prefill.
+ * bit-identical logits, delta prefill stays within the bound of full
+ * prefill, and forward_multi (several sequences' decode steps in one pass)
+ * gives each sequence what its one-token forward gives: bit for bit on
+ * the CPU, within the sum of the prefill and decode bounds on the GPU
+ * (its batched products round activations and sum in another order, each
+ * within its own bound of the reference).
  *
  * Without a device (or without the CUDA backend) the harness checks
  * itself and then SKIPs: the comparison on synthetic logits (it accepts
@@ -337,6 +341,57 @@ delta_vs_full(const struct kvc_backend_i *be, void *ctx, const struct kvc_model 
 	return e;
 }
 
+/*
+ * forward_multi of 3 sequences at different positions (after prefills of
+ * 5, 11 and 17 tokens), 3 steps, against copies of them decoded one at a
+ * time with forward: the largest metric (compare's) over the steps.
+ */
+static double
+multi_vs_single(const struct kvc_backend_i *be, void *ctx, const struct kvc_model *m, enum gguf_dtype kv_type,
+    const int32_t *tok)
+{
+	enum { B = 3, STEPS = 3 };
+	static const int pre[B] = { 5, 11, 17 };
+	int V = m->hp.n_vocab, rc = 0, pos[B];
+	void *a[B] = { NULL }, *b[B] = { NULL };
+	float *lm = malloc((size_t)B * V * sizeof *lm), *l1 = malloc((size_t)V * sizeof *l1);
+	double *d = malloc((size_t)V * sizeof *d), worst = 0;
+	int32_t t[B];
+
+	for (int i = 0; i < B && rc == 0; i++)
+		if ((rc = be->kv_create(ctx, 64, kv_type, &a[i], err, sizeof err)) == 0 &&
+		    (rc = be->kv_create(ctx, 64, kv_type, &b[i], err, sizeof err)) == 0 &&
+		    (rc = be->forward(ctx, a[i], tok + i, pre[i], 0, NULL, false, err, sizeof err)) == 0)
+			rc = be->forward(ctx, b[i], tok + i, pre[i], 0, NULL, false, err, sizeof err);
+	for (int step = 0; step < STEPS && rc == 0; step++) {
+		for (int i = 0; i < B; i++) {
+			pos[i] = pre[i] + step;
+			t[i] = tok[i + pos[i]];
+		}
+		rc = be->forward_multi(ctx, B, a, t, pos, lm, err, sizeof err);
+		for (int i = 0; i < B && rc == 0; i++) {
+			bool c, dd;
+
+			if ((rc = be->forward(ctx, b[i], &t[i], 1, pos[i], l1, false, err, sizeof err)) != 0)
+				break;
+			for (int v = 0; v < V; v++)
+				d[v] = l1[v];
+			worst = fmax(worst, compare(lm + (size_t)i * V, d, V, 1, &c, &dd));
+		}
+	}
+	test_cond(rc == 0, "forward_multi: %s", err);
+	for (int i = 0; i < B; i++) {
+		if (a[i])
+			be->kv_destroy(ctx, a[i]);
+		if (b[i])
+			be->kv_destroy(ctx, b[i]);
+	}
+	free(lm);
+	free(l1);
+	free(d);
+	return rc == 0 ? worst : 1e9;
+}
+
 /* One fixture file: be against the reference; on a GPU, also against the CPU backend. */
 static void
 check_model(const char *path, const char *arch, const char *type, const struct kvc_backend_i *be, bool gpu)
@@ -391,6 +446,15 @@ check_model(const char *path, const char *arch, const char *type, const struct k
 		/* the rule must bite somewhere: random fixtures have clear winners */
 		test_cond(pre.n_counted + dec.n_counted > 0, "%s/%s: no position had a clear argmax",
 		    arch, type);
+	}
+	{
+		double tp = bound(wt, gpu ? PATH_GEMM : PATH_CPU, GGML_TYPE_F16, m.hp.n_layer);
+		double td = bound(wt, gpu ? PATH_MATVEC : PATH_CPU, GGML_TYPE_F16, m.hp.n_layer);
+		double e = multi_vs_single(be, ctx, &m, GGML_TYPE_F16, tok);
+
+		printf("%-6s %-5s forward_multi against one at a time: %.2e (%s)\n", arch, type, e,
+		    gpu ? "bound: prefill's + decode's" : "the CPU's: bit for bit");
+		test_cond(gpu ? e <= tp + td : e == 0, "%s/%s: forward_multi %g from one at a time", arch, type, e);
 	}
 	if (gpu) {
 		double tp = bound(wt, PATH_GEMM, GGML_TYPE_F16, m.hp.n_layer);

@@ -20,10 +20,17 @@
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
  * sqrt(32 / 12) / 127 = 0.0129 rho per product (rho 1 for Q8_0, 2 for the
- * others: their offsets use x's exact block sum, or for the K-quants'
- * groups of 16 its quants' sum, which adds the same rounding again); the
- * test allows twice that over 64 rows. Parts fed x's next block instead of their
- * own (what a layout slip does) must miss it by far, so the test can fail.
+ * others, whose offsets add a block sum of x's rounding); the test allows
+ * twice that over 64 rows. Parts fed x's next block instead of their own
+ * (what a layout slip does) must miss it by far, so the test can fail.
+ *
+ * And exactly (to float rounding, 1e-5 of sum |w x|): each dot is the
+ * dequantised row times the rounded x, d q, offsets included, as the
+ * CPU's q_act_prepare makes it: the block sum is d times the levels'
+ * integer sum. With x's exact sum instead (what the kernel once used) the
+ * offset terms of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q5_K see another x than
+ * their levels: the test checks that those sums miss the bound (they
+ * miss by 5e-4 to 1.5e-3 here).
  */
 #include "cuda/backend_cuda.cu"
 #include "cuda/cuda_err.cu"
@@ -31,10 +38,13 @@
 #include "cuda/layers.cu"
 #include "cuda/mv_i8.cu"
 #include "cuda/attention.cu"
+#include "cuda/attn_prefill.cu"
+#include "cuda/multi.cu"
 
 extern "C" {
 #include "backend/kv_shift.h"
 #include "quant/quant_ref.h"
+#include "tests/fixtures/att_tile_ref.h"
 }
 
 static int passed, failed;
@@ -61,12 +71,16 @@ rnd(void)
 	return (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
 }
 
-/* x to xq8 blocks as kernel_quantize_x does (a lane per element). */
+/*
+ * x to xq8 blocks as kernel_quantize_x does (a lane per element); exact:
+ * the block sums as the kernel once made them, x's exact sum.
+ */
 static void
-host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
+host_quantize_x_as(const float *x, struct xq8 *xq, int64_t n, bool exact)
 {
 	for (int64_t b = 0; b < n / 32; b++) {
 		float amax = 0, sum = 0, d;
+		int isum = 0;
 
 		for (int i = 0; i < 32; i++) {
 			amax = fmaxf(amax, fabsf(x[32 * b + i]));
@@ -74,11 +88,20 @@ host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
 		}
 		d = amax / 127.f;
 		xq[b].d = d;
-		xq[b].s = sum;
-		for (int i = 0; i < 32; i++)
+		for (int i = 0; i < 32; i++) {
 			xq[b].q[i] = (int8_t)(d > 0 ? lrintf(x[32 * b + i] / d) : 0);
+			isum += xq[b].q[i];
+		}
+		xq[b].s = exact ? sum : d * (float)isum;
 	}
 }
+
+static void
+host_quantize_x(const float *x, struct xq8 *xq, int64_t n)
+{
+	host_quantize_x_as(x, xq, n, false);
+}
+
 
 /*
  * One row of type t from src: the fixture quantiser, or for Q2_K (which it
@@ -139,6 +162,47 @@ rel_err(enum gguf_dtype t, int64_t n_in, int n_out, bool wrong)
 	free(src);
 	free(xq);
 	return sqrt(se / sy);
+}
+
+/*
+ * The largest |int8 dot - (dequantised row) . (rounded x)| / sum |w x| over
+ * n_out rows of type t, n_in wide, with the block sums rounded (*now) and
+ * exact (*old, the sums the kernel once used).
+ */
+static void
+rounded_err(enum gguf_dtype t, int64_t n_in, int n_out, double *now, double *old)
+{
+	size_t rb = gguf_dtype_row_size(t, n_in);
+	uint8_t *w = (uint8_t *)malloc(rb);
+	float *x = (float *)malloc(n_in * sizeof *x), *row = (float *)malloc(n_in * sizeof *row);
+	float *src = (float *)malloc(n_in * sizeof *src);
+	struct xq8 *xq = (struct xq8 *)calloc(n_in / 32, sizeof *xq), *xe = (struct xq8 *)calloc(n_in / 32, sizeof *xe);
+
+	*now = *old = 0;
+	for (int64_t i = 0; i < n_in; i++)
+		x[i] = (float)(rnd() * (i % 97 == 0 ? 8 : 1));
+	host_quantize_x_as(x, xq, n_in, false);
+	host_quantize_x_as(x, xe, n_in, true);
+	for (int r = 0; r < n_out; r++) {
+		double ref = 0, mag = 0;
+
+		for (int64_t i = 0; i < n_in; i++)
+			src[i] = (float)rnd();
+		make_row(t, src, w, n_in);
+		q_dequant_row(t, w, row, n_in);
+		for (int64_t i = 0; i < n_in; i++) {
+			ref += (double)row[i] * xq[i / 32].d * xq[i / 32].q[i % 32];
+			mag += fabs((double)row[i] * x[i]);
+		}
+		*now = fmax(*now, fabs(mv_i8_row_host(t, w, xq, n_in) - ref) / mag);
+		*old = fmax(*old, fabs(mv_i8_row_host(t, w, xe, n_in) - ref) / mag);
+	}
+	free(w);
+	free(x);
+	free(row);
+	free(src);
+	free(xq);
+	free(xe);
 }
 
 /* true, or a failure counted with the CUDA error's words */
@@ -373,7 +437,7 @@ device_qkv(enum gguf_dtype t, int64_t n_in, int n_sm)
 
 		mv_i8(0, t, dw, rb, dq, dy, n_in, n_out, n_sm, none);
 		kernel_add_bias<<<1, 256>>>(dy, db, n_out, n_out);
-		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, neox != 0, dfr, 1.25f);
+		kernel_rope<<<dim3(1, 4), 64>>>(dy, 4, hd, rd, dpos, false, neox != 0, dfr, 1.25f);
 		cudaMemcpy(y1, dy, n_out * 4, cudaMemcpyDeviceToHost);
 		mv_i8_qkv(0, t, dw, rb, dq, n_in, n_out, n_sm, e);
 		cudaMemcpy(y2, dy, n_out * 4, cudaMemcpyDeviceToHost);
@@ -481,6 +545,153 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 out:
 	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
 	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc);
+}
+
+/*
+ * The tiled prefill attention (attention_prefill) on the device against
+ * plain attention in double (att_plain_ref) over an n-token chunk at
+ * pos0, f16 or f32 cache with the same values; and attention_tokens, the
+ * kernel it replaces, on the same data. Bound as device_attention's.
+ */
+static void
+device_attention_tile(const struct att_ref_shape *s, bool f16)
+{
+	size_t nq = (size_t)s->n * s->n_head * s->hd, nk = (size_t)(s->pos0 + s->n) * s->n_kv * s->hd;
+	float *q = (float *)malloc(nq * 4), *k = (float *)malloc(nk * 4), *v = (float *)malloc(nk * 4);
+	float *out = (float *)malloc(nq * 4), *dq = NULL, *dout = NULL;
+	uint16_t *kh = (uint16_t *)malloc(nk * 2), *vh = (uint16_t *)malloc(nk * 2);
+	double *ref = (double *)malloc(nq * sizeof *ref);
+	void *dk = NULL, *dv = NULL;
+	int *dpos = NULL;
+	size_t cb = nk * (f16 ? 2 : 4);
+	char what[160];
+
+	for (size_t i = 0; i < nq; i++)
+		q[i] = (float)(4 * rnd());
+	for (size_t i = 0; i < nk; i++) {
+		kh[i] = q_f32_to_fp16((float)rnd());
+		vh[i] = q_f32_to_fp16((float)rnd());
+		k[i] = q_fp16_to_f32(kh[i]);
+		v[i] = q_fp16_to_f32(vh[i]);
+	}
+	att_plain_ref(s, q, k, v, ref);
+	if (!ok_cuda(cudaMalloc(&dq, nq * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dout, nq * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dk, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv, cb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, f16 ? (void *)kh : (void *)k, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, f16 ? (void *)vh : (void *)v, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, &s->pos0, 4, cudaMemcpyHostToDevice);
+	for (int way = 0; way < 2; way++) {
+		struct att_args a = { dq, dk, dv, f16, dout, NULL, s->n_head, s->n_kv, s->hd, dpos, s->scale, s->cap,
+			s->win, NULL, NULL };
+		double worst = 0;
+
+		if (way == 0)
+			attention_prefill(0, &a, s->n);
+		else
+			attention_tokens(0, &a, s->n);
+		snprintf(what, sizeof what, "%s n %d, %d/%d heads of %d, %s cache, pos0 %d, win %d, cap %g",
+		    way == 0 ? "attention_prefill (tiles)" : "attention_tokens", s->n, s->n_head, s->n_kv, s->hd,
+		    f16 ? "f16" : "f32", s->pos0, s->win, s->cap);
+		if (!ok_cuda(cudaDeviceSynchronize(), what))
+			goto out;
+		cudaMemcpy(out, dout, nq * 4, cudaMemcpyDeviceToHost);
+		for (size_t i = 0; i < nq; i++)
+			worst = fmax(worst, fabs(out[i] - ref[i]));
+		printf("device %s: worst %.2e\n", what, worst);
+		check(worst <= 2e-5, what, worst, 2e-5);
+	}
+out:
+	cudaFree(dq); cudaFree(dout); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
+	free(q); free(k); free(v); free(out); free(kh); free(vh); free(ref);
+}
+
+/*
+ * forward_multi's attention (attention_rows) on the device: n_rows
+ * sequences, each one token at its own position (1 .. 900, one inside its
+ * first split) over its own f16 cache, split as att_multi_splits says for
+ * 132 SMs, against each sequence alone through attention_decode (the
+ * one-token kernel, same splits): equal within float rounding of the
+ * split merge.
+ */
+static void
+device_attention_rows(int hd, int n_head, int n_kv, int n_rows, int win)
+{
+	int kv_dim = n_kv * hd, nq = n_head * hd, maxp = 0, nz;
+	int *pos = (int *)malloc(n_rows * sizeof *pos), *dpos = NULL;
+	void **dk = (void **)calloc(n_rows, sizeof *dk), **dv = (void **)calloc(n_rows, sizeof *dv), **dtab = NULL;
+	float *q = (float *)malloc((size_t)n_rows * nq * 4), *o1 = (float *)malloc((size_t)n_rows * nq * 4);
+	float *o2 = (float *)malloc((size_t)nq * 4), *dq = NULL, *dout = NULL, *dpart = NULL;
+	double worst = 0;
+	char what[128];
+
+	for (int t = 0; t < n_rows; t++) {
+		pos[t] = t == 0 ? 1 : (int)(450 + 450 * rnd());
+		maxp = pos[t] + 1 > maxp ? pos[t] + 1 : maxp;
+	}
+	nz = att_multi_splits(132, n_kv, n_rows, maxp);
+	for (int i = 0; i < n_rows * nq; i++)
+		q[i] = (float)rnd();
+	if (!ok_cuda(cudaMalloc(&dq, (size_t)n_rows * nq * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dout, (size_t)n_rows * nq * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpart, (size_t)ATT_MAX_SPLIT * n_head * (hd + 2) * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, (n_rows + 1) * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dtab, 2 * n_rows * sizeof(void *)), "cudaMalloc"))
+		goto out;
+	for (int t = 0; t < n_rows; t++) {
+		size_t cb = (size_t)(pos[t] + 1) * kv_dim * 2;
+		uint16_t *h = (uint16_t *)malloc(cb);
+
+		if (!ok_cuda(cudaMalloc(&dk[t], cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv[t], cb), "cudaMalloc")) {
+			free(h);
+			goto out;
+		}
+		for (size_t i = 0; i < cb / 2; i++)
+			h[i] = q_f32_to_fp16((float)rnd());
+		cudaMemcpy(dk[t], h, cb, cudaMemcpyHostToDevice);
+		for (size_t i = 0; i < cb / 2; i++)
+			h[i] = q_f32_to_fp16((float)rnd());
+		cudaMemcpy(dv[t], h, cb, cudaMemcpyHostToDevice);
+		free(h);
+	}
+	cudaMemcpy(dq, q, (size_t)n_rows * nq * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, pos, n_rows * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dtab, dk, n_rows * sizeof(void *), cudaMemcpyHostToDevice);
+	cudaMemcpy(dtab + n_rows, dv, n_rows * sizeof(void *), cudaMemcpyHostToDevice);
+	{
+		struct att_args a = { dq, NULL, NULL, true, dout, dpart, n_head, n_kv, hd, dpos, 1.f / sqrtf((float)hd),
+			0.f, win, dtab, dtab + n_rows };
+
+		attention_rows(0, &a, nz, n_rows);
+	}
+	snprintf(what, sizeof what, "attention_rows: %d rows, hd %d, %d/%d heads, win %d, %d splits", n_rows, hd,
+	    n_head, n_kv, win, nz);
+	if (!ok_cuda(cudaDeviceSynchronize(), what))
+		goto out;
+	cudaMemcpy(o1, dout, (size_t)n_rows * nq * 4, cudaMemcpyDeviceToHost);
+	for (int t = 0; t < n_rows; t++) {
+		struct att_args a = { dq + (size_t)t * nq, dk[t], dv[t], true, dout, dpart, n_head, n_kv, hd, dpos + n_rows,
+			1.f / sqrtf((float)hd), 0.f, win, NULL, NULL };
+
+		cudaMemcpy(dpos + n_rows, &pos[t], 4, cudaMemcpyHostToDevice);
+		attention_decode(0, &a, nz);
+		if (!ok_cuda(cudaDeviceSynchronize(), "attention_decode"))
+			goto out;
+		cudaMemcpy(o2, dout, (size_t)nq * 4, cudaMemcpyDeviceToHost);
+		for (int i = 0; i < nq; i++)
+			worst = fmax(worst, fabs(o1[(size_t)t * nq + i] - o2[i]));
+	}
+	printf("device %s: worst %.2e against one at a time\n", what, worst);
+	check(worst <= 1e-6, what, worst, 1e-6);
+out:
+	for (int t = 0; t < n_rows; t++) {
+		cudaFree(dk[t]);
+		cudaFree(dv[t]);
+	}
+	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dpos); cudaFree(dtab);
+	free(pos); free(dk); free(dv); free(q); free(o1); free(o2);
 }
 
 /*
@@ -626,6 +837,22 @@ main(void)
 		snprintf(what, sizeof what, "%s %lld wide", gguf_dtype_name(cases[i].t), (long long)cases[i].n_in);
 		check(e <= bound, what, e, bound);
 		check(bad > 10 * bound, "a part paired with the wrong x is not caught", bad, 10 * bound);
+		{
+			enum gguf_dtype t = cases[i].t;
+			bool offsets = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 ||
+			    t == GGML_TYPE_Q5_1 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K;
+			double now, old;
+
+			rounded_err(t, cases[i].n_in, 16, &now, &old);
+			printf("%s n_in %lld: against w . (rounded x) %.2e of sum |w x| (bound 1e-5); with exact "
+			    "block sums %.2e\n", gguf_dtype_name(t), (long long)cases[i].n_in, now, old);
+			snprintf(what, sizeof what, "%s %lld wide: the dot of the rounded x", gguf_dtype_name(t),
+			    (long long)cases[i].n_in);
+			check(now <= 1e-5, what, now, 1e-5);
+			/* the offset types must tell the two sums apart, or the check above could not fail */
+			if (offsets)
+				check(old > 2e-5, "exact block sums are not caught", old, 2e-5);
+		}
 	}
 	{
 		static const enum gguf_dtype all[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16,
@@ -652,6 +879,19 @@ main(void)
 			/* 48-wide heads and groups of 16: the per-head kernel */
 			device_attention(48, 16, 1, false, 200, 0, 0.f, 4);
 			device_attention(128, 16, 2, false, 2000, 512, 30.f, 16);
+			/* the tiled prefill: the test_cuda_plan shapes, and a long chunk after a long history */
+			static const struct att_ref_shape tiles[] = {
+				{ 40, 4, 1, 64, 0, 0.125f, 0, 0 }, { 37, 7, 1, 128, 100, 0.0884f, 0, 0 },
+				{ 50, 8, 2, 256, 30, 0.0625f, 50.f, 16 }, { 33, 2, 2, 96, 5, 0.102f, 0, 0 },
+				{ 300, 28, 4, 128, 1000, 0.0884f, 0, 0 }, { 200, 16, 2, 256, 700, 0.0625f, 30.f, 512 },
+			};
+			for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
+				device_attention_tile(&tiles[i], i % 2 == 0);
+			/* forward_multi's rows: GQA kernel shapes, and 48-wide heads (the per-head kernel) */
+			device_attention_rows(128, 28, 4, 8, 0);
+			device_attention_rows(256, 8, 4, 3, 128);
+			device_attention_rows(64, 14, 2, 40, 0);
+			device_attention_rows(48, 16, 1, 5, 0);
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);
