@@ -254,7 +254,7 @@ kern_dot_act(const struct kern *k, enum gguf_dtype t, const void *row, const voi
 bool
 kern_packs(const struct kern *k, enum gguf_dtype t, int64_t n_in)
 {
-	return ENTRY(k->packed, t) != NULL && q_packable(t) && k->pack_fits(n_in);
+	return ENTRY(k->packed, t) != NULL && q_pack_bytes(t, n_in, 1) != 0 && k->pack_fits(n_in);
 }
 
 void

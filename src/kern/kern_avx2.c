@@ -154,6 +154,102 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) + t;
 }
 
+/*
+ * Prefill (8 tokens or more), blocked as kern_avx512.c's rows_f16p: a band
+ * of F_RB rows is converted to float once per chunk of F_KC values for a
+ * block of F_TB tokens (rows_f_tiled converts every row once per 3 tokens,
+ * and with 2 rows of a long n_in a token's activations fall out of L1
+ * between tiles), then tiles of 2 rows x 3 tokens run on the floats. The
+ * accumulators (two per (row, token), the 8-value halves of each 16
+ * alternating) go to memory between chunks and come back unchanged, so
+ * each (row, token) sees tile_f's FMAs in tile_f's order and the same final
+ * sum: bitwise what decode and small batches give.
+ */
+#define F_KC 256
+#define F_TB 48
+#define F_RB 16
+
+INLINE void
+tile_fp(int NT, const float *wf, int kc, const float *x, int64_t n, __m256 *am)
+{
+	__m256 acc[2][3][2];
+
+	UNROLL
+	for (int r = 0; r < 2; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			acc[r][k][0] = am[(r * 3 + k) * 2];
+			acc[r][k][1] = am[(r * 3 + k) * 2 + 1];
+		}
+	for (int i = 0; i < kc; i += 16) {
+		UNROLL
+		for (int h = 0; h < 2; h++) {
+			__m256 w0 = _mm256_load_ps(wf + i + 8 * h), w1 = _mm256_load_ps(wf + F_KC + i + 8 * h);
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
+				acc[0][k][h] = _mm256_fmadd_ps(w0, xv, acc[0][k][h]);
+				acc[1][k][h] = _mm256_fmadd_ps(w1, xv, acc[1][k][h]);
+			}
+		}
+	}
+	UNROLL
+	for (int r = 0; r < 2; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++) {
+			am[(r * 3 + k) * 2] = acc[r][k][0];
+			am[(r * 3 + k) * 2 + 1] = acc[r][k][1];
+		}
+}
+
+INLINE void
+rows_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	float wf[F_RB * F_KC] __attribute__((aligned(32)));
+	__m256 am[F_RB / 2][F_TB / 3][12];
+
+	for (int64_t rband = r0; rband < r1; rband += F_RB) {
+		int nrb = r1 - rband < F_RB ? (int)(r1 - rband) : F_RB, ng = (nrb + 1) / 2;
+		for (int tb = 0; tb < n_tok; tb += F_TB) {
+			int nb = n_tok - tb < F_TB ? n_tok - tb : F_TB;
+			for (int q = 0; q < ng; q++)
+				for (int g = 0; g * 3 < nb; g++)
+					for (int a = 0; a < 12; a++)
+						am[q][g][a] = _mm256_setzero_ps();
+			for (int64_t c = 0; c < n_in; c += F_KC) {
+				int kc = n_in - c < F_KC ? (int)(n_in - c) : F_KC;
+				/* a band's odd last row repeats; its sums are dropped */
+				for (int i = 0; i < 2 * ng; i++) {
+					const uint8_t *w = W + (size_t)(rband + (i < nrb ? i : nrb - 1)) * rb;
+					for (int e = 0; e < kc; e += 8)
+						_mm256_store_ps(wf + i * F_KC + e, ldw(t, w, c + e));
+				}
+				for (int g = 0; g * 3 < nb; g++) {
+					const float *xt = x + (size_t)(tb + 3 * g) * (size_t)n_in + c;
+					int nt = nb - 3 * g < 3 ? nb - 3 * g : 3;
+					for (int q = 0; q < ng; q++) {
+						const float *wq = wf + 2 * q * F_KC;
+						switch (nt) {
+						case 3: tile_fp(3, wq, kc, xt, n_in, am[q][g]); break;
+						case 2: tile_fp(2, wq, kc, xt, n_in, am[q][g]); break;
+						default: tile_fp(1, wq, kc, xt, n_in, am[q][g]); break;
+						}
+					}
+				}
+			}
+			for (int q = 0; q < ng; q++)
+				for (int g = 0; g * 3 < nb; g++)
+					for (int i = 0; i < 2 && 2 * q + i < nrb; i++)
+						for (int k = 0; k < 3 && 3 * g + k < nb; k++) {
+							const __m256 *v = &am[q][g][(i * 3 + k) * 2];
+							y[(size_t)(tb + 3 * g + k) * (size_t)n_out +
+							    (size_t)(rband + 2 * q + i)] = q_hsum8(_mm256_add_ps(v[0], v[1]));
+						}
+		}
+	}
+}
+
 /* F32, F16, BF16 (false for other types: the scalar reference runs). */
 bool
 kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
@@ -169,6 +265,14 @@ kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
 				y[(size_t)tok * (size_t)n_out + (size_t)r] = t == GGML_TYPE_F32 ?
 				    dot_f32((const float *)w, xt, n_in) : dot_f16(w, xt, n_in, t == GGML_TYPE_BF16);
 			}
+		return true;
+	}
+	if (n_tok >= 8) {
+		switch (t) {
+		case GGML_TYPE_F32: rows_fp(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		case GGML_TYPE_F16: rows_fp(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		default: rows_fp(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		}
 		return true;
 	}
 	/* rows in fours for one token, else in twos; tokens in threes */

@@ -1,5 +1,5 @@
 /*
- * kern_avx2_pack.c: the avx2 table's kernel of Q8_0, Q4_0 and Q5_0
+ * kern_avx2_pack.c: the avx2 table's kernel of Q8_0, Q4_0, Q4_1 and Q5_0
  * matrices packed at load (quant.h's q_pack; quant_pack.c describes the
  * layout: groups of 16 rows, each block's levels in 64-byte vectors whose
  * 32-bit lane r holds 4 consecutive levels of row r), compiled with -mavx2
@@ -21,7 +21,9 @@
  * added in int16 (30480) before one vpmaddwd; Q5_0's u <= 31 give 7874,
  * four at a time (31496). Q8_0's stored w + 128 <= 255 would saturate, so
  * it multiplies |w| (<= 128) by x with w's sign (at most 2 * 128 * 127 =
- * 32512 per pair) and widens each vector; it needs no correction.
+ * 32512 per pair) and widens each vector; it needs no correction. Q4_1's
+ * levels are Q4_0's u with no correction: its offset is one more FMA of
+ * its m and the token's sum of x.
  *
  * Float order (quant_pack.c's, checked by test_quant, the same as the
  * avx512 table's packed kernel): per (row, token), for b = 0 .. nb - 1,
@@ -67,26 +69,26 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, int h, __m256
 			wv[j] = ld256(G + (size_t)b * 512 + 64 * j + 32 * h);
 		return;
 	}
+#ifdef KERN_AVXVNNI
+	/* Q4_0/Q4_1's high nibbles where they lie, as 16 u (block_isum shifts their sum back) */
+	const bool q4 = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1;
+#else
+	const bool q4 = false;
+#endif
 	UNROLL
 	for (int j = 0; j < 4; j++) {
 		__m256i v = ld256(G + (size_t)b * 256 + 64 * j + 32 * h);
 		wv[j] = _mm256_and_si256(v, lo4);
-		wv[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+		wv[j + 4] = q4 ? _mm256_andnot_si256(lo4, v) : _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
 	}
 	if (t == GGML_TYPE_Q5_0) {
-		/* value i's fifth bit is bit i of the row's qh: byte i / 8 of its lane */
+		/* bit j of each byte is vector j's fifth bit (quant_pack.c): to bit 4, or'd in */
 		__m256i qh = ld256(G + (size_t)nb * 256 + (size_t)b * 64 + 32 * h);
 		UNROLL
 		for (int j = 0; j < 8; j++) {
-			int first = x_first(t, j), byte = first / 8;
-			/* byte `byte` of each 32-bit lane into all four of its bytes */
-			__m256i idx = _mm256_add_epi32(_mm256_set1_epi32(byte * 0x01010101),
-			    _mm256_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C,
-			    0x08080808, 0x04040404, 0));
-			__m256i sel = _mm256_set1_epi32((int)(0x08040201u << (first % 8)));
-			__m256i rep = _mm256_and_si256(_mm256_shuffle_epi8(qh, idx), sel);
-			wv[j] = _mm256_or_si256(wv[j], _mm256_and_si256(_mm256_cmpeq_epi8(rep, sel),
-			    _mm256_set1_epi8(16)));
+			__m256i s = j < 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j)) : j == 4 ? qh :
+			    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j - 4));
+			wv[j] = _mm256_or_si256(wv[j], _mm256_and_si256(s, _mm256_set1_epi8(16)));
 		}
 	}
 }
@@ -101,6 +103,15 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, __m256i c)
 #ifdef KERN_AVXVNNI
 	/* every type's levels are unsigned here (Q8_0's w + 128): two chains of four */
 	__m256i s0 = c, s1 = _mm256_setzero_si256();
+	if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) {
+		/* s1: 16 x the high nibbles' sum, exactly divisible */
+		UNROLL
+		for (int j = 0; j < 4; j++) {
+			s0 = _mm256_dpbusd_avx_epi32(s0, wv[j], bcast4(x, 4 * j));
+			s1 = _mm256_dpbusd_avx_epi32(s1, wv[j + 4], bcast4(x, 16 + 4 * j));
+		}
+		return _mm256_add_epi32(s0, _mm256_srai_epi32(s1, 4));
+	}
 	UNROLL
 	for (int j = 0; j < 8; j += 2) {
 		s0 = _mm256_dpbusd_avx_epi32(s0, wv[j], bcast4(x, x_first(t, j)));
@@ -122,7 +133,7 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, __m256i c)
 		return _mm256_add_epi32(s, c);
 	}
 	/* int16 sums of 8 (Q4_0) or 4 (Q5_0) vectors' pairs, then one widening each */
-	const int run = t == GGML_TYPE_Q4_0 ? 8 : 4;
+	const int run = t == GGML_TYPE_Q5_0 ? 4 : 8;	/* Q4_1's u <= 15 as Q4_0's */
 	__m256i s = _mm256_setzero_si256();
 	UNROLL
 	for (int j0 = 0; j0 < 8; j0 += run) {
@@ -144,7 +155,7 @@ INLINE void
 corrections(enum gguf_dtype t, const int8_t *q, int64_t nb, int32_t *cx)
 {
 #ifdef KERN_AVXVNNI
-	const int32_t o = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 128;
+	const int32_t o = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : t == GGML_TYPE_Q8_0 ? 128 : 0;
 #else
 	const int32_t o = t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 #endif
@@ -170,6 +181,7 @@ half_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, const 
     size_t ab, const int32_t *cx, __m256 *acc)
 {
 	const uint8_t *S = G + (size_t)nb * (q_pack_level_bytes(t) + q_pack_high_bytes(t));
+	const size_t sb = q_pack_scale_bytes(t);
 	const float *dx[PACK_NT];
 	const int8_t *qx[PACK_NT];
 
@@ -180,8 +192,10 @@ half_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, const 
 		acc[k] = _mm256_setzero_ps();
 	}
 	for (int64_t b = 0; b < nb; b++) {
-		__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S +
-		    (size_t)b * Q_PACK_SCALE_BYTES + 16 * h)));
+		__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + (size_t)b * sb + 16 * h)));
+		/* Q4_1's m, after its d */
+		__m256 wm = t == GGML_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S +
+		    (size_t)b * sb + Q_PACK_SCALE_BYTES + 16 * h))) : _mm256_setzero_ps();
 		__m256i wv[8];
 
 		levels(t, G, nb, b, h, wv);
@@ -191,6 +205,8 @@ half_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, const 
 			    _mm256_set1_epi32(cx[(size_t)k * (size_t)nb + (size_t)b]));
 			acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(ws, _mm256_set1_ps(dx[k][b])),
 			    _mm256_cvtepi32_ps(s), acc[k]);
+			if (t == GGML_TYPE_Q4_1)	/* the token's sum of x: dx[k] + nb */
+				acc[k] = _mm256_fmadd_ps(wm, _mm256_set1_ps(dx[k][nb + b]), acc[k]);
 		}
 	}
 }
@@ -266,10 +282,14 @@ name(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, int64_t
 }
 PACKED(GGML_TYPE_Q8_0, packed_q8_0)
 PACKED(GGML_TYPE_Q4_0, packed_q4_0)
+PACKED(GGML_TYPE_Q4_1, packed_q4_1)
 PACKED(GGML_TYPE_Q5_0, packed_q5_0)
 
 kern_packed_fn *const KERN_AVX2_SYM(packed)[KERN_NTYPE] = {
 	[GGML_TYPE_Q8_0] = packed_q8_0, [GGML_TYPE_Q4_0] = packed_q4_0, [GGML_TYPE_Q5_0] = packed_q5_0,
+	[GGML_TYPE_Q4_1] = packed_q4_1,
+	[GGML_TYPE_Q4_K] = KERN_AVX2_SYM(packed_k), [GGML_TYPE_Q5_K] = KERN_AVX2_SYM(packed_k),
+	[GGML_TYPE_Q6_K] = KERN_AVX2_SYM(packed_k),
 };
 
 /* The corrections of a chunk of PACK_NT tokens must fit the stack array. */

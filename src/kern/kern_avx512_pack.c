@@ -1,5 +1,5 @@
 /*
- * kern_avx512_pack.c: the avx512 table's kernel of Q8_0, Q4_0 and Q5_0
+ * kern_avx512_pack.c: the avx512 table's kernel of Q8_0, Q4_0, Q4_1 and Q5_0
  * matrices packed at load (quant.h's q_pack, which describes the layout:
  * groups of 16 rows whose lanes are rows), compiled with AVX512 F, VL, BW
  * and VNNI (kern.am).
@@ -18,7 +18,8 @@
  * Float order, the same for any number of tokens and any split of the
  * groups between threads (batch independence): per (row, token), for b =
  * 0 .. nb - 1: acc = fma(scale_w[b] * d_x[b], (float)isum[b], acc), from
- * acc = 0. Integer sums are exact, so how they are formed does not matter.
+ * acc = 0 (Q4_1: then acc = fma(m_w[b], xsum[b], acc)). Integer sums are
+ * exact, so how they are formed does not matter.
  */
 #include "kern_int.h"
 
@@ -54,27 +55,28 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 			wv[j] = _mm512_loadu_si512(G + (size_t)b * 512 + 64 * j);
 		return;
 	}
+	/*
+	 * Q4_0/Q4_1's high nibbles are multiplied where they lie, as 16 u (at
+	 * most 240, still a byte): their chain's sum is 16 times theirs, shifted
+	 * back exactly (group_tile); a shift fewer per vector.
+	 */
+	const bool q4 = t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1;
 	UNROLL
 	for (int j = 0; j < 4; j++) {
 		__m512i v = _mm512_loadu_si512(G + (size_t)b * 256 + 64 * j);
 		wv[j] = _mm512_and_si512(v, lo4);
-		wv[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+		wv[j + 4] = q4 ? _mm512_andnot_si512(lo4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
 	}
 	if (t == GGML_TYPE_Q5_0) {
-		/* value i's fifth bit is bit i of the row's qh: byte i / 8 of its lane */
+		/*
+		 * bit j of each byte is vector j's fifth bit (quant_pack.c): + 16
+		 * under its byte mask (a test and a masked add, on other ports than
+		 * the multiply-adds; a shift and a merge measured 10 % slower here)
+		 */
 		__m512i qh = _mm512_loadu_si512(G + (size_t)nb * 256 + (size_t)b * 64);
 		UNROLL
 		for (int j = 0; j < 8; j++) {
-			int first = j < 4 ? 4 * j : 16 + 4 * (j - 4);	/* the vector's first value */
-			int byte = first / 8;
-			/* byte `byte` of each 32-bit lane into all four of its bytes */
-			__m512i idx = _mm512_add_epi32(_mm512_set1_epi32(byte * 0x01010101),
-			    _mm512_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808,
-			    0x04040404, 0, 0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808,
-			    0x04040404, 0));
-			__m512i rep = _mm512_shuffle_epi8(qh, idx);
-			__m512i sel = _mm512_set1_epi32((int)(0x08040201u << (first % 8)));
-			__mmask64 k = _mm512_test_epi8_mask(rep, sel);
+			__mmask64 k = _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << j)));
 			wv[j] = _mm512_mask_add_epi8(wv[j], k, wv[j], _mm512_set1_epi8(16));
 		}
 	}
@@ -84,7 +86,7 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 INLINE void
 corrections(enum gguf_dtype t, const int8_t *q, int64_t nb, int32_t *cx)
 {
-	const int32_t o = t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : 16;
+	const int32_t o = t == GGML_TYPE_Q8_0 ? 128 : t == GGML_TYPE_Q4_0 ? 8 : t == GGML_TYPE_Q5_0 ? 16 : 0;
 
 	for (int64_t b = 0; b < nb; b++) {
 		/* x + 128 is unsigned: its sum of absolute differences from 0 is its sum */
@@ -109,6 +111,7 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
     const int32_t *cx, __m512 *acc)
 {
 	const uint8_t *S = G + (size_t)nb * (q_pack_level_bytes(t) + q_pack_high_bytes(t));
+	const size_t sb = q_pack_scale_bytes(t);
 	const float *dx[PACK_NT];
 	const int8_t *qx[PACK_NT];
 
@@ -119,7 +122,10 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
 		acc[k] = _mm512_setzero_ps();
 	}
 	for (int64_t b = 0; b < nb; b++) {
-		__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(S + (size_t)b * Q_PACK_SCALE_BYTES)));
+		__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(S + (size_t)b * sb)));
+		/* Q4_1's m, after its d */
+		__m512 wm = t == GGML_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(S +
+		    (size_t)b * sb + Q_PACK_SCALE_BYTES))) : _mm512_setzero_ps();
 		__m512i wv[8];
 
 		levels(t, G, nb, b, wv);
@@ -129,16 +135,28 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
 			__m512i s0 = _mm512_set1_epi32(cx[(size_t)k * (size_t)nb + (size_t)b]);
 			__m512i s1 = _mm512_setzero_si512();
 
-			/* vector j takes x[4j ..] for Q8_0; Q4_0/Q5_0's 4 + j take x[16 + 4j ..] */
-			UNROLL
-			for (int j = 0; j < 8; j += 2) {
-				int xo0 = t == GGML_TYPE_Q8_0 || j < 4 ? 4 * j : 16 + 4 * (j - 4);
-				int xo1 = t == GGML_TYPE_Q8_0 || j + 1 < 4 ? 4 * (j + 1) : 16 + 4 * (j - 3);
-				s0 = _mm512_dpbusd_epi32(s0, wv[j], _mm512_set1_epi32(ld32(x + xo0)));
-				s1 = _mm512_dpbusd_epi32(s1, wv[j + 1], _mm512_set1_epi32(ld32(x + xo1)));
+			if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1) {
+				/* s0: low nibbles (x[4j ..]), s1: 16 x the high ones (x[16 + 4j ..]) */
+				UNROLL
+				for (int j = 0; j < 4; j++) {
+					s0 = _mm512_dpbusd_epi32(s0, wv[j], _mm512_set1_epi32(ld32(x + 4 * j)));
+					s1 = _mm512_dpbusd_epi32(s1, wv[j + 4], _mm512_set1_epi32(ld32(x + 16 + 4 * j)));
+				}
+				s1 = _mm512_srai_epi32(s1, 4);
+			} else {
+				/* vector j takes x[4j ..] for Q8_0; Q5_0's 4 + j take x[16 + 4j ..] */
+				UNROLL
+				for (int j = 0; j < 8; j += 2) {
+					int xo0 = t == GGML_TYPE_Q8_0 || j < 4 ? 4 * j : 16 + 4 * (j - 4);
+					int xo1 = t == GGML_TYPE_Q8_0 || j + 1 < 4 ? 4 * (j + 1) : 16 + 4 * (j - 3);
+					s0 = _mm512_dpbusd_epi32(s0, wv[j], _mm512_set1_epi32(ld32(x + xo0)));
+					s1 = _mm512_dpbusd_epi32(s1, wv[j + 1], _mm512_set1_epi32(ld32(x + xo1)));
+				}
 			}
 			acc[k] = _mm512_fmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(dx[k][b])),
 			    _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[k]);
+			if (t == GGML_TYPE_Q4_1)	/* the token's sum of x: dx[k] + nb */
+				acc[k] = _mm512_fmadd_ps(wm, _mm512_set1_ps(dx[k][nb + b]), acc[k]);
 		}
 	}
 }
@@ -204,10 +222,14 @@ name(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, int64_t
 }
 PACKED(GGML_TYPE_Q8_0, packed_q8_0)
 PACKED(GGML_TYPE_Q4_0, packed_q4_0)
+PACKED(GGML_TYPE_Q4_1, packed_q4_1)
 PACKED(GGML_TYPE_Q5_0, packed_q5_0)
 
 kern_packed_fn *const kern_avx512_packed[KERN_NTYPE] = {
 	[GGML_TYPE_Q8_0] = packed_q8_0, [GGML_TYPE_Q4_0] = packed_q4_0, [GGML_TYPE_Q5_0] = packed_q5_0,
+	[GGML_TYPE_Q4_1] = packed_q4_1,
+	[GGML_TYPE_Q4_K] = kern_avx512_packed_k, [GGML_TYPE_Q5_K] = kern_avx512_packed_k,
+	[GGML_TYPE_Q6_K] = kern_avx512_packed_k,
 };
 
 /* The corrections of a chunk of PACK_NT tokens must fit the stack array. */

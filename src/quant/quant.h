@@ -120,21 +120,28 @@ void q_act_prepare(const float *x, int64_t n_in, void *act);
 float q_dot_act(enum gguf_dtype t, const void *row, const void *act, int64_t n);
 
 /*
- * Packed weights (quant_pack.c): Q8_0, Q4_0 and Q5_0 matrices (q_packable)
+ * Packed weights (quant_pack.c): Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
+ * Q6_K matrices (q_packable)
  * rearranged once, at load, into groups of Q_PACK_ROWS rows whose levels
  * sit side by side, so that one multiply-add instruction serves 16 rows
  * (for the kernel tables with a packed kernel, kern_packs). q_pack writes
  * groups [g0, g1) of the packed copy (q_pack_bytes bytes, rows past n_out
  * as zeros). Per block of 32 values a group holds q_pack_level_bytes of
- * levels, q_pack_high_bytes of fifth bits and Q_PACK_SCALE_BYTES of
- * scales, each part for all the group's blocks before the next
+ * levels, q_pack_high_bytes of high bits and q_pack_scale_bytes of
+ * scales: for Q8_0/Q4_0/Q4_1/Q5_0 each part for all the group's blocks before
+ * the next; for the K types (q_pack_k) per super-block of 256 values, its
+ * 8 blocks' parts, then the rows' fp16 d (and dmin): q_pack_sb_bytes
  * (q_pack_group_bytes in all).
  */
 #define Q_PACK_ROWS 16
 #define Q_PACK_SCALE_BYTES 32
 bool q_packable(enum gguf_dtype t);
+bool q_pack_k(enum gguf_dtype t);
 size_t q_pack_level_bytes(enum gguf_dtype t);
 size_t q_pack_high_bytes(enum gguf_dtype t);
+size_t q_pack_scale_bytes(enum gguf_dtype t);
+size_t q_pack_sb_bytes(enum gguf_dtype t);
+/* nb: blocks of 32 values per row */
 size_t q_pack_group_bytes(enum gguf_dtype t, int64_t nb);
 size_t q_pack_bytes(enum gguf_dtype t, int64_t n_in, int64_t n_out);
 void q_pack(enum gguf_dtype t, const void *W, size_t row_bytes, int64_t n_in, int64_t n_out,

@@ -39,13 +39,14 @@ tiny_model() {
 	    --seed "$1" >/dev/null || { echo "FAIL: mkmodel"; exit 1; }
 }
 
-# wide_model PATH: a q6_k qwen2 model at PATH wide enough (1024 wide, 8
+# wide_model PATH: a q3_k qwen2 model at PATH wide enough (1024 wide, 8
 # layers) that a few hundred positions take seconds on any machine here,
 # for the tests that stop a long prefill or rebuild; fails the test without it.
-# Q6_K: a type without a packed kernel (quant_pack.c), whose 3x faster
-# prefill would finish before the interrupt arrives.
+# Q3_K: a type without a packed kernel (quant_pack.c), whose 3x faster
+# prefill would finish before the interrupt arrives (Q6_K, which this was,
+# is packed since issue 21's K-quant kernels).
 wide_model() {
-	"$MKMODEL" -o "$1" --arch qwen2 --type q6_k --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
+	"$MKMODEL" -o "$1" --arch qwen2 --type q3_k --vocab bpe --ctx 8192 --seed 7 --n-embd 1024 \
 	    --n-layer 8 --n-head 16 --n-head-kv 4 --head-dim 64 --n-ff 2816 >/dev/null ||
 		{ echo "FAIL: mkmodel"; exit 1; }
 }

@@ -796,9 +796,10 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
 			w[i] = (int8_t)blk[2 + i];
 			continue;
 		}
-		const uint8_t *qs = blk + (t == GGML_TYPE_Q4_0 ? 2 : 6);
+		const uint8_t *qs = blk + (t == GGML_TYPE_Q4_0 ? 2 : t == GGML_TYPE_Q4_1 ? 4 : 6);
 		int u = i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
-		w[i] = t == GGML_TYPE_Q4_0 ? u - 8 : (u | (int)((qh >> i) & 1) << 4) - 16;
+		/* Q4_1: the level itself (its m is the offset) */
+		w[i] = t == GGML_TYPE_Q4_0 ? u - 8 : t == GGML_TYPE_Q4_1 ? u : (u | (int)((qh >> i) & 1) << 4) - 16;
 	}
 }
 
@@ -822,7 +823,8 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 	int bad = 0, same = 0, lv[32];
 
 	pb = q_pack_bytes(t, N, N_OUT);
-	test_cond(pb == 3 * 3 * (t == GGML_TYPE_Q8_0 ? 544 : t == GGML_TYPE_Q4_0 ? 288 : 352),
+	test_cond(pb == 3 * 3 * (t == GGML_TYPE_Q8_0 ? 544 : t == GGML_TYPE_Q4_0 ? 288 :
+	    t == GGML_TYPE_Q4_1 ? 320 : 352),
 	    "%s packed bytes %zu", tname(t), pb);
 	for (int i = 0; i < N_TOK * N; i++)
 		x[i] = frand() * (1 + (float)((i / 32) % 5));
@@ -863,6 +865,10 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 				for (int i = 0; i < 32; i++)
 					isum += lv[i] * qx[32 * b + i];
 				order = fmaf(h2f(hs) * d[b], (float)isum, order);
+				if (t == GGML_TYPE_Q4_1) {
+					memcpy(&hs, blk + 2, 2);
+					order = fmaf(h2f(hs), d[N / 32 + b], order);
+				}
 			}
 			float v = y[tok * N_OUT + r];
 			if (!(fabs(v - exact) <= bound) || v != order) {
@@ -886,19 +892,138 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 	free(P);
 }
 
+/*
+ * Block j of a K super-block as integers, from quant.h's layouts: levels u
+ * (unsigned: Q4_K/Q5_K's own, Q6_K's w + 32) and Q4_K/Q5_K's (scale, min)
+ * or Q6_K's two scales of 16.
+ */
+static void
+k_block_ints(enum gguf_dtype t, const uint8_t *blk, int j, int *u, int *sc)
+{
+	if (t == GGML_TYPE_Q6_K) {
+		for (int l = 0; l < 32; l++) {
+			int e = 32 * j + l, h = e / 128, q = (e % 128) / 32, i = e % 32;
+			int lo = blk[64 * h + 32 * (q % 2) + i] >> (q >= 2 ? 4 : 0) & 0xF;
+			u[l] = lo | ((blk[128 + 32 * h + i] >> (2 * q)) & 3) << 4;
+		}
+		sc[0] = (int8_t)blk[192 + 2 * j];
+		sc[1] = (int8_t)blk[192 + 2 * j + 1];
+		return;
+	}
+	const uint8_t *q12 = blk + 4, *qs = blk + (t == GGML_TYPE_Q5_K ? 48 : 16);
+	for (int l = 0; l < 32; l++) {
+		int byte = qs[32 * (j / 2) + l];
+		u[l] = (j % 2 ? byte >> 4 : byte & 0xF);
+		if (t == GGML_TYPE_Q5_K)
+			u[l] |= ((blk[16 + l] >> j) & 1) << 4;
+	}
+	/* 6-bit scale and min: j < 4 in bytes j, j + 4; else nibbles of j + 4 and top bits of j - 4, j */
+	sc[0] = j < 4 ? q12[j] & 63 : (q12[j + 4] & 0xF) | (q12[j - 4] >> 6) << 4;
+	sc[1] = j < 4 ? q12[j + 4] & 63 : (q12[j + 4] >> 4) | (q12[j] >> 6) << 4;
+}
+
+/*
+ * Packed K-quants (quant_pack.c's layout and float order): every (row,
+ * token) bitwise the documented order on the block's integers and within
+ * q_dot_act's bound of the exact product; the same for one token, any cut
+ * of the groups, and a batch that starts elsewhere. Two super-blocks, a
+ * partial last group (37 rows), 10 tokens (more than one tile of tokens).
+ */
+static void
+test_pack_k_type(const struct kern *k, enum gguf_dtype t)
+{
+	enum { N = 512, NB = N / 32, N_OUT = 37, N_TOK = 10 };
+	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * 420], act[N_TOK * (N + 8 * NB)];
+	size_t ab = q_act_bytes(N), rb = q_row_bytes(t, N), sbb = rb / 2, pb;
+	uint8_t *P;
+	int bad = 0, same = 0, u[32], sc[2];
+
+	pb = q_pack_bytes(t, N, N_OUT);
+	test_cond(pb == 3 * 2 * (t == GGML_TYPE_Q4_K ? 2368 : t == GGML_TYPE_Q5_K ? 2880 : 3360) &&
+	    q_pack_bytes(t, 480, N_OUT) == 0, "%s packed bytes %zu", tname(t), pb);
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	x[5] = 40;
+	for (int i = 0; i < N_OUT * N; i++)
+		w[i] = frand() * (1 + (float)(i % 13) / 4) + (i % 64 < 32 ? 0.3f : -0.2f);
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	for (int r = 0; r < N_OUT; r++)
+		q_quantize_row(t, w + r * N, W + r * rb, N);
+	P = aligned_alloc(64, (pb + 63) / 64 * 64);
+	memset(P, 0xA5, pb);
+	q_pack(t, W, rb, N, N_OUT, P, 0, 2);
+	q_pack(t, W, rb, N, N_OUT, P, 2, 3);
+	kern_matmul_packed(k, t, P, act, N_TOK, N, y, N_OUT, 0, 3);
+	for (int r = 0; r < N_OUT; r++) {
+		q_dequant_row(t, W + r * rb, wd, N);
+		for (int tok = 0; tok < N_TOK; tok++) {
+			const float *xt = x + tok * N, *d = (const float *)(act + tok * ab), *xs = d + NB;
+			const int8_t *qx = (const int8_t *)(d + 2 * NB);
+			double exact = 0, bound = 0, mag = 0;
+			float order = 0;
+			for (int i = 0; i < N; i++) {
+				exact += (double)wd[i] * xt[i];
+				bound += d[i / 32] / 2 * fabs(wd[i]);
+				mag += fabs((double)wd[i] * xt[i]);
+			}
+			bound += 1e-5 * mag;
+			for (int b = 0; b < NB; b++) {
+				const uint8_t *blk = W + r * rb + sbb * (b / 8);
+				uint16_t dh, mh;
+				int32_t is[2] = { 0, 0 };
+				memcpy(&dh, blk + (t == GGML_TYPE_Q6_K ? 208 : 0), 2);
+				memcpy(&mh, blk + 2, 2);
+				k_block_ints(t, blk, b % 8, u, sc);
+				for (int i = 0; i < 32; i++)
+					is[i / 16] += (u[i] - (t == GGML_TYPE_Q6_K ? 32 : 0)) * qx[32 * b + i];
+				if (t == GGML_TYPE_Q6_K) {
+					order = fmaf((float)(sc[0] * is[0] + sc[1] * is[1]), h2f(dh) * d[b], order);
+				} else {
+					order = fmaf((float)(sc[0] * (is[0] + is[1])), h2f(dh) * d[b], order);
+					order = fmaf(-(h2f(mh) * (float)sc[1]), xs[b], order);
+				}
+			}
+			float v = y[tok * N_OUT + r];
+			if (!(fabs(v - exact) <= bound) || v != order) {
+				if (bad++ < 3)
+					fprintf(stderr, "packed %s %s row %d tok %d: %.9g in order %.9g exact %g "
+					    "bound %g\n", tname(t), k->name, r, tok, v, order, exact, bound);
+			}
+		}
+	}
+	test_cond(bad == 0, "packed %s %s: %d bad", tname(t), k->name, bad);
+	for (int tok = 0; tok < N_TOK; tok++) {
+		for (int g = 0; g < 3; g++)
+			kern_matmul_packed(k, t, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
+		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
+	}
+	kern_matmul_packed(k, t, P, act + 3 * ab, N_TOK - 3, N, y2, N_OUT, 0, 3);
+	same += memcmp(y2, y + 3 * N_OUT, (N_TOK - 3) * N_OUT * sizeof *y) == 0;
+	test_cond(same == N_TOK + 1, "packed %s %s batch independence: %d of %d", tname(t), k->name,
+	    same, N_TOK + 1);
+	free(P);
+}
+
 static void
 test_pack(const struct kern *k)
 {
 	if (!kern_packs(k, GGML_TYPE_Q8_0, 96)) {
-		test_cond(!kern_packs(k, GGML_TYPE_Q4_0, 32), "%s has no packed kernel: none offered",
-		    k->name);
+		test_cond(!kern_packs(k, GGML_TYPE_Q4_0, 32) && !kern_packs(k, GGML_TYPE_Q4_K, 256),
+		    "%s has no packed kernel: none offered", k->name);
 		return;
 	}
-	test_cond(!kern_packs(k, GGML_TYPE_Q4_K, 256) && !kern_packs(k, GGML_TYPE_Q8_0, 48) &&
-	    q_pack_bytes(GGML_TYPE_Q6_K, 256, 16) == 0, "packed types");
+	test_cond(kern_packs(k, GGML_TYPE_Q4_K, 256) && !kern_packs(k, GGML_TYPE_Q4_K, 96) &&
+	    !kern_packs(k, GGML_TYPE_Q8_0, 48) && q_pack_bytes(GGML_TYPE_Q3_K, 256, 16) == 0 &&
+	    q_pack_bytes(GGML_TYPE_Q5_1, 256, 16) == 0, "packed types");
 	test_pack_type(k, GGML_TYPE_Q8_0);
 	test_pack_type(k, GGML_TYPE_Q4_0);
+	test_pack_type(k, GGML_TYPE_Q4_1);
 	test_pack_type(k, GGML_TYPE_Q5_0);
+	test_pack_k_type(k, GGML_TYPE_Q4_K);
+	test_pack_k_type(k, GGML_TYPE_Q5_K);
+	test_pack_k_type(k, GGML_TYPE_Q6_K);
 }
 
 /*
