@@ -95,7 +95,11 @@ prefill_hook(void *arg, int done, int total)
 {
 	struct srv_sched *sc = arg;
 
-	if (sc->pre != NULL && sc->pre->cancel)
+	/* a prefill outside prefill() (a snapshot's restore, a stored conversation's turn
+	 * before its own hook is set) is not the scheduler's to cut */
+	if (sc->pre == NULL)
+		return 0;
+	if (sc->pre->cancel)
 		return 1;
 	if (done <= 0 || done >= total)
 		return 0;
