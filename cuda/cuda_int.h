@@ -134,9 +134,10 @@ struct cuda_ctx {
 struct cuda_kv {
 	int n_ctx, cap;				/* positions allowed / allocated */
 	int n_valid;				/* positions [0, n_valid) hold data */
-	int type;				/* GGML_TYPE_F16 or GGML_TYPE_F32 */
+	int type;				/* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	int n_layer, kv_dim;
-	void **k, **v;				/* [n_layer] device (cap, kv_dim) */
+	void **k, **v;				/* [n_layer] device (cap, kv_dim) in type
+						   (Q8_0: rows of kv_dim / 32 GGUF blocks, kv_q8.cuh) */
 	size_t bytes;
 	uint64_t gen;				/* bumped when k, v are reallocated (graph_key) */
 };
@@ -183,6 +184,7 @@ struct att_args {
 	const int *pos0;		/* first token's position, in device memory */
 	float scale, cap;		/* score scale; softcap (gemma2) or 0 */
 	int win;			/* sliding window (gemma's local layers) or 0 */
+	bool q8;			/* Q8_0 cache (f16 false): rows of kv_dim / 32 blocks of 34 bytes */
 };
 
 /* ---- attention.cu ---- */
@@ -195,6 +197,25 @@ cudaError_t attention_decode(cudaStream_t st, const struct att_args *a, int nz);
 
 /* n tokens' attention (prefill), a block per (token, query head). */
 cudaError_t attention_tokens(cudaStream_t st, const struct att_args *a, int n);
+
+/* ---- kv_q8.cu ---- */
+
+/* Bytes of a cache row of kv_dim elements of type (0: a type the caches do not take). */
+size_t cu_kv_row_bytes(int type, int kv_dim);
+
+/*
+ * n tokens' K and V rows (n x kv_dim floats, kv_dim % 32 == 0) quantised
+ * into the Q8_0 caches kc, vc at rows *pos0 .. *pos0 + n - 1.
+ */
+cudaError_t kv_store_q8(cudaStream_t st, const float *k, const float *v, void *kc, void *vc, const int *pos0,
+    int n, int kv_dim);
+
+/*
+ * n_rows Q8_0 K rows from src rotated by delta positions into dst (distinct
+ * buffers), as kv_shift_rows on the CPU; kv_dim * 4 bytes of shared memory.
+ */
+cudaError_t kv_rotate_q8(cudaStream_t st, const void *src, void *dst, int n_rows, int kv_dim, int head_dim,
+    int rope_dim, bool neox, const double *inv_freq, int delta);
 
 /* ---- cuda_err.cu ---- */
 

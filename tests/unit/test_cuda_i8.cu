@@ -15,7 +15,10 @@
  * accumulate epilogue), kernel_mv_i8_glu, kernel_rmsnorm_q8, kernel_matvec
  * (the float types), kernel_matvec_f16
  * and kernel_dequant_f16, at 896 wide (Qwen2.5-0.5B) and 14336 (past the
- * 48 KB shared-memory default, so the opt-in is exercised).
+ * 48 KB shared-memory default, so the opt-in is exercised); the q8_0
+ * cache's kernels (kv_q8.cu): the store bit for bit against the CPU's
+ * kern_kvq8_quantize, the slide's rotation against kv_shift_rows, and
+ * attention over Q8_0 rows against the float64 softmax.
  *
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
@@ -31,9 +34,11 @@
 #include "cuda/layers.cu"
 #include "cuda/mv_i8.cu"
 #include "cuda/attention.cu"
+#include "cuda/kv_q8.cu"
 
 extern "C" {
 #include "backend/kv_shift.h"
+#include "kern/kern.h"
 #include "quant/quant_ref.h"
 }
 
@@ -405,7 +410,7 @@ out:
  * token at position pos, window win, softcap cap.
  */
 static void
-device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz)
+device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz, bool q8 = false)
 {
 	int kv_dim = n_kv * hd, n_pos = pos + 1, G = n_head / n_kv;
 	float *q = (float *)malloc((size_t)n_head * hd * 4), *kc = (float *)malloc((size_t)n_pos * kv_dim * 4);
@@ -415,7 +420,8 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	float *dq = NULL, *dout = NULL, *dpart = NULL;
 	void *dk = NULL, *dv = NULL;
 	int *dpos = NULL, first = win > 0 && n_pos > win ? n_pos - win : 0;
-	size_t cb = (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	size_t cb = q8 ? (size_t)n_pos * kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim) : (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	uint8_t *k8 = (uint8_t *)malloc(cb), *v8 = (uint8_t *)malloc(cb);
 	float scale = 1.f / sqrtf((float)hd);
 	char what[128];
 
@@ -427,6 +433,16 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 		kc[i] = q_fp16_to_f32(kh[i]);	/* the same values in either cache */
 		vc[i] = q_fp16_to_f32(vh[i]);
 	}
+	if (q8) {
+		/* Q8_0 rows (the CPU's rounding), the reference reading their values */
+		size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim);
+		for (int p = 0; p < n_pos; p++) {
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, kc + (size_t)p * kv_dim, k8 + p * rb, kv_dim);
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, vc + (size_t)p * kv_dim, v8 + p * rb, kv_dim);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, k8 + p * rb, kc + (size_t)p * kv_dim, kv_dim);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, v8 + p * rb, vc + (size_t)p * kv_dim, kv_dim);
+		}
+	}
 	if (!ok_cuda(cudaMalloc(&dq, (size_t)n_head * hd * 4), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dout, (size_t)n_head * hd * 4), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dpart, (size_t)ATT_MAX_SPLIT * n_head * (hd + 2) * 4), "cudaMalloc") ||
@@ -434,18 +450,18 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
 		goto out;
 	cudaMemcpy(dq, q, (size_t)n_head * hd * 4, cudaMemcpyHostToDevice);
-	cudaMemcpy(dk, f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
-	cudaMemcpy(dv, f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, q8 ? (void *)k8 : f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, q8 ? (void *)v8 : f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
 	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
 	for (int way = 0; way < 2; way++) {
-		struct att_args a = { dq, dk, dv, f16, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win };
+		struct att_args a = { dq, dk, dv, f16 && !q8, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win, q8 };
 
 		if (way == 0)
 			attention_decode(0, &a, nz);
 		else
 			attention_tokens(0, &a, 1);
 		snprintf(what, sizeof what, "%s hd %d, %d/%d heads, %s cache, pos %d, win %d, cap %g, %d splits",
-		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, f16 ? "f16" : "f32",
+		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, q8 ? "q8_0" : f16 ? "f16" : "f32",
 		    pos, win, cap, way == 0 ? nz : 1);
 		if (!ok_cuda(cudaDeviceSynchronize(), what))
 			goto out;
@@ -480,7 +496,114 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	}
 out:
 	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
-	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc);
+	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc); free(k8); free(v8);
+}
+
+/*
+ * kernel_kv_store_q8 on random K and V rows of 3 tokens (kv_dim 896 + 128:
+ * 2 KV heads of 64 in 32 blocks, and a wider row) against the CPU's
+ * kern_kvq8_quantize: the same bytes, at the rows *pos0 names.
+ */
+static void
+device_kv_store_q8(int kv_dim)
+{
+	const int n = 3, pos = 5;
+	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim), cb = (size_t)(pos + n) * rb;
+	float *k = (float *)malloc((size_t)n * kv_dim * 4), *v = (float *)malloc((size_t)n * kv_dim * 4);
+	uint8_t *want = (uint8_t *)calloc(2, cb), *got = (uint8_t *)calloc(2, cb);
+	float *dk = NULL, *dv = NULL;
+	void *dkc = NULL, *dvc = NULL;
+	int *dpos = NULL;
+	char what[96];
+
+	for (int i = 0; i < n * kv_dim; i++) {
+		/* some blocks of zeros, some tiny, some large, ties at halves */
+		int blk = i / 32 % 5;
+		k[i] = blk == 0 ? 0.f : blk == 1 ? (float)rnd() * 1e-6f : blk == 2 ? (float)(int)(rnd() * 254) * 0.5f :
+		    (float)rnd() * (blk == 3 ? 3000.f : 1.f);
+		v[i] = (float)rnd() * 4.f;
+	}
+	for (int t = 0; t < n; t++) {
+		kern_kvq8_quantize(k + (size_t)t * kv_dim, want + (pos + t) * rb, kv_dim);
+		kern_kvq8_quantize(v + (size_t)t * kv_dim, want + cb + (pos + t) * rb, kv_dim);
+	}
+	if (!ok_cuda(cudaMalloc(&dk, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dv, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dkc, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dvc, cb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dk, k, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, v, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemset(dkc, 0, cb);
+	cudaMemset(dvc, 0, cb);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	kv_store_q8(0, dk, dv, dkc, dvc, dpos, n, kv_dim);
+	snprintf(what, sizeof what, "kernel_kv_store_q8 = kern_kvq8_quantize (kv_dim %d)", kv_dim);
+	if (!ok_cuda(cudaDeviceSynchronize(), what))
+		goto out;
+	cudaMemcpy(got, dkc, cb, cudaMemcpyDeviceToHost);
+	cudaMemcpy(got + cb, dvc, cb, cudaMemcpyDeviceToHost);
+	check(memcmp(got, want, 2 * cb) == 0, what, 0, 0);
+out:
+	cudaFree(dk); cudaFree(dv); cudaFree(dkc); cudaFree(dvc); cudaFree(dpos);
+	free(k); free(v); free(want); free(got);
+}
+
+/*
+ * kernel_kv_rotate_q8 against kv_shift_rows on the same Q8_0 rows (2 KV
+ * heads of 64, 48 dims rotated, NeoX and pairs, delta -37): every value
+ * within one level of its block (the angle's sin and cos may differ in
+ * the last bit between the device and libm, and a level can round the
+ * other way), and no more than 1 % of the levels differing at all.
+ */
+static void
+device_kv_rotate_q8(void)
+{
+	const int n = 9, nkv = 2, hd = 64, rd = 48, w = nkv * hd, delta = -37;
+	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, w);
+	double fr[24], *dfr = NULL;
+	uint8_t *src = (uint8_t *)malloc(n * rb), *cpu = (uint8_t *)malloc(n * rb), *got = (uint8_t *)malloc(n * rb);
+	float *f = (float *)malloc(w * 4), *a = (float *)malloc(w * 4), *b = (float *)malloc(w * 4);
+	void *ds = NULL, *dd = NULL;
+
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&ds, n * rb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dd, n * rb), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	for (int neox = 0; neox < 2; neox++) {
+		struct kv_rope r = { nkv, hd, rd, neox != 0, fr };
+		bool close = true;
+		int differ = 0;
+
+		for (int p = 0; p < n; p++) {
+			for (int i = 0; i < w; i++)
+				f[i] = (float)rnd();
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, f, src + p * rb, w);
+		}
+		memcpy(cpu, src, n * rb);
+		kv_shift_rows(cpu, n, GGML_TYPE_Q8_0, &r, delta, f);
+		cudaMemcpy(ds, src, n * rb, cudaMemcpyHostToDevice);
+		kv_rotate_q8(0, ds, dd, n, w, hd, rd, neox != 0, dfr, delta);
+		if (!ok_cuda(cudaDeviceSynchronize(), "kernel_kv_rotate_q8"))
+			goto out;
+		cudaMemcpy(got, dd, n * rb, cudaMemcpyDeviceToHost);
+		for (int p = 0; p < n; p++) {
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, cpu + p * rb, a, w);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, got + p * rb, b, w);
+			for (int i = 0; i < w; i++) {
+				float d = q_fp16_to_f32((uint16_t)(cpu[p * rb + i / 32 * 34] | cpu[p * rb + i / 32 * 34 + 1] << 8));
+				close = close && fabsf(a[i] - b[i]) <= 1.01f * d + 1e-7f;
+				differ += a[i] != b[i];
+			}
+		}
+		check(close && differ <= n * w / 100, neox ? "kernel_kv_rotate_q8 = kv_shift_rows (q8_0, NeoX)" :
+		    "kernel_kv_rotate_q8 = kv_shift_rows (q8_0, pairs)", differ, n * w / 100);
+	}
+out:
+	cudaFree(dfr); cudaFree(ds); cudaFree(dd);
+	free(src); free(cpu); free(got); free(f); free(a); free(b);
 }
 
 /*
@@ -652,6 +775,15 @@ main(void)
 			/* 48-wide heads and groups of 16: the per-head kernel */
 			device_attention(48, 16, 1, false, 200, 0, 0.f, 4);
 			device_attention(128, 16, 2, false, 2000, 512, 30.f, 16);
+			/* Q8_0 caches: the GQA kernel's 2-byte loads (64, 128, 256), value by value (96, 48) */
+			device_attention(128, 28, 4, false, 1000, 0, 0.f, att_decode_splits(132, 4, 32768), true);
+			device_attention(64, 14, 2, false, 300, 0, 50.f, 8, true);
+			device_attention(256, 4, 1, false, 300, 128, 0.f, 8, true);
+			device_attention(96, 32, 32, false, 77, 0, 0.f, 3, true);
+			device_attention(48, 16, 2, false, 200, 0, 0.f, 4, true);	/* a head starting mid-block */
+			device_kv_store_q8(128);
+			device_kv_store_q8(896);
+			device_kv_rotate_q8();
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);
