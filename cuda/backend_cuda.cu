@@ -35,11 +35,16 @@
  * rows of one batch (multi.cu); long prefills' attention runs over tiles
  * of queries x keys (attn_prefill.cu).
  *
+ * KV caches are F16, F32 or Q8_0 (--kv-type q8_0: GGUF's blocks, the CPU
+ * backend's and the snapshots' bytes; kv_q8.cu stores and rotates them,
+ * for one sequence and forward_multi's rows; attention.cu and
+ * attn_prefill.cu read them).
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: GPU sampling, q8_0 caches, an int8 tensor-core prefill,
- * prefill_multi, and experts / IQ / MXFP4 weights (refused: --device
- * auto runs those on the CPU) (issue 25 lists what is left;
- * docs/BENCHMARKS.md what is unmeasured).
+ * Still to do: GPU sampling, an int8 tensor-core prefill, prefill_multi,
+ * and experts / IQ / MXFP4 weights (refused: --device auto runs those on
+ * the CPU) (issue 25 lists what is left; docs/BENCHMARKS.md what is
+ * unmeasured).
  */
 extern "C" {
 #include "backend/backend.h"
@@ -172,6 +177,28 @@ init_decode_state(struct cuda_ctx *c, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/* Whether caches of type t fit this model here: Q8_0 rows of whole blocks, within kernel_kv_rotate_q8's. */
+static int
+kv_type_check(const struct kvc_hparams *hp, int t, char *err, size_t errlen)
+{
+	int w = hp->n_head_kv * hp->head_dim;
+
+	if (t != GGML_TYPE_Q8_0)
+		return KVC_OK;
+	if (cu_kv_row_bytes(t, w) == 0) {
+		kvc_err(err, errlen, "KV cache type Q8_0 needs rows of whole blocks of 32, not %d values "
+		    "(use --kv-type f16)", w);
+		return KVC_EUNSUPPORTED;
+	}
+	if (w > 12288) {
+		/* kernel_kv_rotate_q8 holds a row as floats in 48 KB of shared memory */
+		kvc_err(err, errlen, "cuda: a q8_0 KV cache of %d values a row is too wide for the GPU "
+		    "kernels (12288 at most; use --kv-type f16)", w);
+		return KVC_EUNSUPPORTED;
+	}
+	return KVC_OK;
+}
+
 static int
 cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
     char *err, size_t errlen)
@@ -192,10 +219,8 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		    ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA device present");
 		return KVC_EUNSUPPORTED;
 	}
-	if (p && p->kv_type == GGML_TYPE_Q8_0) {
-		kvc_err(err, errlen, "cuda: no q8_0 KV cache on the GPU (use --kv-type f16)");
-		return KVC_EUNSUPPORTED;
-	}
+	if (p && (rc = kv_type_check(hp, p->kv_type, err, errlen)) != KVC_OK)
+		return rc;
 	if (gpu < 0 || gpu >= n_dev) {
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
@@ -333,9 +358,7 @@ cuda_free(void *ctx)
 static size_t
 kv_bytes_at(const struct cuda_kv *kv, int cap)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4;
-
-	return (size_t)cap * kv->kv_dim * elt * 2 * kv->n_layer;
+	return (size_t)cap * cu_kv_row_bytes(kv->type, kv->kv_dim) * 2 * kv->n_layer;
 }
 
 /*
@@ -346,8 +369,7 @@ kv_bytes_at(const struct cuda_kv *kv, int cap)
 static int
 kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errlen)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
-	size_t old = kv_bytes_at(kv, kv->cap);
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim), old = kv_bytes_at(kv, kv->cap);
 	int cap = kv->cap ? kv->cap : 256, rc = KVC_OK;
 	void **nb;
 
@@ -408,8 +430,14 @@ cuda_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *
 	int rc;
 
 	*out = NULL;
-	if ((rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+	if ((rc = kv_type_check(&c->m->hp, kv_type, err, errlen)) != KVC_OK)
 		return rc;
+	if (kv_type != GGML_TYPE_Q8_0 && (rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+		return rc;
+	if (n_ctx < 1) {
+		kvc_err(err, errlen, "bad context size %d", n_ctx);
+		return KVC_EINVAL;
+	}
 	if ((kv = (struct cuda_kv *)calloc(1, sizeof *kv)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
@@ -554,7 +582,7 @@ cuda_kv_shift(void *ctx, void *p, int p0, int n_drop, char *err, size_t errlen)
 	struct cuda_kv *kv = (struct cuda_kv *)p;
 	const struct kvc_hparams *hp = &c->m->hp;
 	bool f16 = kv->type == GGML_TYPE_F16;
-	size_t row = (size_t)kv->kv_dim * (f16 ? 2 : 4);
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim);
 	int n_move = kv->n_valid - p0 - n_drop, rc = KVC_OK;
 	void *stage = NULL;
 
@@ -581,9 +609,17 @@ cuda_kv_shift(void *ctx, void *p, int p0, int n_drop, char *err, size_t errlen)
 		    (rc = cu_call(cudaMemcpyAsync(stage, k + (size_t)n_drop * row, (size_t)n_move * row,
 		    cudaMemcpyDeviceToDevice, c->stream), "cudaMemcpyAsync (KV shift)", err, errlen)) != KVC_OK)
 			break;
+		const double *freq = model_layer_swa(hp, l) ? c->inv_freq_swa : c->inv_freq;
+
+		if (kv->type == GGML_TYPE_Q8_0) {
+			/* a whole row at a time: each block is quantised again after the rotation */
+			kv_rotate_q8(c->stream, stage, k, n_move, kv->kv_dim, hp->head_dim, hp->rope_dim, hp->rope_neox,
+			    freq, -n_drop);
+			rc = cu_launched(c, "kernel_kv_rotate_q8", err, errlen);
+			continue;
+		}
 		kernel_kv_rotate<<<dim3(n_move, hp->n_head_kv), 64, 0, c->stream>>>(stage, k, f16, hp->n_head_kv,
-		    hp->head_dim, hp->rope_dim, hp->rope_neox,
-		    model_layer_swa(hp, l) ? c->inv_freq_swa : c->inv_freq, -n_drop);
+		    hp->head_dim, hp->rope_dim, hp->rope_neox, freq, -n_drop);
 		rc = cu_launched(c, "kernel_kv_rotate", err, errlen);
 	}
 	if (rc == KVC_OK)
@@ -599,7 +635,7 @@ static int
 kv_copy(struct cuda_ctx *c, struct cuda_kv *kv, int layer, enum kvc_kv_part part, int pos0, int n,
     void *host, bool to_host, char *err, size_t errlen)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim);	/* the snapshot's rows, byte for byte */
 	int rc;
 
 	if (layer < 0 || layer >= kv->n_layer || pos0 < 0 || n < 0 || pos0 > kv->n_ctx - n) {

@@ -58,9 +58,9 @@ struct kvc_backend_i {
 
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type
-	 * (GGML_TYPE_F16 or GGML_TYPE_F32; the CPU backend also takes
-	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32; CUDA
-	 * refuses it, at init when kvc_backend_params.kv_type says so). Memory may be committed lazily as
+	 * (GGML_TYPE_F16 or GGML_TYPE_F32; both backends also take
+	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32, in the
+	 * same row bytes). Memory may be committed lazily as
 	 * positions are used. (How many caches stay resident is the
 	 * conversation layer's choice, not the backend's.)
 	 */
