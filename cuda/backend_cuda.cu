@@ -40,10 +40,15 @@
  * for one sequence and forward_multi's rows; attention.cu and
  * attn_prefill.cu read them).
  *
+ * Sampling runs on the device when the engine asks (forward_keep, then
+ * sample: greedy and top-k up to 1024, sample.cu), so a decode step copies
+ * one id back; the logits are copied only for a caller that wants them
+ * (logits_get) or a request the device does not take.
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: GPU sampling, an int8 tensor-core prefill, prefill_multi,
- * and experts / IQ / MXFP4 weights (refused: --device auto runs those on
- * the CPU) (issue 25 lists what is left; docs/BENCHMARKS.md what is
+ * Still to do: an int8 tensor-core prefill, prefill_multi, and experts /
+ * IQ / MXFP4 weights (refused: --device auto runs those on the CPU)
+ * (issue 25 lists what is left; docs/BENCHMARKS.md what is
  * unmeasured).
  */
 extern "C" {
@@ -348,6 +353,7 @@ cuda_free(void *ctx)
 	cu_free_scratch(c);
 	cu_multi_free(c);
 	cudaFree(c->logits);
+	cu_sample_free(c);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->stream)
@@ -496,6 +502,7 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 	const struct kvc_hparams *hp = &c->m->hp;
 	int rc, done;
 
+	c->logits_kept = false;		/* whatever happens, c->logits no longer hold the last kept */
 	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
 		return rc;
 	for (int i = 0; i < n; i++)
@@ -520,7 +527,7 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 		if (logits != NULL && all_logits) {
 			out = logits + (size_t)done * hp->n_vocab;
 			lo = 0;
-		} else if (logits != NULL && done + nc == n) {
+		} else if ((logits != NULL || c->keep_logits) && done + nc == n) {
 			out = logits;
 			lo = nc - 1;
 		}
@@ -530,6 +537,42 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 		kv->n_valid = pos0 + done;
 	}
 	return KVC_OK;
+}
+
+/* forward with the last token's logits left in c->logits for cuda_sample (backend.h). */
+static int
+cuda_forward_keep(void *ctx, void *kv, const int32_t *tokens, int n, int pos0, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	int rc;
+
+	c->keep_logits = true;
+	rc = cuda_forward(ctx, kv, tokens, n, pos0, NULL, false, err, errlen);
+	c->keep_logits = false;
+	c->logits_kept = rc == KVC_OK;
+	return rc;
+}
+
+static int
+cuda_logits_get(void *ctx, float *dst, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	if (!c->logits_kept) {
+		kvc_err(err, errlen, "cuda: no logits kept");
+		return KVC_EINVAL;
+	}
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	CUDA_CHECK(cudaMemcpyAsync(dst, c->logits, (size_t)c->m->hp.n_vocab * sizeof *dst, cudaMemcpyDeviceToHost,
+	    c->stream), err, errlen);
+	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
+	return KVC_OK;
+}
+
+static int
+cuda_sample(void *ctx, const struct kvc_sample_req *r, int32_t *id, uint64_t *rng, char *err, size_t errlen)
+{
+	return cu_sample((struct cuda_ctx *)ctx, r, id, rng, err, errlen);
 }
 
 /*
@@ -759,6 +802,7 @@ cuda_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens
 	bool one_by_one;
 	int rc = cu_multi_check(c, n_seq, kvs, tokens, pos, logits, &one_by_one, err, errlen);
 
+	c->logits_kept = false;		/* the rows' logits replace the kept row in c->logits */
 	if (rc != KVC_OK)
 		return rc;
 	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
@@ -784,8 +828,12 @@ static const struct kvc_backend_i cuda_backend = {
 	cuda_kv_write,
 	cuda_describe,
 	cuda_kv_shift,
-	NULL,
+	NULL,			/* kv_lowest */
 	cuda_forward_multi,
+	NULL,			/* prefill_multi */
+	cuda_forward_keep,
+	cuda_logits_get,
+	cuda_sample,
 };
 
 static const struct kvc_cuda_module cuda_module = {

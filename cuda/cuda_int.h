@@ -137,6 +137,10 @@ struct cuda_ctx {
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
 	struct cu_multi *multi;			/* forward_multi's row tables (multi.cu), or NULL */
+	/* sampling on the device (sample.cu) */
+	bool keep_logits;			/* the running forward keeps its last logits in logits[0] */
+	bool logits_kept;			/* logits[0] holds the last forward's (forward_keep) */
+	struct cu_sampler *smp;			/* sample.cu's buffers, made at the first sample */
 };
 
 struct cuda_kv {
@@ -264,6 +268,17 @@ cudaError_t kv_store_q8_rows(cudaStream_t st, const struct cu_rows *r, int l, co
  */
 cudaError_t kv_rotate_q8(cudaStream_t st, const void *src, void *dst, int n_rows, int kv_dim, int head_dim,
     int rope_dim, bool neox, const double *inv_freq, int delta);
+
+/* ---- sample.cu ---- */
+
+/*
+ * The next token from the kept logits (c->logits_kept) as smp_sample would
+ * pick it (backend.h's sample); KVC_EUNSUPPORTED for a request the device
+ * does not take (top-k off or above 1024).
+ */
+int cu_sample(struct cuda_ctx *c, const struct kvc_sample_req *r, int32_t *id, uint64_t *rng, char *err,
+    size_t errlen);
+void cu_sample_free(struct cuda_ctx *c);
 
 /* ---- cuda_err.cu ---- */
 

@@ -694,7 +694,8 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
     float *logits, int lo, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
-	int nl = logits != NULL && lo < n ? n - lo : 0;
+	/* keep_logits: the last row's logits stay in c->logits (backend.h's forward_keep) */
+	int nl = (logits != NULL || c->keep_logits) && lo < n ? n - lo : 0;
 	int rc;
 
 	if (nl > 0 && (rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
@@ -719,7 +720,7 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
 		rc = forward_kernels(c, kv, n, nl, NULL, err, errlen);
 	if (rc != KVC_OK)
 		return rc;
-	if (nl > 0)
+	if (nl > 0 && logits != NULL)
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
 		    cudaMemcpyDeviceToHost, c->stream), err, errlen);
 	/* also keeps &pos0, tokens and h_in alive until their copies are done */

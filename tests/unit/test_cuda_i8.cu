@@ -44,10 +44,12 @@
 #include "cuda/attn_prefill.cu"
 #include "cuda/multi.cu"
 #include "cuda/kv_q8.cu"
+#include "cuda/sample.cu"
 
 extern "C" {
 #include "backend/kv_shift.h"
 #include "kern/kern.h"
+#include "sampler/sampler.h"
 #include "quant/quant_ref.h"
 #include "tests/fixtures/att_tile_ref.h"
 }
@@ -561,6 +563,93 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 out:
 	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
 	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc); free(k8); free(v8);
+}
+
+/*
+ * cu_sample (sample.cu's kernels) on logits in device memory against
+ * src/sampler's smp_sample on the same logits with the same seed: the
+ * same token and the same generator state afterwards, greedy and top-k
+ * with temperature, top-p, min-p and the repetition penalty, ties and NaN
+ * included, at 32000 and 151936 (Qwen's vocabulary).
+ */
+static void
+device_sample(int n, int n_cases)
+{
+	static const float temps[] = { 0.f, 0.3f, 0.8f, 1.5f };
+	static const int topks[] = { 1, 40, 200, 1024, 0 };
+	struct kvc_model m;
+	struct cuda_ctx c;
+	float *l = (float *)malloc((size_t)n * 4);
+	int32_t hist[200];
+	int bad = 0, done = 0, host = 0;
+	char err[256], what[96];
+
+	memset(&m, 0, sizeof m);
+	memset(&c, 0, sizeof c);
+	m.hp.n_vocab = n;
+	c.m = &m;
+	if (!ok_cuda(cudaMalloc(&c.logits, (size_t)n * 4), "cudaMalloc"))
+		goto out;
+	for (int it = 0; it < n_cases; it++) {
+		struct kvc_sampler_params p = kvc_sampler_default_params();
+		struct kvc_sampler *smp = NULL;
+		struct kvc_sample_req r;
+		int nh = (int)(fabs(rnd()) * 200), rc;
+		int32_t id = -1, want;
+		uint64_t rng = 0;
+
+		for (int i = 0; i < n; i++) {
+			double g = rnd() * 8;
+			l[i] = it % 3 == 0 ? (float)floor(g) : it % 3 == 1 && i % 97 == 5 ? NAN : (float)g;
+		}
+		for (int j = 0; j < nh; j++)
+			hist[j] = (int32_t)(fabs(rnd()) * 100);
+		p.temp = temps[it % 4];
+		p.top_k = topks[it / 4 % 5];
+		p.top_p = it % 7 == 0 ? 1.f : 0.9f;
+		p.min_p = it % 5 == 0 ? 0.f : 0.05f;
+		p.repeat_penalty = it % 6 == 0 ? 1.f : 1.3f;
+		p.seed = (uint64_t)it * 7919;
+		if (smp_new(&smp, &p, n) != 0)
+			break;
+		cudaMemcpy(c.logits, l, (size_t)n * 4, cudaMemcpyHostToDevice);
+		c.logits_kept = true;
+		memset(&r, 0, sizeof r);
+		r.temp = p.temp;
+		r.top_k = p.top_k;
+		r.top_p = p.top_p;
+		r.min_p = p.min_p;
+		r.repeat_penalty = p.repeat_penalty;
+		r.n_recent = nh < p.repeat_last_n ? nh : p.repeat_last_n;
+		r.recent = hist + nh - r.n_recent;
+		r.rng = smp_rng_state(smp);
+		rc = cu_sample(&c, &r, &id, &rng, err, sizeof err);
+		want = smp_sample(smp, l, hist, (size_t)nh);
+		if (rc == KVC_EUNSUPPORTED) {
+			host++;
+			bad += p.temp > 0 && p.top_k > 0 && p.top_k <= 1024;	/* one it should have taken */
+		} else if (rc != KVC_OK) {
+			fprintf(stderr, "cu_sample: %s\n", err);
+			bad++;
+		} else {
+			done++;
+			if (id != want || rng != smp_rng_state(smp)) {
+				if (bad < 5)
+					fprintf(stderr, "sample case %d (temp %g top-k %d): device %d, CPU %d%s\n", it,
+					    p.temp, p.top_k, id, want, rng != smp_rng_state(smp) ? ", generator differs" : "");
+				bad++;
+			}
+		}
+		smp_free(smp);
+	}
+	snprintf(what, sizeof what, "cu_sample = smp_sample, vocabulary %d (%d on the device, %d left to the host)",
+	    n, done, host);
+	printf("device %s: %d differ\n", what, bad);
+	check(bad == 0 && done > 0, what, bad, 0);
+out:
+	cu_sample_free(&c);
+	cudaFree(c.logits);
+	free(l);
 }
 
 /*
@@ -1118,6 +1207,8 @@ main(void)
 			device_attention_rows(48, 16, 2, 5, 0, true);	/* the per-head kernel, a head mid-block */
 			device_kv_store_q8_rows(128);
 			device_kv_store_q8_rows(896);
+			device_sample(32000, 200);
+			device_sample(151936, 40);
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);
