@@ -14,13 +14,17 @@
  */
 #include "cuda_int.h"
 #include "dev_util.cuh"
+#include "kv_q8.cuh"
 
 #include <math.h>
 
+/* Element col of cache row p (kv_dim wide): f32, f16, or Q8_0 (q8: d * q of its block). */
 __device__ static inline float
-kv_at(const void *c, bool f16, int64_t i)
+kv_at(const void *c, bool f16, bool q8, int kv_dim, int64_t p, int col)
 {
-	return f16 ? __half2float(((const __half *)c)[i]) : ((const float *)c)[i];
+	if (q8)
+		return kvq8_at((const uint8_t *)c + p * (kv_dim / KVQ8_QB) * KVQ8_BYTES, col);
+	return f16 ? __half2float(((const __half *)c)[p * kv_dim + col]) : ((const float *)c)[p * kv_dim + col];
 }
 
 /*
@@ -39,12 +43,12 @@ kv_at(const void *c, bool f16, int64_t i)
  * kernel_attention_merge combines the slices. head_dim <= 256.
  * grid (n, n_head, splits), block 32 * ATT_WARPS, static shared memory
  * ATT_WARPS * 1 KB. Bytes: K and V of the positions once per query head,
- * 2 * (pos + 1) * head_dim * elt (the heads of a group re-read the same
- * rows, mostly from L2).
+ * 2 * (pos + 1) * head_dim * elt (elt 34 / 32 for a Q8_0 cache; the heads
+ * of a group re-read the same rows, mostly from L2).
  */
 #define ATT_WARPS 4
 __global__ static void
-kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
+kernel_attention(const float *q, const void *kc, const void *vc, bool f16, bool q8,
     float *out, float *part, int n_head, int n_head_kv, int head_dim, const int *pos0, float scale,
     float cap, int win, void *const *k_rows, void *const *v_rows)
 {
@@ -65,17 +69,17 @@ kernel_attention(const float *q, const void *kc, const void *vc, bool f16,
 	for (int i = lane; i < head_dim; i += 32)
 		acc[warp][i] = 0.f;
 	for (int p = p0 + warp; p < p1; p += ATT_WARPS) {
-		int64_t base = (int64_t)p * kv_dim + (int64_t)kvh * head_dim;
+		int col0 = kvh * head_dim;
 		float dot = 0.f;
 		for (int i = lane; i < head_dim; i += 32)
-			dot += qv[i] * kv_at(kc, f16, base + i);
+			dot += qv[i] * kv_at(kc, f16, q8, kv_dim, p, col0 + i);
 		dot = warp_sum(dot) * scale;
 		if (cap > 0.f)
 			dot = cap * tanhf(dot / cap);
 		float m2 = fmaxf(m, dot), corr = expf(m - m2), e = expf(dot - m2);
 		s = s * corr + e;
 		for (int i = lane; i < head_dim; i += 32)
-			acc[warp][i] = acc[warp][i] * corr + e * kv_at(vc, f16, base + i);
+			acc[warp][i] = acc[warp][i] * corr + e * kv_at(vc, f16, q8, kv_dim, p, col0 + i);
 		m = m2;
 	}
 	if (lane == 0) {
@@ -185,6 +189,32 @@ load_kv(const void *c, bool f16, int64_t base, float *out)
 	}
 }
 
+/*
+ * PL consecutive values of a Q8_0 cache row (row: its first byte) from
+ * column col: one fp16 scale and PL levels by 2-byte loads when they lie
+ * in one block (PL 2, 4, 8 from a multiple of PL), else value by value.
+ */
+template <int PL>
+__device__ static inline void
+load_kv_q8(const uint8_t *row, int col, float *out)
+{
+	if constexpr (KVQ8_QB % PL == 0 && PL % 2 == 0) {
+		const uint8_t *b = row + col / KVQ8_QB * KVQ8_BYTES;
+		float d = __half2float(__ushort_as_half(*(const uint16_t *)b));
+		const uint16_t *q = (const uint16_t *)(b + 2 + col % KVQ8_QB);
+#pragma unroll
+		for (int i = 0; i < PL / 2; i++) {
+			uint16_t u = q[i];
+			out[2 * i] = d * (float)(int8_t)(u & 0xff);
+			out[2 * i + 1] = d * (float)(int8_t)(u >> 8);
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < PL; i++)
+			out[i] = kvq8_at(row, col + i);
+	}
+}
+
 #define GQA_MAX 8	/* query heads per KV head kernel_attn_gqa holds in registers */
 
 /*
@@ -200,7 +230,9 @@ load_kv(const void *c, bool f16, int64_t base, float *out)
  * output, otherwise (max, sum, unnormalised accumulator) to part for
  * kernel_attention_merge. grid (n_head_kv, nz, rows), block 32 * ATT_WARPS,
  * static shared memory ATT_WARPS * GQA_MAX * (head_dim + 2) * 4 <= 33 KB.
- * Bytes: 2 * n_pos * kv_dim * elt of cache read once, n_head * head_dim * 4
+ * A Q8_0 cache: the lane's PL levels by 2-byte loads and its block's
+ * scale (load_kv_q8). Bytes: 2 * n_pos * kv_dim * elt (34 / 32 for Q8_0)
+ * of cache read once, n_head * head_dim * 4
  * of q, n_head * nz * (head_dim + 2) * 4 written.
  */
 template <int PL>
@@ -233,8 +265,15 @@ kernel_attn_gqa(struct att_args a, int nz)
 		int64_t base = (int64_t)p * kv_dim + (int64_t)kvh * hd + PL * lane;
 		float k[PL], v[PL];
 
-		load_kv<PL>(kc, a.f16, base, k);
-		load_kv<PL>(vc, a.f16, base, v);
+		if (a.q8) {
+			size_t rb = (size_t)(kv_dim / KVQ8_QB) * KVQ8_BYTES;
+			int col = kvh * hd + PL * lane;
+			load_kv_q8<PL>((const uint8_t *)kc + p * rb, col, k);
+			load_kv_q8<PL>((const uint8_t *)vc + p * rb, col, v);
+		} else {
+			load_kv<PL>(kc, a.f16, base, k);
+			load_kv<PL>(vc, a.f16, base, v);
+		}
 #pragma unroll
 		for (int j = 0; j < GQA_MAX; j++) {
 			if (j >= G)
@@ -317,8 +356,8 @@ attention_rows(cudaStream_t st, const struct att_args *a, int nz, int n_rows)
 		}
 	} else {
 		kernel_attention<<<dim3(n_rows, a->n_head, nz), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v,
-		    a->f16, a->out, a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap,
-		    a->win, a->k_rows, a->v_rows);
+		    a->f16, a->q8, a->out, a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale,
+		    a->cap, a->win, a->k_rows, a->v_rows);
 	}
 	if (nz > 1) {
 		cudaError_t e = cudaPeekAtLastError();
@@ -340,7 +379,8 @@ attention_decode(cudaStream_t st, const struct att_args *a, int nz)
 cudaError_t
 attention_tokens(cudaStream_t st, const struct att_args *a, int n)
 {
-	kernel_attention<<<dim3(n, a->n_head, 1), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v, a->f16, a->out,
-	    a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap, a->win, NULL, NULL);
+	kernel_attention<<<dim3(n, a->n_head, 1), 32 * ATT_WARPS, 0, st>>>(a->q, a->k, a->v, a->f16, a->q8,
+	    a->out, a->part, a->n_head, a->n_head_kv, a->head_dim, a->pos0, a->scale, a->cap, a->win, NULL,
+	    NULL);
 	return cudaPeekAtLastError();
 }

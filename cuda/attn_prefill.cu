@@ -23,28 +23,33 @@
  */
 #include "cuda_int.h"
 #include "dev_util.cuh"
+#include "kv_q8.cuh"
 
 #include <math.h>
 
+/* Element col of cache row p (kv_dim wide): f32, f16, or Q8_0 (d * q of its block, kv_q8.cuh). */
 __device__ static inline float
-kv_elt(const void *c, bool f16, int64_t i)
+kv_elt(const void *c, bool f16, bool q8, int64_t kv_dim, int64_t p, int64_t col)
 {
-	return f16 ? __half2float(((const __half *)c)[i]) : ((const float *)c)[i];
+	if (q8)
+		return kvq8_at((const uint8_t *)c + p * (kv_dim / KVQ8_QB) * KVQ8_BYTES, col);
+	return f16 ? __half2float(((const __half *)c)[p * kv_dim + col]) : ((const float *)c)[p * kv_dim + col];
 }
 
 /*
  * ATT_TILE_KEYS cache rows of KV head kvh from position kb into tile (row
  * stride HD + 1, so lane k's walk along row k meets no bank twice), rows
- * at or past k1 as zeros. Consecutive threads read consecutive elements.
+ * at or past k1 as zeros. Consecutive threads read consecutive elements
+ * (of a Q8_0 cache: consecutive levels, each with its block's scale).
  */
 template <int HD>
 __device__ static inline void
-load_tile(float (*tile)[HD + 1], const void *c, bool f16, int kb, int k1, int64_t kv_dim, int kvh)
+load_tile(float (*tile)[HD + 1], const void *c, bool f16, bool q8, int kb, int k1, int64_t kv_dim, int kvh)
 {
 	for (int e = threadIdx.x; e < ATT_TILE_KEYS * HD; e += blockDim.x) {
 		int key = e / HD, i = e % HD, p = kb + key;
 
-		tile[key][i] = p < k1 ? kv_elt(c, f16, (int64_t)p * kv_dim + (int64_t)kvh * HD + i) : 0.f;
+		tile[key][i] = p < k1 ? kv_elt(c, f16, q8, kv_dim, p, (int64_t)kvh * HD + i) : 0.f;
 	}
 }
 
@@ -55,8 +60,9 @@ load_tile(float (*tile)[HD + 1], const void *c, bool f16, int kb, int k1, int64_
  * grid (ceil(n G / R), n_head_kv), block 32 * ATT_TILE_WARPS, static
  * shared memory ATT_TILE_KEYS * (HD + 1) * 4 + R * HD * 4 (<= 41 KB, at
  * HD 256 with RW 1). Bytes: each block reads the K and V rows of its keys
- * once, 2 * (k1 - k0) * HD * elt, R times fewer than attention_tokens'
- * blocks over the same rows; q and out n * n_head * HD * 4 each.
+ * once, 2 * (k1 - k0) * HD * elt (elt 34 / 32 for Q8_0), R times fewer
+ * than attention_tokens' blocks over the same rows; q and out n * n_head
+ * * HD * 4 each.
  */
 template <int PL, int RW>
 __global__ static void __launch_bounds__(32 * ATT_TILE_WARPS)
@@ -95,7 +101,7 @@ kernel_attn_tile(struct att_args a, int n)
 		int p = kb + lane;	/* this lane's key */
 
 		__syncthreads();	/* q is in place; the previous tile's V is read */
-		load_tile<HD>(tile, a.k, a.f16, kb, k1, kv_dim, kvh);
+		load_tile<HD>(tile, a.k, a.f16, a.q8, kb, k1, kv_dim, kvh);
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < RW; k++) {
@@ -110,7 +116,7 @@ kernel_attn_tile(struct att_args a, int n)
 			s[k] = p >= first[k] && p <= qpos[k] ? d : -INFINITY;
 		}
 		__syncthreads();	/* K is scored: V takes its place */
-		load_tile<HD>(tile, a.v, a.f16, kb, k1, kv_dim, kvh);
+		load_tile<HD>(tile, a.v, a.f16, a.q8, kb, k1, kv_dim, kvh);
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < RW; k++) {

@@ -35,11 +35,21 @@
  * rows of one batch (multi.cu); long prefills' attention runs over tiles
  * of queries x keys (attn_prefill.cu).
  *
+ * KV caches are F16, F32 or Q8_0 (--kv-type q8_0: GGUF's blocks, the CPU
+ * backend's and the snapshots' bytes; kv_q8.cu stores and rotates them,
+ * for one sequence and forward_multi's rows; attention.cu and
+ * attn_prefill.cu read them).
+ *
+ * Sampling runs on the device when the engine asks (forward_keep, then
+ * sample: greedy and top-k up to 1024, sample.cu), so a decode step copies
+ * one id back; the logits are copied only for a caller that wants them
+ * (logits_get) or a request the device does not take.
+ *
  * STATUS: compiled on machines without a GPU; NOT yet run on a device.
- * Still to do: GPU sampling, q8_0 caches, an int8 tensor-core prefill,
- * prefill_multi, and experts / IQ / MXFP4 weights (refused: --device
- * auto runs those on the CPU) (issue 25 lists what is left;
- * docs/BENCHMARKS.md what is unmeasured).
+ * Still to do: an int8 tensor-core prefill, prefill_multi, and experts /
+ * IQ / MXFP4 weights (refused: --device auto runs those on the CPU)
+ * (issue 25 lists what is left; docs/BENCHMARKS.md what is
+ * unmeasured).
  */
 extern "C" {
 #include "backend/backend.h"
@@ -172,6 +182,28 @@ init_decode_state(struct cuda_ctx *c, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/* Whether caches of type t fit this model here: Q8_0 rows of whole blocks, within kernel_kv_rotate_q8's. */
+static int
+kv_type_check(const struct kvc_hparams *hp, int t, char *err, size_t errlen)
+{
+	int w = hp->n_head_kv * hp->head_dim;
+
+	if (t != GGML_TYPE_Q8_0)
+		return KVC_OK;
+	if (cu_kv_row_bytes(t, w) == 0) {
+		kvc_err(err, errlen, "KV cache type Q8_0 needs rows of whole blocks of 32, not %d values "
+		    "(use --kv-type f16)", w);
+		return KVC_EUNSUPPORTED;
+	}
+	if (w > 12288) {
+		/* kernel_kv_rotate_q8 holds a row as floats in 48 KB of shared memory */
+		kvc_err(err, errlen, "cuda: a q8_0 KV cache of %d values a row is too wide for the GPU "
+		    "kernels (12288 at most; use --kv-type f16)", w);
+		return KVC_EUNSUPPORTED;
+	}
+	return KVC_OK;
+}
+
 static int
 cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params *p,
     char *err, size_t errlen)
@@ -192,10 +224,8 @@ cuda_init(void **out, const struct kvc_model *m, const struct kvc_backend_params
 		    ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA device present");
 		return KVC_EUNSUPPORTED;
 	}
-	if (p && p->kv_type == GGML_TYPE_Q8_0) {
-		kvc_err(err, errlen, "cuda: no q8_0 KV cache on the GPU (use --kv-type f16)");
-		return KVC_EUNSUPPORTED;
-	}
+	if (p && (rc = kv_type_check(hp, p->kv_type, err, errlen)) != KVC_OK)
+		return rc;
 	if (gpu < 0 || gpu >= n_dev) {
 		kvc_err(err, errlen, "cuda: device %d does not exist (%d found)", gpu, n_dev);
 		return KVC_EINVAL;
@@ -323,6 +353,7 @@ cuda_free(void *ctx)
 	cu_free_scratch(c);
 	cu_multi_free(c);
 	cudaFree(c->logits);
+	cu_sample_free(c);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->stream)
@@ -333,9 +364,7 @@ cuda_free(void *ctx)
 static size_t
 kv_bytes_at(const struct cuda_kv *kv, int cap)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4;
-
-	return (size_t)cap * kv->kv_dim * elt * 2 * kv->n_layer;
+	return (size_t)cap * cu_kv_row_bytes(kv->type, kv->kv_dim) * 2 * kv->n_layer;
 }
 
 /*
@@ -346,8 +375,7 @@ kv_bytes_at(const struct cuda_kv *kv, int cap)
 static int
 kv_grow(struct cuda_ctx *c, struct cuda_kv *kv, int need, char *err, size_t errlen)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
-	size_t old = kv_bytes_at(kv, kv->cap);
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim), old = kv_bytes_at(kv, kv->cap);
 	int cap = kv->cap ? kv->cap : 256, rc = KVC_OK;
 	void **nb;
 
@@ -408,8 +436,14 @@ cuda_kv_create(void *ctx, int n_ctx, enum gguf_dtype kv_type, void **out, char *
 	int rc;
 
 	*out = NULL;
-	if ((rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+	if ((rc = kv_type_check(&c->m->hp, kv_type, err, errlen)) != KVC_OK)
 		return rc;
+	if (kv_type != GGML_TYPE_Q8_0 && (rc = kvc_backend_kv_check(n_ctx, kv_type, err, errlen)) != KVC_OK)
+		return rc;
+	if (n_ctx < 1) {
+		kvc_err(err, errlen, "bad context size %d", n_ctx);
+		return KVC_EINVAL;
+	}
 	if ((kv = (struct cuda_kv *)calloc(1, sizeof *kv)) == NULL) {
 		kvc_err(err, errlen, "out of memory");
 		return KVC_ENOMEM;
@@ -468,6 +502,7 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 	const struct kvc_hparams *hp = &c->m->hp;
 	int rc, done;
 
+	c->logits_kept = false;		/* whatever happens, c->logits no longer hold the last kept */
 	if ((rc = kvc_backend_forward_check(n, pos0, kv->n_valid, kv->n_ctx, err, errlen)) != KVC_OK)
 		return rc;
 	for (int i = 0; i < n; i++)
@@ -492,7 +527,7 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 		if (logits != NULL && all_logits) {
 			out = logits + (size_t)done * hp->n_vocab;
 			lo = 0;
-		} else if (logits != NULL && done + nc == n) {
+		} else if ((logits != NULL || c->keep_logits) && done + nc == n) {
 			out = logits;
 			lo = nc - 1;
 		}
@@ -502,6 +537,42 @@ cuda_forward(void *ctx, void *p, const int32_t *tokens, int n, int pos0,
 		kv->n_valid = pos0 + done;
 	}
 	return KVC_OK;
+}
+
+/* forward with the last token's logits left in c->logits for cuda_sample (backend.h). */
+static int
+cuda_forward_keep(void *ctx, void *kv, const int32_t *tokens, int n, int pos0, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	int rc;
+
+	c->keep_logits = true;
+	rc = cuda_forward(ctx, kv, tokens, n, pos0, NULL, false, err, errlen);
+	c->keep_logits = false;
+	c->logits_kept = rc == KVC_OK;
+	return rc;
+}
+
+static int
+cuda_logits_get(void *ctx, float *dst, char *err, size_t errlen)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	if (!c->logits_kept) {
+		kvc_err(err, errlen, "cuda: no logits kept");
+		return KVC_EINVAL;
+	}
+	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
+	CUDA_CHECK(cudaMemcpyAsync(dst, c->logits, (size_t)c->m->hp.n_vocab * sizeof *dst, cudaMemcpyDeviceToHost,
+	    c->stream), err, errlen);
+	CUDA_CHECK(cudaStreamSynchronize(c->stream), err, errlen);
+	return KVC_OK;
+}
+
+static int
+cuda_sample(void *ctx, const struct kvc_sample_req *r, int32_t *id, uint64_t *rng, char *err, size_t errlen)
+{
+	return cu_sample((struct cuda_ctx *)ctx, r, id, rng, err, errlen);
 }
 
 /*
@@ -554,7 +625,7 @@ cuda_kv_shift(void *ctx, void *p, int p0, int n_drop, char *err, size_t errlen)
 	struct cuda_kv *kv = (struct cuda_kv *)p;
 	const struct kvc_hparams *hp = &c->m->hp;
 	bool f16 = kv->type == GGML_TYPE_F16;
-	size_t row = (size_t)kv->kv_dim * (f16 ? 2 : 4);
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim);
 	int n_move = kv->n_valid - p0 - n_drop, rc = KVC_OK;
 	void *stage = NULL;
 
@@ -581,9 +652,17 @@ cuda_kv_shift(void *ctx, void *p, int p0, int n_drop, char *err, size_t errlen)
 		    (rc = cu_call(cudaMemcpyAsync(stage, k + (size_t)n_drop * row, (size_t)n_move * row,
 		    cudaMemcpyDeviceToDevice, c->stream), "cudaMemcpyAsync (KV shift)", err, errlen)) != KVC_OK)
 			break;
+		const double *freq = model_layer_swa(hp, l) ? c->inv_freq_swa : c->inv_freq;
+
+		if (kv->type == GGML_TYPE_Q8_0) {
+			/* a whole row at a time: each block is quantised again after the rotation */
+			kv_rotate_q8(c->stream, stage, k, n_move, kv->kv_dim, hp->head_dim, hp->rope_dim, hp->rope_neox,
+			    freq, -n_drop);
+			rc = cu_launched(c, "kernel_kv_rotate_q8", err, errlen);
+			continue;
+		}
 		kernel_kv_rotate<<<dim3(n_move, hp->n_head_kv), 64, 0, c->stream>>>(stage, k, f16, hp->n_head_kv,
-		    hp->head_dim, hp->rope_dim, hp->rope_neox,
-		    model_layer_swa(hp, l) ? c->inv_freq_swa : c->inv_freq, -n_drop);
+		    hp->head_dim, hp->rope_dim, hp->rope_neox, freq, -n_drop);
 		rc = cu_launched(c, "kernel_kv_rotate", err, errlen);
 	}
 	if (rc == KVC_OK)
@@ -599,7 +678,7 @@ static int
 kv_copy(struct cuda_ctx *c, struct cuda_kv *kv, int layer, enum kvc_kv_part part, int pos0, int n,
     void *host, bool to_host, char *err, size_t errlen)
 {
-	size_t elt = kv->type == GGML_TYPE_F16 ? 2 : 4, row = (size_t)kv->kv_dim * elt;
+	size_t row = cu_kv_row_bytes(kv->type, kv->kv_dim);	/* the snapshot's rows, byte for byte */
 	int rc;
 
 	if (layer < 0 || layer >= kv->n_layer || pos0 < 0 || n < 0 || pos0 > kv->n_ctx - n) {
@@ -723,6 +802,7 @@ cuda_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens
 	bool one_by_one;
 	int rc = cu_multi_check(c, n_seq, kvs, tokens, pos, logits, &one_by_one, err, errlen);
 
+	c->logits_kept = false;		/* the rows' logits replace the kept row in c->logits */
 	if (rc != KVC_OK)
 		return rc;
 	CUDA_CHECK(cudaSetDevice(c->dev), err, errlen);
@@ -748,8 +828,12 @@ static const struct kvc_backend_i cuda_backend = {
 	cuda_kv_write,
 	cuda_describe,
 	cuda_kv_shift,
-	NULL,
+	NULL,			/* kv_lowest */
 	cuda_forward_multi,
+	NULL,			/* prefill_multi */
+	cuda_forward_keep,
+	cuda_logits_get,
+	cuda_sample,
 };
 
 static const struct kvc_cuda_module cuda_module = {

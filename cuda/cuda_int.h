@@ -137,14 +137,19 @@ struct cuda_ctx {
 	int cap_logits;				/* rows of logits */
 	float *logits;				/* (cap_logits, n_vocab) */
 	struct cu_multi *multi;			/* forward_multi's row tables (multi.cu), or NULL */
+	/* sampling on the device (sample.cu) */
+	bool keep_logits;			/* the running forward keeps its last logits in logits[0] */
+	bool logits_kept;			/* logits[0] holds the last forward's (forward_keep) */
+	struct cu_sampler *smp;			/* sample.cu's buffers, made at the first sample */
 };
 
 struct cuda_kv {
 	int n_ctx, cap;				/* positions allowed / allocated */
 	int n_valid;				/* positions [0, n_valid) hold data */
-	int type;				/* GGML_TYPE_F16 or GGML_TYPE_F32 */
+	int type;				/* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
 	int n_layer, kv_dim;
-	void **k, **v;				/* [n_layer] device (cap, kv_dim) */
+	void **k, **v;				/* [n_layer] device (cap, kv_dim) in type
+						   (Q8_0: rows of kv_dim / 32 GGUF blocks, kv_q8.cuh) */
 	size_t bytes;
 	uint64_t gen;				/* bumped when k, v are reallocated (graph_key) */
 };
@@ -190,13 +195,14 @@ struct cu_rows {
 	int n;
 	int n_pos_max;			/* the largest pos[t] + 1 (attention splits) */
 	bool f16;			/* the caches' type: f16, else f32 (all the same) */
+	bool q8;			/* the caches are Q8_0 (f16 false) */
 };
 
 /* One layer's attention for attention.cu's kernels. */
 struct att_args {
 	const float *q;			/* (n, n_head, head_dim) rotated queries */
 	const void *k, *v;		/* (cap, n_head_kv * head_dim) the layer's cache */
-	bool f16;			/* cache f16, else f32 */
+	bool f16;			/* cache f16, else f32 (or q8) */
 	float *out;			/* (n, n_head, head_dim) */
 	float *part;			/* (n_head, nz, head_dim + 2) split partials (decode, nz > 1) */
 	int n_head, n_head_kv, head_dim;
@@ -208,6 +214,7 @@ struct att_args {
 	 * the rows' positions (n) and k, v are unused; NULL otherwise.
 	 */
 	void *const *k_rows, *const *v_rows;
+	bool q8;			/* Q8_0 cache (f16 false): rows of kv_dim / 32 blocks of 34 bytes */
 };
 
 /* ---- attention.cu ---- */
@@ -235,6 +242,43 @@ cudaError_t attention_rows(cudaStream_t st, const struct att_args *a, int nz, in
  * head_dim) must hold): causal, windowed, softcapped as attention_tokens.
  */
 cudaError_t attention_prefill(cudaStream_t st, const struct att_args *a, int n);
+
+/* ---- kv_q8.cu ---- */
+
+/* Bytes of a cache row of kv_dim elements of type (0: a type the caches do not take). */
+size_t cu_kv_row_bytes(int type, int kv_dim);
+
+/*
+ * n tokens' K and V rows (n x kv_dim floats, kv_dim % 32 == 0) quantised
+ * into the Q8_0 caches kc, vc at rows *pos0 .. *pos0 + n - 1.
+ */
+cudaError_t kv_store_q8(cudaStream_t st, const float *k, const float *v, void *kc, void *vc, const int *pos0,
+    int n, int kv_dim);
+
+/*
+ * forward_multi's store into Q8_0 caches: row t's K and V (row t of k, v)
+ * into layer l's buffers of row t's own cache at position r->pos[t].
+ */
+cudaError_t kv_store_q8_rows(cudaStream_t st, const struct cu_rows *r, int l, const float *k, const float *v,
+    int kv_dim);
+
+/*
+ * n_rows Q8_0 K rows from src rotated by delta positions into dst (distinct
+ * buffers), as kv_shift_rows on the CPU; kv_dim * 4 bytes of shared memory.
+ */
+cudaError_t kv_rotate_q8(cudaStream_t st, const void *src, void *dst, int n_rows, int kv_dim, int head_dim,
+    int rope_dim, bool neox, const double *inv_freq, int delta);
+
+/* ---- sample.cu ---- */
+
+/*
+ * The next token from the kept logits (c->logits_kept) as smp_sample would
+ * pick it (backend.h's sample); KVC_EUNSUPPORTED for a request the device
+ * does not take (top-k off or above 1024).
+ */
+int cu_sample(struct cuda_ctx *c, const struct kvc_sample_req *r, int32_t *id, uint64_t *rng, char *err,
+    size_t errlen);
+void cu_sample_free(struct cuda_ctx *c);
 
 /* ---- cuda_err.cu ---- */
 
@@ -291,7 +335,7 @@ int cu_forward_rows(struct cuda_ctx *c, const struct cu_rows *rows, float *logit
 
 /*
  * forward_multi's arguments (backend.h), checked as the CPU checks them;
- * *mixed when the caches are not all F16 or all F32 (the rows' kernels
+ * *mixed when the caches are not all F16, all F32 or all Q8_0 (the rows' kernels
  * take one type: the caller then runs the sequences one at a time).
  */
 int cu_multi_check(const struct cuda_ctx *c, int n_seq, void *const *kvs, const int32_t *tokens, const int *pos,

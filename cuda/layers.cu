@@ -171,7 +171,7 @@ kernel_rope(float *x, int n_heads, int head_dim, int rope_dim, const int *pos0, 
 	}
 }
 
-/* Store n rows of kv_dim floats into the cache (f16 or f32) at *pos0. */
+/* Store n rows of kv_dim floats into the cache (f16 or f32; Q8_0 is kv_q8.cu's) at *pos0. */
 __global__ static void
 kernel_kv_store(void *cache, bool f16, const float *src, const int *pos0, int64_t total, int kv_dim)
 {
@@ -424,7 +424,8 @@ project_add(struct cuda_ctx *c, const struct dweight *w, const float *X, const f
 /*
  * One token's Q, K and V, each one kernel_mv_i8_qkv: bias, RoPE and the
  * cache store in the product's epilogue (no q/k norms: those need the
- * whole head before RoPE, see qkv_fusable).
+ * whole head before RoPE, see qkv_fusable); a Q8_0 cache's store is one
+ * kernel after them (kv_q8.cu).
  */
 static int
 qkv_fused(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d, const double *freq,
@@ -435,16 +436,24 @@ qkv_fused(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 	const float *bias[3] = { d->bq, d->bk, d->bv };
 	int rc;
 
+	bool q8 = kv->type == GGML_TYPE_Q8_0;
+	float *y[3] = { c->q, q8 ? c->k : NULL, q8 ? c->v : NULL };
+
 	if ((rc = need_xq(c, c->xb, d->wq.n_in, true, err, errlen)) != KVC_OK)
 		return rc;
 	for (int i = 0; i < 3; i++) {
 		struct mv_qkv e = { bias[i], freq, hp->rope_mscale, c->d_pos, hp->head_dim,
-			i == 2 ? 0 : hp->rope_dim, hp->rope_neox, i == 0 ? c->q : NULL,
+			i == 2 ? 0 : hp->rope_dim, hp->rope_neox, y[i],
 			i == 1 ? kv->k[l] : i == 2 ? kv->v[l] : NULL, kv->type == GGML_TYPE_F16 };
 
 		mv_i8_qkv(c->stream, w[i]->type, (const uint8_t *)w[i]->d, w[i]->row_bytes, c->xq, w[i]->n_in,
 		    w[i]->n_out, c->n_sm, e);
 		LAUNCHED("kernel_mv_i8_qkv");
+	}
+	if (q8) {
+		/* a Q8_0 block's scale needs all 32 of its values: K and V went to scratch (kv_q8.cu) */
+		kv_store_q8(c->stream, c->k, c->v, kv->k[l], kv->v[l], c->d_pos, 1, hp->n_head_kv * hp->head_dim);
+		LAUNCHED("kernel_kv_store_q8");
 	}
 	return KVC_OK;
 }
@@ -511,8 +520,16 @@ qkv_plain(struct cuda_ctx *c, struct cuda_kv *kv, int l, const struct dlayer *d,
 		LAUNCHED("kernel_rope (k)");
 	}
 	if (rows) {
-		kv_store_rows(c->stream, rows, l, c->k, c->v, (int)kv_dim);
-		LAUNCHED("kernel_kv_store_rows");
+		if (rows->q8)
+			kv_store_q8_rows(c->stream, rows, l, c->k, c->v, (int)kv_dim);
+		else
+			kv_store_rows(c->stream, rows, l, c->k, c->v, (int)kv_dim);
+		LAUNCHED(rows->q8 ? "kernel_kv_store_q8 (rows)" : "kernel_kv_store_rows");
+		return KVC_OK;
+	}
+	if (kv->type == GGML_TYPE_Q8_0) {
+		kv_store_q8(c->stream, c->k, c->v, kv->k[l], kv->v[l], c->d_pos, n, (int)kv_dim);
+		LAUNCHED("kernel_kv_store_q8");
 		return KVC_OK;
 	}
 	kernel_kv_store<<<grid_blocks(n * kv_dim, 256), 256, 0, c->stream>>>(kv->k[l], f16, c->k, c->d_pos, n * kv_dim, (int)kv_dim);
@@ -558,7 +575,7 @@ forward_kernels(struct cuda_ctx *c, struct cuda_kv *kv, int n, int nl, const str
 		struct att_args aa = { c->q, rows ? NULL : kv->k[l], rows ? NULL : kv->v[l], f16, c->att,
 			c->att_part, hp->n_head, hp->n_head_kv, hp->head_dim, rows ? rows->pos : c->d_pos,
 			hp->attn_scale, hp->attn_softcap, win, rows ? rows->k + (size_t)l * n : NULL,
-			rows ? rows->v + (size_t)l * n : NULL };
+			rows ? rows->v + (size_t)l * n : NULL, rows ? rows->q8 : kv->type == GGML_TYPE_Q8_0 };
 		if (rows) {
 			attention_rows(c->stream, &aa, att_multi_splits(c->n_sm, hp->n_head_kv, n, rows->n_pos_max), n);
 			LAUNCHED("kernel_attn_gqa / kernel_attention (rows)");
@@ -677,7 +694,8 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
     float *logits, int lo, char *err, size_t errlen)
 {
 	const struct kvc_hparams *hp = &c->m->hp;
-	int nl = logits != NULL && lo < n ? n - lo : 0;
+	/* keep_logits: the last row's logits stay in c->logits (backend.h's forward_keep) */
+	int nl = (logits != NULL || c->keep_logits) && lo < n ? n - lo : 0;
 	int rc;
 
 	if (nl > 0 && (rc = ensure_logits(c, nl, err, errlen)) != KVC_OK)
@@ -702,7 +720,7 @@ cu_forward_chunk(struct cuda_ctx *c, struct cuda_kv *kv, const int32_t *tokens, 
 		rc = forward_kernels(c, kv, n, nl, NULL, err, errlen);
 	if (rc != KVC_OK)
 		return rc;
-	if (nl > 0)
+	if (nl > 0 && logits != NULL)
 		CUDA_CHECK(cudaMemcpyAsync(logits, c->logits, (size_t)nl * hp->n_vocab * 4,
 		    cudaMemcpyDeviceToHost, c->stream), err, errlen);
 	/* also keeps &pos0, tokens and h_in alive until their copies are done */

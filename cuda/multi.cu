@@ -93,6 +93,7 @@ send_tables(struct cuda_ctx *c, int n, void *const *kvs, const int32_t *tokens, 
 	r->n = n;
 	r->n_pos_max = 0;
 	r->f16 = ((const struct cuda_kv *)kvs[0])->type == GGML_TYPE_F16;
+	r->q8 = ((const struct cuda_kv *)kvs[0])->type == GGML_TYPE_Q8_0;
 	for (int t = 0; t < n; t++) {
 		const struct cuda_kv *kv = (const struct cuda_kv *)kvs[t];
 
@@ -127,7 +128,7 @@ cu_multi_check(const struct cuda_ctx *c, int n_seq, void *const *kvs, const int3
 		return KVC_EINVAL;
 	}
 	type = ((const struct cuda_kv *)kvs[0])->type;
-	*mixed = type != GGML_TYPE_F16 && type != GGML_TYPE_F32;
+	*mixed = type != GGML_TYPE_F16 && type != GGML_TYPE_F32 && type != GGML_TYPE_Q8_0;
 	for (int i = 0; i < n_seq; i++) {
 		const struct cuda_kv *kv = (const struct cuda_kv *)kvs[i];
 

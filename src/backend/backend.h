@@ -48,6 +48,20 @@ struct kvc_backend_params {
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };
 
+/*
+ * A token to pick where the logits are (sample below), as src/sampler's
+ * smp_sample would from the same logits: its parameters, the history's
+ * last ids for the repetition penalty, its generator's state.
+ */
+struct kvc_sample_req {
+	float temp;		/* <= 0: greedy (the rest ignored) */
+	int top_k;		/* <= 0: off */
+	float top_p, min_p, repeat_penalty;
+	const int32_t *recent;	/* the last n_recent ids of the sequence (penalised) */
+	int n_recent;
+	uint64_t rng;		/* the generator's state before the draw (smp_rng_state) */
+};
+
 struct kvc_backend_i {
 	const char *name;	/* "cpu", "cuda" */
 
@@ -58,9 +72,9 @@ struct kvc_backend_i {
 
 	/*
 	 * A KV cache for up to n_ctx positions of element type kv_type
-	 * (GGML_TYPE_F16 or GGML_TYPE_F32; the CPU backend also takes
-	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32; CUDA
-	 * refuses it, at init when kvc_backend_params.kv_type says so). Memory may be committed lazily as
+	 * (GGML_TYPE_F16 or GGML_TYPE_F32; both backends also take
+	 * GGML_TYPE_Q8_0 when n_head_kv * head_dim is a multiple of 32, in the
+	 * same row bytes). Memory may be committed lazily as
 	 * positions are used. (How many caches stay resident is the
 	 * conversation layer's choice, not the backend's.)
 	 */
@@ -155,6 +169,23 @@ struct kvc_backend_i {
 	 */
 	int (*prefill_multi)(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
 	    const int *n_tok, const int *pos0, float *logits, char *err, size_t errlen);
+
+	/*
+	 * Sampling where the logits are (optional, all three or none; the CPU
+	 * leaves them NULL). forward_keep runs as forward but keeps the last
+	 * token's logits in the backend instead of copying them out; any later
+	 * forward, of any cache, replaces them. logits_get copies them
+	 * (n_vocab floats) when a caller wants them after all. sample picks the
+	 * next token from them as smp_sample would (the same id, and in *rng
+	 * the generator's state after its draw), so only the id crosses over;
+	 * KVC_EUNSUPPORTED for a request it does not take (the caller then
+	 * samples from logits_get's copy), KVC_EINVAL when no logits are kept.
+	 */
+	int (*forward_keep)(void *ctx, void *kv, const int32_t *tokens, int n, int pos0,
+	    char *err, size_t errlen);
+	int (*logits_get)(void *ctx, float *dst, char *err, size_t errlen);
+	int (*sample)(void *ctx, const struct kvc_sample_req *r, int32_t *id, uint64_t *rng,
+	    char *err, size_t errlen);
 };
 
 /*
@@ -225,7 +256,7 @@ extern const struct kvc_backend_i kvc_backend_cpu;
  * the version the backend was built with, checked before anything else
  * of it is used.
  */
-#define KVC_CUDA_ABI 1
+#define KVC_CUDA_ABI 2	/* 2: the vtable's sampling members */
 struct kvc_cuda_module {
 	int abi;				/* KVC_CUDA_ABI */
 	const char *version;			/* PACKAGE_VERSION */

@@ -105,7 +105,7 @@ cli_help(FILE *f, void (*print_commands)(FILE *f))
 "  --threads N             CPU threads (default: number of cores)\n"
 "  --ctx N                 context size in tokens (default: min(model, 8192))\n"
 "  --kv-type f16|f32|q8_0  KV cache type (default f16; q8_0: 53%% of the memory\n"
-"                          and snapshot bytes, CPU only)\n"
+"                          and snapshot bytes; CPU and GPU)\n"
 "  --kv-budget SIZE        memory for all resident caches, e.g. 512M, 2G; the\n"
 "                          least recently used conversation leaves memory when\n"
 "                          it is exceeded (default: half of physical memory;\n"

@@ -143,15 +143,41 @@ text_step(struct run *r, struct conv_gen *g, int32_t id)
 	return g->interrupted;
 }
 
+/*
+ * smp's choice made by the backend where the logits are (eng_seq_sample:
+ * only the id comes back), its generator advanced as smp_sample would;
+ * KVC_EUNSUPPORTED when the backend does not take it.
+ */
+static int
+sample_in_backend(struct kvc_seq *s, struct kvc_sampler *smp, int32_t *id)
+{
+	struct kvc_sampler_params sp = smp_params(smp);
+	struct eng_sample_req q = { sp.temp, sp.top_k, sp.top_p, sp.min_p, sp.repeat_penalty, sp.repeat_last_n,
+		smp_rng_state(smp) };
+	uint64_t rng;
+	char err[256];
+	int rc = eng_seq_sample(s, &q, id, &rng, err, sizeof err);
+
+	if (rc == KVC_OK)
+		smp_set_rng_state(smp, rng);
+	return rc;
+}
+
 /* Sample the next id from the sequence's logits (or first_logits). */
 static int
 sample(struct run *r, struct kvc_engine *e, struct kvc_seq *s, struct kvc_sampler *smp,
     struct conv_gen *g, int32_t *id, char *err, size_t errlen)
 {
 	const struct conv_gen_params *p = r->p;
-	const float *logits = eng_seq_n_pos(s) == r->pos ? eng_seq_logits(s) : NULL;
+	bool rows = r->n_rows > 0 && r->pos - 1 >= r->base && r->pos - 1 < r->base + r->n_rows;
+	const float *logits;
 
-	if (r->n_rows > 0 && r->pos - 1 >= r->base && r->pos - 1 < r->base + r->n_rows)
+	/* nothing else reads these logits on the host: let the backend pick (sample_in_backend) */
+	if (eng_seq_n_pos(s) == r->pos && !rows && p->forced == NULL &&
+	    !(g->ids.n == 0 && p->keep_first_logits != NULL) && sample_in_backend(s, smp, id) == KVC_OK)
+		return KVC_OK;
+	logits = eng_seq_n_pos(s) == r->pos ? eng_seq_logits(s) : NULL;
+	if (rows)
 		logits = r->rows + (size_t)(r->pos - 1 - r->base) * eng_n_vocab(e);
 	if (logits == NULL && g->ids.n == 0)
 		logits = p->first_logits;

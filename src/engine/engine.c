@@ -433,6 +433,8 @@ eng_seq_free(struct kvc_seq *s)
 {
 	if (s == NULL)
 		return;
+	if (s->e->dev_logits == s)
+		s->e->dev_logits = NULL;
 	if (s->kv)
 		s->e->be->kv_destroy(s->e->bctx, s->kv);
 	kvc_tokens_free(&s->toks);
@@ -458,6 +460,8 @@ eng_seq_kv_bytes(const struct kvc_seq *s)
 const float *
 eng_seq_logits(const struct kvc_seq *s)
 {
+	if (s->have_logits && s->logits_dev)
+		eng_logits_settle(s->e);	/* copied out now that a caller reads them */
 	return s->have_logits ? s->logits : NULL;
 }
 
@@ -550,6 +554,7 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 	if (rc)
 		return rc;
 	s->have_logits = false;
+	eng_logits_settle(e);
 	while (s->n_cached < n_total) {
 		int n = n_total - s->n_cached, lim = ENG_PREFILL_CHUNK;
 		double t1 = kvc_now();
@@ -566,8 +571,12 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 		if (n > lim)
 			n = lim;
 		last = s->n_cached + n == n_total;
-		rc = e->be->forward(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
-		    last ? s->logits : NULL, false, err, errlen);
+		if (last && e->be->forward_keep != NULL)	/* the logits stay in the backend */
+			rc = e->be->forward_keep(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
+			    err, errlen);
+		else
+			rc = e->be->forward(e->bctx, s->kv, s->toks.v + s->n_cached, n, s->n_cached,
+			    last ? s->logits : NULL, false, err, errlen);
 		if (rc)
 			break;
 		s->n_cached += n;
@@ -578,6 +587,8 @@ compute_pending(struct kvc_seq *s, struct eng_stats *st, char *err, size_t errle
 	}
 	if (rc == 0) {
 		s->have_logits = true;
+		if (e->be->forward_keep != NULL)
+			eng_logits_kept(s);
 		if (e->hook)
 			(void)e->hook(e->hook_arg, n_total - first, n_total - first);
 	}
@@ -670,6 +681,7 @@ eng_seq_append_scored(struct kvc_seq *s, const int32_t *tokens, int n, float *al
 		return KVC_ENOMEM;
 	}
 	s->have_logits = false;
+	eng_logits_settle(e);
 	t0 = kvc_now();
 	rc = e->be->forward(e->bctx, s->kv, tokens, n, s->n_cached, all_logits, true, err, errlen);
 	if (rc) {

@@ -207,8 +207,33 @@ bool eng_can_slide(const struct kvc_engine *e);
 void eng_seq_evict(struct kvc_seq *s);
 bool eng_seq_resident(const struct kvc_seq *s);
 
-/* Logits (n_vocab) after the last computed position, or NULL if not at hand. */
+/*
+ * Logits (n_vocab) after the last computed position, or NULL if not at
+ * hand. With a backend that samples where it computes (CUDA), they are
+ * copied out of it by this call, the first time it is made for them.
+ */
 const float *eng_seq_logits(const struct kvc_seq *s);
+
+/* What eng_seq_sample needs of a sampler: src/sampler's parameters and its generator's state. */
+struct eng_sample_req {
+	float temp;
+	int top_k;
+	float top_p, min_p, repeat_penalty;
+	int repeat_last_n;
+	uint64_t rng;		/* smp_rng_state */
+};
+/*
+ * seq_sample.c: the next token picked by the backend from the logits at
+ * hand, where it computed them, as smp_sample would pick it from
+ * eng_seq_logits with the sequence's tokens as history: *id, and in *rng
+ * the generator's state after the draw (smp_set_rng_state). Nothing but
+ * the id crosses from the device. KVC_EUNSUPPORTED when the backend does
+ * not sample (the CPU's), the logits are not held there, or it does not
+ * take the request (top-k off or above 1024 on CUDA): the caller then
+ * samples from eng_seq_logits.
+ */
+int eng_seq_sample(struct kvc_seq *s, const struct eng_sample_req *r, int32_t *id, uint64_t *rng,
+    char *err, size_t errlen);
 
 /*
  * Snapshots. Stable, versioned byte layout, independent of the in-memory one

@@ -31,6 +31,7 @@ struct kvc_engine {
 	void **multi_kvs;
 	int *multi_pos;
 	int multi_cap;
+	struct kvc_seq *dev_logits;	/* whose logits only the backend holds (forward_keep), or NULL */
 };
 
 struct kvc_seq {
@@ -40,10 +41,18 @@ struct kvc_seq {
 	int n_cached;			/* positions [0, n_cached) of kv hold toks' K/V; <= toks.n */
 	float *logits;			/* (n_vocab) after toks[toks.n - 1] when have_logits */
 	bool have_logits;
+	bool logits_dev;		/* have_logits, but still in the backend (seq_sample.c) */
 };
 
 /* Make the cache exist again after an eviction (n_cached 0). */
 int eng_ensure_resident(struct kvc_seq *s, char *err, size_t errlen);
+/*
+ * seq_sample.c: before any forward, the logits only the backend holds are
+ * copied into their sequence (forward replaces them); after forward_keep,
+ * s's logits are the ones the backend holds.
+ */
+void eng_logits_settle(struct kvc_engine *e);
+void eng_logits_kept(struct kvc_seq *s);
 /* KVC_EINVAL, with the message, when one of t[0..n) is outside the vocabulary. */
 int eng_check_ids(const struct kvc_engine *e, const int32_t *t, int n, char *err, size_t errlen);
 

@@ -64,6 +64,7 @@ eng_seq_decode_multi(struct kvc_seq *const *seqs, int n, const int32_t *tokens,
 		return rc;
 	e = seqs[0]->e;
 	nv = (size_t)e->model.hp.n_vocab;
+	eng_logits_settle(e);	/* the backend's kept logits are replaced below */
 	if (e->be->forward_multi == NULL || n == 1) {
 		/* one after the other; a failure takes back the tokens appended before it */
 		for (i = 0; i < n; i++)
@@ -181,6 +182,7 @@ eng_seq_append_multi(struct kvc_seq *const *seqs, int n, const int32_t *const *t
 		return rc;
 	e = seqs[0]->e;
 	nv = (size_t)e->model.hp.n_vocab;
+	eng_logits_settle(e);	/* the backend's kept logits are replaced below */
 	if (e->be->prefill_multi == NULL || n == 1 || e->hook != NULL) {
 		/* one after the other; a failure takes back the tokens appended before it */
 		for (i = 0; i < n; i++)

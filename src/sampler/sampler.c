@@ -134,6 +134,19 @@ smp_params(const struct kvc_sampler *s)
 	return s->p;
 }
 
+uint64_t
+smp_rng_state(const struct kvc_sampler *s)
+{
+	return s->rng;
+}
+
+void
+smp_set_rng_state(struct kvc_sampler *s, uint64_t state)
+{
+	if (state != 0)		/* xorshift never leaves 0: a 0 here is a caller's slip */
+		s->rng = state;
+}
+
 /* Candidate order: higher logit first, then lower id, so ties are reproducible. */
 static int
 smp_before(const struct smp_cand *a, const struct smp_cand *b)

@@ -45,5 +45,13 @@ int32_t smp_sample(struct kvc_sampler *s, const float *logits,
 uint64_t smp_seed(const struct kvc_sampler *s);
 /* The parameters in use (seed resolved). */
 struct kvc_sampler_params smp_params(const struct kvc_sampler *s);
+/*
+ * The generator's xorshift64* state between draws, for a backend that
+ * samples where the logits are (the CUDA backend's cuda/sample_core.cuh
+ * draws as smp_sample does) and hands the advanced state back: a run then
+ * continues exactly as if smp_sample had drawn. A state of 0 is ignored.
+ */
+uint64_t smp_rng_state(const struct kvc_sampler *s);
+void smp_set_rng_state(struct kvc_sampler *s, uint64_t state);
 
 #endif

@@ -56,7 +56,7 @@ if [ -f "$FAKE" ]; then
 	check "--device cuda without a device fails" [ $? -ne 0 ]
 	check "... with the runtime's reason" grep -q "no CUDA-capable device is detected (fake module)" "$TMPD/err"
 	FAKE_CUDA=oldabi "$KVCHAT" generate -m "$M" -n 4 -p hi --device cuda >"$TMPD/out" 2>"$TMPD/err"
-	check "a module of another interface is refused" grep -q "interface 2), this is .* (1): reinstall it" "$TMPD/err"
+	check "a module of another interface is refused" grep -q "interface 3), this is .* (2): reinstall it" "$TMPD/err"
 	# what the GPU lacks, in the real module's words (cuda/support.c, run by the stand-in's init)
 	FAKE_CUDA=check kvrun "auto, a model the GPU takes" "$TMPD/err" generate -m "$M" -n 4 --temp 0 -p hi \
 	    >"$TMPD/out"
@@ -84,6 +84,37 @@ if [ -f "$FAKE" ]; then
 	check "--version lists the devices" grep -q "^cuda: device 0: Fake GPU" "$TMPD/ver"
 	FAKE_CUDA=nodevice kvrun "--version, no device" "$TMPD/err" --version >"$TMPD/ver"
 	check "--version says why no device" grep -q "^cuda: no device: no CUDA-capable device is detected" "$TMPD/ver"
+	# Sampling where the logits are (forward_keep, sample, logits_get) through a
+	# stand-in whose compute is the CPU backend's and whose sampler is
+	# cuda/sample_core.cuh's replay of the kernels: the CPU's text, greedy,
+	# sampled (top-k 40 and 200 on the "device", top-k 0 left to the host).
+	for opt in "--temp 0" "--temp 0.8 --seed 7" "--temp 1.3 --seed 3 --top-k 200 --top-p 0.9" \
+	    "--temp 0.8 --seed 5 --top-k 0"; do
+		"$KVCHAT" generate -m "$M" -n 24 -p hi --device cpu $opt >"$TMPD/cpu.out" 2>"$TMPD/err"
+		FAKE_CUDA=cpu FAKE_CUDA_COUNT=1 "$KVCHAT" generate -m "$M" -n 24 -p hi --device cuda $opt \
+		    >"$TMPD/keep.out" 2>"$TMPD/err"
+		check "sampled in the backend ($opt): the CPU's text" cmp -s "$TMPD/cpu.out" "$TMPD/keep.out"
+		grep "^fake-cuda: " "$TMPD/err" >"$TMPD/count.$(echo $opt | tr -dc 'a-z0-9')"
+	done
+	check "... and some text at all" [ -s "$TMPD/keep.out" ]
+	# only the id came back: every token sampled in the backend, no logits copied;
+	# top-k 0 is the host's: the logits copied, nothing sampled there
+	check "greedy sampled in the backend, no logits copied" \
+	    grep -q "^fake-cuda: 24 sampled, 0 logits copied" "$TMPD/count.temp0"
+	check "... top-k 40 too" grep -q "^fake-cuda: 24 sampled, 0 logits copied" "$TMPD/count.temp08seed7"
+	check "... top-k 200 too" grep -q "^fake-cuda: 24 sampled, 0 logits copied" "$TMPD/count.temp13seed3topk200topp09"
+	check "top-k 0: the logits copied for the host's sampler" \
+	    grep -q "^fake-cuda: 0 sampled, 24 logits copied" "$TMPD/count.temp08seed5topk0"
+	# several sequences reading their logits in turn (copied out before another's forward)
+	python3 -c 'import json
+for i, w in enumerate(["one", "two two", "three", "four four four", "five"]):
+    print(json.dumps({"prompt": w, "max_tokens": 9 + i, "temperature": 0.9, "seed": i, "top_k": 30}))' \
+	    >"$TMPD/in.jsonl"
+	"$KVCHAT" batch -m "$M" -f "$TMPD/in.jsonl" --parallel 3 --device cpu --quiet >"$TMPD/b.cpu" 2>"$TMPD/err"
+	FAKE_CUDA=cpu "$KVCHAT" batch -m "$M" -f "$TMPD/in.jsonl" --parallel 3 --device cuda --quiet \
+	    >"$TMPD/b.keep" 2>"$TMPD/err"
+	check "batch on the CPU wrote its lines" [ "$(grep -c '"text"' "$TMPD/b.cpu")" -eq 5 ]
+	check "batch with the logits kept in the backend: the CPU's output" cmp -s "$TMPD/b.cpu" "$TMPD/b.keep"
 	unset KVCHAT_CUDA_MODULE
 else
 	fail "no stand-in module at $FAKE"

@@ -9,13 +9,17 @@
 #   2. tests/unit/test_cuda_i8: the matrix-vector kernels of every weight
 #      type on random data against the float64 dot (896 and 14336 wide),
 #      the tiled prefill attention and forward_multi's rows' attention
-#      against a float64 softmax and one sequence at a time;
+#      against a float64 softmax and one sequence at a time (F16 and Q8_0
+#      caches), the q8_0 cache's store (bit for bit against the CPU's rows),
+#      slide rotation and attention, and the device sampler against
+#      smp_sample on the same logits (same token, same generator state);
 #      tests/unit/test_cuda: every architecture x weight type against the
-#      float64 reference, F32 and F16 caches, snapshots CPU <-> GPU,
-#      forward_multi against one-token forwards;
+#      float64 reference, F32, F16 and Q8_0 caches, snapshots CPU <-> GPU
+#      (Q8_0 rows byte for byte), forward_multi against one-token forwards;
 #   3. a short generation with KVCHAT_CUDA_SYNC=1 per architecture (a
 #      faulting kernel is named; no graph), then the same as one CUDA graph
-#      per step: the text must be the same;
+#      per step: the text must be the same; then with a q8_0 cache, and
+#      sampled on the device (--temp 0.8 --seed 7) both ways: the same text;
 #   4. compute-sanitizer memcheck of a short generation, racecheck of a
 #      short one (the attention kernels' shared memory), where the tool is;
 #   5. the ceilings (bench/gpu/ceilings: device copy GB/s, cuBLAS BF16
@@ -43,6 +47,7 @@ elapsed() { echo "$(($(date +%s) - t0)) s"; }
 
 make -j"$NPROC" kvchat kvchat-cuda.so tests/unit/test_cuda tests/unit/test_cuda_i8 tests/fixtures/mkmodel bench/gpu/ceilings \
     >"$OUT/make.log" 2>&1 || add "make: FAILED (see make.log)"
+make -j"$NPROC" tests/unit/test_cuda_sample tests/unit/test_cuda_kvq8 >>"$OUT/make.log" 2>&1
 
 # 1. what was built and found
 ./kvchat --version >"$OUT/version.txt" 2>&1
@@ -78,6 +83,22 @@ for arch in llama qwen2 qwen3 gemma2 gemma3 phi3 chatglm glm4 gpt2; do
 	fi
 done
 add "KVCHAT_CUDA_SYNC=1 generate: $s[$(elapsed)]"
+# a q8_0 cache and device sampling: synchronised, then as a graph; the same text
+for arch in llama gemma3 phi3; do
+	m=/tmp/kvchat-sync-$arch.gguf
+	for opt in "--kv-type q8_0" "--temp 0.8 --seed 7" "--kv-type q8_0 --temp 0.8 --seed 7 --top-k 100"; do
+		tag="$arch $(echo $opt | tr -d -- '-' | tr ' ' _)"
+		KVCHAT_CUDA_SYNC=1 T 30 ./kvchat generate -m "$m" --device cuda -n 16 -p hello $opt \
+		    >"$OUT/q8s-$arch.log" 2>&1 || q="${q:-}$tag FAILED ($(tail -1 "$OUT/q8s-$arch.log")), "
+		T 30 ./kvchat generate -m "$m" --device cuda -n 16 -p hello $opt >"$OUT/q8g-$arch.log" 2>&1
+		cmp -s "$OUT/q8s-$arch.log" "$OUT/q8g-$arch.log" && q="${q:-}$tag same, " || q="${q:-}$tag DIFFERS, "
+	done
+done
+add "q8_0 cache / device sampling, sync vs graph: $q[$(elapsed)]"
+for t in test_cuda_sample test_cuda_kvq8; do
+	T 30 ./tests/unit/$t >"$OUT/$t.log" 2>&1
+	add "$t (CPU): rc=$?, $(tail -1 "$OUT/$t.log")"
+done
 add "graph vs kernel by kernel (text of 16 greedy tokens): $g[$(elapsed)]"
 
 # 4. memcheck and racecheck (slow: short runs, bounded)

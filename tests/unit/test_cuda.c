@@ -1,8 +1,8 @@
 /*
  * test_cuda.c: the CUDA backend against the float64 reference forward
  * (tests/fixtures/ref_forward.c) under teacher forcing, on fixture models
- * of every architecture and every weight type, with F32 and
- * F16 caches: a prefill (every position's logits) then one-token decodes
+ * of every architecture and every weight type, with F32, F16 and Q8_0
+ * caches: a prefill (every position's logits) then one-token decodes
  * of a fixed token sequence. Per position, the logits must lie within a
  * bound derived below for the weight type and the path (GEMM or
  * matrix-vector), and the argmax must equal the reference's wherever the
@@ -14,7 +14,9 @@
  * gives each sequence what its one-token forward gives: bit for bit on
  * the CPU, within the sum of the prefill and decode bounds on the GPU
  * (its batched products round activations and sum in another order, each
- * within its own bound of the reference).
+ * within its own bound of the reference), with F16 and Q8_0 caches.
+ * Q8_0 caches: the CPU's rows written into a GPU cache read back byte for
+ * byte, and snapshots move both ways within the bound.
  *
  * Without a device (or without the CUDA backend) the harness checks
  * itself and then SKIPs: the comparison on synthetic logits (it accepts
@@ -44,6 +46,9 @@
  *    (an error's largest of ~300 values against the logits' largest):
  *    F16 1.3e-3 + 1e-4, quantised 1.8e-3... times 4, BF16 8.7e-3 x 4.
  *  - F16 cache: + TOL_F16 = 2e-3 (test_forward.c).
+ *  - Q8_0 cache: test_kv_q8.c's bound: each element within c = 1/254 +
+ *    2^-11 of its block's largest, each of the 2 L rounding stages (K and
+ *    V of every layer) charged 4 c, added in quadrature: + 4 c sqrt(2 L).
  *  - The CPU in the GPU's place (the self-check): test_forward.c's bound,
  *    TOL_F32 + 0.05 rho for the quantised types (its int8 activations).
  */
@@ -93,6 +98,8 @@ bound(enum gguf_dtype t, enum path path, enum gguf_dtype kv, int n_layer)
 		double k = is_quant(t) ? 2 : 1;
 		tol += SLACK * sqrt(P) * u * sqrt(k / 3);
 	}
+	if (kv == GGML_TYPE_Q8_0)
+		return tol + 4 * (1.0 / 254 + ldexp(1, -11)) * sqrt(2.0 * n_layer);
 	return kv == GGML_TYPE_F16 ? tol + TOL_F16 : tol;
 }
 
@@ -309,6 +316,38 @@ restore_identical(const struct kvc_backend_i *be, void *ctx, const struct kvc_mo
 	free(l2);
 }
 
+/*
+ * The CPU's Q8_0 rows of a prefill written into a GPU cache (kv_write)
+ * and read back (kv_read): the same bytes, so snapshots pass unchanged.
+ */
+static void
+q8_bytes(void *cpu, const struct kvc_backend_i *be, void *ctx, const struct kvc_model *m, const int32_t *tok)
+{
+	size_t rows = kvc_kv_row_bytes(GGML_TYPE_Q8_0, m->hp.n_head_kv * m->hp.head_dim) * PREFILL;
+	char *a = malloc(rows), *b = malloc(rows);
+	void *ka = NULL, *kb = NULL;
+	int rc, differ = 0;
+
+	if ((rc = kvc_backend_cpu.kv_create(cpu, 64, GGML_TYPE_Q8_0, &ka, err, sizeof err)) == 0 &&
+	    (rc = be->kv_create(ctx, 64, GGML_TYPE_Q8_0, &kb, err, sizeof err)) == 0)
+		rc = kvc_backend_cpu.forward(cpu, ka, tok, PREFILL, 0, NULL, false, err, sizeof err);
+	for (int l = 0; l < m->hp.n_layer && rc == 0; l++)
+		for (int part = 0; part < 2 && rc == 0; part++)
+			if ((rc = kvc_backend_cpu.kv_read(cpu, ka, l, (enum kvc_kv_part)part, 0, PREFILL, a, err,
+			    sizeof err)) == 0 &&
+			    (rc = be->kv_write(ctx, kb, l, (enum kvc_kv_part)part, 0, PREFILL, a, err, sizeof err)) == 0 &&
+			    (rc = be->kv_read(ctx, kb, l, (enum kvc_kv_part)part, 0, PREFILL, b, err, sizeof err)) == 0)
+				differ += memcmp(a, b, rows) != 0;
+	test_cond(rc == 0, "q8_0 rows CPU -> GPU -> host: %s", err);
+	test_cond(differ == 0, "q8_0 rows CPU -> GPU -> host: %d layer parts differ", differ);
+	if (ka)
+		kvc_backend_cpu.kv_destroy(cpu, ka);
+	if (kb)
+		be->kv_destroy(ctx, kb);
+	free(a);
+	free(b);
+}
+
 /* Delta prefill (10 then PREFILL - 10 tokens) against one prefill of PREFILL: within tol. */
 static double
 delta_vs_full(const struct kvc_backend_i *be, void *ctx, const struct kvc_model *m, const int32_t *tok)
@@ -425,8 +464,8 @@ check_model(const char *path, const char *arch, const char *type, const struct k
 		test_cond(0, "%s/%s: %s init: %s", arch, type, be->name, err);
 		goto out;
 	}
-	for (int k = 0; k < 2; k++) {
-		enum gguf_dtype kt = k == 0 ? GGML_TYPE_F32 : GGML_TYPE_F16;
+	for (int k = 0; k < 3; k++) {
+		enum gguf_dtype kt = k == 0 ? GGML_TYPE_F32 : k == 1 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
 		double tp = bound(wt, gpu ? PATH_GEMM : PATH_CPU, kt, m.hp.n_layer);
 		double td = bound(wt, gpu ? PATH_MATVEC : PATH_CPU, kt, m.hp.n_layer);
 		struct tally pre = { 0 }, dec = { 0 };
@@ -447,14 +486,17 @@ check_model(const char *path, const char *arch, const char *type, const struct k
 		test_cond(pre.n_counted + dec.n_counted > 0, "%s/%s: no position had a clear argmax",
 		    arch, type);
 	}
-	{
-		double tp = bound(wt, gpu ? PATH_GEMM : PATH_CPU, GGML_TYPE_F16, m.hp.n_layer);
-		double td = bound(wt, gpu ? PATH_MATVEC : PATH_CPU, GGML_TYPE_F16, m.hp.n_layer);
-		double e = multi_vs_single(be, ctx, &m, GGML_TYPE_F16, tok);
+	for (int k = 0; k < 2; k++) {
+		/* F16 and Q8_0 caches: the rows' own store and attention kernels read and write both */
+		enum gguf_dtype kt = k == 0 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+		double tp = bound(wt, gpu ? PATH_GEMM : PATH_CPU, kt, m.hp.n_layer);
+		double td = bound(wt, gpu ? PATH_MATVEC : PATH_CPU, kt, m.hp.n_layer);
+		double e = multi_vs_single(be, ctx, &m, kt, tok);
 
-		printf("%-6s %-5s forward_multi against one at a time: %.2e (%s)\n", arch, type, e,
-		    gpu ? "bound: prefill's + decode's" : "the CPU's: bit for bit");
-		test_cond(gpu ? e <= tp + td : e == 0, "%s/%s: forward_multi %g from one at a time", arch, type, e);
+		printf("%-6s %-5s %s cache: forward_multi against one at a time: %.2e (%s)\n", arch, type,
+		    gguf_dtype_name(kt), e, gpu ? "bound: prefill's + decode's" : "the CPU's: bit for bit");
+		test_cond(gpu ? e <= tp + td : e == 0, "%s/%s %s cache: forward_multi %g from one at a time", arch, type,
+		    gguf_dtype_name(kt), e);
 	}
 	if (gpu) {
 		double tp = bound(wt, PATH_GEMM, GGML_TYPE_F16, m.hp.n_layer);
@@ -473,6 +515,13 @@ check_model(const char *path, const char *arch, const char *type, const struct k
 		test_cond(e <= fmax(tp, tc), "%s/%s: CPU -> GPU snapshot %g > %g", arch, type, e, fmax(tp, tc));
 		e = exchange(be, ctx, &kvc_backend_cpu, cpu, &m, GGML_TYPE_F16, tok, ref);
 		test_cond(e <= fmax(tp, tc), "%s/%s: GPU -> CPU snapshot %g > %g", arch, type, e, fmax(tp, tc));
+		tp = bound(wt, PATH_GEMM, GGML_TYPE_Q8_0, m.hp.n_layer);
+		tc = bound(wt, PATH_CPU, GGML_TYPE_Q8_0, m.hp.n_layer);
+		e = exchange(&kvc_backend_cpu, cpu, be, ctx, &m, GGML_TYPE_Q8_0, tok, ref);
+		test_cond(e <= fmax(tp, tc), "%s/%s: CPU -> GPU q8_0 snapshot %g > %g", arch, type, e, fmax(tp, tc));
+		e = exchange(be, ctx, &kvc_backend_cpu, cpu, &m, GGML_TYPE_Q8_0, tok, ref);
+		test_cond(e <= fmax(tp, tc), "%s/%s: GPU -> CPU q8_0 snapshot %g > %g", arch, type, e, fmax(tp, tc));
+		q8_bytes(cpu, be, ctx, &m, tok);
 	}
 out:
 	if (cpu)

@@ -15,7 +15,10 @@
  * accumulate epilogue), kernel_mv_i8_glu, kernel_rmsnorm_q8, kernel_matvec
  * (the float types), kernel_matvec_f16
  * and kernel_dequant_f16, at 896 wide (Qwen2.5-0.5B) and 14336 (past the
- * 48 KB shared-memory default, so the opt-in is exercised).
+ * 48 KB shared-memory default, so the opt-in is exercised); the q8_0
+ * cache's kernels (kv_q8.cu): the store bit for bit against the CPU's
+ * kern_kvq8_quantize, the slide's rotation against kv_shift_rows, and
+ * attention over Q8_0 rows against the float64 softmax.
  *
  * Bound: x is rounded to int8 per block of 32 (d = max|x| / 127), which
  * test_forward.c's derivation puts at a relative rms error of rho *
@@ -40,9 +43,13 @@
 #include "cuda/attention.cu"
 #include "cuda/attn_prefill.cu"
 #include "cuda/multi.cu"
+#include "cuda/kv_q8.cu"
+#include "cuda/sample.cu"
 
 extern "C" {
 #include "backend/kv_shift.h"
+#include "kern/kern.h"
+#include "sampler/sampler.h"
 #include "quant/quant_ref.h"
 #include "tests/fixtures/att_tile_ref.h"
 }
@@ -469,7 +476,7 @@ out:
  * token at position pos, window win, softcap cap.
  */
 static void
-device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz)
+device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float cap, int nz, bool q8 = false)
 {
 	int kv_dim = n_kv * hd, n_pos = pos + 1, G = n_head / n_kv;
 	float *q = (float *)malloc((size_t)n_head * hd * 4), *kc = (float *)malloc((size_t)n_pos * kv_dim * 4);
@@ -479,7 +486,8 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	float *dq = NULL, *dout = NULL, *dpart = NULL;
 	void *dk = NULL, *dv = NULL;
 	int *dpos = NULL, first = win > 0 && n_pos > win ? n_pos - win : 0;
-	size_t cb = (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	size_t cb = q8 ? (size_t)n_pos * kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim) : (size_t)n_pos * kv_dim * (f16 ? 2 : 4);
+	uint8_t *k8 = (uint8_t *)malloc(cb), *v8 = (uint8_t *)malloc(cb);
 	float scale = 1.f / sqrtf((float)hd);
 	char what[128];
 
@@ -491,6 +499,16 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 		kc[i] = q_fp16_to_f32(kh[i]);	/* the same values in either cache */
 		vc[i] = q_fp16_to_f32(vh[i]);
 	}
+	if (q8) {
+		/* Q8_0 rows (the CPU's rounding), the reference reading their values */
+		size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim);
+		for (int p = 0; p < n_pos; p++) {
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, kc + (size_t)p * kv_dim, k8 + p * rb, kv_dim);
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, vc + (size_t)p * kv_dim, v8 + p * rb, kv_dim);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, k8 + p * rb, kc + (size_t)p * kv_dim, kv_dim);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, v8 + p * rb, vc + (size_t)p * kv_dim, kv_dim);
+		}
+	}
 	if (!ok_cuda(cudaMalloc(&dq, (size_t)n_head * hd * 4), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dout, (size_t)n_head * hd * 4), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dpart, (size_t)ATT_MAX_SPLIT * n_head * (hd + 2) * 4), "cudaMalloc") ||
@@ -498,18 +516,18 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
 		goto out;
 	cudaMemcpy(dq, q, (size_t)n_head * hd * 4, cudaMemcpyHostToDevice);
-	cudaMemcpy(dk, f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
-	cudaMemcpy(dv, f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, q8 ? (void *)k8 : f16 ? (void *)kh : (void *)kc, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, q8 ? (void *)v8 : f16 ? (void *)vh : (void *)vc, cb, cudaMemcpyHostToDevice);
 	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
 	for (int way = 0; way < 2; way++) {
-		struct att_args a = { dq, dk, dv, f16, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win };
+		struct att_args a = { dq, dk, dv, f16 && !q8, dout, dpart, n_head, n_kv, hd, dpos, scale, cap, win, NULL, NULL, q8 };
 
 		if (way == 0)
 			attention_decode(0, &a, nz);
 		else
 			attention_tokens(0, &a, 1);
 		snprintf(what, sizeof what, "%s hd %d, %d/%d heads, %s cache, pos %d, win %d, cap %g, %d splits",
-		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, f16 ? "f16" : "f32",
+		    way == 0 ? "attention_decode" : "attention_tokens", hd, n_head, n_kv, q8 ? "q8_0" : f16 ? "f16" : "f32",
 		    pos, win, cap, way == 0 ? nz : 1);
 		if (!ok_cuda(cudaDeviceSynchronize(), what))
 			goto out;
@@ -544,17 +562,273 @@ device_attention(int hd, int n_head, int n_kv, bool f16, int pos, int win, float
 	}
 out:
 	cudaFree(dq); cudaFree(dout); cudaFree(dpart); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
-	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc);
+	free(q); free(kc); free(vc); free(out); free(kh); free(vh); free(sc); free(k8); free(v8);
+}
+
+/*
+ * cu_sample (sample.cu's kernels) on logits in device memory against
+ * src/sampler's smp_sample on the same logits with the same seed: the
+ * same token and the same generator state afterwards, greedy and top-k
+ * with temperature, top-p, min-p and the repetition penalty, ties and NaN
+ * included, at 32000 and 151936 (Qwen's vocabulary).
+ */
+static void
+device_sample(int n, int n_cases)
+{
+	static const float temps[] = { 0.f, 0.3f, 0.8f, 1.5f };
+	static const int topks[] = { 1, 40, 200, 1024, 0 };
+	struct kvc_model m;
+	struct cuda_ctx c;
+	float *l = (float *)malloc((size_t)n * 4);
+	int32_t hist[200];
+	int bad = 0, done = 0, host = 0;
+	char err[256], what[96];
+
+	memset(&m, 0, sizeof m);
+	memset(&c, 0, sizeof c);
+	m.hp.n_vocab = n;
+	c.m = &m;
+	if (!ok_cuda(cudaMalloc(&c.logits, (size_t)n * 4), "cudaMalloc"))
+		goto out;
+	for (int it = 0; it < n_cases; it++) {
+		struct kvc_sampler_params p = kvc_sampler_default_params();
+		struct kvc_sampler *smp = NULL;
+		struct kvc_sample_req r;
+		int nh = (int)(fabs(rnd()) * 200), rc;
+		int32_t id = -1, want;
+		uint64_t rng = 0;
+
+		for (int i = 0; i < n; i++) {
+			double g = rnd() * 8;
+			l[i] = it % 3 == 0 ? (float)floor(g) : it % 3 == 1 && i % 97 == 5 ? NAN : (float)g;
+		}
+		for (int j = 0; j < nh; j++)
+			hist[j] = (int32_t)(fabs(rnd()) * 100);
+		p.temp = temps[it % 4];
+		p.top_k = topks[it / 4 % 5];
+		p.top_p = it % 7 == 0 ? 1.f : 0.9f;
+		p.min_p = it % 5 == 0 ? 0.f : 0.05f;
+		p.repeat_penalty = it % 6 == 0 ? 1.f : 1.3f;
+		p.seed = (uint64_t)it * 7919;
+		if (smp_new(&smp, &p, n) != 0)
+			break;
+		cudaMemcpy(c.logits, l, (size_t)n * 4, cudaMemcpyHostToDevice);
+		c.logits_kept = true;
+		memset(&r, 0, sizeof r);
+		r.temp = p.temp;
+		r.top_k = p.top_k;
+		r.top_p = p.top_p;
+		r.min_p = p.min_p;
+		r.repeat_penalty = p.repeat_penalty;
+		r.n_recent = nh < p.repeat_last_n ? nh : p.repeat_last_n;
+		r.recent = hist + nh - r.n_recent;
+		r.rng = smp_rng_state(smp);
+		rc = cu_sample(&c, &r, &id, &rng, err, sizeof err);
+		want = smp_sample(smp, l, hist, (size_t)nh);
+		if (rc == KVC_EUNSUPPORTED) {
+			host++;
+			bad += p.temp > 0 && p.top_k > 0 && p.top_k <= 1024;	/* one it should have taken */
+		} else if (rc != KVC_OK) {
+			fprintf(stderr, "cu_sample: %s\n", err);
+			bad++;
+		} else {
+			done++;
+			if (id != want || rng != smp_rng_state(smp)) {
+				if (bad < 5)
+					fprintf(stderr, "sample case %d (temp %g top-k %d): device %d, CPU %d%s\n", it,
+					    p.temp, p.top_k, id, want, rng != smp_rng_state(smp) ? ", generator differs" : "");
+				bad++;
+			}
+		}
+		smp_free(smp);
+	}
+	snprintf(what, sizeof what, "cu_sample = smp_sample, vocabulary %d (%d on the device, %d left to the host)",
+	    n, done, host);
+	printf("device %s: %d differ\n", what, bad);
+	check(bad == 0 && done > 0, what, bad, 0);
+out:
+	cu_sample_free(&c);
+	cudaFree(c.logits);
+	free(l);
+}
+
+/*
+ * kernel_kv_store_q8 on random K and V rows of 3 tokens (kv_dim 896 + 128:
+ * 2 KV heads of 64 in 32 blocks, and a wider row) against the CPU's
+ * kern_kvq8_quantize: the same bytes, at the rows *pos0 names.
+ */
+static void
+device_kv_store_q8(int kv_dim)
+{
+	const int n = 3, pos = 5;
+	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim), cb = (size_t)(pos + n) * rb;
+	float *k = (float *)malloc((size_t)n * kv_dim * 4), *v = (float *)malloc((size_t)n * kv_dim * 4);
+	uint8_t *want = (uint8_t *)calloc(2, cb), *got = (uint8_t *)calloc(2, cb);
+	float *dk = NULL, *dv = NULL;
+	void *dkc = NULL, *dvc = NULL;
+	int *dpos = NULL;
+	char what[96];
+
+	for (int i = 0; i < n * kv_dim; i++) {
+		/* some blocks of zeros, some tiny, some large, ties at halves */
+		int blk = i / 32 % 5;
+		k[i] = blk == 0 ? 0.f : blk == 1 ? (float)rnd() * 1e-6f : blk == 2 ? (float)(int)(rnd() * 254) * 0.5f :
+		    (float)rnd() * (blk == 3 ? 3000.f : 1.f);
+		v[i] = (float)rnd() * 4.f;
+	}
+	for (int t = 0; t < n; t++) {
+		kern_kvq8_quantize(k + (size_t)t * kv_dim, want + (pos + t) * rb, kv_dim);
+		kern_kvq8_quantize(v + (size_t)t * kv_dim, want + cb + (pos + t) * rb, kv_dim);
+	}
+	if (!ok_cuda(cudaMalloc(&dk, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dv, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dkc, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dvc, cb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dk, k, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, v, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemset(dkc, 0, cb);
+	cudaMemset(dvc, 0, cb);
+	cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice);
+	kv_store_q8(0, dk, dv, dkc, dvc, dpos, n, kv_dim);
+	snprintf(what, sizeof what, "kernel_kv_store_q8 = kern_kvq8_quantize (kv_dim %d)", kv_dim);
+	if (!ok_cuda(cudaDeviceSynchronize(), what))
+		goto out;
+	cudaMemcpy(got, dkc, cb, cudaMemcpyDeviceToHost);
+	cudaMemcpy(got + cb, dvc, cb, cudaMemcpyDeviceToHost);
+	check(memcmp(got, want, 2 * cb) == 0, what, 0, 0);
+out:
+	cudaFree(dk); cudaFree(dv); cudaFree(dkc); cudaFree(dvc); cudaFree(dpos);
+	free(k); free(v); free(want); free(got);
+}
+
+/*
+ * forward_multi's store into Q8_0 caches (kv_store_q8_rows): 3 rows, each
+ * its own caches for 2 layers at its own position, layer 1 written;
+ * against kern_kvq8_quantize: the same bytes at each row's position of its
+ * own layer-1 buffers, and layer 0's buffers untouched.
+ */
+static void
+device_kv_store_q8_rows(int kv_dim)
+{
+	const int n = 3, L = 2, pos[3] = { 4, 0, 9 }, cap = 10;
+	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim), cb = (size_t)cap * rb;
+	float *k = (float *)malloc((size_t)n * kv_dim * 4), *v = (float *)malloc((size_t)n * kv_dim * 4);
+	uint8_t *want = (uint8_t *)calloc((size_t)2 * L * n, cb), *got = (uint8_t *)calloc((size_t)2 * L * n, cb);
+	void *buf[2 * 2 * 3] = { NULL }, *tab[2 * 2 * 3];	/* [kv][l][t] */
+	void **dtab = NULL;
+	float *dk = NULL, *dv = NULL;
+	int *dpos = NULL;
+	char what[96];
+
+	for (int i = 0; i < n * kv_dim; i++) {
+		k[i] = (float)rnd() * (i / 32 % 3 == 0 ? 100.f : 1.f);
+		v[i] = (float)rnd() * 4.f;
+	}
+	for (int t = 0; t < n; t++) {
+		/* layer 1's buffers of row t: [kv][1][t] */
+		kern_kvq8_quantize(k + (size_t)t * kv_dim, want + ((size_t)(0 * L + 1) * n + t) * cb + pos[t] * rb, kv_dim);
+		kern_kvq8_quantize(v + (size_t)t * kv_dim, want + ((size_t)(1 * L + 1) * n + t) * cb + pos[t] * rb, kv_dim);
+	}
+	if (!ok_cuda(cudaMalloc(&dk, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dv, (size_t)n * kv_dim * 4), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dpos, sizeof pos), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dtab, sizeof tab), "cudaMalloc"))
+		goto out;
+	for (int i = 0; i < 2 * L * n; i++) {
+		if (!ok_cuda(cudaMalloc(&buf[i], cb), "cudaMalloc"))
+			goto out;
+		cudaMemset(buf[i], 0, cb);
+		tab[i] = buf[i];
+	}
+	cudaMemcpy(dk, k, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, v, (size_t)n * kv_dim * 4, cudaMemcpyHostToDevice);
+	cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice);
+	cudaMemcpy(dtab, tab, sizeof tab, cudaMemcpyHostToDevice);
+	{
+		struct cu_rows r = { dpos, dtab, dtab + L * n, n, cap, false, true };
+
+		kv_store_q8_rows(0, &r, 1, dk, dv, kv_dim);
+	}
+	snprintf(what, sizeof what, "kv_store_q8_rows = kern_kvq8_quantize (kv_dim %d, 3 rows)", kv_dim);
+	if (!ok_cuda(cudaDeviceSynchronize(), what))
+		goto out;
+	for (int i = 0; i < 2 * L * n; i++)
+		cudaMemcpy(got + (size_t)i * cb, buf[i], cb, cudaMemcpyDeviceToHost);
+	check(memcmp(got, want, (size_t)2 * L * n * cb) == 0, what, 0, 0);
+out:
+	for (int i = 0; i < 2 * L * n; i++)
+		cudaFree(buf[i]);
+	cudaFree(dk); cudaFree(dv); cudaFree(dpos); cudaFree(dtab);
+	free(k); free(v); free(want); free(got);
+}
+
+/*
+ * kernel_kv_rotate_q8 against kv_shift_rows on the same Q8_0 rows (2 KV
+ * heads of 64, 48 dims rotated, NeoX and pairs, delta -37): every value
+ * within one level of its block (the angle's sin and cos may differ in
+ * the last bit between the device and libm, and a level can round the
+ * other way), and no more than 1 % of the levels differing at all.
+ */
+static void
+device_kv_rotate_q8(void)
+{
+	const int n = 9, nkv = 2, hd = 64, rd = 48, w = nkv * hd, delta = -37;
+	size_t rb = kvc_kv_row_bytes(GGML_TYPE_Q8_0, w);
+	double fr[24], *dfr = NULL;
+	uint8_t *src = (uint8_t *)malloc(n * rb), *cpu = (uint8_t *)malloc(n * rb), *got = (uint8_t *)malloc(n * rb);
+	float *f = (float *)malloc(w * 4), *a = (float *)malloc(w * 4), *b = (float *)malloc(w * 4);
+	void *ds = NULL, *dd = NULL;
+
+	for (int i = 0; i < rd / 2; i++)
+		fr[i] = pow(10000.0, -2.0 * i / rd);
+	if (!ok_cuda(cudaMalloc(&dfr, sizeof fr), "cudaMalloc") || !ok_cuda(cudaMalloc(&ds, n * rb), "cudaMalloc") ||
+	    !ok_cuda(cudaMalloc(&dd, n * rb), "cudaMalloc"))
+		goto out;
+	cudaMemcpy(dfr, fr, sizeof fr, cudaMemcpyHostToDevice);
+	for (int neox = 0; neox < 2; neox++) {
+		struct kv_rope r = { nkv, hd, rd, neox != 0, fr };
+		bool close = true;
+		int differ = 0;
+
+		for (int p = 0; p < n; p++) {
+			for (int i = 0; i < w; i++)
+				f[i] = (float)rnd();
+			kvc_kv_row_from_f32(GGML_TYPE_Q8_0, f, src + p * rb, w);
+		}
+		memcpy(cpu, src, n * rb);
+		kv_shift_rows(cpu, n, GGML_TYPE_Q8_0, &r, delta, f);
+		cudaMemcpy(ds, src, n * rb, cudaMemcpyHostToDevice);
+		kv_rotate_q8(0, ds, dd, n, w, hd, rd, neox != 0, dfr, delta);
+		if (!ok_cuda(cudaDeviceSynchronize(), "kernel_kv_rotate_q8"))
+			goto out;
+		cudaMemcpy(got, dd, n * rb, cudaMemcpyDeviceToHost);
+		for (int p = 0; p < n; p++) {
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, cpu + p * rb, a, w);
+			kvc_kv_row_to_f32(GGML_TYPE_Q8_0, got + p * rb, b, w);
+			for (int i = 0; i < w; i++) {
+				float d = q_fp16_to_f32((uint16_t)(cpu[p * rb + i / 32 * 34] | cpu[p * rb + i / 32 * 34 + 1] << 8));
+				close = close && fabsf(a[i] - b[i]) <= 1.01f * d + 1e-7f;
+				differ += a[i] != b[i];
+			}
+		}
+		check(close && differ <= n * w / 100, neox ? "kernel_kv_rotate_q8 = kv_shift_rows (q8_0, NeoX)" :
+		    "kernel_kv_rotate_q8 = kv_shift_rows (q8_0, pairs)", differ, n * w / 100);
+	}
+out:
+	cudaFree(dfr); cudaFree(ds); cudaFree(dd);
+	free(src); free(cpu); free(got); free(f); free(a); free(b);
 }
 
 /*
  * The tiled prefill attention (attention_prefill) on the device against
  * plain attention in double (att_plain_ref) over an n-token chunk at
- * pos0, f16 or f32 cache with the same values; and attention_tokens, the
- * kernel it replaces, on the same data. Bound as device_attention's.
+ * pos0, f16, f32 or Q8_0 cache with the same values (Q8_0: the
+ * reference reads the rows' dequantised values); and attention_tokens,
+ * the kernel it replaces, on the same data. Bound as device_attention's.
  */
 static void
-device_attention_tile(const struct att_ref_shape *s, bool f16)
+device_attention_tile(const struct att_ref_shape *s, bool f16, bool q8 = false)
 {
 	size_t nq = (size_t)s->n * s->n_head * s->hd, nk = (size_t)(s->pos0 + s->n) * s->n_kv * s->hd;
 	float *q = (float *)malloc(nq * 4), *k = (float *)malloc(nk * 4), *v = (float *)malloc(nk * 4);
@@ -563,7 +837,10 @@ device_attention_tile(const struct att_ref_shape *s, bool f16)
 	double *ref = (double *)malloc(nq * sizeof *ref);
 	void *dk = NULL, *dv = NULL;
 	int *dpos = NULL;
-	size_t cb = nk * (f16 ? 2 : 4);
+	int kv_dim = s->n_kv * s->hd;
+	size_t rb8 = kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim);
+	size_t cb = q8 ? (size_t)(s->pos0 + s->n) * rb8 : nk * (f16 ? 2 : 4);
+	uint8_t *k8 = (uint8_t *)malloc(q8 ? cb : 1), *v8 = (uint8_t *)malloc(q8 ? cb : 1);
 	char what[160];
 
 	for (size_t i = 0; i < nq; i++)
@@ -574,18 +851,25 @@ device_attention_tile(const struct att_ref_shape *s, bool f16)
 		k[i] = q_fp16_to_f32(kh[i]);
 		v[i] = q_fp16_to_f32(vh[i]);
 	}
+	for (int p = 0; q8 && p < s->pos0 + s->n; p++) {
+		/* Q8_0 rows (the CPU's rounding); the reference reads their values */
+		kvc_kv_row_from_f32(GGML_TYPE_Q8_0, k + (size_t)p * kv_dim, k8 + p * rb8, kv_dim);
+		kvc_kv_row_from_f32(GGML_TYPE_Q8_0, v + (size_t)p * kv_dim, v8 + p * rb8, kv_dim);
+		kvc_kv_row_to_f32(GGML_TYPE_Q8_0, k8 + p * rb8, k + (size_t)p * kv_dim, kv_dim);
+		kvc_kv_row_to_f32(GGML_TYPE_Q8_0, v8 + p * rb8, v + (size_t)p * kv_dim, kv_dim);
+	}
 	att_plain_ref(s, q, k, v, ref);
 	if (!ok_cuda(cudaMalloc(&dq, nq * 4), "cudaMalloc") || !ok_cuda(cudaMalloc(&dout, nq * 4), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dk, cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv, cb), "cudaMalloc") ||
 	    !ok_cuda(cudaMalloc(&dpos, 4), "cudaMalloc"))
 		goto out;
 	cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice);
-	cudaMemcpy(dk, f16 ? (void *)kh : (void *)k, cb, cudaMemcpyHostToDevice);
-	cudaMemcpy(dv, f16 ? (void *)vh : (void *)v, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dk, q8 ? (void *)k8 : f16 ? (void *)kh : (void *)k, cb, cudaMemcpyHostToDevice);
+	cudaMemcpy(dv, q8 ? (void *)v8 : f16 ? (void *)vh : (void *)v, cb, cudaMemcpyHostToDevice);
 	cudaMemcpy(dpos, &s->pos0, 4, cudaMemcpyHostToDevice);
 	for (int way = 0; way < 2; way++) {
-		struct att_args a = { dq, dk, dv, f16, dout, NULL, s->n_head, s->n_kv, s->hd, dpos, s->scale, s->cap,
-			s->win, NULL, NULL };
+		struct att_args a = { dq, dk, dv, f16 && !q8, dout, NULL, s->n_head, s->n_kv, s->hd, dpos, s->scale,
+			s->cap, s->win, NULL, NULL, q8 };
 		double worst = 0;
 
 		if (way == 0)
@@ -594,7 +878,7 @@ device_attention_tile(const struct att_ref_shape *s, bool f16)
 			attention_tokens(0, &a, s->n);
 		snprintf(what, sizeof what, "%s n %d, %d/%d heads of %d, %s cache, pos0 %d, win %d, cap %g",
 		    way == 0 ? "attention_prefill (tiles)" : "attention_tokens", s->n, s->n_head, s->n_kv, s->hd,
-		    f16 ? "f16" : "f32", s->pos0, s->win, s->cap);
+		    q8 ? "q8_0" : f16 ? "f16" : "f32", s->pos0, s->win, s->cap);
 		if (!ok_cuda(cudaDeviceSynchronize(), what))
 			goto out;
 		cudaMemcpy(out, dout, nq * 4, cudaMemcpyDeviceToHost);
@@ -605,19 +889,20 @@ device_attention_tile(const struct att_ref_shape *s, bool f16)
 	}
 out:
 	cudaFree(dq); cudaFree(dout); cudaFree(dk); cudaFree(dv); cudaFree(dpos);
-	free(q); free(k); free(v); free(out); free(kh); free(vh); free(ref);
+	free(q); free(k); free(v); free(out); free(kh); free(vh); free(ref); free(k8); free(v8);
 }
 
 /*
  * forward_multi's attention (attention_rows) on the device: n_rows
  * sequences, each one token at its own position (1 .. 900, one inside its
- * first split) over its own f16 cache, split as att_multi_splits says for
- * 132 SMs, against each sequence alone through attention_decode (the
- * one-token kernel, same splits): equal within float rounding of the
- * split merge.
+ * first split) over its own f16 (or Q8_0) cache, split as
+ * att_multi_splits says for 132 SMs, against each sequence alone through
+ * attention_decode (the one-token kernel, same splits, same cache type;
+ * device_attention checks that one against a float64 softmax): equal
+ * within float rounding of the split merge.
  */
 static void
-device_attention_rows(int hd, int n_head, int n_kv, int n_rows, int win)
+device_attention_rows(int hd, int n_head, int n_kv, int n_rows, int win, bool q8 = false)
 {
 	int kv_dim = n_kv * hd, nq = n_head * hd, maxp = 0, nz;
 	int *pos = (int *)malloc(n_rows * sizeof *pos), *dpos = NULL;
@@ -641,39 +926,51 @@ device_attention_rows(int hd, int n_head, int n_kv, int n_rows, int win)
 	    !ok_cuda(cudaMalloc(&dtab, 2 * n_rows * sizeof(void *)), "cudaMalloc"))
 		goto out;
 	for (int t = 0; t < n_rows; t++) {
-		size_t cb = (size_t)(pos[t] + 1) * kv_dim * 2;
+		size_t rb = q8 ? kvc_kv_row_bytes(GGML_TYPE_Q8_0, kv_dim) : (size_t)kv_dim * 2;
+		size_t cb = (size_t)(pos[t] + 1) * rb;
 		uint16_t *h = (uint16_t *)malloc(cb);
+		float *f = (float *)malloc((size_t)kv_dim * 4);
 
 		if (!ok_cuda(cudaMalloc(&dk[t], cb), "cudaMalloc") || !ok_cuda(cudaMalloc(&dv[t], cb), "cudaMalloc")) {
 			free(h);
+			free(f);
 			goto out;
 		}
-		for (size_t i = 0; i < cb / 2; i++)
-			h[i] = q_f32_to_fp16((float)rnd());
-		cudaMemcpy(dk[t], h, cb, cudaMemcpyHostToDevice);
-		for (size_t i = 0; i < cb / 2; i++)
-			h[i] = q_f32_to_fp16((float)rnd());
-		cudaMemcpy(dv[t], h, cb, cudaMemcpyHostToDevice);
+		for (int kv = 0; kv < 2; kv++) {
+			if (q8) {
+				/* Q8_0 rows as the CPU writes them */
+				for (int p = 0; p <= pos[t]; p++) {
+					for (int i = 0; i < kv_dim; i++)
+						f[i] = (float)rnd();
+					kvc_kv_row_from_f32(GGML_TYPE_Q8_0, f, (uint8_t *)h + p * rb, kv_dim);
+				}
+			} else {
+				for (size_t i = 0; i < cb / 2; i++)
+					h[i] = q_f32_to_fp16((float)rnd());
+			}
+			cudaMemcpy(kv ? dv[t] : dk[t], h, cb, cudaMemcpyHostToDevice);
+		}
 		free(h);
+		free(f);
 	}
 	cudaMemcpy(dq, q, (size_t)n_rows * nq * 4, cudaMemcpyHostToDevice);
 	cudaMemcpy(dpos, pos, n_rows * 4, cudaMemcpyHostToDevice);
 	cudaMemcpy(dtab, dk, n_rows * sizeof(void *), cudaMemcpyHostToDevice);
 	cudaMemcpy(dtab + n_rows, dv, n_rows * sizeof(void *), cudaMemcpyHostToDevice);
 	{
-		struct att_args a = { dq, NULL, NULL, true, dout, dpart, n_head, n_kv, hd, dpos, 1.f / sqrtf((float)hd),
-			0.f, win, dtab, dtab + n_rows };
+		struct att_args a = { dq, NULL, NULL, !q8, dout, dpart, n_head, n_kv, hd, dpos, 1.f / sqrtf((float)hd),
+			0.f, win, dtab, dtab + n_rows, q8 };
 
 		attention_rows(0, &a, nz, n_rows);
 	}
-	snprintf(what, sizeof what, "attention_rows: %d rows, hd %d, %d/%d heads, win %d, %d splits", n_rows, hd,
-	    n_head, n_kv, win, nz);
+	snprintf(what, sizeof what, "attention_rows: %d rows, hd %d, %d/%d heads, win %d, %d splits, %s cache",
+	    n_rows, hd, n_head, n_kv, win, nz, q8 ? "q8_0" : "f16");
 	if (!ok_cuda(cudaDeviceSynchronize(), what))
 		goto out;
 	cudaMemcpy(o1, dout, (size_t)n_rows * nq * 4, cudaMemcpyDeviceToHost);
 	for (int t = 0; t < n_rows; t++) {
-		struct att_args a = { dq + (size_t)t * nq, dk[t], dv[t], true, dout, dpart, n_head, n_kv, hd, dpos + n_rows,
-			1.f / sqrtf((float)hd), 0.f, win, NULL, NULL };
+		struct att_args a = { dq + (size_t)t * nq, dk[t], dv[t], !q8, dout, dpart, n_head, n_kv, hd,
+			dpos + n_rows, 1.f / sqrtf((float)hd), 0.f, win, NULL, NULL, q8 };
 
 		cudaMemcpy(dpos + n_rows, &pos[t], 4, cudaMemcpyHostToDevice);
 		attention_decode(0, &a, nz);
@@ -892,6 +1189,26 @@ main(void)
 			device_attention_rows(256, 8, 4, 3, 128);
 			device_attention_rows(64, 14, 2, 40, 0);
 			device_attention_rows(48, 16, 1, 5, 0);
+			/* Q8_0 caches: the GQA kernel's 2-byte loads (64, 128, 256), value by value (96, 48) */
+			device_attention(128, 28, 4, false, 1000, 0, 0.f, att_decode_splits(132, 4, 32768), true);
+			device_attention(64, 14, 2, false, 300, 0, 50.f, 8, true);
+			device_attention(256, 4, 1, false, 300, 128, 0.f, 8, true);
+			device_attention(96, 32, 32, false, 77, 0, 0.f, 3, true);
+			device_attention(48, 16, 2, false, 200, 0, 0.f, 4, true);	/* a head starting mid-block */
+			device_kv_store_q8(128);
+			device_kv_store_q8(896);
+			device_kv_rotate_q8();
+			/* Q8_0 caches in cuda4's paths: the tiles, forward_multi's rows' attention and store */
+			for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
+				device_attention_tile(&tiles[i], false, true);
+			device_attention_rows(128, 28, 4, 8, 0, true);
+			device_attention_rows(256, 8, 4, 3, 128, true);
+			device_attention_rows(96, 16, 2, 5, 0, true);	/* value by value (PL 3) */
+			device_attention_rows(48, 16, 2, 5, 0, true);	/* the per-head kernel, a head mid-block */
+			device_kv_store_q8_rows(128);
+			device_kv_store_q8_rows(896);
+			device_sample(32000, 200);
+			device_sample(151936, 40);
 		}
 	}
 	printf("%d passed, %d failed\n", passed, failed);

@@ -191,7 +191,12 @@ sub_bench(int argc, char **argv)
 		pre[r] = o.n_p > 0 ? (double)o.n_p / st.t_prefill : 0;
 		t0 = kvc_now();
 		for (long k = 0; k < o.n_n; k++) {
-			id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));	/* the model's own choice */
+			/* the model's own choice, where a chat makes it (on CUDA: the id alone comes back) */
+			struct eng_sample_req greedy = { 0 };
+			uint64_t rng;
+
+			if (eng_seq_sample(s, &greedy, &id, &rng, err, sizeof err) != 0)
+				id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));
 			if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
 				goto fail;
 		}
