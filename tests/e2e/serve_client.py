@@ -165,7 +165,7 @@ def step_concurrent():
 
 def step_disconnect():
     s = socket.create_connection(("127.0.0.1", PORT))
-    body = json.dumps({"prompt": "a long one", "max_tokens": 2000, "temperature": 0.9,
+    body = json.dumps({"prompt": "a long one", "max_tokens": 2000, "temperature": 0,
                        "stream": True})
     s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
@@ -476,7 +476,7 @@ def step_budget():
 def step_queue():
     """--parallel 1 --max-queue 0: while one runs the next is 429; once it left, served."""
     a = socket.create_connection(("127.0.0.1", PORT))
-    body = json.dumps({"prompt": "long", "max_tokens": 2000, "temperature": 0.9, "stream": True})
+    body = json.dumps({"prompt": "a long one", "max_tokens": 2000, "temperature": 0, "stream": True})
     a.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
     got = b""

@@ -112,14 +112,24 @@ wide_model "$W"
 start40 -m "$W" --db "$TMPD/w.db" --new slow --temp 0 -n 4000 --threads 2 --stats-json "$TMPD/w.json"
 wait_for "the prompt (wide)" prompt_ready
 text "go on"; keys Enter
-sleep 2
+# the reply streams (a row of it below the typed line), then Ctrl-C
+wait_for "the reply streaming (wide)" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S - |
+    sed -n '/^>>> go on/,\$p' | sed 1d | grep -q '[^[:space:]]'"
+sleep 0.5
 keys C-c
 wait_for "the interrupted reply" has_lines "$TMPD/w.json" 1
 wait_for "the prompt after Ctrl-C" prompt_ready
 check "the reply was interrupted" [ "$(jget "$TMPD/w.json" 1 interrupted)" = true ]
-line=$(T capture-pane -p -J -t t -S -500 | grep -F '^C' | tail -n 1)
+T capture-pane -p -J -t t -S - >"$TMPD/wscreen"
+line=$(grep -F '^C' "$TMPD/wscreen" | tail -n 1)
 echo "the ^C line: '$line'"
-check "nothing printed after the ^C mark" sh -c "printf '%s\n' '$line' | grep -q '\\^C[[:space:]]*\$'"
+if printf '%s\n' "$line" | grep -q '\^C[[:space:]]*$'; then
+	ok
+else
+	fail "nothing printed after the ^C mark"
+	echo "the screen's last rows:"
+	grep -v '^[[:space:]]*$' "$TMPD/wscreen" | tail -n 8
+fi
 text "/quit"; keys Enter
 wait_for "exit 0 (wide)" on_screen "KVCHAT-EXIT:0"
 done_testing

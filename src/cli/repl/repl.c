@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <readline/readline.h>
@@ -25,11 +26,22 @@
  */
 static volatile sig_atomic_t repl_sigint;
 
+/*
+ * 1 when the terminal echoed the ^C itself (ECHO and ECHOCTL on as the key
+ * came), 2 when it did not: the turn then prints the mark. Read here, not
+ * when the turn ends, as the terminal's mode may have changed in between
+ * (readline turns the echo off while a line is read). tcgetattr is
+ * async-signal-safe.
+ */
 static void
 on_sigint(int sig)
 {
+	struct termios t;
+	int e = errno;
+
 	(void)sig;
-	repl_sigint = 1;
+	repl_sigint = tcgetattr(0, &t) == 0 && (t.c_lflag & ECHO) && (t.c_lflag & ECHOCTL) ? 1 : 2;
+	errno = e;
 }
 
 /* Half of physical memory: room for caches without pushing the weights out. */

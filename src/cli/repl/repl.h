@@ -49,7 +49,7 @@ struct kvc_repl {
 	bool color;			/* colour on stdout */
 	const char *stats_json;		/* --stats-json PATH or NULL */
 	int turn;			/* turns run by this process */
-	volatile sig_atomic_t *interrupt;	/* set by SIGINT */
+	volatile sig_atomic_t *interrupt;	/* set by SIGINT: 1 echoed ^C, 2 not */
 	bool quit;
 	bool quiet;			/* /set quiet: no stats line at the terminal */
 	struct kvc_progress prog;	/* the conversation layer's long work */

@@ -191,7 +191,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	struct conv_stats s;
 	struct conv_io io;
 	char err[512];
-	bool sigint;
+	int sigint;	/* *r->interrupt as the turn ended (repl.c's on_sigint) */
 	int rc;
 
 	/* A read-only store: conv refuses the turn before generating. */
@@ -207,7 +207,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	rc = retry ? conv_retry(r->cur, &io, &s, err, sizeof err) :
 	    conv_turn(r->cur, text, &io, &s, err, sizeof err);
 	repl_think_end(r);
-	sigint = *r->interrupt != 0;
+	sigint = *r->interrupt;
 	*r->interrupt = 0;
 	if (rc == KVC_EINTR && !s.interrupted) {
 		/* Stopped in the rebuild of the cache, before the turn began. */
@@ -244,7 +244,7 @@ repl_turn(struct kvc_repl *r, const char *text, bool retry)
 	}
 	r->turn++;
 	if (r->tty) {
-		printf("%s\n", s.interrupted && !repl_tty_echoes_ctl() ? " ^C" : "");
+		printf("%s\n", s.interrupted && sigint != 1 ? " ^C" : "");
 		if (!r->quiet)
 			repl_print_stats(r, stdout, &s);
 	} else {
