@@ -56,11 +56,11 @@ wait_within() {
 	ok
 	return 0
 }
-# wait_for DESC COMMAND...: wait_within 30 s (sanitizer builds on a loaded
-# machine are slow).
+# wait_for DESC COMMAND...: wait_within 60 s (sanitizer builds on a loaded
+# machine are slow; a wait only takes that long when it fails).
 wait_for() {
 	_w=$1; shift
-	wait_within "$_w" 300 "$@"
+	wait_within "$_w" 600 "$@"
 }
 on_screen() { screen | grep -qF -- "$1"; }
 # count_on_screen TEXT: how many screen lines hold TEXT
@@ -86,6 +86,14 @@ cmd() {
 	_n=$(screen | grep -c '^>>>')
 	text "$1"; keys Enter
 	wait_for "after '$1'" prompts_are $((_n + 1))
+}
+# reply_streams LINE: the typed LINE is on the screen after the main prompt
+# (">>> LINE", its last such row) and a row below it holds text: the turn
+# was sent and its reply is streaming, so a key sent now reaches the reply
+# (before the line is shown, Ctrl-C would only clear what was typed).
+reply_streams() {
+	screen | awk -v l=">>> $1" 'index($0, l) == 1 { f = 1; r = 0; next }
+	    f && /[^[:space:]]/ { r = 1 } END { exit !r }'
 }
 sql() { sqlite3 "$DB" "$1"; }
 # has_lines FILE N: FILE (a --stats-json record file) holds N lines or more.

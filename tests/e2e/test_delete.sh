@@ -8,6 +8,9 @@
 KVC_TMUX_SCROLL=300 KVC_TMUX_PROMPT='>>>'
 . "$top_srcdir/tests/e2e/lib_tmux.sh"
 exists() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 1 ]; }
+# asked N: the screen holds N or more "[y/N]" questions (the answer is typed
+# once the question is there, not after a guessed delay)
+asked() { [ "$(count_on_screen '? [y/N]')" -ge "$1" ]; }
 gone() { [ "$(sql "SELECT count(*) FROM conversations WHERE id = $1")" -eq 0 ]; }
 
 tiny_model 61
@@ -44,12 +47,12 @@ text "n"; keys Enter
 wait_for "not deleted" on_screen "not deleted"
 check "answer n keeps it" exists "$D1"
 text "/delete $D1"; keys Enter
-sleep 0.3
+wait_for "the question again" asked 2
 keys Enter
 wait_for "empty answer" sh -c "[ \$(tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -c 'not deleted') -ge 2 ]"
 check "an empty answer keeps it" exists "$D1"
 text "/delete $D1"; keys Enter
-sleep 0.3
+wait_for "the question a third time" asked 3
 text "y"; keys Enter
 wait_for "deleted" on_screen "deleted conversation $D1"
 check "answer y deletes it" gone "$D1"
@@ -57,7 +60,7 @@ check "the current one is untouched" exists "$K"
 
 # The current one: deleted, a new one takes its place, the old one never returns.
 text "/delete"; keys Enter
-sleep 0.3
+wait_for "the question for the current one" asked 4
 text "y"; keys Enter
 wait_for "current deleted" on_screen "deleted conversation $K; new conversation"
 check "the current conversation is deleted" gone "$K"

@@ -47,9 +47,7 @@ h=$(screen | grep -n -e '>>> FIRST-QUESTION' -e '>>> SECOND-QUESTION' | tail -n 
 check "/history: both questions, in order" [ "$h" = ">>> FIRST-QUESTION about ships >>> SECOND-QUESTION about lamps " ]
 # /history 1: only the last message (the reply).
 n0=$(count_on_screen ">>> SECOND-QUESTION")
-text "/history 1"; keys Enter
-sleep 0.5
-wait_for "/history 1" prompt_ready
+cmd "/history 1"
 check "/history 1: no question printed" [ "$(count_on_screen ">>> SECOND-QUESTION")" -eq "$n0" ]
 text "/history x"; keys Enter
 wait_for "/history with a bad count" on_screen "usage: /history [N]"

@@ -13,7 +13,10 @@ dup=0
 t=1
 while [ $t -le "$TRIALS" ]; do
 	DB="$TMPD/race$t.db"
-	# A gate: all three block on the fifo until it is opened for writing.
+	# A gate: all three block on the fifo until a line each is written. The
+	# gate is held open (read-write, which never blocks) until all three
+	# have gone: a plain write to it could close before a slow subshell
+	# opened it, which would then wait forever for another writer.
 	mkfifo "$TMPD/gate$t"
 	pids=""
 	for p in 1 2 3; do
@@ -21,9 +24,12 @@ while [ $t -le "$TRIALS" ]; do
 		    --db "$DB" --session race <"$TMPD/in" >/dev/null 2>"$TMPD/e$t.$p" ) &
 		pids="$pids $!"
 	done
+	# a moment for the three to reach the gate (a slow one still gets its line)
 	sleep 0.3
-	printf 'go\ngo\ngo\n' >"$TMPD/gate$t"
+	exec 5<>"$TMPD/gate$t"
+	printf 'go\ngo\ngo\n' >&5
 	for p in $pids; do wait "$p"; done
+	exec 5>&-
 	n=$(command sqlite3 "$DB" "SELECT count(*) FROM conversations WHERE title = 'race'")
 	echo "trial $t: $n conversation(s) titled race"
 	[ "$n" = 1 ] || dup=$((dup + 1))
