@@ -88,12 +88,15 @@ cmd() {
 	wait_for "after '$1'" prompts_are $((_n + 1))
 }
 # reply_streams LINE: the typed LINE is on the screen after the main prompt
-# (">>> LINE", its last such row) and a row below it holds text: the turn
-# was sent and its reply is streaming, so a key sent now reaches the reply
-# (before the line is shown, Ctrl-C would only clear what was typed).
+# (">>> LINE", its last such row) and a row below it holds text that is not
+# the prefill's progress line: the turn was sent and its reply is
+# streaming, so a key sent now reaches the reply (before the line is shown
+# Ctrl-C would only clear what was typed; during a prefill slow enough to
+# show its progress, it takes the turn back).
 reply_streams() {
 	screen | awk -v l=">>> $1" 'index($0, l) == 1 { f = 1; r = 0; next }
-	    f && /[^[:space:]]/ { r = 1 } END { exit !r }'
+	    f && /[^[:space:]]/ && !/^[a-z]+ [0-9]+\/[0-9]+ positions/ { r = 1 }
+	    END { exit !r }'
 }
 sql() { sqlite3 "$DB" "$1"; }
 # has_lines FILE N: FILE (a --stats-json record file) holds N lines or more.

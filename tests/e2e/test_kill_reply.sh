@@ -13,9 +13,13 @@ PID=""
 trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; tmux_stop; rm -rf "$TMPD"' EXIT
 roles() { sql "SELECT group_concat(role, '') FROM (SELECT role FROM messages WHERE conv_id = $C ORDER BY seq)"; }
 
-tiny_model 61
+# The wide fixture: its greedy reply of 7000 tokens is still streaming when
+# the kill comes, on any machine (the tiny one's could be over, and stored,
+# on a fast one).
+M="$TMPD/w.gguf"
+wide_model "$M"
 DB="$TMPD/s.db"
-OPTS="-m $M --db $DB --temp 0 --ctx 8192"
+OPTS="-m $M --db $DB --temp 0 --ctx 8192 --threads 2"
 
 # kill_mid_reply MESSAGE ARGS...: a long reply to MESSAGE, killed once it streams.
 kill_mid_reply() {

@@ -18,13 +18,16 @@ turn_done() { has_lines "$ST" "$1" && prompt_ready; }
 # nmsgs_is CONV N: re-evaluated on every poll of wait_for
 nmsgs_is() { [ "$(nmsgs "$1")" -eq "$2" ]; }
 
-tiny_model 61
+# The wide fixture: its greedy reply of 4000 tokens is still streaming when
+# Ctrl-C comes, on any machine (the tiny one's could be over on a fast one).
+M="$TMPD/w.gguf"
+wide_model "$M"
 DB="$TMPD/s.db"
 ST="$TMPD/st.json"
 
 T new-session -d -s t -x 160 -y 50 \
     "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$DB' --session first --temp 0 -n 24 \
-    --ctx 8192 --stats-json '$ST'; echo KVCHAT-EXIT:\$?; sleep 60"
+    --ctx 8192 --threads 2 --stats-json '$ST'; echo KVCHAT-EXIT:\$?; sleep 60"
 wait_for "the prompt" on_screen ">>> " || { done_testing; exit 1; }
 
 # Editing over double-width text: Home, Right moves over one character.
@@ -38,10 +41,14 @@ wait_for "turn 1" turn_done 1
 C1=$(conv_id first)
 check "edited Chinese line stored as typed" [ "$(last_text "$C1" 1)" = "$(hex "中X文字Y")" ]
 
-# Ctrl-C at the prompt clears the line.
+# Ctrl-C at the prompt clears the line: once readline has it (Ctrl-C also
+# flushes the terminal's input queue), and the next line typed once the
+# fresh prompt is drawn.
 text "garbage that must not be sent"
+wait_for "the typed text shown" on_screen ">>> garbage that must not be sent"
+n=$(screen | grep -c '^>>>')
 keys C-c
-sleep 0.3
+wait_for "a fresh prompt after Ctrl-C" prompts_are $((n + 1))
 text "hello"
 keys Enter
 wait_for "turn 2" turn_done 2
@@ -68,11 +75,10 @@ two")" ]
 
 # Ctrl-C during generation: a long reply, stopped; the next turn works and
 # computes only its own tokens (the cache matches the kept partial reply).
-text "/set max_tokens 4000"; keys Enter
-sleep 0.3
+cmd "/set max_tokens 4000"
 n_before=$(nmsgs "$C1")
 text "Tell me a very long story, please."; keys Enter
-sleep 0.2
+wait_for "the reply streams" reply_streams "Tell me a very long story, please."
 keys C-c
 wait_for "interrupted turn" turn_done 5
 check "the reply was interrupted" [ "$(jget "$ST" 5 interrupted)" = true ]
@@ -82,8 +88,7 @@ check "interrupted early ($g < 4000 tokens)" [ "$g" -lt 4000 ]
 check "interrupted reply stored, marked" \
     [ "$(sql "SELECT interrupted FROM messages WHERE conv_id = $C1 AND role = 2 ORDER BY seq DESC LIMIT 1")" = 1 ]
 check "both messages of the interrupted turn stored" [ "$(nmsgs "$C1")" -eq $((n_before + 2)) ]
-text "/set max_tokens 24"; keys Enter
-sleep 0.3
+cmd "/set max_tokens 24"
 text "After the interruption."; keys Enter
 wait_for "turn after Ctrl-C" turn_done 6
 check "after Ctrl-C: only the new tokens computed" \
@@ -118,23 +123,20 @@ c8=$(jget "$ST" 8 prefill_tokens)
 check "/retry: the whole prompt reused ($r8 + $c8 = $r7 + $p7)" [ $((r8 + c8)) -eq $((r7 + p7)) ]
 
 # Two conversations: /new, /resume by title, back again; /list shows both.
-text "/new second"; keys Enter
-sleep 0.3
+cmd "/new second"
 text "This is the second conversation."; keys Enter
 wait_for "turn in second" turn_done 9
 C2=$(conv_id second)
 check "second conversation created" [ -n "$C2" -a "$C2" != "$C1" ]
 check "turn went to the second conversation" [ "$(jget "$ST" 9 conversation_id)" = "$C2" ]
 n1=$(nmsgs "$C1")
-text "/resume first"; keys Enter
-sleep 0.3
+cmd "/resume first"
 text "Back in the first."; keys Enter
 wait_for "turn back in first" turn_done 10
 check "/resume first: the turn went there" [ "$(jget "$ST" 10 conversation_id)" = "$C1" ]
 check "/resume first: stored there" [ "$(nmsgs "$C1")" -eq $((n1 + 2)) ]
 check "/resume first: nothing recomputed" [ "$(jget "$ST" 10 prefill_tokens)" = "$(jget "$ST" 10 prompt_tokens)" ]
-text "/resume $C2"; keys Enter
-sleep 0.3
+cmd "/resume $C2"
 text "And the second again."; keys Enter
 wait_for "turn back in second" turn_done 11
 check "/resume ID: the turn went there" [ "$(jget "$ST" 11 conversation_id)" = "$C2" ]
@@ -160,7 +162,7 @@ T kill-session -t t
 ST2="$TMPD/st2.json"
 T new-session -d -s t -x 160 -y 50 \
     "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$DB' --session first --temp 0 -n 8 \
-    --ctx 8192 --stats-json '$ST2'; echo KVCHAT-EXIT:\$?; sleep 60"
+    --ctx 8192 --threads 2 --stats-json '$ST2'; echo KVCHAT-EXIT:\$?; sleep 60"
 wait_for "the prompt after restart" prompt_ready
 n1=$(nmsgs "$C1")
 keys C-r

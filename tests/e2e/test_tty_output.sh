@@ -46,7 +46,10 @@ wait_for "the prompt" prompt_ready
 text "aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii jjjj kkkk"
 wait_for "the typed line" on_screen "kkkk"
 keys Home
-sleep 0.3
+# Ctrl-C once the cursor is back after the prompt (">>> ", column 4) on
+# the line's first row: a guessed delay could send it while the cursor
+# was still at the end, which tests nothing of the first row.
+wait_for "the cursor on the first row" sh -c "[ \"\$(tmux -L '$SOCK' display -p -t t '#{cursor_x}')\" = 4 ]"
 keys C-c
 wait_for "a fresh prompt after Ctrl-C" sh -c "T() { tmux -L '$SOCK' \"\$@\"; }; T capture-pane -p -t t | grep -v '^[[:space:]]*\$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*\$'"
 check "the line's second row ends with ^C" on_screen "iiii jjjj kkkk^C"
@@ -112,9 +115,10 @@ wide_model "$W"
 start40 -m "$W" --db "$TMPD/w.db" --new slow --temp 0 -n 4000 --threads 2 --stats-json "$TMPD/w.json"
 wait_for "the prompt (wide)" prompt_ready
 text "go on"; keys Enter
-# the reply streams (a row of it below the typed line), then Ctrl-C
-wait_for "the reply streaming (wide)" sh -c "tmux -L '$SOCK' capture-pane -p -J -t t -S - |
-    sed -n '/^>>> go on/,\$p' | sed 1d | grep -q '[^[:space:]]'"
+# the reply streams (a row of it below the typed line, not the prefill's
+# progress line a loaded machine shows), then Ctrl-C
+KVC_TMUX_SCROLL=2000
+wait_for "the reply streaming (wide)" reply_streams "go on"
 sleep 0.5
 keys C-c
 wait_for "the interrupted reply" has_lines "$TMPD/w.json" 1
