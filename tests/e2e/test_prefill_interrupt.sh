@@ -41,16 +41,18 @@ line=$(screen | grep -F "positions," | tail -n 1)
 echo "progress: $line"
 check "progress line: done/total positions, tok/s, ETA" \
     sh -c "echo '$line' | grep -Eq '^prefill [0-9]+/[0-9]+ positions, [0-9]+ tok/s, ETA [0-9]+s'"
-sleep 0.5
+# The bar shows the prefill running: Ctrl-C now (a guessed delay more
+# would only narrow the window a fast machine leaves).
 check "still computing when interrupted (no reply yet)" [ "$(cat "$ST" | wc -l)" -eq 1 ]
 t0=$(ms)
 keys C-c
-wait_within "the prompt after Ctrl-C" 100 on_screen "ttft interrupted"
-wait_within "back at the prompt" 100 prompt_ready
+wait_within "the prompt after Ctrl-C" 300 on_screen "ttft interrupted"
+wait_within "back at the prompt" 300 prompt_ready
 dt=$(( $(ms) - t0 ))
 echo "Ctrl-C to the prompt: $dt ms"
-# The slices take about 0.2 s; 5 s leaves room for a loaded machine.
-check "Ctrl-C returned within 5 s ($dt ms)" [ "$dt" -lt 5000 ]
+# The slices take about 0.2 s; 10 s leaves room for a loaded machine (and
+# the screen's polling), far below the minutes an unchecked prefill takes.
+check "Ctrl-C returned within 10 s ($dt ms)" [ "$dt" -lt 10000 ]
 check "the progress line is cleared" sh -c "! tmux -L '$SOCK' capture-pane -p -t t | grep -q 'positions,'"
 check "the interrupt is said, not a ttft of 0" sh -c "! tmux -L '$SOCK' capture-pane -p -J -t t -S -300 | grep -q 'ttft 0 ms'"
 # Issue 26 (newcomer 5): its stats line says the first exchange's positions
@@ -66,11 +68,12 @@ check "no stats line for the interrupted turn" [ "$(cat "$ST" | wc -l)" -eq 1 ]
 
 # The message is in the line history.
 keys Up
-wait_within "the message back with Up" 50 sh -c "tmux -L '$SOCK' capture-pane -p -J -t t | grep -q '^>>> PASTE-START'"
+wait_within "the message back with Up" 300 sh -c "tmux -L '$SOCK' capture-pane -p -J -t t | grep -q '^>>> PASTE-START'"
+# cleared, and the next line typed at the fresh prompt Ctrl-C draws
+n=$(screen | grep -c '^>>>')
 keys C-u
-sleep 0.3
 keys C-c
-sleep 0.3
+wait_within "a fresh prompt" 300 prompts_are $((n + 1))
 text "And a short second one."; keys Enter
 wait_within "turn 2" 600 sh -c "[ \"\$(cat '$ST' 2>/dev/null | wc -l)\" -ge 2 ]"
 check "turn 2 reused the first exchange's cache whole" [ "$(jget "$ST" 2 reused_tokens)" -eq "$used1" ]

@@ -15,7 +15,10 @@ PID=""
 trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; tmux_stop; rm -rf "$TMPD"' EXIT
 msgs() { sql "SELECT count(*) FROM messages"; }
 
-# Wide enough that rebuilding a few hundred positions takes seconds.
+# Wide enough that rebuilding a few thousand positions takes seconds: the
+# history (600 words, about 2,600 positions) is long enough that a machine
+# 4x faster than ours still rebuilds for more than a second after the
+# progress line shows (it shows after half a second).
 M="$TMPD/w.gguf"
 wide_model "$M"
 DB="$TMPD/s.db"
@@ -25,7 +28,7 @@ python3 -c "
 import random
 random.seed(5)
 w = ['lighthouse', 'keeper', 'ocean', 'storm', 'wave', 'lamp', 'night', 'ship', 'harbor', 'stone']
-print('HISTORY ' + ' '.join(random.choice(w) for _ in range(200)))" >"$TMPD/in.txt"
+print('HISTORY ' + ' '.join(random.choice(w) for _ in range(600)))" >"$TMPD/in.txt"
 kvrun "a long first exchange, cache f32" "$TMPD/e0" $OPTS --new talk --kv-type f32 \
     --stats-json "$TMPD/st0.json" <"$TMPD/in.txt" >/dev/null
 used=$(jget "$TMPD/st0.json" 1 context_used)
@@ -59,8 +62,8 @@ check "in a turn: no stats record" [ ! -s "$ST" ]
 
 # The next turn rebuilds and answers.
 text "A short question."; keys Enter
-# Room for a whole rebuild (3.5 min).
-wait_within "the next turn" 2100 test -s "$ST"
+# Room for a whole rebuild (7 min: a loaded machine; only a failure waits that long).
+wait_within "the next turn" 4200 test -s "$ST"
 wait_for "the prompt after it" prompt_ready
 check "the next turn is stored (messages: $(msgs))" [ "$(msgs)" -eq 4 ]
 check "its stats say rebuilt" [ "$(jget "$ST" 1 rebuilt)" = true ]
@@ -72,8 +75,10 @@ wait_for "exit status 0" on_screen "KVCHAT-EXIT:0"
 echo "Another question." >"$TMPD/in2.txt"
 "$KVCHAT" $OPTS --resume talk --kv-type f32 <"$TMPD/in2.txt" >"$TMPD/out" 2>"$TMPD/err" &
 PID=$!
+# The notice comes as the rebuild starts (the flag a signal sets is not
+# cleared after it): the signal at once, not after a guessed delay that a
+# fast machine's rebuild might outlast.
 wait_for "the piped rebuild starts" grep -qF "rebuilding from the stored tokens" "$TMPD/err"
-sleep 0.5
 kill -INT $PID
 wait $PID
 rc=$?
