@@ -26,8 +26,6 @@ KILLS=${KVCHAT_CRASH_KILLS:-50}
 SEED=${KVCHAT_CRASH_SEED:-$$}
 # Enough conversations that none grows long: kill delays are calibrated on a short one.
 NCONV=$((KILLS / 12 > 4 ? KILLS / 12 : 4))
-PID=""
-trap '[ -n "$PID" ] && kill -9 $PID 2>/dev/null; rm -rf "$TMPD"' EXIT
 echo "kills: $KILLS, seed: $SEED (KVCHAT_CRASH_SEED=$SEED to repeat)"
 
 M="$TMPD/m.gguf"
@@ -55,30 +53,38 @@ for i in 1 2; do
 	[ -z "$T" ] || [ "$t" -lt "$T" ] && T=$t
 done
 echo "an uninterrupted run of 4 turns takes $T ms"
-awk -v seed="$SEED" -v n="$KILLS" -v t="$T" 'BEGIN {
+# Each kill's moment as a fraction of a run, uniform over it and a little
+# past its end (some runs then finish). The run's length T is the faster
+# calibration run's, and shrinks to any kill run that finished before its
+# kill: a machine that got faster since (the load of parallel tests came
+# and went) would otherwise finish most runs before their kills.
+awk -v seed="$SEED" -v n="$KILLS" 'BEGIN {
 	srand(seed)
-	# Uniform over the run, a little past its end (some runs then finish).
-	for (i = 0; i < n; i++) printf "%.3f\n", rand() * t * 1.05 / 1000
+	for (i = 0; i < n; i++) printf "%.4f\n", rand() * 1.05
 }' >"$TMPD/delays"
 
 t_start=$(ms)
 k=1
 while [ $k -le "$KILLS" ]; do
 	conv="crash$((k % NCONV))"
-	d=$(sed -n "${k}p" "$TMPD/delays")
+	# seconds; at least 1 ms (timeout takes 0 as no limit)
+	d=$(awk -v f="$(sed -n "${k}p" "$TMPD/delays")" -v t="$T" 'BEGIN {
+		d = f * t / 1000; printf "%.3f", d < 0.001 ? 0.001 : d }')
 	n0=$(sqlite3 "$DB" "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conv_id
 	    WHERE c.title = '$conv' AND m.role = 2 AND m.interrupted = 0")
 	# Created here: a kill within a millisecond can land before the child's redirections.
 	: >"$TMPD/out.$k"
 	: >"$TMPD/err.$k"
-	"$KVCHAT" -m "$M" $OPTS --session "$conv" --stats-json "$TMPD/st.$k" \
-	    <"$TMPD/in.txt" >>"$TMPD/out.$k" 2>>"$TMPD/err.$k" &
-	PID=$!
-	sleep "$d"
-	kill -9 $PID 2>/dev/null
-	wait $PID
+	t0=$(ms)
+	timeout --foreground -s KILL "$d" "$KVCHAT" -m "$M" $OPTS --session "$conv" --stats-json "$TMPD/st.$k" \
+	    <"$TMPD/in.txt" >>"$TMPD/out.$k" 2>>"$TMPD/err.$k"
 	rc=$?
-	PID=""
+	t=$(( $(ms) - t0 ))
+	# finished before its kill: a whole run takes at most t now
+	if [ $rc -eq 0 ] && [ "$t" -lt "$T" ]; then
+		echo "run $k finished in $t ms, before its kill: the kill range shrinks to that"
+		T=$t
+	fi
 	ic=$(sqlite3 "$DB" 'PRAGMA integrity_check' 2>&1)
 	[ "$ic" = ok ] || fail "kill $k: integrity_check: $ic"
 	n1=$(sqlite3 "$DB" "SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conv_id

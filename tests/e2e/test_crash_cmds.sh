@@ -31,9 +31,9 @@ trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
 echo "kills: $KILLS, seed: $SEED (KVCHAT_CRASH_SEED=$SEED to repeat)"
 screen() { T capture-pane -p -J -t t -S -100 2>/dev/null; }
 prompt_ready() { screen | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
-# until COMMAND succeeds, 30 s at most
 asked_delete() { screen | grep -q '\[y/N\]'; }
-poll() { _i=0; while ! "$@" >/dev/null 2>&1; do _i=$((_i + 1)); [ $_i -gt 600 ] && return 1; sleep 0.05; done; }
+# until COMMAND succeeds, 60 s at most (a loaded machine; it only waits that long failing)
+poll() { _i=0; while ! "$@" >/dev/null 2>&1; do _i=$((_i + 1)); [ $_i -gt 1200 ] && return 1; sleep 0.05; done; }
 sql() { command sqlite3 -cmd '.timeout 10000' "$DB" "$1"; }
 rid() { sql "SELECT id FROM conversations WHERE title = 'r' ORDER BY id DESC LIMIT 1"; }
 nmsg() { sql "SELECT count(*) FROM messages WHERE conv_id = $1"; }
@@ -88,8 +88,12 @@ for op in turn retry undo delete; do
 		[ -n "$(rid)" ] || make_r
 		start || exit 1
 		sleep 0.2
+		# done: a new main prompt below the one the operation was typed at
+		# (prompt_ready alone holds before the typed line is even shown)
+		n=$(screen | grep -c '^>>>')
 		t0=$(ms)
 		send $op
+		poll sh -c "[ \$(tmux -L '$SOCK' capture-pane -p -J -t t -S -100 | grep -c '^>>>') -gt $n ]"
 		poll prompt_ready
 		t=$(( $(ms) - t0 ))
 		[ -z "$best" ] || [ "$t" -lt "$best" ] && best=$t

@@ -124,21 +124,25 @@ SOCK="kvchat-drop-$$"
 T() { tmux -L "$SOCK" -f "$KVC_TMUX_CONF" "$@"; }
 trap 'T kill-server 2>/dev/null; rm -rf "$TMPD"' EXIT
 nmsgs() { sqlite3 "$TMPD/undo.db" "SELECT count(*) FROM messages WHERE role IN (1, 2)"; }
+# until COMMAND succeeds, 60 s at most (a loaded machine; it only waits that long failing)
 wait_until() {
 	_i=0
 	while ! "$@" >/dev/null 2>&1; do
 		_i=$((_i + 1))
-		[ $_i -gt 300 ] && return 1
+		[ $_i -gt 600 ] && return 1
 		sleep 0.1
 	done
 	return 0
 }
 is_n() { [ "$(nmsgs)" -eq "$1" ]; }
 exited() { [ -f "$TMPD/undo.rc" ]; }
+# the chat's empty prompt is the last row: what is typed now goes to it
+prompt_shown() { T capture-pane -p -t t | grep -v '^[[:space:]]*$' | tail -n 1 | grep -Eq '^>>>[[:space:]]*$'; }
 T new-session -d -s t -x 160 -y 50 \
     "LC_ALL=C.UTF-8 TERM=xterm '$KVCHAT' -m '$M' --db '$TMPD/undo.db' --session D $OPTS \
     2>'$TMPD/undo_tty.err'; echo \$? >'$TMPD/undo.rc'; sleep 30"
 check "the chat starts with $((2 * D1)) messages" wait_until is_n $((2 * D1))
+check "the chat's prompt" wait_until prompt_shown
 T send-keys -t t -l -- "/undo"
 T send-keys -t t Enter
 check "/undo took the drop turn back" wait_until is_n $((2 * D1 - 2))

@@ -31,22 +31,24 @@ echo "INSERT OR REPLACE INTO locks (conv_id, pid, host, boot_id, start_time, acq
     VALUES (1, $H, '$HOST', '', 0, strftime('%s', 'now'));" >&4
 echo "BEGIN IMMEDIATE; UPDATE conversations SET title = title; SELECT 'in-tx';" >&4
 i=0
-while ! grep -q in-tx "$TMPD/h.out" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+while ! grep -q in-tx "$TMPD/h.out" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 check "the holder is inside its transaction" grep -q in-tx "$TMPD/h.out"
 kill -STOP $H
 t0=$(ms)
 echo "Hello." | "$KVCHAT" -m "$M" $OPTS --session other >/dev/null 2>"$TMPD/w.err" &
 K=$!
 PIDS="$PIDS $K"
+# The notice comes ~1 s into the wait; the bound is what a loaded machine
+# (model load included) needs, well below the 30 s of silence before.
 i=0
-while ! grep -q "waiting for" "$TMPD/w.err" 2>/dev/null && [ $i -lt 150 ]; do
+while ! grep -q "waiting for" "$TMPD/w.err" 2>/dev/null && [ $i -lt 200 ]; do
 	sleep 0.1
 	i=$((i + 1))
 done
 t1=$(( $(ms) - t0 ))
 echo "after $t1 ms: $(cat "$TMPD/w.err")"
 check "the wait is announced (${t1} ms; ~1 s after the model loads)" grep -q "waiting for" "$TMPD/w.err"
-check "within a few seconds, model load included" [ "$t1" -lt 10000 ]
+check "within seconds, model load included" [ "$t1" -lt 15000 ]
 check "naming the holder's pid and program" grep -q "pid $H (sqlite3" "$TMPD/w.err"
 check "and the conversation it has open" grep -q "conversation 1 'held' open since" "$TMPD/w.err"
 kill -CONT $H

@@ -14,7 +14,7 @@ wait_lines() {
 	_i=0
 	while [ "$(cat "$1" 2>/dev/null | wc -l)" -lt "$2" ]; do
 		_i=$((_i + 1))
-		[ $_i -gt 300 ] && return 1
+		[ $_i -gt 600 ] && return 1
 		sleep 0.1
 	done
 	return 0

@@ -8,12 +8,13 @@
 [ -x "$MKMODEL" ] || { echo "FAIL: $MKMODEL is not built"; exit 1; }
 PIDS=""
 trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$TMPD"' EXIT
-# wait_lines FILE N: until FILE has N lines (20 s at most).
+# wait_lines FILE N: until FILE has N lines (60 s at most: a loaded machine;
+# it only waits that long when failing).
 wait_lines() {
 	_i=0
 	while [ "$(cat "$1" 2>/dev/null | wc -l)" -lt "$2" ]; do
 		_i=$((_i + 1))
-		[ $_i -gt 200 ] && return 1
+		[ $_i -gt 600 ] && return 1
 		sleep 0.1
 	done
 	return 0
