@@ -18,8 +18,8 @@
  * buckets on short words: test_tok_vectors).
  *
  * Timings are the fastest of several runs (the machine is shared; noise
- * only adds time), and a ratio over its bound is measured twice more before
- * it counts. 10 KB : 100 KB is checked first, so a quadratic scanner fails
+ * only adds time), and a ratio over its bound is measured up to five more
+ * times, each length keeping its fastest time, before it counts. 10 KB : 100 KB is checked first, so a quadratic scanner fails
  * in a second instead of running 1 MB for minutes.
  *
  * glibc is asked to keep freed memory: otherwise every 1 MB call gets its
@@ -47,6 +47,7 @@
 #define BIG (1024u * 1024)
 #define MAX_RATIO 15.0		/* pre-tokenizing */
 #define MAX_RATIO_ENCODE 15.0	/* whole tok_encode, see above */
+#define MAX_ROUNDS 6		/* measurements of a ratio over its bound, at most */
 
 /* The character classes: each text is its pattern repeated, then "x". */
 static const struct {
@@ -162,10 +163,22 @@ ratio_of(const struct subject *sj, size_t ci, size_t len_a, size_t len_b, int ru
 		*rc = KVC_ENOMEM;
 		goto out;
 	}
-	/* more rounds only when the first looks too slow: a neighbour's load */
-	for (int round = 0; round < 3; round++) {
-		*ta = time_min(sj, a, na, runs * 3, rc);
-		*tb = time_min(sj, b, nb, runs, rc);
+	/*
+	 * More rounds only when the ratio looks too high: a neighbour's load.
+	 * Each length keeps its fastest time over all rounds (noise only adds
+	 * time, to either one), so a burst of load in one round's long run is
+	 * outlived by the next rounds instead of deciding that round's ratio;
+	 * a scanner that really scales worse is as slow in every round.
+	 */
+	*ta = *tb = 1e30;
+	for (int round = 0; round < MAX_ROUNDS; round++) {
+		double t = time_min(sj, a, na, runs * 3, rc);
+
+		if (t < *ta)
+			*ta = t;
+		t = time_min(sj, b, nb, runs, rc);
+		if (t < *tb)
+			*tb = t;
 		ratio = *tb / (*ta > 1e-6 ? *ta : 1e-6);
 		if (*rc != 0 || ratio <= bound)
 			break;
