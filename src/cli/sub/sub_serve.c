@@ -281,10 +281,11 @@ serve(struct serve_opts *o, struct kvc_engine *e, struct sess_store *st)
 	    o->sp.api_key ? "key required" : "no key");
 	while (sigwait(&set, &sig) != 0)
 		;
+	/* said once it holds: a client that reads it gets 503 */
+	srv_drain(srv);
 	fprintf(stderr, "kvchat: serve: %s: stopping: new requests get 503, running ones may finish "
 	    "for %d s (a second signal ends them now)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
 	    o->grace_s);
-	srv_drain(srv);
 	wait_idle(srv, &set, o->grace_s);
 	srv_stop(srv);
 	fprintf(stderr, "kvchat: serve: stopped\n");
