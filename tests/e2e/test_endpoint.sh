@@ -164,8 +164,16 @@ echo "hello" | "$KVCHAT" --endpoint "$URL" --remote-model m --api-key-file "$TMP
     --db "$DB" >/dev/null 2>"$TMPD/err4"
 check "a wrong key is the server's 401" grep -q "HTTP 401" "$TMPD/err4"
 check "failed turns store nothing" [ "$(sqlite3 "$DB" "select count(*) from messages")" -eq "$n0" ]
-kill "$SPID" 2>/dev/null
-wait "$SPID" 2>/dev/null
+# stopped_clean ERRFILE: kvchat serve ($SPID) stops on SIGTERM, exit 0, no sanitizer report.
+stopped_clean() {
+	kill "$SPID" 2>/dev/null
+	wait "$SPID" 2>/dev/null
+	_rc=$?
+	SPID=""
+	check "kvchat serve stops cleanly (exit $_rc)" [ "$_rc" -eq 0 ]
+	check "...saying nothing of a sanitizer" sh -c "! grep -q 'Sanitizer\|runtime error' '$1'"
+}
+stopped_clean "$TMPD/serve.err"
 
 # Ctrl-C stops a reply: kept, marked interrupted; the server sees the client go.
 # A wide model decodes slowly enough to be caught mid-reply on any machine here.
@@ -202,4 +210,5 @@ for _i in $(seq 1 300); do
 	sleep 0.1
 done
 check "...and the server stopped generating it" grep -q "the client went away" "$TMPD/serve2.err"
+stopped_clean "$TMPD/serve2.err"
 done_testing
