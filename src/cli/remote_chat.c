@@ -9,16 +9,17 @@
  * message) and streams the reply (src/remote). Conversations are stored in
  * the local database as the chat stores them, history only (no KV
  * snapshot: the cache is the server's), each locked while open, titled
- * from the first message as the chat titles them. The REPL's commands that
- * need only the history (/history, /undo, /retry, /export, /rename, /clear,
- * /new, /list, /resume, /delete) work here through the REPL's own table,
- * history printing, listing and export: any stored conversation, the
- * chat's own included, can be continued on the server from its messages;
- * the ones that need the local engine or its cache say so by name. The
- * stats line gives the time
- * to first token, the decode rate and the server's cached_tokens when it
- * reports them. Ctrl-C stops a reply (kept, marked interrupted); Ctrl-C or
- * Ctrl-D at the prompt ends the chat.
+ * from the first message as the chat titles them. The REPL's commands work
+ * here through the REPL's own table, history printing, listing and export:
+ * any stored conversation, the chat's own included, can be continued on the
+ * server from its messages. The settings (/set, the command line's sampling
+ * options) are those the requests carry, each left to the server until
+ * given; /system is the system message sent; /show says what is known here
+ * (the endpoint, the model's name, the settings), not the remote model's
+ * insides; /stats lists the stored turns' figures. The stats line gives
+ * the time to first token, the decode rate and the server's cached_tokens
+ * when it reports them. Ctrl-C stops a reply (kept, marked interrupted);
+ * Ctrl-C or Ctrl-D at the prompt ends the chat.
  */
 #include <errno.h>
 #include <signal.h>
@@ -31,6 +32,7 @@
 #include <readline/history.h>
 
 #include "cli.h"
+#include "remote_int.h"
 #include "cli/repl/cmd.h"
 #include "cli/repl/repl.h"
 #include "conv/conv.h"
@@ -39,31 +41,15 @@
 
 static const char remote_usage[] =
     "usage: kvchat --endpoint URL [--remote-model NAME] [--api-key-file F] [--db PATH]\n"
-    "              [--resume ID|TITLE] [--system TEXT] [--temp T] [-n N]\n"
+    "              [--resume ID|TITLE] [--system TEXT] [--temp T] [--top-p P] [--top-k K]\n"
+    "              [--min-p P] [--repeat-penalty R] [--seed S] [-n N]\n"
     "  --endpoint URL        an OpenAI-compatible server, e.g. http://host:8000/v1\n"
     "  --remote-model NAME   the model to ask for (default: the first it lists)\n"
     "  --api-key-file F      send \"Authorization: Bearer KEY\", KEY the file's first line\n"
-    "In the chat: /help, /history [N], /undo, /retry, /export md|json FILE, /rename TITLE,\n"
-    "/clear, /new, /list, /resume [ID|TITLE], /delete [ID|TITLE], /quit; the commands that\n"
-    "need a local model say so.\n";
-
-struct remote_opts {
-	struct rmt_params rp;
-	const char *db, *key_file, *resume, *system;
-	char key[4096];
-	char model[256];
-};
-
-struct remote_chat {
-	struct remote_opts *o;
-	struct sess_store *st;
-	int64_t id;			/* 0 until the first message is stored */
-	struct sess_msg *msgs;		/* the conversation's messages */
-	int n_msgs;
-	char *system;
-	char title[64];			/* as stored */
-	struct kvc_repl shell;		/* what the REPL's printing and /export read */
-};
+    "  --temp ... -n         sent with every request (unset: the server's defaults)\n"
+    "In the chat every command of the local chat: /set NAME VALUE (or default) changes what\n"
+    "the requests send, /system TEXT the system message, /show the endpoint, model and\n"
+    "settings, /stats the stored turns' figures.\n";
 
 static volatile sig_atomic_t remote_interrupt;
 
@@ -87,7 +73,8 @@ parse_args(int argc, char **argv, struct remote_opts *o)
 {
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		long n;
+		const struct conv_setting *row;
+		char err[512];
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			fputs(remote_usage, stdout);
@@ -108,13 +95,11 @@ parse_args(int argc, char **argv, struct remote_opts *o)
 			o->resume = v;
 		else if (strcmp(a, "--system") == 0)
 			o->system = v;
-		else if (strcmp(a, "--temp") == 0) {
-			if (kvc_parse_double(v, 0, 100, &o->rp.temperature) != KVC_OK)
-				return usage("bad --temp", v);
-		} else if (strcmp(a, "-n") == 0 || strcmp(a, "--max-tokens") == 0) {
-			if (kvc_parse_long(v, 1, 1L << 24, &n) != KVC_OK)
-				return usage("bad -n", v);
-			o->rp.max_tokens = (int)n;
+		else if ((row = strcmp(a, "-n") == 0 ? conv_setting_find("max_tokens") :
+		    strncmp(a, "--", 2) == 0 ? conv_setting_by_opt(a + 2) : NULL) != NULL) {
+			if (conv_setting_apply(&o->set, row, a, v, err, sizeof err) != KVC_OK)
+				return usage(err, NULL);
+			o->given[row - conv_setting_table] = true;
 		} else
 			return usage("not an option of --endpoint", a);
 	}
@@ -228,6 +213,7 @@ ask(struct remote_chat *c)
 
 	if ((h = history(c, &n)) == NULL)
 		return KVC_ENOMEM;
+	remote_request_settings(c->o);
 	remote_interrupt = 0;
 	rc = rmt_chat(&c->o->rp, h, n, print_text, NULL, &remote_interrupt, &reply, &rs, err,
 	    sizeof err);
@@ -252,6 +238,12 @@ ask(struct remote_chat *c)
 	if (sess_turn_commit(c->st, c->id, &am, 1, NULL, err, sizeof err) != KVC_OK ||
 	    remember(c, SESS_ASSISTANT, am.text, rs.interrupted) != KVC_OK)
 		fprintf(stderr, "kvchat: the reply was not stored: %s\n", err);
+	else
+		c->msgs[c->n_msgs - 1].stats = am.stats;	/* what /stats lists */
+	if (c->o->quiet) {
+		kvc_buf_free(&reply);
+		return 0;
+	}
 	fprintf(stderr, "[%s: TTFT %.0f ms", c->o->rp.model, rs.ttft_ms);
 	if (rs.completion_tokens >= 0)
 		fprintf(stderr, ", %d tokens, %.1f tok/s", rs.completion_tokens, rs.decode_tps);
@@ -458,7 +450,7 @@ delete_cmd(struct remote_chat *c, const char *args)
 /* The REPL's commands that work on a remote engine, in /help's order. */
 static const char *const remote_cmds[] = {
 	"help", "new", "list", "resume", "delete", "rename", "undo", "retry", "clear", "history",
-	"export", "quit",
+	"stats", "export", "quit", "show", "system", "set",
 };
 
 /* The messages as the REPL's printing and /export take them. NULL on ENOMEM. */
@@ -501,7 +493,8 @@ command(struct remote_chat *c, const char *line)
 			snprintf(head, sizeof head, "/%s%s%s", x->name, x->args[0] ? " " : "", x->args);
 			printf("  %-26s %s\n", head, x->help);
 		}
-		printf("The others need a local model (its cache, its settings): kvchat -m MODEL.\n");
+		printf("/set and the sampling options change what the requests send; a setting never\n"
+		    "given (or set to default) is left to the server.\n");
 	} else if (strcmp(e->name, "quit") == 0) {
 		c->shell.quit = true;
 	} else if (strcmp(e->name, "undo") == 0) {
@@ -555,10 +548,17 @@ command(struct remote_chat *c, const char *line)
 			rc = cmd_export_write(&c->shell, &x, line);
 		}
 		free(v);
+	} else if (strcmp(e->name, "stats") == 0) {
+		remote_stats_cmd(c);
+	} else if (strcmp(e->name, "show") == 0) {
+		rc = remote_show_cmd(c, line);
+	} else if (strcmp(e->name, "system") == 0) {
+		rc = remote_system_cmd(c, line);
+	} else if (strcmp(e->name, "set") == 0) {
+		rc = remote_set_cmd(c, line);
 	} else {
 		fprintf(stderr, "kvchat: /%s is not available with --endpoint: it needs a local "
-		    "model (kvchat -m MODEL)%s\n", e->name, strcmp(e->name, "set") == 0 ?
-		    "; the server's sampling is set by --temp and -n" : "");
+		    "model (kvchat -m MODEL)\n", e->name);
 		return 1;
 	}
 	return rc;
@@ -617,7 +617,7 @@ cli_remote_main(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	memset(&c, 0, sizeof c);
-	o.rp.temperature = -1;
+	o.set = conv_default_settings();
 	c.o = &o;
 	c.shell.tty = isatty(STDIN_FILENO);
 	c.shell.show_thinking = -1;

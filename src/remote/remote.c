@@ -268,6 +268,19 @@ request_body(const struct rmt_params *p, const struct rmt_msg *msgs, size_t n)
 		return NULL;
 	if (p->temperature >= 0)
 		json_object_set_new(o, "temperature", json_real(p->temperature));
+	if (p->top_p >= 0)
+		json_object_set_new(o, "top_p", json_real(p->top_p));
+	if (p->min_p >= 0)
+		json_object_set_new(o, "min_p", json_real(p->min_p));
+	if (p->top_k >= 0)
+		json_object_set_new(o, "top_k", json_integer(p->top_k));
+	if (p->repeat_penalty >= 0) {
+		json_object_set_new(o, "repeat_penalty", json_real(p->repeat_penalty));
+		json_object_set_new(o, "repetition_penalty", json_real(p->repeat_penalty));
+	}
+	/* JSON integers are signed 64-bit here: a larger seed goes as its low 63 bits */
+	if (p->has_seed)
+		json_object_set_new(o, "seed", json_integer((json_int_t)(p->seed & INT64_MAX)));
 	if (p->max_tokens > 0)
 		json_object_set_new(o, "max_tokens", json_integer(p->max_tokens));
 	s = json_dumps(o, JSON_COMPACT);

@@ -16,8 +16,15 @@ struct rmt_params {
 	const char *base_url;		/* "http://host:8000/v1" (without the endpoint) */
 	const char *model;		/* the model to ask for (NULL: rmt_first_model) */
 	const char *api_key;		/* bearer key, or NULL */
-	double temperature;		/* < 0: the server's default */
-	int max_tokens;			/* 0: the server's default */
+	/* what the request asks for; each left out (the server's default) when unset */
+	double temperature;		/* < 0: unset */
+	double top_p, min_p;		/* < 0: unset */
+	int top_k;			/* < 0: unset */
+	double repeat_penalty;		/* < 0: unset; sent as repeat_penalty (llama-server's,
+					   kvchat serve's name) and repetition_penalty (vLLM's) */
+	bool has_seed;
+	uint64_t seed;
+	int max_tokens;			/* 0: unset */
 	long timeout_s;			/* connect timeout (the stream itself has none) */
 };
 

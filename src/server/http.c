@@ -29,6 +29,7 @@ struct req {
 	struct kvc_buf body;
 	bool too_big;
 	bool answered;			/* a response is queued already */
+	bool has_job;			/* a job was queued for it (counted in n_sending) */
 };
 
 struct srv_params
@@ -226,6 +227,10 @@ completion(struct kvc_server *s, struct MHD_Connection *conn, const char *method
 		job_unref(j);
 		return respond_error(s, conn, method, url, st, err);
 	}
+	rq->has_job = true;
+	pthread_mutex_lock(&s->mu);
+	s->n_sending++;
+	pthread_mutex_unlock(&s->mu);
 	if (!j->stream)
 		wait_watching(conn, j, false);
 	st = job_wait_started(j);
@@ -266,9 +271,17 @@ first_call(struct kvc_server *s, struct MHD_Connection *conn, const char *url,
 {
 	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_CONTENT_LENGTH);
-	bool post = rq->route == R_CHAT || rq->route == R_COMPLETION;
+	bool post = rq->route == R_CHAT || rq->route == R_COMPLETION, stopping;
 	long len;
 
+	pthread_mutex_lock(&s->mu);
+	stopping = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	if (stopping) {
+		/* /health too: a balancer in front sends the next requests elsewhere */
+		rq->answered = true;
+		return respond_error(s, conn, method, url, 503, "the server is stopping");
+	}
 	if (rq->route == R_NONE) {
 		rq->answered = true;
 		return respond_error(s, conn, method, url, 404, "no such endpoint (GET /health, GET "
@@ -306,6 +319,10 @@ handler(void *cls, struct MHD_Connection *conn, const char *url, const char *met
 			return MHD_NO;
 		rq->route = route_of(url);
 		*con_cls = rq;
+		/* counted until completed(): srv_idle waits for it */
+		pthread_mutex_lock(&s->mu);
+		s->n_req++;
+		pthread_mutex_unlock(&s->mu);
 		return first_call(s, conn, url, method, rq);
 	}
 	if (*upload_data_size > 0) {
@@ -346,16 +363,32 @@ static void
 completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     enum MHD_RequestTerminationCode toe)
 {
+	struct kvc_server *s = cls;
 	struct req *rq = *con_cls;
 
-	(void)cls;
 	(void)conn;
 	(void)toe;
 	if (rq != NULL) {
+		pthread_mutex_lock(&s->mu);
+		s->n_req--;
+		s->n_sending -= rq->has_job;
+		pthread_mutex_unlock(&s->mu);
 		kvc_buf_free(&rq->body);
 		free(rq);
 		*con_cls = NULL;
 	}
+}
+
+/* Whether a request whose job was queued is still being answered. */
+static bool
+sending(struct kvc_server *s)
+{
+	bool any;
+
+	pthread_mutex_lock(&s->mu);
+	any = s->n_sending > 0;
+	pthread_mutex_unlock(&s->mu);
+	return any;
 }
 
 /* host:port as a socket address; 0 or KVC_EINVAL with err. */
@@ -416,7 +449,7 @@ srv_start(struct kvc_server **out, struct kvc_engine *e, const struct srv_params
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_queue + p->parallel + 8),
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s,
-	    MHD_OPTION_NOTIFY_COMPLETED, completed, (void *)NULL,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, (void *)s,
 	    MHD_OPTION_END);
 	if (s->d == NULL) {
 		kvc_err(err, errlen, "cannot listen on %s port %d (in use, or not an address of this "
@@ -437,12 +470,47 @@ srv_port(const struct kvc_server *s)
 }
 
 void
+srv_drain(struct kvc_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	/* the scheduler answers the waiting ones */
+	pthread_cond_broadcast(&s->wake);
+	pthread_mutex_unlock(&s->mu);
+}
+
+bool
+srv_idle(struct kvc_server *s)
+{
+	bool idle;
+
+	pthread_mutex_lock(&s->mu);
+	idle = s->n_active == 0 && s->n_queue == 0 && s->n_req == 0;
+	pthread_mutex_unlock(&s->mu);
+	return idle;
+}
+
+void
 srv_stop(struct kvc_server *s)
 {
 	if (s == NULL)
 		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	s->quit = 1;
+	/* a stored conversation's turn stops as if its client left, keeping its reply so far */
+	if (s->turn != NULL)
+		s->turn->cancel = 1;
+	pthread_mutex_unlock(&s->mu);
 	/* the scheduler ends every job first, so no connection waits on one */
 	sched_stop(s);
+	/*
+	 * Their connections may still hold the last bytes (a reply srv_stop cut,
+	 * a 503): stopping the daemon now would close them unsent. A client that
+	 * reads nothing is not waited for past 5 s.
+	 */
+	for (int i = 0; i < 500 && s->d != NULL && sending(s); i++)
+		nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
 	if (s->d != NULL)
 		MHD_stop_daemon(s->d);
 	pthread_cond_destroy(&s->wake);

@@ -5,12 +5,27 @@
  * field is read and written under the server's one mutex, and the job's
  * condition variable wakes the connection.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "srv_int.h"
+
+void
+srv_log(struct kvc_server *s, const char *fmt, ...)
+{
+	char line[600];
+	va_list ap;
+
+	if (s->p.log == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	s->p.log(s->p.log_arg, line);
+}
 
 struct srv_job *
 job_new(struct kvc_server *s, enum srv_kind kind)

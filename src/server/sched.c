@@ -24,7 +24,6 @@
  * end-of-generation id ends a reply unsaid, and a sampled id is run
  * through the model only when another is wanted after it.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,23 +50,6 @@ struct srv_sched {
 	struct srv_store_index *ix;	/* the stored conversations' streams (sched_store.c) */
 	struct kvc_buf piece;		/* scratch */
 };
-
-static void
-logf_(struct kvc_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-logf_(struct kvc_server *s, const char *fmt, ...)
-{
-	char line[600];
-	va_list ap;
-
-	if (s->p.log == NULL)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	s->p.log(s->p.log_arg, line);
-}
 
 /* Whether a request waits in the queue while a slot is free for it (the scheduler thread's view). */
 static bool
@@ -99,7 +81,7 @@ prefill_hook(void *arg, int done, int total)
 	 * before its own hook is set) is not the scheduler's to cut */
 	if (sc->pre == NULL)
 		return 0;
-	if (sc->pre->cancel)
+	if (sc->pre->cancel || sc->s->quit)
 		return 1;
 	if (done <= 0 || done >= total)
 		return 0;
@@ -173,7 +155,7 @@ finish(struct srv_sched *sc, struct srv_slot *sl, const char *why, bool cut)
 	/* stored before the body is made, so the response names its conversation */
 	save_unnamed(sc->s, &sc->ix, sl->seq, j);
 	job_finish_ok(j);
-	logf_(sc->s, "%s: prompt %d (cached %d), %d generated, %s", j->id, j->n_prompt, j->cached,
+	srv_log(sc->s, "%s: prompt %d (cached %d), %d generated, %s", j->id, j->n_prompt, j->cached,
 	    j->n_gen, why);
 	release(sc, sl);
 }
@@ -336,7 +318,7 @@ place(struct srv_sched *sc, struct srv_job *j)
 		    (int)j->prompt_ids.n, best_k + 16, &from);
 
 		if (k > 0)
-			logf_(sc->s, "%s: %d positions from the snapshot of conversation %lld", j->id, k,
+			srv_log(sc->s, "%s: %d positions from the snapshot of conversation %lld", j->id, k,
 			    (long long)from);
 	}
 	best->job = j;
@@ -372,7 +354,7 @@ prefill(struct srv_sched *sc, struct srv_slot *sl, bool others)
 		return KVC_OK;
 	}
 	if (rc != KVC_OK) {
-		logf_(sc->s, "%s: prefill: %s", j->id, err);
+		srv_log(sc->s, "%s: prefill: %s", j->id, err);
 		job_fail(j, rc == KVC_ERANGE ? 400 : 500, err);
 		release(sc, sl);
 		return rc == KVC_ENOMEM ? rc : KVC_OK;
@@ -381,6 +363,10 @@ prefill(struct srv_sched *sc, struct srv_slot *sl, bool others)
 	j->computed = j->n_prompt - j->cached;
 	job_start(j, 200);
 	rc = take(sc, sl);
+	/* said once the request is generating: what a client (or a test) may wait for */
+	if (rc > 0)
+		srv_log(sc->s, "%s: first token after %.0f ms (prompt %d, cached %d)", j->id,
+		    (j->t_prefilled - j->t_start) * 1e3, j->n_prompt, j->cached);
 	return rc < 0 ? rc : KVC_OK;
 }
 
@@ -419,20 +405,53 @@ step(struct srv_sched *sc)
 		}
 	}
 	if (rc != KVC_OK)
-		logf_(sc->s, "decode: %s", err);
+		srv_log(sc->s, "decode: %s", err);
 	return KVC_OK;
 }
 
-/* Under mu: wait for work; move the waiting jobs that have a free slot to `in`. false: stop. */
+/*
+ * Under mu: take out of the queue the jobs that end without running (their
+ * client left while they waited, or the server is stopping) into gone, at
+ * most max.
+ */
+static int
+take_gone(struct kvc_server *s, struct srv_job **gone, int max)
+{
+	struct srv_job **at = &s->q_head, *prev = NULL;
+	int n = 0;
+
+	while (*at != NULL && n < max) {
+		struct srv_job *j = *at;
+
+		if (!j->cancel && !s->stopping) {
+			prev = j;
+			at = &j->next_q;
+			continue;
+		}
+		*at = j->next_q;
+		if (s->q_tail == j)
+			s->q_tail = prev;
+		s->n_queue--;
+		gone[n++] = j;
+	}
+	return n;
+}
+
+/*
+ * Under mu: wait for work; move the waiting jobs that have a free slot to
+ * `in`, and those that end unrun to `gone`. false: stop now (srv_stop).
+ */
 static bool
-next_work(struct srv_sched *sc, struct srv_job **in, int *n_in)
+next_work(struct srv_sched *sc, struct srv_job **in, int *n_in, struct srv_job **gone,
+    int *n_gone)
 {
 	struct kvc_server *s = sc->s;
 	int n_free, busy;
 
 	for (;;) {
-		if (s->stopping)
+		if (s->quit)
 			return false;
+		*n_gone = take_gone(s, gone, SRV_MAX_PARALLEL);
 		n_free = busy = 0;
 		for (int i = 0; i < sc->n_slot; i++) {
 			if (sc->slot[i].job == NULL)
@@ -440,7 +459,7 @@ next_work(struct srv_sched *sc, struct srv_job **in, int *n_in)
 			else
 				busy++;	/* running, or cancelled and released by the loop */
 		}
-		if (busy > 0 || (n_free > 0 && s->q_head != NULL))
+		if (busy > 0 || *n_gone > 0 || (n_free > 0 && s->q_head != NULL))
 			break;
 		pthread_cond_wait(&s->wake, &s->mu);
 	}
@@ -456,6 +475,20 @@ next_work(struct srv_sched *sc, struct srv_job **in, int *n_in)
 		in[(*n_in)++] = j;
 	}
 	return true;
+}
+
+/* A job that ends without running: its client left while it waited, or the server stops. */
+static void
+end_unrun(struct kvc_server *s, struct srv_job *j)
+{
+	if (j->cancel) {
+		srv_log(s, "%s: the client went away after 0 tokens (it was waiting)", j->id);
+		job_done(j, 499);
+	} else {
+		srv_log(s, "%s: 503: the server is stopping", j->id);
+		job_fail(j, 503, "the server is stopping");
+	}
+	job_unref(j);
 }
 
 /*
@@ -498,10 +531,39 @@ drop_cancelled(struct srv_sched *sc)
 {
 	for (int i = 0; i < sc->n_slot; i++)
 		if (sc->slot[i].job != NULL && sc->slot[i].job->cancel) {
-			logf_(sc->s, "%s: the client went away after %zu tokens", sc->slot[i].job->id,
+			srv_log(sc->s, "%s: the client went away after %zu tokens", sc->slot[i].job->id,
 			    sc->slot[i].job->ids.n);
 			release(sc, &sc->slot[i]);
 		}
+}
+
+/*
+ * A stored conversation's turn, run here and now. It is s->turn while it
+ * runs, so that srv_stop can stop it (through its cancel flag, under mu:
+ * a turn is either not begun when quit is set, or stopped by it).
+ */
+static void
+run_turn(struct srv_sched *sc, struct srv_job *j)
+{
+	struct kvc_server *s = sc->s;
+	bool run;
+
+	pthread_mutex_lock(&s->mu);
+	run = !s->quit;
+	if (run)
+		s->turn = j;
+	pthread_mutex_unlock(&s->mu);
+	if (run) {
+		sched_conv_run(s, sc->cm, j);
+		pthread_mutex_lock(&s->mu);
+		s->turn = NULL;
+		pthread_mutex_unlock(&s->mu);
+	}
+	active_done(s);
+	if (run)
+		job_unref(j);
+	else
+		end_unrun(s, j);
 }
 
 static void *
@@ -509,8 +571,8 @@ sched_main(void *arg)
 {
 	struct srv_sched *sc = arg;
 	struct kvc_server *s = sc->s;
-	struct srv_job *in[SRV_MAX_PARALLEL];
-	int n_in, rc = KVC_OK;
+	struct srv_job *in[SRV_MAX_PARALLEL], *gone[SRV_MAX_PARALLEL];
+	int n_in, n_gone, rc = KVC_OK;
 
 	for (;;) {
 		struct srv_slot *pre;
@@ -518,21 +580,20 @@ sched_main(void *arg)
 		int n_pending = 0;
 
 		pthread_mutex_lock(&s->mu);
-		if (!next_work(sc, in, &n_in)) {
+		if (!next_work(sc, in, &n_in, gone, &n_gone)) {
 			pthread_mutex_unlock(&s->mu);
 			break;
 		}
 		pthread_mutex_unlock(&s->mu);
+		for (int k = 0; k < n_gone; k++)
+			end_unrun(s, gone[k]);
 		drop_cancelled(sc);
 		for (int k = 0; k < n_in; k++) {
 			if (in[k]->cancel) {
 				active_done(s);
-				job_done(in[k], 499);
-				job_unref(in[k]);
+				end_unrun(s, in[k]);
 			} else if (in[k]->has_conv) {
-				sched_conv_run(s, sc->cm, in[k]);
-				active_done(s);
-				job_unref(in[k]);
+				run_turn(sc, in[k]);
 			} else {
 				place(sc, in[k]);
 			}
@@ -543,13 +604,15 @@ sched_main(void *arg)
 		if (rc == KVC_OK)
 			rc = step(sc);
 		if (rc != KVC_OK) {
-			logf_(s, "out of memory: stopping the scheduler");
+			srv_log(s, "out of memory: stopping the scheduler");
 			break;
 		}
 	}
-	/* stopping: whatever runs or waits gets 503 */
+	/* stopped (or out of memory): whatever runs or waits gets 503 */
 	for (int i = 0; i < sc->n_slot; i++)
 		if (sc->slot[i].job != NULL) {
+			srv_log(s, "%s: stopped by the server after %zu tokens (503)", sc->slot[i].job->id,
+			    sc->slot[i].job->ids.n);
 			job_fail(sc->slot[i].job, 503, "the server is stopping");
 			release(sc, &sc->slot[i]);
 		}
@@ -559,13 +622,12 @@ sched_main(void *arg)
 		struct srv_job *j = s->q_head;
 
 		s->q_head = j->next_q;
+		s->n_queue--;
 		pthread_mutex_unlock(&s->mu);
-		job_fail(j, 503, "the server is stopping");
-		job_unref(j);
+		end_unrun(s, j);
 		pthread_mutex_lock(&s->mu);
 	}
 	s->q_tail = NULL;
-	s->n_queue = 0;
 	pthread_mutex_unlock(&s->mu);
 	eng_set_prefill_hook(s->e, NULL, NULL);
 	return NULL;
@@ -609,6 +671,7 @@ sched_stop(struct kvc_server *s)
 	if (sc->running) {
 		pthread_mutex_lock(&s->mu);
 		s->stopping = true;
+		s->quit = 1;
 		pthread_cond_broadcast(&s->wake);
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(sc->thr, NULL);

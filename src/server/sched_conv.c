@@ -35,6 +35,9 @@ on_text(void *arg, const char *s, size_t n)
 	if (!j->started) {
 		j->conv_out = conv_id(t->c);
 		job_start(j, 200);
+		/* said once the turn is generating: what a client (or a test) may wait for */
+		srv_log(j->srv, "%s: conversation %lld: first token after %.0f ms", j->id,
+		    (long long)j->conv_out, (kvc_now() - j->t_start) * 1e3);
 	}
 	if (kvc_buf_append(&j->text, s, n) != KVC_OK || job_send_text(j, false) != KVC_OK)
 		return 1;
@@ -125,6 +128,22 @@ open_conv(struct conv_mgr *m, struct srv_job *j, struct conv **c, char *err, siz
 	return 0;
 }
 
+/*
+ * The line of a turn its client left (or srv_stop ended), in the words of
+ * the slots' requests: "ID: conversation N: the client went away after K
+ * tokens (what was kept)"; "new" for a new conversation taken back.
+ */
+static void
+log_gone(struct kvc_server *s, const struct srv_job *j, int64_t id, int n, const char *kept)
+{
+	char cid[24] = "new";
+
+	if (id > 0)
+		snprintf(cid, sizeof cid, "%lld", (long long)id);
+	srv_log(s, "%s: conversation %s: %s after %d tokens (%s)", j->id, cid, s->quit ?
+	    "stopped by the server" : "the client went away", n, kept);
+}
+
 void
 sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 {
@@ -133,6 +152,7 @@ sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 	struct conv_io io;
 	struct turn_ctx tc;
 	char err[512] = "";
+	int64_t id0;
 	int st, rc;
 
 	j->t_start = kvc_now();
@@ -148,9 +168,18 @@ sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 	io.interrupt = &j->cancel;
 	io.t_enter = j->t_start;
 	memset(&cs, 0, sizeof cs);
+	id0 = conv_id(c);
 	rc = conv_turn(c, j->msgs[j->n_msgs - 1].text, &io, &cs, err, sizeof err);
 	j->conv_out = conv_id(c);
 	conv_close(c);
+	if (rc == KVC_EINTR && j->cancel) {
+		/* gone before the reply: conv_turn took the turn back (a new conversation too) */
+		log_gone(s, j, id0, 0, id0 > 0 ? "before its reply: the message taken back, the "
+		    "conversation as it was" : "before its reply: nothing stored");
+		job_fail(j, s->quit ? 503 : 499, s->quit ? "the server is stopping" :
+		    "the client went away");
+		return;
+	}
 	if (rc != KVC_OK) {
 		job_fail(j, rc == KVC_ERANGE ? 400 : rc == KVC_EINTR ? 499 : 500, err);
 		return;
@@ -167,17 +196,11 @@ sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j)
 	    "length" : "stop";
 	if (!j->started)
 		job_start(j, 200);
+	/* also a reply srv_stop cut: the client gets what was stored */
 	job_finish_ok(j);
-	if (s->p.log != NULL) {
-		char line[200];
-
-		if (cs.interrupted && j->cancel)
-			snprintf(line, sizeof line, "%s: conversation %lld: the client went away after "
-			    "%d tokens (the reply so far stored, marked interrupted)", j->id,
-			    (long long)j->conv_out, j->n_gen);
-		else
-			snprintf(line, sizeof line, "%s: conversation %lld: prompt %d (cached %d), %d "
-			    "generated", j->id, (long long)j->conv_out, j->n_prompt, j->cached, j->n_gen);
-		s->p.log(s->p.log_arg, line);
-	}
+	if (cs.interrupted && j->cancel)
+		log_gone(s, j, j->conv_out, j->n_gen, "the reply so far stored, marked interrupted");
+	else
+		srv_log(s, "%s: conversation %lld: prompt %d (cached %d), %d generated", j->id,
+		    (long long)j->conv_out, j->n_prompt, j->cached, j->n_gen);
 }

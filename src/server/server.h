@@ -62,7 +62,19 @@ int srv_start(struct kvc_server **out, struct kvc_engine *e, const struct srv_pa
     char *err, size_t errlen);
 /* The port bound (the free one chosen for port 0). */
 int srv_port(const struct kvc_server *s);
-/* Stop accepting, end running requests, join the threads, free. */
+/*
+ * The first step of stopping: from now on every new request, and every one
+ * still waiting for a sequence, is answered 503 in OpenAI's error shape,
+ * while the running ones go on to their end (and are stored as usual).
+ */
+void srv_drain(struct kvc_server *s);
+/* Whether no request runs, waits, or is between its headers and its last byte. */
+bool srv_idle(struct kvc_server *s);
+/*
+ * End what still runs (a stored conversation's turn keeps its reply so
+ * far, marked interrupted; other requests get 503), stop listening, join
+ * the threads, free. Drains first if srv_drain was not called.
+ */
 void srv_stop(struct kvc_server *s);
 
 /* Constant-time comparison of a presented key with the expected one. */

@@ -8,7 +8,7 @@
  *        -> sched_conv.c (a request that is a stored conversation's turn)
  *        -> sched_save.c (an unnamed request stored as a conversation)
  *        -> sched_store.c (a prompt's prefix from the stored snapshots)
- *     -> job.c (a job's output queue between the threads)
+ *     -> job.c (a job's output queue between the threads; the server's log lines)
  *        -> oai_resp.c (response bodies, stream events, errors, with jansson)
  */
 #ifndef KVC_SRV_INT_H
@@ -95,7 +95,11 @@ struct kvc_server {
 	struct srv_job *q_head, *q_tail;
 	int n_queue;
 	int n_active;			/* jobs taken from the queue and not yet ended */
-	bool stopping;
+	int n_req;			/* requests between their headers and their end (http.c) */
+	int n_sending;			/* of those, the ones whose job was queued */
+	bool stopping;			/* srv_drain: new requests get 503, running ones go on */
+	volatile sig_atomic_t quit;	/* srv_stop: what still runs ends now (read unlocked by hooks) */
+	struct srv_job *turn;		/* the stored conversation's turn running, or NULL */
 	unsigned long n_jobs;		/* ids */
 	struct srv_sched *sched;
 };
@@ -153,7 +157,10 @@ int oai_parse(struct srv_job *j, const char *body, size_t n, const char *conv_he
 
 /* sched.c */
 int sched_start(struct kvc_server *s, char *err, size_t errlen);
+/* s->quit set: the thread ends what runs, joins, and everything is freed. */
 void sched_stop(struct kvc_server *s);
+/* One line to the server's log (p.log), if it has one. */
+void srv_log(struct kvc_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Queue j (taking a reference): 0, or 429 (queue full) / 503 (stopping). */
 int sched_submit(struct kvc_server *s, struct srv_job *j);
 
@@ -232,7 +239,13 @@ int sched_pick_prefill(const struct srv_pending *p, int n, int slice_pos);
  */
 bool sched_slice_prefill(bool decoding, int n_pending, bool newcomer);
 
-/* sched_conv.c: run j as a turn of its stored conversation (scheduler thread). */
+/*
+ * sched_conv.c: run j as a turn of its stored conversation (scheduler
+ * thread). A client that leaves, at any moment, stops the turn: before its
+ * reply the turn is taken back whole, during it the reply so far is stored
+ * marked interrupted; either way one "the client went away after N tokens"
+ * line is logged, as for the slots' requests.
+ */
 void sched_conv_run(struct kvc_server *s, struct conv_mgr *m, struct srv_job *j);
 
 #endif

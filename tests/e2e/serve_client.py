@@ -147,6 +147,36 @@ def step_basic():
               (text, fin))
 
 
+def step_curl():
+    """curl, as a shell script calls the API: a chat reply and a streamed completion, each
+    equal to kvchat generate's greedy text."""
+    import shutil
+    if shutil.which("curl") is None:
+        print("note: curl is not installed (scripts/deps.sh installs it): not checked")
+        return
+    url = "http://127.0.0.1:%d/v1/" % PORT
+    msgs = CHATS[3]
+    want = generate(LENS[3], rendered=chatml(msgs))
+    out = subprocess.run(["curl", "-sS", "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"messages": msgs, "max_tokens": LENS[3], "temperature": 0}),
+                          url + "chat/completions"], capture_output=True)
+    try:
+        got = json.loads(out.stdout)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError):
+        got = None
+    check("curl: chat = kvchat generate", got == want, (out.stdout[:300], out.stderr, want))
+    want = generate(15, prompt="Numbers")
+    out = subprocess.run(["curl", "-sSN", "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"prompt": "Numbers", "max_tokens": 15, "temperature": 0,
+                                      "stream": True}), url + "completions"], capture_output=True)
+    text = ""
+    for ev in out.stdout.decode("utf-8", "replace").split("\n\n"):
+        if ev.startswith("data: {"):
+            text += "".join(c.get("text") or "" for c in json.loads(ev[6:])["choices"])
+    check("curl: streamed completion = kvchat generate", text == want and
+          out.stdout.rstrip().endswith(b"data: [DONE]"), (out.stdout[-300:], want))
+
+
 def step_concurrent():
     wants = [generate(n, rendered=chatml(m)) for m, n in zip(CHATS, LENS)]
     got = [None] * len(CHATS)
@@ -183,64 +213,239 @@ def step_disconnect():
     check("served after a disconnect", st == 200 and r["choices"][0]["text"] == want, (st, r))
 
 
-def send_and_leave(path, body, wait):
-    """Send a request, read nothing, close the connection after wait seconds."""
+def send_raw(path, body, headers=""):
+    """A socket that sent a request (read nothing yet)."""
     s = socket.create_connection(("127.0.0.1", PORT))
     body = json.dumps(body)
-    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               "Content-Length: %d\r\n\r\n%s" % (path, len(body), body)).encode())
-    time.sleep(wait)
-    s.close()
+    s.sendall(("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+               "Content-Length: %d\r\n\r\n%s" % (path, headers, len(body), body)).encode())
+    return s
 
 
-def log_wait(pattern, secs=30):
-    """The first line of the server's log matching pattern, waiting for it."""
+def log_mark():
+    """Where the server's log ends now: log_wait looks past it."""
+    try:
+        return len(open(WD + "/serve.err", "rb").read())
+    except OSError:
+        return 0
+
+
+def log_wait(pattern, since=0, secs=60):
+    """The first match of pattern in the server's log past since, waiting for it (None)."""
     import re
     for _ in range(int(secs * 10)):
-        for line in open(WD + "/serve.err", errors="replace"):
-            m = re.search(pattern, line)
-            if m:
-                return m
+        m = re.search(pattern, open(WD + "/serve.err", "rb").read()[since:].decode("utf-8",
+                                                                                     "replace"))
+        if m:
+            return m
         time.sleep(0.1)
     return None
 
 
+def conv_rows(db, cid):
+    return db.execute("select role, text, interrupted from messages where conv_id = ? "
+                      "order by id", (cid,)).fetchall()
+
+
 def step_disconnect_plain():
-    """Non-streamed requests whose client leaves: generation stops, the store stays whole."""
-    import sqlite3
-    # a greedy completion of "a long one" runs to its 2000 tokens (seconds here)
-    send_and_leave("/v1/completions", {"prompt": "a long one", "max_tokens": 2000,
-                                       "temperature": 0}, 1.0)
-    m = log_wait(r"(cmpl-\w+): the client went away after (\d+) tokens")
-    check("a non-streamed completion stops when its client leaves", m is not None and
-          int(m.group(2)) < 2000, m and m.group(0))
-    # the same as a new stored conversation's turn
+    """Non-streamed requests whose client leaves while they generate, and while a stored
+    conversation's turn prefills: the work stops, the store stays whole, one line says so.
+    The client leaves once the server has logged the request's first token (not after a
+    fixed time: on a fast machine a reply can end first, on a slow one it has not begun)."""
     import os
+    import sqlite3
+    # a greedy completion of "a long one" runs to its 2000 tokens (seconds on this model)
+    at = log_mark()
+    s = send_raw("/v1/completions", {"prompt": "a long one", "max_tokens": 2000, "temperature": 0})
+    m = log_wait(r"(cmpl-\w+): first token", at)
+    s.close()
+    m = m and log_wait(r"%s: the client went away after (\d+) tokens" % m.group(1), at)
+    check("a non-streamed completion stops when its client leaves", m is not None and
+          int(m.group(1)) < 2000, m and m.group(0))
+    # the same as a new stored conversation's turn
     db = sqlite3.connect(os.environ.get("KVC_SERVE_DB", WD + "/s.db"))
     n0 = db.execute("select count(*) from conversations").fetchone()[0]
     msgs = [{"role": "user", "content": "a long one"}]
-    send_and_leave("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
-                                            "temperature": 0, "conversation": "new"}, 1.0)
-    m = log_wait(r"conversation (\d+): the client went away after (\d+) tokens")
+    at = log_mark()
+    s = send_raw("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
+                                          "temperature": 0, "conversation": "new"})
+    m = log_wait(r"(chatcmpl-\w+): conversation (\d+): first token", at)
+    s.close()
+    m = m and log_wait(r"%s: conversation (\d+): the client went away after (\d+) tokens"
+                       % m.group(1), at)
     check("a stored conversation's turn stops when its client leaves", m is not None and
           int(m.group(2)) < 2000, m and m.group(0))
     if m is None:
         return
     cid = int(m.group(1))
-    rows = db.execute("select role, text, interrupted from messages where conv_id = ? "
-                      "order by id", (cid,)).fetchall()
+    rows = conv_rows(db, cid)
     check("...stored: the message and the reply so far, marked interrupted",
           db.execute("select count(*) from conversations").fetchone()[0] == n0 + 1 and
           len(rows) == 2 and rows[0][:2] == (1, "a long one") and rows[1][0] == 2 and
           rows[1][2] == 1, rows)
+    # its next turn with a long message, left once the server stored the message (its
+    # prefill then begins; on the wide model a long prompt takes seconds): taken back whole
+    msgs += [{"role": "assistant", "content": rows[1][1]}]
+    at = log_mark()
+    s = send_raw("/v1/chat/completions", {"messages": msgs + [
+        {"role": "user", "content": "tell me more about it " * 60}], "max_tokens": 2000,
+        "temperature": 0, "conversation": cid})
+    for _ in range(600):
+        if len(conv_rows(db, cid)) > 2:
+            break
+        time.sleep(0.1)
+    s.close()
+    m = log_wait(r"chatcmpl-\w+: (?:conversation %d: )?the client went away after (\d+) tokens"
+                 % cid, at)
+    check("a turn whose client leaves before its reply stops", m is not None, m)
+    now = conv_rows(db, cid)
+    if m is not None and int(m.group(1)) == 0:
+        check("...taken back whole: the conversation as it was", now == rows, now)
+    else:
+        # a machine fast enough to prefill before the close was seen: kept as interrupted
+        print("note: the long prompt was prefilled before the client was seen gone")
+        check("...or its reply so far stored, marked interrupted", len(now) == 4 and
+              now[3][2] == 1, now)
     db.close()
     # consistent: the next turn resending that history is served from the cache
-    msgs += [{"role": "assistant", "content": rows[1][1]}, {"role": "user", "content": "go on"}]
+    msgs = [{"role": "user" if r[0] == 1 else "assistant", "content": r[1]} for r in now]
+    msgs.append({"role": "user", "content": "go on"})
     st, r, _ = post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0,
                                                "conversation": cid})
     u = r.get("usage", {}) if st == 200 else {}
     check("...and continued by the next request", st == 200 and
           u["prompt_tokens_details"]["cached_tokens"] > 0, (st, r))
+
+
+def read_response(s):
+    """(status, body) of one HTTP response on s, read to its Content-Length (or the end)."""
+    got = b""
+    s.settimeout(60)
+    while b"\r\n\r\n" not in got:
+        d = s.recv(4096)
+        if not d:
+            return None, got
+        got += d
+    head, body = got.split(b"\r\n\r\n", 1)
+    n = None
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    while n is None or len(body) < n:
+        d = s.recv(4096)
+        if not d:
+            break
+        body += d
+    return int(head.split()[1]), body
+
+
+def is_error(body, code):
+    """Whether body is OpenAI's error shape with this status."""
+    try:
+        e = json.loads(body)["error"]
+        return e["code"] == code and isinstance(e["message"], str) and isinstance(e["type"], str)
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def step_shutdown():
+    """SIGTERM: new requests get 503 in OpenAI's error shape, the running one ends whole and
+    is stored. What keeps the server stopping (not gone) while the checks run is a request
+    whose body is not sent yet: the server waits for it (--grace), so nothing here races."""
+    import os
+    import signal
+    import sqlite3
+    # a stored conversation's turn, streamed, under way (its headers come with its first
+    # token; it may still end before the signal: the checks hold all the same)
+    ca = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    ca.request("POST", "/v1/chat/completions", json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 300, "temperature": 0,
+         "conversation": "new", "stream": True}), {"Content-Type": "application/json"})
+    ra = ca.getresponse()
+    check("the stream began", ra.status == 200, ra.status)
+    # a request whose headers are in (its 100 Continue says so) and whose body is not
+    body = json.dumps({"prompt": "x", "max_tokens": 2})
+    h = socket.create_connection(("127.0.0.1", PORT))
+    h.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)).encode())
+    got = b""
+    h.settimeout(60)
+    while b"\r\n\r\n" not in got:
+        d = h.recv(4096)
+        if not d:
+            break
+        got += d
+    check("100 Continue", got.startswith(b"HTTP/1.1 100"), got)
+    at = log_mark()
+    os.kill(int(os.environ["SERVE_PID"]), signal.SIGTERM)
+    check("the server says it stops", log_wait(r"SIGTERM: stopping", at) is not None)
+    st, r, _ = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "late"}],
+                                               "max_tokens": 2})
+    check("a request while it stops is 503", st == 503 and r is not None and
+          r["error"]["code"] == 503 and r["error"]["type"] == "unavailable_error", (st, r))
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    c.request("GET", "/health")
+    hr = c.getresponse()
+    check("/health while it stops is 503", hr.status == 503 and is_error(hr.read(), 503), hr.status)
+    c.close()
+    h.sendall(body.encode())
+    st, b = read_response(h)
+    check("the request begun before, its body sent after, is 503", st == 503 and
+          is_error(b, 503), (st, b))
+    h.close()
+    # the stream that ran: whole, ending with [DONE], stored as it was sent
+    got = ra.read()
+    ca.close()
+    text, fin = "", None
+    for ev in got.split(b"\n\n"):
+        i = ev.find(b"data: {")
+        if i < 0:
+            continue
+        e = json.loads(ev[i + 6:])
+        for ch in e.get("choices", []):
+            text += ch.get("delta", {}).get("content") or ""
+            fin = ch.get("finish_reason") or fin
+    check("the running stream ended whole", b"data: [DONE]" in got and b'{"error"' not in got and
+          fin in ("stop", "length"), got[-300:])
+    db = sqlite3.connect(WD + "/s.db")
+    rows = db.execute("select m.role, m.text, m.interrupted from messages m join conversations c "
+                      "on c.id = m.conv_id where c.id = (select max(id) from conversations) "
+                      "order by m.id").fetchall()
+    check("...and was stored whole", len(rows) == 2 and rows[0][1] == "hi" and
+          rows[1][1] == text and rows[1][2] == 0, (rows, text))
+
+
+def step_shutdown_now():
+    """--grace 0: SIGTERM ends a stored conversation's turn at once; its reply so far is the
+    response and is stored, marked interrupted."""
+    import os
+    import signal
+    import sqlite3
+    res = {}
+
+    def run():
+        res["r"] = post("/v1/chat/completions", {"messages": [{"role": "user", "content":
+                        "a long one"}], "max_tokens": 2000, "temperature": 0,
+                        "conversation": "new"})
+    at = log_mark()
+    t = threading.Thread(target=run)
+    t.start()
+    m = log_wait(r"(chatcmpl-\w+): conversation (\d+): first token", at)
+    check("the turn began", m is not None)
+    os.kill(int(os.environ["SERVE_PID"]), signal.SIGTERM)
+    t.join()
+    st, r, _ = res["r"]
+    g = m and log_wait(r"%s: conversation (\d+): stopped by the server after (\d+) tokens"
+                       % m.group(1), at)
+    check("SIGTERM stops the turn", g is not None and int(g.group(2)) < 2000, g and g.group(0))
+    if g is None or st != 200:
+        check("...its reply so far the response", False, (st, r))
+        return
+    db = sqlite3.connect(os.environ["KVC_SERVE_DB"])
+    rows = conv_rows(db, int(g.group(1)))
+    check("...stored, marked interrupted, as the response says", len(rows) == 2 and
+          rows[1][1] == r["choices"][0]["message"]["content"] and rows[1][2] == 1, (rows, r))
 
 
 def step_bad():
@@ -489,7 +694,7 @@ def step_queue():
     st, r, _ = post("/v1/completions", {"prompt": "c", "max_tokens": 3, "temperature": 0})
     check("the next is 429", st == 429 and r["error"]["code"] == 429, (st, r))
     a.close()
-    for _ in range(100):
+    for _ in range(300):
         st, r, _ = post("/v1/completions", {"prompt": "b", "max_tokens": 3, "temperature": 0})
         if st != 429:
             break
@@ -499,7 +704,8 @@ def step_queue():
 
 
 {"basic": step_basic, "budget": step_budget, "queue": step_queue, "concurrent": step_concurrent, "disconnect": step_disconnect,
- "disconnect_plain": step_disconnect_plain,
+ "disconnect_plain": step_disconnect_plain, "shutdown": step_shutdown, "curl": step_curl,
+ "shutdown_now": step_shutdown_now,
  "bad": step_bad, "conv_new": step_conv_new, "conv_resumed": step_conv_resumed,
  "conv_locked": step_conv_locked, "anon_stored": step_anon_stored,
  "anon_first": step_anon_first, "anon_restart": step_anon_restart, "anon_keep": step_anon_keep, "auth": step_auth}[STEP]()

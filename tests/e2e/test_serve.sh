@@ -1,12 +1,15 @@
 #!/bin/sh
 # test_serve.sh (issue 24): kvchat serve on a free loopback port, driven by
-# tests/e2e/serve_client.py: greedy replies, streamed and not, chat and raw
+# tests/e2e/serve_client.py (and curl): greedy replies, streamed and not, chat and raw
 # completions, equal kvchat generate's on the same rendered prompt; a
 # repeated prompt reuses its resident cache; 8 concurrent streams (4
 # decoding together, the rest waiting) each equal to its run alone; a client
 # that disconnects mid-stream, and one that leaves a non-streamed request
-# (completion, and a stored conversation's turn: the reply so far kept, marked
-# interrupted, the next turn continuing it); bad requests each get their status and change
+# once it generates (completion, and a stored conversation's turn: the reply
+# so far kept, marked interrupted, the next turn continuing it) or before
+# (the turn taken back whole); SIGTERM: new requests 503 while the running
+# one ends whole, or with --grace 0 is stopped (its reply so far stored), and
+# exit 0; bad requests each get their status and change
 # nothing in the store; a stored conversation written through the API,
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
@@ -35,6 +38,15 @@ stop_server() {
 		fi
 	fi
 }
+# wait_server: kvchat serve stops by itself (a step sent the signal); it must exit 0.
+wait_server() {
+	wait "$SPID" 2>/dev/null
+	_rc=$?
+	SPID=""
+	check "kvchat serve stops by itself, cleanly (exit $_rc)" [ "$_rc" -eq 0 ]
+	check "...saying so" grep -q "kvchat: serve: stopped" "$TMPD/serve.err"
+	check "...and nothing of a sanitizer" sh -c "! grep -q 'Sanitizer\|runtime error' '$TMPD/serve.err'"
+}
 trap 'stop_server quiet; [ -n "${RPID:-}" ] && kill "$RPID" 2>/dev/null; rm -rf "$TMPD"' EXIT
 
 # start_server ARGS...: kvchat serve on the test's database (lib.sh's serve_start).
@@ -54,6 +66,7 @@ store_dump() { sqlite3 "$DB" "select id, title, system, settings from conversati
 
 start_server --parallel 4
 client basic
+client curl
 client concurrent
 store_dump >"$TMPD/before"
 client bad
@@ -102,7 +115,7 @@ mkfifo "$TMPD/repl.in"
 "$KVCHAT" -m "$M" --db "$DB" --resume "$CID" <"$TMPD/repl.in" >/dev/null 2>"$TMPD/repl2.err" &
 RPID=$!
 exec 5>"$TMPD/repl.in"
-for _i in $(seq 1 150); do
+for _i in $(seq 1 600); do
 	[ "$(sqlite3 "$DB" "select count(*) from locks where conv_id = $CID")" -gt 0 ] && break
 	sleep 0.1
 done
@@ -115,10 +128,22 @@ wait "$RPID" 2>/dev/null
 RPID=""
 stop_server
 
+# SIGTERM: new requests get 503 (OpenAI's error shape) while the running one
+# ends whole and is stored; then kvchat serve exits 0 by itself.
+start_server --parallel 2
+SERVE_PID=$SPID
+export SERVE_PID
+client shutdown
+wait_server
+
 # The key: every request but /health needs it.
 printf 's3cret-key\n' >"$TMPD/key"
 start_server --api-key-file "$TMPD/key"
+store_dump >"$TMPD/before"
 client auth
+store_dump >"$TMPD/after"
+# (the one request with the key is a completion, which is not stored either)
+check "requests without the key change nothing in the store" cmp -s "$TMPD/before" "$TMPD/after"
 stop_server
 
 # --kv-budget: idle caches let go (a database of its own, storing nothing:
@@ -138,12 +163,17 @@ export KVC_SERVE_DB
 serve_start "$KVC_SERVE_DB" --parallel 2
 client disconnect_plain
 stop_server
+# --grace 0: SIGTERM stops a stored conversation's turn at once, its reply so far stored.
+serve_start "$KVC_SERVE_DB" --parallel 2 --grace 0
+SERVE_PID=$SPID
+client shutdown_now
+wait_server
 # A stream whose client leaves after its first events: on the tiny model a
 # fast machine finishes all 2000 tokens before the client's close is seen.
 serve_start "$KVC_SERVE_DB" --parallel 2
 client disconnect
 # noticed at the server's next write to the closed connection
-for _i in $(seq 1 100); do
+for _i in $(seq 1 300); do
 	grep -q "the client went away" "$TMPD/serve.err" && break
 	sleep 0.1
 done

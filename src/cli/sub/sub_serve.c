@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -24,7 +25,7 @@
 static const char serve_usage[] =
     "usage: kvchat serve -m FILE [--host ADDR] [--port N] [--parallel B] [--db PATH]\n"
     "                    [--api-key-file F | --no-auth] [--max-tokens N] [--timeout S]\n"
-    "                    [--max-queue N] [--kv-budget SIZE] [--keep-unnamed N]\n"
+    "                    [--max-queue N] [--kv-budget SIZE] [--keep-unnamed N] [--grace S]\n"
     "                    [--chat-template NAME] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "                    [--repeat-penalty R] [--seed S] [--quiet] [--threads N] [--ctx N]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
@@ -47,6 +48,10 @@ static const char serve_usage[] =
     "  --keep-unnamed N    unnamed chat requests are stored as conversations titled \"api: ...\"\n"
     "                      (a client resending its history continues its own); the N most\n"
     "                      recent are kept, older ones deleted (default 100; 0: store none)\n"
+    "  --grace S           on SIGINT or SIGTERM, new requests get 503 and running ones\n"
+    "                      may finish for S seconds (default 30); then, or at a second\n"
+    "                      signal, they are ended (a stored conversation's reply so far\n"
+    "                      kept, marked interrupted) and the server exits 0\n"
     "  --chat-template NAME  the template of /v1/chat/completions (default: the model's)\n"
     "  --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed\n"
     "                      a request's sampling when it says none (the chat's defaults)\n"
@@ -67,6 +72,7 @@ struct serve_opts {
 	struct srv_params sp;
 	const char *model, *db, *key_file, *template_name;
 	bool no_auth, quiet;
+	int grace_s;			/* --grace: seconds running requests may finish in */
 	char key[SERVE_KEY_MAX];
 };
 
@@ -124,6 +130,10 @@ parse_opt(int argc, char **argv, int *i, struct serve_opts *o)
 		if (kvc_parse_long(val, 1, 86400, &v) != KVC_OK)
 			return usage("bad --timeout (1 to 86400 seconds)", val);
 		o->sp.timeout_s = (int)v;
+	} else if (strcmp(a, "--grace") == 0) {
+		if (kvc_parse_long(val, 0, 86400, &v) != KVC_OK)
+			return usage("bad --grace (0 to 86400 seconds)", val);
+		o->grace_s = (int)v;
 	} else if (strcmp(a, "--max-queue") == 0) {
 		if (kvc_parse_long(val, 0, 4096, &v) != KVC_OK)
 			return usage("bad --max-queue (0 to 4096)", val);
@@ -203,6 +213,34 @@ model_id(const char *path, char *buf, size_t len)
 	snprintf(buf, len, "%.*s", (int)n, b);
 }
 
+/*
+ * Wait until nothing runs any more, grace_s seconds at most, or until a
+ * second signal of set. The wait is sigtimedwait's: the signals stay
+ * blocked (the server's threads never see them) and one ends it at once.
+ */
+static void
+wait_idle(struct kvc_server *srv, const sigset_t *set, int grace_s)
+{
+	double end = kvc_now() + grace_s;
+
+	while (!srv_idle(srv)) {
+		struct timespec ts = { 0, 50 * 1000000L };
+		double left = end - kvc_now();
+
+		if (left <= 0) {
+			fprintf(stderr, "kvchat: serve: --grace %d s over: ending what still runs\n",
+			    grace_s);
+			return;
+		}
+		if (left < 0.05)
+			ts.tv_nsec = (long)(left * 1e9);
+		if (sigtimedwait(set, NULL, &ts) > 0) {
+			fprintf(stderr, "kvchat: serve: a second signal: ending what still runs\n");
+			return;
+		}
+	}
+}
+
 /* Serve until SIGINT or SIGTERM. The exit status. */
 static int
 serve(struct serve_opts *o, struct kvc_engine *e, struct sess_store *st)
@@ -243,8 +281,14 @@ serve(struct serve_opts *o, struct kvc_engine *e, struct sess_store *st)
 	    o->sp.api_key ? "key required" : "no key");
 	while (sigwait(&set, &sig) != 0)
 		;
-	fprintf(stderr, "kvchat: serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	/* said once it holds: a client that reads it gets 503 */
+	srv_drain(srv);
+	fprintf(stderr, "kvchat: serve: %s: stopping: new requests get 503, running ones may finish "
+	    "for %d s (a second signal ends them now)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+	    o->grace_s);
+	wait_idle(srv, &set, o->grace_s);
 	srv_stop(srv);
+	fprintf(stderr, "kvchat: serve: stopped\n");
 	return 0;
 }
 
@@ -287,6 +331,7 @@ sub_serve(int argc, char **argv)
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
 	o.sp = srv_default_params();
+	o.grace_s = 30;
 	for (int i = 1; i < argc && rc < 0; i++)
 		rc = parse_opt(argc, argv, &i, &o);
 	if (rc < 0 && o.model == NULL)
