@@ -6,6 +6,12 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
+/*
+ * Values i .. i + 15 of a row as floats. A BF16 value is the top half of
+ * its float: one word permutation puts word j in the top half of lane j
+ * and zeroes the bottom halves (a single shuffle-port instruction, where
+ * widening and shifting took two, one of them on the FMA's port 0).
+ */
 INLINE __m512
 ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
 {
@@ -14,7 +20,10 @@ ldw16(enum gguf_dtype t, const uint8_t *row, int64_t i)
 	__m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
 	if (t == GGML_TYPE_F16)
 		return _mm512_cvtph_ps(h);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+	const __m512i up = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0,
+	    7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+	return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16((__mmask32)0xAAAAAAAAu, up,
+	    _mm512_castsi256_si512(h)));
 }
 
 /*
@@ -61,13 +70,72 @@ tile_f16w(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8
 			    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][k]), 1))));
 }
 
+/*
+ * One token, 8 rows of F16/BF16 (decode): tile_f16w's arithmetic (one FMA
+ * per 16 values in order from 0 per row, then the same horizontal sum), 32
+ * values per step with one prefetch per row and step, a cache line of
+ * 2-byte values: each line was requested twice (tile_f16w prefetches per
+ * 16 values, pf_step) and the cursors' switch to the next tile's rows
+ * tested on every step. Here the steps before the switch and after it are
+ * two loops, so the prefetches cost a load slot each and nothing else.
+ */
+INLINE void
+one_step(enum gguf_dtype t, const uint8_t *const *w, const float *x, int64_t i, __m512 *acc)
+{
+	__m512 xv = _mm512_loadu_ps(x + i);
+
+	UNROLL
+	for (int r = 0; r < 8; r++)
+		acc[r] = _mm512_fmadd_ps(ldw16(t, w[r], i), xv, acc[r]);
+}
+
+INLINE void
+tile_one(enum gguf_dtype t, const uint8_t *const *w, const uint8_t *const *nx, const float *x,
+    int64_t n, float *out)
+{
+	const int64_t len = 2 * n, ahead = PF_AHEAD < len ? PF_AHEAD : len;
+	/* the first step (of 32 values) whose prefetch point is at or past the row's end */
+	const int64_t isw = (len - ahead + 63) / 64 * 32;
+	__m512 acc[8];
+	int64_t i = 0;
+
+	UNROLL
+	for (int r = 0; r < 8; r++)
+		acc[r] = _mm512_setzero_ps();
+	for (; i + 32 <= n && i < isw; i += 32) {
+		UNROLL
+		for (int r = 0; r < 8; r++)
+			_mm_prefetch((const char *)w[r] + 2 * i + ahead, _MM_HINT_T0);
+		one_step(t, w, x, i, acc);
+		one_step(t, w, x, i + 16, acc);
+	}
+	for (; i + 32 <= n; i += 32) {
+		UNROLL
+		for (int r = 0; r < 8; r++)
+			_mm_prefetch((const char *)nx[r] + 2 * i + ahead - len, _MM_HINT_T0);
+		one_step(t, w, x, i, acc);
+		one_step(t, w, x, i + 16, acc);
+	}
+	if (i < n)	/* n is a multiple of 16 */
+		one_step(t, w, x, i, acc);
+	UNROLL
+	for (int r = 0; r < 8; r++)
+		out[r * 4] = q_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+		    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1))));
+}
+
 /* The tile of t's shape (R, NT): 8 x 1 (one token) or 4 x 1-4; t constant in each. */
 INLINE void
 tile_shape(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t *const *nx,
     const float *x, int64_t n, float *out)
 {
 	switch (R == 8 ? 0 : NT) {
-	case 0: tile_f16w(t, 8, 1, w, nx, x, n, out); break;
+	case 0:
+		if (t == GGML_TYPE_F32)
+			tile_f16w(t, 8, 1, w, nx, x, n, out);
+		else
+			tile_one(t, w, nx, x, n, out);
+		break;
 	case 4: tile_f16w(t, 4, 4, w, nx, x, n, out); break;
 	case 3: tile_f16w(t, 4, 3, w, nx, x, n, out); break;
 	case 2: tile_f16w(t, 4, 2, w, nx, x, n, out); break;

@@ -28,6 +28,7 @@
 
 #define PACK_NT 8	/* tokens per tile */
 #define PACK_CX 8192	/* int32 corrections of a chunk of tokens (32 KiB of stack) */
+
 #define INLINE __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 8")
 
@@ -162,6 +163,87 @@ group_tile(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint8_
 }
 
 /*
+ * One token (decode) through NG groups side by side: the block's 32 int8
+ * x are broadcast into 8 registers once and serve every group's 8
+ * multiply-adds, with the token's d and correction, instead of being
+ * loaded again for each group (the activation's int8 form kept in
+ * registers across rows). Vector j of every type takes x[4j ..] (Q4_0,
+ * Q4_1: the high nibbles of vectors 4-7 are x[16 ..]). Per (row, block)
+ * the arithmetic is group_tile's: the same exact integer sum, then
+ * fma(scale_w * d_x, (float)isum, acc) (Q4_1: and its m's FMA).
+ */
+INLINE void
+group_one(enum gguf_dtype t, int NG, const uint8_t *G, size_t gb, int64_t nb, const uint8_t *act,
+    const int32_t *cx, __m512 *acc)
+{
+	const size_t sb = q_pack_scale_bytes(t), so = (size_t)nb * (q_pack_level_bytes(t) +
+	    q_pack_high_bytes(t));
+	const float *dx = (const float *)act;
+	const int8_t *qx = (const int8_t *)(dx + 2 * nb);
+
+	UNROLL
+	for (int g = 0; g < NG; g++)
+		acc[g] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const int8_t *x = qx + 32 * b;
+		__m512i xv[8];
+		__m512 d = _mm512_set1_ps(dx[b]);
+
+		UNROLL
+		for (int j = 0; j < 8; j++)
+			xv[j] = _mm512_set1_epi32(ld32(x + 4 * j));
+		UNROLL
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *Gg = G + (size_t)g * gb, *S = Gg + so + (size_t)b * sb;
+			__m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)S));
+			__m512i wv[8], s0 = _mm512_set1_epi32(cx[b]), s1 = _mm512_setzero_si512();
+
+			levels(t, Gg, nb, b, wv);
+			UNROLL
+			for (int j = 0; j < 4; j++) {
+				s0 = _mm512_dpbusd_epi32(s0, wv[j], xv[j]);
+				s1 = _mm512_dpbusd_epi32(s1, wv[j + 4], xv[j + 4]);
+			}
+			if (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1)
+				s1 = _mm512_srai_epi32(s1, 4);
+			acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(ws, d),
+			    _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[g]);
+			if (t == GGML_TYPE_Q4_1)
+				acc[g] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(S +
+				    Q_PACK_SCALE_BYTES))), _mm512_set1_ps(dx[nb + b]), acc[g]);
+		}
+	}
+}
+
+/* Groups [g0, g1) for one token, ONE_NG at a time (the rest one by one). */
+#define ONE_NG 2
+
+INLINE void
+packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in, float *y,
+    int64_t n_out, int64_t g0, int64_t g1)
+{
+	const int64_t nb = n_in / 32;
+	const size_t gb = q_pack_group_bytes(t, nb);
+	int32_t cx[PACK_CX / PACK_NT];	/* nb <= PACK_CX / PACK_NT (kern_avx512_pack_fits) */
+
+	corrections(t, (const int8_t *)act + 8 * nb, nb, cx);
+	for (int64_t g = g0; g < g1;) {
+		int ng = g1 - g >= ONE_NG ? ONE_NG : 1;
+		__m512 acc[ONE_NG];
+
+		if (ng == ONE_NG)
+			group_one(t, ONE_NG, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		else
+			group_one(t, 1, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		for (int i = 0; i < ng; i++, g++) {
+			int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
+
+			_mm512_mask_storeu_ps(y + r, (__mmask16)((1u << nr) - 1), acc[i]);
+		}
+	}
+}
+
+/*
  * Tokens in chunks whose corrections fit the stack (at most 64, so a
  * chunk's activations stay in L2 while every group passes over them), each
  * chunk through groups [g0, g1), eight tokens at a time.
@@ -177,6 +259,10 @@ packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, 
 
 	if (tc > 64)
 		tc = 64;
+	if (n_tok == 1) {
+		packed_one(t, P, act, n_in, y, n_out, g0, g1);
+		return;
+	}
 	for (int t0 = 0; t0 < n_tok; t0 += tc) {
 		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 

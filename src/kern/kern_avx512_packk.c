@@ -174,6 +174,116 @@ group_tile_k(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint
 }
 
 /*
+ * One token (decode) through NG groups side by side: each block's 32 int8
+ * x are broadcast into 8 registers once (vector m takes x[4m ..]) and, with
+ * the token's d, sum of x and Q6_K corrections, serve every group, instead
+ * of being loaded again per group. Per (row, block) the arithmetic is
+ * group_tile_k's, so the results are bitwise the same.
+ */
+INLINE void
+group_one_k(enum gguf_dtype t, int NG, const uint8_t *G, size_t gb, int64_t nb, const uint8_t *act,
+    const int32_t *cx, __m512 *acc)
+{
+	const bool q6 = t == GGML_TYPE_Q6_K;
+	const size_t hb = q_pack_high_bytes(t), sbb = q_pack_sb_bytes(t);
+	const float *dx = (const float *)act, *xs = dx + nb;
+	const int8_t *qx = (const int8_t *)(xs + nb);
+
+	UNROLL
+	for (int g = 0; g < NG; g++)
+		acc[g] = _mm512_setzero_ps();
+	for (int64_t s = 0; s < nb / 8; s++) {
+		__m512 d[4], dm[4];
+
+		UNROLL
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *D = G + (size_t)g * gb + (size_t)s * sbb + 8 * 256 + 8 * hb + 8 * 32;
+			d[g] = _mm512_cvtph_ps(ld256(D));
+			dm[g] = q6 ? _mm512_setzero_ps() : _mm512_cvtph_ps(ld256(D + 32));
+		}
+		for (int j = 0; j < 8; j++) {
+			const int64_t b = 8 * s + j;
+			const int8_t *x = qx + 32 * b;
+			__m512i xv[8];
+			__m512 db = _mm512_set1_ps(dx[b]), xb = _mm512_set1_ps(xs[b]);
+			/* Q6_K: the level offset's terms, broadcast from memory (no move from a general register) */
+			__m512i c0 = q6 ? _mm512_set1_epi32(cx[2 * b]) : _mm512_setzero_si512();
+			__m512i c1 = q6 ? _mm512_set1_epi32(cx[2 * b + 1]) : _mm512_setzero_si512();
+
+			UNROLL
+			for (int m = 0; m < 8; m++)
+				xv[m] = bcast4(x + 4 * m);
+			UNROLL
+			for (int g = 0; g < NG; g++) {
+				const uint8_t *S = G + (size_t)g * gb + (size_t)s * sbb, *H = S + 8 * 256,
+				    *C = H + 8 * hb;
+				__m512i wv[8], sc0, sc1 = _mm512_setzero_si512(), is;
+				__m512i a = c0, c = c1;
+				__m512 mn = _mm512_setzero_ps();
+
+				levels_k(t, S + 256 * j, H + hb * j, wv);
+				if (q6) {
+					sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
+					sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j + 16)));
+				} else {
+					sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
+					mn = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+					    _mm_loadu_si128((const __m128i *)(C + 32 * j + 16)))));
+				}
+				UNROLL
+				for (int v = 0; v < 4; v++) {
+					a = _mm512_dpbusd_epi32(a, wv[v], xv[v]);
+					c = _mm512_dpbusd_epi32(c, wv[v + 4], xv[v + 4]);
+				}
+				if (q6)
+					is = _mm512_add_epi32(_mm512_mullo_epi32(a, sc0), _mm512_mullo_epi32(c, sc1));
+				else if (t == GGML_TYPE_Q4_K)
+					is = _mm512_mullo_epi32(_mm512_add_epi32(a, _mm512_srai_epi32(c, 4)), sc0);
+				else
+					is = _mm512_mullo_epi32(_mm512_add_epi32(a, c), sc0);
+				acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(d[g], db), acc[g]);
+				if (!q6)
+					acc[g] = _mm512_fnmadd_ps(mn, xb, acc[g]);
+			}
+		}
+	}
+}
+
+/* Groups [g0, g1) for one token, ONE_NG at a time (the rest one by one). */
+#define ONE_NG 2
+
+INLINE void
+packed_one_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in, float *y,
+    int64_t n_out, int64_t g0, int64_t g1)
+{
+	const int64_t nb = n_in / 32;
+	const size_t gb = q_pack_group_bytes(t, nb);
+	/* 2 nb <= 2048 = KCX / KNT: kern_avx512_pack_fits takes nb <= 1024 */
+	int16_t c16[KCX / KNT];
+	int32_t cx[KCX / KNT];
+
+	if (t == GGML_TYPE_Q6_K) {
+		corrections6((const int8_t *)act + 8 * nb, nb, c16);
+		for (int64_t i = 0; i < 2 * nb; i++)
+			cx[i] = -32 * c16[i];
+	}
+	for (int64_t g = g0; g < g1;) {
+		int ng = g1 - g >= ONE_NG ? ONE_NG : 1;
+		__m512 acc[ONE_NG];
+
+		if (ng == ONE_NG)
+			group_one_k(t, ONE_NG, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		else
+			group_one_k(t, 1, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		for (int i = 0; i < ng; i++, g++) {
+			int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
+
+			_mm512_mask_storeu_ps(y + r, (__mmask16)((1u << nr) - 1), acc[i]);
+		}
+	}
+}
+
+/*
  * Tokens in chunks (at most 64, so a chunk's activations stay in L2 while
  * every group passes over them; Q6_K: as many as its corrections' stack
  * holds), each chunk through groups [g0, g1), KNT tokens at a time.
@@ -189,6 +299,10 @@ packed_rows_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok
 
 	if (t == GGML_TYPE_Q6_K && (int64_t)tc * 2 * nb > KCX)
 		tc = (int)(KCX / (2 * nb)) / KNT * KNT;
+	if (n_tok == 1) {
+		packed_one_k(t, P, act, n_in, y, n_out, g0, g1);
+		return;
+	}
 	for (int t0 = 0; t0 < n_tok; t0 += tc) {
 		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 
