@@ -61,6 +61,7 @@ static const struct { const char *name; enum gguf_dtype t; } types[] = {
 	{ "q2_k", GGML_TYPE_Q2_K }, { "iq4_nl", GGML_TYPE_IQ4_NL }, { "iq4_xs", GGML_TYPE_IQ4_XS },
 	{ "mxfp4", GGML_TYPE_MXFP4 }, { "iq3_xxs", GGML_TYPE_IQ3_XXS }, { "iq3_s", GGML_TYPE_IQ3_S },
 	{ "iq2_xxs", GGML_TYPE_IQ2_XXS }, { "iq2_xs", GGML_TYPE_IQ2_XS }, { "iq2_s", GGML_TYPE_IQ2_S },
+	{ "iq1_s", GGML_TYPE_IQ1_S }, { "iq1_m", GGML_TYPE_IQ1_M },
 };
 
 #define N_TYPES (int)(sizeof types / sizeof types[0])
@@ -283,7 +284,7 @@ main(int argc, char **argv)
 	if (ti < 0 || j.n_tok < 1 || j.n_out < 1 || reps < 1 || j.copies < 1 ||
 	    q_row_bytes(types[ti].t, j.n_in) == 0) {
 		fprintf(stderr, "qmm: need a type (q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q6_k q2_k iq4_nl iq4_xs mxfp4 "
-		    "iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s f32 "
+		    "iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s iq1_s iq1_m f32 "
 		    "f16 bf16), N_IN a multiple of its block, N_TOK, N_OUT, ROUNDS, COPIES >= 1\n");
 		return 2;
 	}

@@ -1,6 +1,7 @@
 /*
  * kern_avx2_iq.c: the AVX2 int8-activation kernel of quant_iq.h's types
- * (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S),
+ * (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+ * IQ1_M),
  * the rows_act entry of those types in the avx2 table (the avx512 table's
  * is kern_avx512_iq.c, which decodes blocks through kern_avx2_iq_unpack).
  * A row's block is decoded once (q_iq_unpack) for up to Q_IQ_TOKENS

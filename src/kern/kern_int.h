@@ -24,7 +24,8 @@ bool kern_scalar_rows_act_iq(enum gguf_dtype t, const uint8_t *W, size_t rb, con
 	[GGML_TYPE_IQ4_XS] = kern_scalar_rows_act_iq, [GGML_TYPE_MXFP4] = kern_scalar_rows_act_iq, \
 	[GGML_TYPE_IQ3_XXS] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ3_S] = kern_scalar_rows_act_iq, \
 	[GGML_TYPE_IQ2_XXS] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ2_XS] = kern_scalar_rows_act_iq, \
-	[GGML_TYPE_IQ2_S] = kern_scalar_rows_act_iq
+	[GGML_TYPE_IQ2_S] = kern_scalar_rows_act_iq, [GGML_TYPE_IQ1_S] = kern_scalar_rows_act_iq,	\
+	[GGML_TYPE_IQ1_M] = kern_scalar_rows_act_iq
 void kern_scalar_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 void kern_scalar_f32_to_f16(uint16_t *d, const float *x, int n);
 void kern_scalar_act(float *g, const float *u, int64_t n, bool gelu);
@@ -70,7 +71,8 @@ void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o
 	[GGML_TYPE_IQ4_XS] = kern_avx2_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iq_rows_act,	\
 	[GGML_TYPE_IQ3_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iq_rows_act,	\
 	[GGML_TYPE_IQ2_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ2_S] = kern_avx2_iq_rows_act
+	[GGML_TYPE_IQ2_S] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ1_M] = kern_avx2_iq_rows_act
 
 /* kern_avx512.c, kern_avx512_i8.c, kern_avx512_att.c, kern_avx512_pack.c */
 bool kern_avx512_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
@@ -89,7 +91,8 @@ bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, con
 	[GGML_TYPE_IQ4_XS] = kern_avx512_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iq_rows_act,	\
 	[GGML_TYPE_IQ3_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
 	[GGML_TYPE_IQ2_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act
+	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ1_M] = kern_avx512_iq_rows_act
 #endif
 
 #if defined(__aarch64__)

@@ -2,7 +2,7 @@
  * quant.h: the weight formats kvchat computes with: F32, F16, BF16, Q8_0,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, and (quant_iq.c, their
  * blocks in the internal quant_iq.h) Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS,
- * IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. (Q5_0/Q5_1 are what
+ * IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M. (Q5_0/Q5_1 are what
  * llama.cpp's K-quant mixes fall back to for rows 256 does not divide, e.g.
  * Qwen2.5-0.5B's 896-wide matrices in a Q4_K_M file.) Block layouts are ggml's (part of the GGUF format);
  * all multi-byte fields are little-endian, fp16 scales are IEEE half.

@@ -1,8 +1,9 @@
 /*
  * quant_iq.c: Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
- * IQ2_S: sizes, one block unpacked into integer levels and scales (the one
- * decoder of these formats, quant_iq.h), dequantisation and the portable
- * int8-activation dot product. quant.c dispatches here for these types.
+ * IQ2_S, IQ1_S, IQ1_M: sizes, one block unpacked into integer levels and
+ * scales (the one decoder of these formats, quant_iq.h), dequantisation and
+ * the portable int8-activation dot product. quant.c dispatches here for
+ * these types.
  */
 #include "quant_iq.h"
 
@@ -20,6 +21,8 @@ _Static_assert(sizeof(block_iq2_s) == 82 && offsetof(block_iq2_s, qh) == 66, "bl
 _Static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs layout");
 _Static_assert(sizeof(block_iq3_s) == 110 && offsetof(block_iq3_s, signs) == 74 &&
     offsetof(block_iq3_s, scales) == 106, "block_iq3_s layout");
+_Static_assert(sizeof(block_iq1_s) == 50 && offsetof(block_iq1_s, qh) == 34, "block_iq1_s layout");
+_Static_assert(sizeof(block_iq1_m) == 56 && offsetof(block_iq1_m, scales) == 48, "block_iq1_m layout");
 
 bool
 q_iq_type(enum gguf_dtype t)
@@ -34,6 +37,7 @@ q_iq_block_elems(enum gguf_dtype t)
 	case GGML_TYPE_IQ4_NL: case GGML_TYPE_MXFP4: return 32;
 	case GGML_TYPE_Q2_K: case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
 	case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: return QK_K;
+	case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: return QK_K;
 	default: return 0;
 	}
 }
@@ -51,6 +55,8 @@ q_iq_block_bytes(enum gguf_dtype t)
 	case GGML_TYPE_IQ2_XXS: return sizeof(block_iq2_xxs);
 	case GGML_TYPE_IQ2_XS: return sizeof(block_iq2_xs);
 	case GGML_TYPE_IQ2_S: return sizeof(block_iq2_s);
+	case GGML_TYPE_IQ1_S: return sizeof(block_iq1_s);
+	case GGML_TYPE_IQ1_M: return sizeof(block_iq1_m);
 	default: return 0;
 	}
 }
@@ -112,6 +118,26 @@ static void
 grid4x2(uint32_t g0, uint32_t g1, uint8_t signs, int8_t *q)
 {
 	grid8((uint64_t)g0 | (uint64_t)g1 << 32, signs, q);
+}
+
+/*
+ * 8 values of IQ1_S/IQ1_M as the integers 8 t + 1, or 8 t - 1 with the
+ * group's negative shift (t = -1, 0, 1: a grid entry's bytes). Per byte of
+ * a 64-bit word: t << 3 is 0xF8, 0 or 8 once the bits shifted in from the
+ * byte below are masked off, its low 3 bits clear, so | 1 adds the one; the
+ * negative shift then takes 2 from each byte without a borrow between them
+ * (every byte is odd, at least 1).
+ */
+static void
+iq1_8(uint64_t g, bool neg, int8_t *q)
+{
+	const uint64_t B = 0x0101010101010101ull, H = 0x8080808080808080ull;
+	uint64_t a = ((g << 3) & (0xF8 * B)) | B;
+
+	if (neg)
+		a = ((a | H) - 2 * B) ^ ((a ^ ~(2 * B)) & H);
+	for (int j = 0; j < 8; j++)
+		q[j] = (int8_t)(uint8_t)(a >> (8 * j));
 }
 
 static void
@@ -227,6 +253,54 @@ unpack_iq3_s(const uint8_t *p, struct q_iq_int *o)
 	}
 }
 
+/*
+ * IQ1_S/IQ1_M's scale: d (2 s + 1) / 8 for the integers 8 t +- 1. It is
+ * exact (11 + 4 significant bits, /8 a power of two), and so is its product
+ * with any |q| <= 9, so s * q is ggml's d (2 s + 1) (t +- 1/8) bit for bit.
+ */
+static float
+iq1_scale(float d, unsigned s3)
+{
+	return d * (float)(2 * (s3 & 7) + 1) * 0.125f;
+}
+
+static void
+unpack_iq1_s(const uint8_t *p, struct q_iq_int *o)
+{
+	float d = q_fp16_to_f32(le16(p));
+	const uint8_t *qs = p + 2, *qh = p + 34;
+
+	for (int b = 0; b < 8; b++) {
+		unsigned h = le16(qh + 2 * b);
+		set_scale32(o, b, iq1_scale(d, h >> 12));
+		for (int l = 0; l < 4; l++)
+			iq1_8(q_iq1s_grid[qs[4 * b + l] | ((h >> (3 * l)) & 7) << 8], (h & 0x8000) != 0,
+			    o->q + 32 * b + 8 * l);
+	}
+}
+
+static void
+unpack_iq1_m(const uint8_t *p, struct q_iq_int *o)
+{
+	const uint8_t *qs = p, *qh = p + 32, *sc = p + 48;
+	unsigned w[4];
+	float d;
+
+	for (int k = 0; k < 4; k++)
+		w[k] = le16(sc + 2 * k);
+	/* the fp16 d from the top nibbles of the four scale words, word 0's lowest */
+	d = q_fp16_to_f32((uint16_t)(w[0] >> 12 | (w[1] >> 8 & 0xF0) | (w[2] >> 4 & 0xF00) | (w[3] & 0xF000)));
+	for (int b = 0; b < 8; b++) {
+		unsigned s6 = w[b / 2] >> (6 * (b % 2));
+		o->s[2 * b] = iq1_scale(d, s6);
+		o->s[2 * b + 1] = iq1_scale(d, s6 >> 3);
+		for (int l = 0; l < 4; l++) {
+			unsigned h = qh[2 * b + l / 2] >> (4 * (l % 2));
+			iq1_8(q_iq1s_grid[qs[4 * b + l] | (h & 7) << 8], (h & 8) != 0, o->q + 32 * b + 8 * l);
+		}
+	}
+}
+
 void
 q_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
 {
@@ -248,6 +322,8 @@ q_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o)
 	case GGML_TYPE_IQ2_S: unpack_iq2_s(p, o); break;
 	case GGML_TYPE_IQ3_XXS: unpack_iq3_xxs(p, o); break;
 	case GGML_TYPE_IQ3_S: unpack_iq3_s(p, o); break;
+	case GGML_TYPE_IQ1_S: unpack_iq1_s(p, o); break;
+	case GGML_TYPE_IQ1_M: unpack_iq1_m(p, o); break;
 	default: memset(o->q, 0, sizeof o->q); memset(o->s, 0, sizeof o->s); break;
 	}
 }

@@ -1,6 +1,6 @@
 /*
  * quant_iq.h: the weight formats added after the first set: Q2_K, IQ4_NL,
- * IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S. Not part of
+ * IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M. Not part of
  * quant.h: quant.c dispatches to quant_iq.c for these types, the fixture
  * quantisers (quant_ref_iq.c) and the tests read the blocks and the lattice
  * tables (quant_grid.c) declared here, and src/kern's tables read a block's
@@ -11,6 +11,8 @@
  * value of every type is s * q - m with q a small integer (|q| <= 127), s
  * the scale of its group of 16 (or 32, then two equal groups) and m an
  * offset (Q2_K only), which is what the int8 kernels compute with.
+ * (IQ1_S/IQ1_M store d_g (t + delta), t = -1, 0, 1 and delta = +-1/8: q is
+ * 8 t +- 1 and s = d_g / 8.)
  */
 #ifndef KVC_QUANT_IQ_H
 #define KVC_QUANT_IQ_H
@@ -100,13 +102,33 @@ typedef struct {
 	uint8_t scales[QK_K / 64];
 } block_iq3_s;								/* 110 bytes */
 
-/* quant_grid.c: the format's tables (generated, see scripts/gen-quant-grid.py) */
+/*
+ * The IQ1 types: groups of 8 values t_j = -1, 0, 1 from a q_iq1s_grid entry
+ * (byte j of the entry is t_j as int8), each value d_g (t_j + delta), delta
+ * = +1/8, or -1/8 where the group's shift bit is set, d_g = d (2 s + 1)
+ * with a 3-bit s.
+ *
+ * IQ1_S: per 32 values b, u16 qh[b]: bits 3l..3l+2 the high bits of group
+ * l's index (low 8 bits qs[4b + l]), bits 12-14 s, bit 15 the shift of all
+ * four groups; d the fp16 at the start.
+ */
+typedef struct { uint16_t d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; } block_iq1_s;	/* 50 bytes */
+/*
+ * IQ1_M: per 32 values b, group l's index qs[4b + l] | (nibble l % 2 of
+ * qh[2b + l / 2] & 7) << 8, that nibble's bit 3 its shift; s of the first
+ * 16 bits 0-2 of (u16 scales[b / 2]) >> 6 (b % 2), of the second 16 bits
+ * 3-5; d the fp16 whose nibble k is the top nibble of u16 scales[k].
+ */
+typedef struct { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; } block_iq1_m;	/* 56 bytes */
+
+/* quant_grid.c, quant_grid_iq1.c: the format's tables (generated, see scripts/gen-quant-grid.py) */
 extern const uint8_t q_iq_ksigns[128];
 extern const uint64_t q_iq2xxs_grid[256];
 extern const uint64_t q_iq2xs_grid[512];
 extern const uint64_t q_iq2s_grid[1024];
 extern const uint32_t q_iq3xxs_grid[256];
 extern const uint32_t q_iq3s_grid[512];
+extern const uint64_t q_iq1s_grid[2048];	/* IQ1_S and IQ1_M; bytes 0xFF, 0, 1 */
 extern const int8_t q_iq4nl_values[16];
 extern const int8_t q_mxfp4_values[16];
 

@@ -5,7 +5,8 @@
  * value, lattice entries by exhaustive nearest-point search over the grid
  * (slow, and fine for fixtures of a few million weights), and where a sign
  * index must have an even count of minus signs, the smallest value of the
- * group takes the flip.
+ * group takes the flip. The IQ1 types look up the nearest point of -1, 0, 1
+ * first and search their 2,048 entries only when it is not one of them.
  */
 #include "quant_iq.h"
 
@@ -295,6 +296,136 @@ quant_iq3(enum gguf_dtype t, const float *x, uint8_t *p)
 	return 0;
 }
 
+/* An IQ1 grid entry's position in the order of 8 digits t_j + 1, t_7 the most significant. */
+static uint32_t
+iq1_code(uint64_t g)
+{
+	uint32_t c = 0;
+
+	for (int j = 7; j >= 0; j--) {
+		uint8_t b = (uint8_t)(g >> (8 * j));
+		c = 3 * c + (b == 0xFF ? 0u : b == 0 ? 1u : 2u);
+	}
+	return c;
+}
+
+/*
+ * The q_iq1s_grid entry nearest u - delta (u: 8 values in units of their
+ * scale), its squared error in *cost. The point of -1, 0, 1 nearest in
+ * each coordinate is the answer when it is an entry (the grid is in
+ * increasing iq1_code order; if it were not, the binary search would only
+ * miss and the full search run); else every entry is tried.
+ */
+static int
+iq1_entry(const float *u, float delta, float *cost)
+{
+	float c[8][3], be = INFINITY;
+	uint32_t want = 0;
+	int best = -1, lo = 0, hi = 2047;
+
+	for (int j = 7; j >= 0; j--) {
+		int m = 0;
+		for (int v = 0; v < 3; v++) {
+			float e = u[j] - delta - (float)(v - 1);
+			c[j][v] = e * e;
+			m = c[j][v] < c[j][m] ? v : m;
+		}
+		want = 3 * want + (uint32_t)m;
+	}
+	while (lo <= hi && best < 0) {
+		int mid = (lo + hi) / 2;
+		uint32_t code = iq1_code(q_iq1s_grid[mid]);
+		if (code == want)
+			best = mid;
+		else if (code < want)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	/* the found entry alone, or all of them */
+	lo = best >= 0 ? best : 0;
+	hi = best >= 0 ? best + 1 : 2048;
+	for (int k = lo; k < hi; k++) {
+		float e = 0;
+		for (int j = 0; j < 8; j++) {
+			uint8_t b = (uint8_t)(q_iq1s_grid[k] >> (8 * j));
+			e += c[j][b == 0xFF ? 0 : b == 0 ? 1 : 2];
+		}
+		if (e < be) {
+			be = e;
+			best = k;
+		}
+	}
+	*cost = be;
+	return best < 0 ? 0 : best;	/* NaN input: any entry */
+}
+
+/*
+ * IQ1_S (scales per 32, one shift per 32) and IQ1_M (scales per 16, a
+ * shift per 8): a group's d_g wants its largest magnitude at 1.5 units,
+ * the step of three levels over data spread evenly; d is the largest wanted
+ * d_g over 15 (2 s + 1 at s = 7), each s the nearest. IQ1_S takes the
+ * shift whose four entries err less in all; IQ1_M each group's better one.
+ */
+static int
+quant_iq1(enum gguf_dtype t, const float *x, uint8_t *p)
+{
+	bool m = t == GGML_TYPE_IQ1_M;
+	int per = m ? 16 : 32, ng = QK_K / per, s[16];
+	float want[16], wmax = 0, d;
+	uint16_t dh;
+
+	for (int g = 0; g < ng; g++) {
+		want[g] = amax_of(x + per * g, per) / 1.5f;
+		wmax = fmaxf(wmax, want[g]);
+	}
+	dh = q_f32_to_fp16(wmax / 15);
+	d = q_fp16_to_f32(dh);
+	for (int g = 0; g < ng; g++) {
+		int v = d > 0 ? (int)lrintf((want[g] / d - 1) / 2) : 0;
+		s[g] = v < 0 ? 0 : v > 7 ? 7 : v;
+	}
+	memset(p, 0, m ? 56 : 50);
+	if (!m)
+		put16(p, dh);
+	for (int b = 0; b < 8; b++) {
+		int k[2][4];
+		float cost[2][4], tot[2] = {0, 0};
+		for (int l = 0; l < 4; l++) {
+			float dg = d * (float)(2 * s[m ? 2 * b + l / 2 : b] + 1), u[8];
+			for (int j = 0; j < 8; j++)
+				u[j] = dg > 0 ? x[32 * b + 8 * l + j] / dg : 0;
+			for (int neg = 0; neg < 2; neg++) {
+				k[neg][l] = iq1_entry(u, neg ? -0.125f : 0.125f, &cost[neg][l]);
+				tot[neg] += cost[neg][l];
+			}
+		}
+		if (!m) {
+			int neg = tot[1] < tot[0];
+			uint16_t h = (uint16_t)(s[b] << 12 | neg << 15);
+			for (int l = 0; l < 4; l++) {
+				p[2 + 4 * b + l] = (uint8_t)k[neg][l];
+				h |= (uint16_t)((k[neg][l] >> 8) << (3 * l));
+			}
+			put16(p + 34 + 2 * b, h);
+			continue;
+		}
+		for (int l = 0; l < 4; l++) {
+			int neg = cost[1][l] < cost[0][l];
+			p[4 * b + l] = (uint8_t)k[neg][l];
+			p[32 + 2 * b + l / 2] |= (uint8_t)(((k[neg][l] >> 8) | neg << 3) << (4 * (l % 2)));
+		}
+	}
+	if (m) {
+		/* 3 bits per 16 from bit 0 of each u16, 4 per word; d's nibble k on top of word k */
+		for (int w = 0; w < 4; w++) {
+			unsigned v = (unsigned)(s[4 * w] | s[4 * w + 1] << 3 | s[4 * w + 2] << 6 | s[4 * w + 3] << 9);
+			put16(p + 48 + 2 * w, (uint16_t)(v | ((dh >> (4 * w)) & 0xFu) << 12));
+		}
+	}
+	return 0;
+}
+
 int
 q_iq_quantize_block(enum gguf_dtype t, const float *x, uint8_t *p)
 {
@@ -313,6 +444,7 @@ q_iq_quantize_block(enum gguf_dtype t, const float *x, uint8_t *p)
 	case GGML_TYPE_MXFP4: return quant_mxfp4(x, p);
 	case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: return quant_iq2(t, x, p);
 	case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: return quant_iq3(t, x, p);
+	case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: return quant_iq1(t, x, p);
 	default: return KVC_EUNSUPPORTED;
 	}
 }

@@ -19,7 +19,7 @@ done
 
 # The later formats (quant_iq.c): each makes a model that kvchat reads,
 # names the type of, and generates from.
-for type in q2_k iq4_nl iq4_xs mxfp4 iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s; do
+for type in q2_k iq4_nl iq4_xs mxfp4 iq3_xxs iq3_s iq2_xxs iq2_xs iq2_s iq1_s iq1_m; do
 	m="$TMPD/qwen2-$type.gguf"
 	check "mkmodel qwen2 $type" "$MKMODEL" -o "$m" --arch qwen2 --type "$type" --quiet
 	want=$(echo "$type" | tr a-z A-Z)
@@ -69,7 +69,7 @@ for tf in q4_k:Q5_0:Q4_K q5_k:Q5_1:Q5_K q6_k:Q8_0:Q6_K q3_k:Q4_0:Q3_K q2_k:Q4_0:
 done
 
 # Bad options are refused.
-check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type iq1_s 2>/dev/null"
+check "unknown type refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --type tq1_0 2>/dev/null"
 check "vocab smaller than the fixture refused" sh -c "! '$MKMODEL' -o '$TMPD/x.gguf' --n-vocab 10 2>/dev/null"
 
 done_testing

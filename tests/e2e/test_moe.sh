@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_moe.sh (issue 22): mixture-of-experts files through the program:
 # kvchat info names the experts (count, used, width, the shared one),
-# kvchat bench reports the active parameters, and generation runs on
+# kvchat bench reports the active parameters and counts the active experts'
+# bytes, and generation runs on
 # qwen3moe, qwen2moe, a Mixtral-style llama and glm4moe (a dense first
 # layer, sigmoid routing, an unrun last block) with F16 and Q8_0 caches,
 # greedy, the same text at 1 and 2 threads (the experts' items split
@@ -24,6 +25,24 @@ check "info: glm4moe experts ($out)" sh -c "echo '$out' | grep -q '^experts  *8,
 check "info: glm4moe's unrun block" sh -c "echo '$out' | grep -q '^layers  *4 (the last 1 for multi-token prediction, not run)$'"
 out=$("$KVCHAT" bench -m "$TMPD/q3.gguf" -p 8 -n 2 -r 1 --threads 2 2>/dev/null)
 check "bench: active parameters ($out)" sh -c "echo '$out' | grep -q 'M active: 2 of 8 experts'"
+
+# bench's bytes per token: the selected experts' share of each expert
+# matrix, as a reader of the header that shares no code with kvchat counts
+# them (tests/e2e/gguf_weight_bytes.py --per-token); counting every expert
+# would show at this resolution. qwen3moe in Q4_K_M, and gpt-oss with MXFP4
+# experts and the biases it reads whole.
+command -v python3 >/dev/null || fail "python3 is not installed (scripts/deps.sh installs it)"
+"$MKMODEL" -o "$TMPD/oss.gguf" --arch gpt-oss --type mxfp4_moe --quiet --seed 8 || fail "mkmodel gpt-oss"
+for m in q3 oss; do
+	out=$("$KVCHAT" bench -m "$TMPD/$m.gguf" -p 4 -n 1 -r 1 --threads 2 2>/dev/null)
+	got=$(echo "$out" | sed -n 's/.*, \([0-9.]*\) MiB read per token).*/\1/p')
+	want=$(python3 "$top_srcdir/tests/e2e/gguf_weight_bytes.py" --per-token "$TMPD/$m.gguf" |
+	    awk '{ printf "%.1f", $1 / 1048576 }')
+	every=$(python3 "$top_srcdir/tests/e2e/gguf_weight_bytes.py" --per-token --used 8 "$TMPD/$m.gguf" |
+	    awk '{ printf "%.1f", $1 / 1048576 }')
+	check "$m: bench reads $got MiB per token, the header's active experts $want MiB" [ "$got" = "$want" ]
+	check "$m: every expert ($every MiB) would differ" [ "$every" != "$want" ]
+done
 
 for m in q3 q2 mx glm; do
 	for kv in f16 q8_0; do

@@ -15,7 +15,7 @@
  *    stages per layer over 2 layers stay well inside 1e-4.
  *  - Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K,
  *    and on llama and qwen2 Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S,
- *    IQ2_XXS, IQ2_XS, IQ2_S, whose weights the reference decodes itself,
+ *    IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, whose weights the reference decodes itself,
  *    tests/fixtures/ref_dequant.c): the backend rounds
  *    each product's input to int8 per block of 32 (quant.h, q_dot_act),
  *    which the reference does not. quant.h bounds one dot product by
@@ -732,7 +732,7 @@ refusals(const struct spec *base)
 		{ "rope scaling", extra_scaling, "llama", GGML_TYPE_F32, KVC_EUNSUPPORTED, "longrope" },
 		{ "moe", extra_moe, "qwen2", GGML_TYPE_F32, KVC_EUNSUPPORTED, "expert" },
 		{ "architecture", NULL, "gemma", GGML_TYPE_F32, KVC_EUNSUPPORTED, "gemma" },
-		{ "weight type", NULL, "llama", GGML_TYPE_IQ1_S, KVC_EUNSUPPORTED, "IQ1_S" },
+		{ "weight type", NULL, "llama", GGML_TYPE_TQ1_0, KVC_EUNSUPPORTED, "TQ1_0" },
 		{ "qwen3 without q/k norms", NULL, "qwen3", GGML_TYPE_F32, KVC_EFORMAT, "attn_q_norm" },
 		{ "phi3 LongRoPE", extra_longrope, "phi3", GGML_TYPE_F32, KVC_EUNSUPPORTED, "LongRoPE" },
 	};
@@ -751,10 +751,10 @@ refusals(const struct spec *base)
 		s.rope_freqs = false;
 		s.linear_scale = 0;
 		f = NULL;
-		if (cases[i].wtype == GGML_TYPE_IQ1_S) {
+		if (cases[i].wtype == GGML_TYPE_TQ1_0) {
 			/* a type kvchat cannot compute with: the fixture writer cannot make it, so by hand */
 			struct gguf_writer *w = gguf_writer_new();
-			static uint8_t blocks[50 * 8];	/* 8 rows of one IQ1_S block (50 bytes) */
+			static uint8_t blocks[54 * 8];	/* 8 rows of one TQ1_0 block (54 bytes) */
 			int64_t ne[2] = { 256, 8 };
 			size_t len;
 
@@ -764,10 +764,10 @@ refusals(const struct spec *base)
 			gguf_w_u32(w, "llama.feed_forward_length", 256);
 			gguf_w_u32(w, "llama.attention.head_count", 4);
 			gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-			gguf_w_tensor(w, "token_embd.weight", GGML_TYPE_IQ1_S, 2, ne, blocks, sizeof blocks);
+			gguf_w_tensor(w, "token_embd.weight", GGML_TYPE_TQ1_0, 2, ne, blocks, sizeof blocks);
 			mem = NULL;
 			if (gguf_w_to_mem(w, &mem, &len) == 0)
-				gguf_open_mem(&f, mem, len, "iq1s", err, sizeof err);
+				gguf_open_mem(&f, mem, len, "tq1_0", err, sizeof err);
 			gguf_writer_free(w);
 		} else {
 			f = open_spec(&s, &mem, cases[i].extra);
@@ -816,7 +816,7 @@ main(int argc, char **argv)
 		GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K,
 		/* the later formats (quant_iq.c) on the first two architectures only, to keep the test short */
 		GGML_TYPE_Q2_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_IQ3_XXS,
-		GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+		GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S, GGML_TYPE_IQ1_M,
 	};
 	const size_t n_first_types = 12, n_iq_specs = 2;
 	/* K-quant rows need n_in % 256 == 0: n_embd, q_dim and n_ff are multiples of 256 */

@@ -1110,7 +1110,7 @@ test_misc(void)
 {
 	test_cond(q_supported(GGML_TYPE_Q4_K) && q_supported(GGML_TYPE_Q4_1) &&
 	    q_supported(GGML_TYPE_Q5_0) && q_supported(GGML_TYPE_Q5_1) &&
-	    !q_supported(GGML_TYPE_Q8_1) && !q_supported(GGML_TYPE_IQ1_S) &&
+	    !q_supported(GGML_TYPE_Q8_1) && !q_supported(GGML_TYPE_TQ1_0) &&
 	    q_supported(GGML_TYPE_Q3_K) && !q_supported(GGML_TYPE_TQ2_0), "supported set");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 512) == 288 && q_row_bytes(GGML_TYPE_Q6_K, 256) == 210 &&
 	    q_row_bytes(GGML_TYPE_Q8_0, 64) == 68 && q_row_bytes(GGML_TYPE_Q4_0, 32) == 18 &&
@@ -1119,9 +1119,9 @@ test_misc(void)
 	    q_row_bytes(GGML_TYPE_Q5_1, 896) == 28 * 24 && q_row_bytes(GGML_TYPE_Q3_K, 512) == 220,
 	    "row bytes");
 	test_cond(q_row_bytes(GGML_TYPE_Q4_K, 100) == 0, "partial block");
-	float x[32] = {0};
+	float x[256] = {0};
 	uint8_t b[64];
-	test_cond(q_quantize_row(GGML_TYPE_IQ1_S, x, b, 32) == KVC_EUNSUPPORTED, "refuses IQ1_S");
+	test_cond(q_quantize_row(GGML_TYPE_TQ1_0, x, b, 256) == KVC_EUNSUPPORTED, "refuses TQ1_0");
 	test_cond(q_quantize_row(GGML_TYPE_Q8_0, x, b, 31) == KVC_EUNSUPPORTED, "refuses a partial block");
 }
 

@@ -1,12 +1,12 @@
 /*
  * test_quant_iq.c: the Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS,
- * IQ2_XS and IQ2_S formats: the lattice tables against their definition,
- * dequantisation bitwise against the float64 reference written from the
- * format (tests/fixtures/ref_dequant.c) on random blocks, the fixture
- * quantisers, the float dot and the int8-activation kernels within their
- * bounds, and every kernel's (row, token) result bitwise the same whatever
- * the batch (batch independence), in every kernel table (src/kern) this CPU
- * runs.
+ * IQ2_XS, IQ2_S, IQ1_S and IQ1_M formats: the lattice tables against their
+ * definition, dequantisation bitwise against the float64 reference written
+ * from the format (tests/fixtures/ref_dequant.c) on random blocks, the
+ * fixture quantisers, the float dot and the int8-activation kernels within
+ * their bounds, and every kernel's (row, token) result bitwise the same
+ * whatever the batch (batch independence), in every kernel table
+ * (src/kern) this CPU runs.
  */
 #include "gguf/gguf.h"
 #include "kern/kern.h"
@@ -37,7 +37,8 @@ frand(void)	/* uniform in [-1, 1) */
 
 static const enum gguf_dtype types[] = {
 	GGML_TYPE_Q2_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4, GGML_TYPE_IQ3_XXS,
-	GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S,
+	GGML_TYPE_IQ3_S, GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ2_S, GGML_TYPE_IQ1_S,
+	GGML_TYPE_IQ1_M,
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 
@@ -78,7 +79,7 @@ static void
 test_tables(void)
 {
 	static const uint8_t l2[] = {0x08, 0x19, 0x2b}, l3x[] = {4, 12, 20, 28, 36, 44, 52, 62},
-	    l3s[] = {1, 3, 5, 7, 9, 11, 13, 15};
+	    l3s[] = {1, 3, 5, 7, 9, 11, 13, 15}, l1[] = {0xFF, 0, 1};
 	int bad = 0;
 
 	/* the checksums scripts/gen-quant-grid.py printed when it wrote quant_grid.c (x86 is little-endian) */
@@ -89,6 +90,10 @@ test_tables(void)
 	test_cond(fnv(q_iq3xxs_grid, sizeof q_iq3xxs_grid) == 0xdfa5dc83d6a155d5ull, "iq3xxs checksum");
 	test_cond(fnv(q_iq3s_grid, sizeof q_iq3s_grid) == 0xfa37020c25b44829ull, "iq3s checksum");
 	test_cond(fnv(q_iq4nl_values, 16) == 0x055d06d2d8fa0f75ull, "iq4nl checksum");
+	test_cond(fnv(q_iq1s_grid, sizeof q_iq1s_grid) == 0x6703ed863501ae2eull, "iq1s checksum");
+	test_cond(grid_bad(q_iq1s_grid, 2048, 8, l1, 3) == 0, "iq1s grid levels");
+	test_cond(q_iq1s_grid[0] == ~0ull && q_iq1s_grid[1] == 0xffffffffffffff01ull &&
+	    q_iq1s_grid[2047] == 0x0101010101010101ull, "iq1s spot");
 	test_cond(grid_bad(q_iq2xxs_grid, 256, 8, l2, 3) == 0, "iq2xxs grid levels");
 	test_cond(grid_bad(q_iq2xs_grid, 512, 8, l2, 3) == 0, "iq2xs grid levels");
 	test_cond(grid_bad(q_iq2s_grid, 1024, 8, l2, 3) == 0, "iq2s grid levels");
@@ -127,10 +132,19 @@ test_sizes(void)
 	}
 	test_cond(strcmp(gguf_dtype_name(GGML_TYPE_MXFP4), "MXFP4") == 0 && gguf_dtype_size(GGML_TYPE_MXFP4) == 17,
 	    "MXFP4 in gguf");
-	test_cond(!q_supported(GGML_TYPE_IQ1_S) && !q_supported(GGML_TYPE_IQ1_M), "IQ1 not supported");
+	test_cond(!q_supported(GGML_TYPE_TQ1_0) && !q_supported(GGML_TYPE_TQ2_0), "ternary types not supported");
 }
 
-/* Random bytes, with each fp16 scale a random normal half in [2^-10, 4) (MXFP4: exponents 100..150). */
+/* A random normal half in [2^-10, 4), either sign. */
+static uint16_t
+random_half(void)
+{
+	uint16_t h = q_f32_to_fp16(ldexpf(1 + (float)(rnd() % 1024) / 1024, (int)(rnd() % 12) - 10));
+
+	return rnd() & 1 ? h | 0x8000 : h;
+}
+
+/* Random bytes, with each fp16 scale a random_half (MXFP4: exponents 100..150). */
 static void
 random_block(enum gguf_dtype t, uint8_t *p)
 {
@@ -143,14 +157,19 @@ random_block(enum gguf_dtype t, uint8_t *p)
 		p[0] = (uint8_t)(100 + rnd() % 51);
 		return;
 	}
+	if (t == GGML_TYPE_IQ1_M) {
+		/* the half in the top nibbles of the four scale words (bytes 49, 51, 53, 55) */
+		uint16_t h = random_half();
+		for (int k = 0; k < 4; k++)
+			p[49 + 2 * k] = (uint8_t)((p[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 0xF) << 4);
+		return;
+	}
 	if (t == GGML_TYPE_Q2_K) {
 		off[0] = 80;
 		off[1] = 82;
 	}
 	for (int k = 0; k < 2 && off[k] >= 0; k++) {
-		uint16_t h = q_f32_to_fp16(ldexpf(1 + (float)(rnd() % 1024) / 1024, (int)(rnd() % 12) - 10));
-		if (rnd() & 1)
-			h |= 0x8000;
+		uint16_t h = random_half();
 		p[off[k]] = (uint8_t)h;
 		p[off[k] + 1] = (uint8_t)(h >> 8);
 	}
@@ -197,7 +216,7 @@ test_quantize(void)
 	static uint8_t raw[N + 1];
 	static double r[N];
 	/* relative RMS error allowed: 2-bit grids coarse, 4-bit levels fine */
-	static const double max_rel[N_TYPES] = {0.45, 0.12, 0.12, 0.2, 0.3, 0.3, 0.6, 0.55, 0.5};
+	static const double max_rel[N_TYPES] = {0.45, 0.12, 0.12, 0.2, 0.3, 0.3, 0.6, 0.55, 0.5, 0.7, 0.7};
 
 	for (int i = 0; i < N; i++)
 		x[i] = frand() * (1 + (float)(i % 37) / 8);
