@@ -10,7 +10,7 @@
  * near the clock's own cost); the figure is the best round's time per call.
  *
  *   bench/qmm TYPE N_TOK N_IN N_OUT [ROUNDS [TABLE|packed|TABLE-packed [COPIES]]]
- *   bench/qmm sweep [decode|prefill [ROUNDS]]
+ *   bench/qmm sweep [decode|prefill [ROUNDS [TABLE]]]
  *
  * e.g. bench/qmm q4_0 64 1024 1024 11 (prefill-shaped), bench/qmm q8_0 1
  * 1024 4864 21 (decode-shaped). Prints ms and GFLOP/s (2 flops per weight
@@ -31,7 +31,7 @@
  * matrix (1 MiB at F16, so every type's weights stay in a 2 MiB L2),
  * prefill 128 tokens times the same matrix, in GFLOP/s; through the
  * table's packed kernel where it has one for the type (as the CPU backend
- * runs it), marked *.
+ * runs it), marked *. TABLE: that table's column only (e.g. avx2).
  */
 #include "config.h"
 
@@ -188,7 +188,7 @@ job_time(const struct job *j, int rounds)
 
 /* The cache-resident table (see the top of this file). */
 static int
-sweep(bool prefill, int rounds)
+sweep(bool prefill, int rounds, const char *only)
 {
 	static const char *const names[] = {
 		"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k",
@@ -197,8 +197,13 @@ sweep(bool prefill, int rounds)
 	int nt = 0;
 
 	for (int i = 0; kern_list(i) != NULL; i++)
-		if (strcmp(kern_list(i)->name, "scalar") != 0 && kern_runs(kern_list(i)) && nt < 8)
+		if (strcmp(kern_list(i)->name, "scalar") != 0 && kern_runs(kern_list(i)) && nt < 8 &&
+		    (only == NULL || strcmp(kern_list(i)->name, only) == 0))
 			tabs[nt++] = kern_list(i);
+	if (nt == 0) {
+		fprintf(stderr, "qmm: no table '%s' that this CPU runs\n", only);
+		return 2;
+	}
 	printf("%s, %d x 2048 x 256, %s (thread CPU time, best of %d rounds)\n",
 	    prefill ? "prefill" : "decode", prefill ? 128 : 1,
 	    prefill ? "GFLOP/s" : "GB/s of weights", rounds);
@@ -245,11 +250,11 @@ main(int argc, char **argv)
 			return 2;
 		}
 		reps = argc > 3 ? atoi(argv[3]) : 41;
-		return reps < 1 ? 2 : sweep(prefill, reps);
+		return reps < 1 ? 2 : sweep(prefill, reps, argc > 4 ? argv[4] : NULL);
 	}
 	if (argc < 5) {
 		fprintf(stderr, "usage: qmm TYPE N_TOK N_IN N_OUT [ROUNDS [TABLE|packed|TABLE-packed [COPIES]]]\n"
-		    "       qmm sweep [decode|prefill [ROUNDS]]\n");
+		    "       qmm sweep [decode|prefill [ROUNDS [TABLE]]]\n");
 		return 2;
 	}
 	ti = type_index(argv[1]);
