@@ -203,6 +203,12 @@ tile_fp(int NT, const float *wf, int kc, const float *x, int64_t n, __m256 *am)
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
+				/*
+				 * in a register for both rows: left to itself the compiler
+				 * folds the load into both FMAs, 16 loads per 12 FMAs, and
+				 * the load ports, not the FMAs, set the pace
+				 */
+				__asm__("" : "+x"(xv));
 				acc[0][k][h] = _mm256_fmadd_ps(w0, xv, acc[0][k][h]);
 				acc[1][k][h] = _mm256_fmadd_ps(w1, xv, acc[1][k][h]);
 			}
