@@ -31,7 +31,7 @@
  * matrix (1 MiB at F16, so every type's weights stay in a 2 MiB L2),
  * prefill 128 tokens times the same matrix, in GFLOP/s; through the
  * table's packed kernel where it has one for the type (as the CPU backend
- * runs it), marked *. TABLE: that table's column only (e.g. avx2).
+ * runs it), marked *. With TABLE, only that table's column.
  */
 #include "config.h"
 
@@ -200,8 +200,8 @@ sweep(bool prefill, int rounds, const char *only)
 		if (strcmp(kern_list(i)->name, "scalar") != 0 && kern_runs(kern_list(i)) && nt < 8 &&
 		    (only == NULL || strcmp(kern_list(i)->name, only) == 0))
 			tabs[nt++] = kern_list(i);
-	if (nt == 0) {
-		fprintf(stderr, "qmm: no table '%s' that this CPU runs\n", only);
+	if (only != NULL && nt == 0) {
+		fprintf(stderr, "qmm: no SIMD table %s that this CPU runs\n", only);
 		return 2;
 	}
 	printf("%s, %d x 2048 x 256, %s (thread CPU time, best of %d rounds)\n",

@@ -1040,6 +1040,95 @@ test_pack_k_type(const struct kern *k, enum gguf_dtype t)
 	free(P);
 }
 
+static void
+test_pack(const struct kern *k)
+{
+	if (!kern_packs(k, GGML_TYPE_Q8_0, 96)) {
+		test_cond(!kern_packs(k, GGML_TYPE_Q4_0, 32) && !kern_packs(k, GGML_TYPE_Q4_K, 256),
+		    "%s has no packed kernel: none offered", k->name);
+		return;
+	}
+	test_cond(kern_packs(k, GGML_TYPE_Q4_K, 256) && !kern_packs(k, GGML_TYPE_Q4_K, 96) &&
+	    !kern_packs(k, GGML_TYPE_Q8_0, 48) && q_pack_bytes(GGML_TYPE_Q3_K, 256, 16) == 0 &&
+	    q_pack_bytes(GGML_TYPE_Q5_1, 256, 16) == 0, "packed types");
+	test_pack_type(k, GGML_TYPE_Q8_0);
+	test_pack_type(k, GGML_TYPE_Q4_0);
+	test_pack_type(k, GGML_TYPE_Q4_1);
+	test_pack_type(k, GGML_TYPE_Q5_0);
+	test_pack_k_type(k, GGML_TYPE_Q4_K);
+	test_pack_k_type(k, GGML_TYPE_Q5_K);
+	test_pack_k_type(k, GGML_TYPE_Q6_K);
+}
+
+/*
+ * Rows of W one token at a time (ranges that start anywhere and leave every
+ * kind of remainder) against the same rows of a batch of n_tok, bitwise;
+ * rows outside a range must be left alone. Returns the mismatches.
+ */
+static int
+decode_vs_batch(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb,
+    const uint8_t *act, int n_tok, int n, int n_out, float *yb, float *y1)
+{
+	static const int ranges[][2] = { { 0, 21 }, { 3, 21 }, { 1, 9 }, { 5, 6 }, { 2, 19 } };
+	size_t ab = q_act_bytes(n);
+	int bad = 0;
+
+	kern_matmul_act(k, t, W, rb, act, n_tok, n, yb, n_out, 0, n_out);
+	for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+		int r0 = ranges[ri][0], r1 = ranges[ri][1] < n_out ? ranges[ri][1] : n_out;
+		for (int tok = 0; tok < n_tok; tok++) {
+			for (int r = 0; r < n_out; r++)
+				y1[r] = -1e30f;
+			kern_matmul_act(k, t, W, rb, act + tok * ab, 1, n, y1, n_out, r0, r1);
+			for (int r = 0; r < n_out; r++) {
+				bool in = r >= r0 && r < r1;
+				if ((in ? y1[r] != yb[tok * n_out + r] : y1[r] != -1e30f) && bad++ < 3)
+					fprintf(stderr, "%s %s n %d rows [%d, %d) row %d tok %d: alone %.9g, "
+					    "in the batch %.9g\n", tname(t), k->name,
+					    n, r0, r1, r, tok, y1[r], yb[tok * n_out + r]);
+			}
+		}
+	}
+	return bad;
+}
+
+/*
+ * Decode: one token's rows come from a kernel of their own (AVX-512: eight
+ * rows of a 32-value type or four of a K-quant at a time, the rest one by
+ * one; AVX2: the tile's pairs with the rows prefetched). Each row's result
+ * must be bitwise the one the tiles give the same token in a batch, with
+ * even and odd block counts, in every table.
+ */
+static void
+test_act_decode(const struct kern *k)
+{
+	enum { NMAX = 512, N_OUT = 21, N_TOK = 5 };
+	static float x[N_TOK * NMAX], w[N_OUT * NMAX], yb[N_TOK * N_OUT], y1[N_OUT];
+	static uint8_t W[N_OUT * NMAX * 2], act[N_TOK * (NMAX + 8 * NMAX / 32)];
+
+	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
+		enum gguf_dtype t = int8_types[ti];
+		bool kq = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
+		    t == GGML_TYPE_Q6_K;
+		/* K-quants: two blocks; the others 15 blocks (odd) or 16 */
+		for (int n = kq ? 512 : 480; n <= 512; n += 32) {
+			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n);
+			int bad;
+			for (int i = 0; i < N_TOK * n; i++)
+				x[i] = frand() * (1 + (float)((i / 32) % 3));
+			for (int i = 0; i < N_OUT * n; i++)
+				w[i] = frand() * (1 + (float)(i % 11) / 3);
+			for (int tok = 0; tok < N_TOK; tok++)
+				q_act_prepare(x + tok * n, n, act + tok * ab);
+			for (int r = 0; r < N_OUT; r++)
+				q_quantize_row(t, w + r * n, W + r * rb, n);
+			bad = decode_vs_batch(k, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
+			test_cond(bad == 0, "%s %s n %d decode rows bitwise the batch's: %d bad", tname(t),
+			    k->name, n, bad);
+		}
+	}
+}
+
 /*
  * Packed products at the integer extremes, where an int16 stage that could
  * saturate would show: every level at its type's largest unsigned value
@@ -1157,97 +1246,16 @@ test_pack_extremes(const struct kern *k, enum gguf_dtype t)
 	free(P);
 }
 
+/* Every packed type of a table that has a packed kernel, at the extremes. */
 static void
-test_pack(const struct kern *k)
+test_pack_extremes_all(const struct kern *k)
 {
-	if (!kern_packs(k, GGML_TYPE_Q8_0, 96)) {
-		test_cond(!kern_packs(k, GGML_TYPE_Q4_0, 32) && !kern_packs(k, GGML_TYPE_Q4_K, 256),
-		    "%s has no packed kernel: none offered", k->name);
-		return;
-	}
-	test_cond(kern_packs(k, GGML_TYPE_Q4_K, 256) && !kern_packs(k, GGML_TYPE_Q4_K, 96) &&
-	    !kern_packs(k, GGML_TYPE_Q8_0, 48) && q_pack_bytes(GGML_TYPE_Q3_K, 256, 16) == 0 &&
-	    q_pack_bytes(GGML_TYPE_Q5_1, 256, 16) == 0, "packed types");
-	test_pack_type(k, GGML_TYPE_Q8_0);
-	test_pack_type(k, GGML_TYPE_Q4_0);
-	test_pack_type(k, GGML_TYPE_Q4_1);
-	test_pack_type(k, GGML_TYPE_Q5_0);
-	test_pack_k_type(k, GGML_TYPE_Q4_K);
-	test_pack_k_type(k, GGML_TYPE_Q5_K);
-	test_pack_k_type(k, GGML_TYPE_Q6_K);
 	static const enum gguf_dtype packed[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
 	    GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+
 	for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
-		test_pack_extremes(k, packed[i]);
-}
-
-/*
- * Rows of W one token at a time (ranges that start anywhere and leave every
- * kind of remainder) against the same rows of a batch of n_tok, bitwise;
- * rows outside a range must be left alone. Returns the mismatches.
- */
-static int
-decode_vs_batch(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb,
-    const uint8_t *act, int n_tok, int n, int n_out, float *yb, float *y1)
-{
-	static const int ranges[][2] = { { 0, 21 }, { 3, 21 }, { 1, 9 }, { 5, 6 }, { 2, 19 } };
-	size_t ab = q_act_bytes(n);
-	int bad = 0;
-
-	kern_matmul_act(k, t, W, rb, act, n_tok, n, yb, n_out, 0, n_out);
-	for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
-		int r0 = ranges[ri][0], r1 = ranges[ri][1] < n_out ? ranges[ri][1] : n_out;
-		for (int tok = 0; tok < n_tok; tok++) {
-			for (int r = 0; r < n_out; r++)
-				y1[r] = -1e30f;
-			kern_matmul_act(k, t, W, rb, act + tok * ab, 1, n, y1, n_out, r0, r1);
-			for (int r = 0; r < n_out; r++) {
-				bool in = r >= r0 && r < r1;
-				if ((in ? y1[r] != yb[tok * n_out + r] : y1[r] != -1e30f) && bad++ < 3)
-					fprintf(stderr, "%s %s n %d rows [%d, %d) row %d tok %d: alone %.9g, "
-					    "in the batch %.9g\n", tname(t), k->name,
-					    n, r0, r1, r, tok, y1[r], yb[tok * n_out + r]);
-			}
-		}
-	}
-	return bad;
-}
-
-/*
- * Decode: one token's rows come from a kernel of their own (AVX-512: eight
- * rows of a 32-value type or four of a K-quant at a time, the rest one by
- * one; AVX2: the tile's pairs with the rows prefetched). Each row's result
- * must be bitwise the one the tiles give the same token in a batch, with
- * even and odd block counts, in every table.
- */
-static void
-test_act_decode(const struct kern *k)
-{
-	enum { NMAX = 512, N_OUT = 21, N_TOK = 5 };
-	static float x[N_TOK * NMAX], w[N_OUT * NMAX], yb[N_TOK * N_OUT], y1[N_OUT];
-	static uint8_t W[N_OUT * NMAX * 2], act[N_TOK * (NMAX + 8 * NMAX / 32)];
-
-	for (size_t ti = 0; ti < sizeof int8_types / sizeof int8_types[0]; ti++) {
-		enum gguf_dtype t = int8_types[ti];
-		bool kq = t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K ||
-		    t == GGML_TYPE_Q6_K;
-		/* K-quants: two blocks; the others 15 blocks (odd) or 16 */
-		for (int n = kq ? 512 : 480; n <= 512; n += 32) {
-			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n);
-			int bad;
-			for (int i = 0; i < N_TOK * n; i++)
-				x[i] = frand() * (1 + (float)((i / 32) % 3));
-			for (int i = 0; i < N_OUT * n; i++)
-				w[i] = frand() * (1 + (float)(i % 11) / 3);
-			for (int tok = 0; tok < N_TOK; tok++)
-				q_act_prepare(x + tok * n, n, act + tok * ab);
-			for (int r = 0; r < N_OUT; r++)
-				q_quantize_row(t, w + r * n, W + r * rb, n);
-			bad = decode_vs_batch(k, t, W, rb, act, N_TOK, n, N_OUT, yb, y1);
-			test_cond(bad == 0, "%s %s n %d decode rows bitwise the batch's: %d bad", tname(t),
-			    k->name, n, bad);
-		}
-	}
+		if (kern_packs(k, packed[i], 256))
+			test_pack_extremes(k, packed[i]);
 }
 
 static void
@@ -1293,6 +1301,7 @@ main(void)
 		test_act_odd(k);
 		test_pack(k);
 		test_act_decode(k);
+		test_pack_extremes_all(k);
 	}
 	test_misc();
 	return test_done();
