@@ -164,7 +164,6 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, __m256i c)
 #endif
 }
 
-
 /*
  * -o x the sum of each block's 32 int8 x, nb blocks of one token; Q8_0's
  * o is 128 with VNNI (its levels w + 128), 0 without (|w| times x with w's sign).
@@ -246,12 +245,13 @@ store_rows(float *y, __m256 acc, int n)
  * One token (decode) through one group, both halves at each block (16 rows
  * per step): the group is read front to back once, every 64-byte line
  * whole, where the tiles above read each line twice, half at a time, and
- * the token's block scale and correction serve both halves. Each part of the group (levels, fifth bits,
- * scales) is prefetched PF_BYTES of levels ahead, past the last block into
- * the next group (G + gb), so its first lines are on their way: decode
- * reads each weight once, from memory, and the packed copies lie in 4 KiB
- * pages, at whose ends the hardware prefetcher stops. nh: halves (2, or 1
- * on a last group of 8 rows or fewer); acc[h] lane r = row 8h + r.
+ * the token's block scale and correction serve both halves. Each part of
+ * the group (levels, fifth bits, scales) is prefetched PF_BYTES of levels
+ * ahead, past the last block into the next group (G + gb), so its first
+ * lines are on their way: decode reads each weight once, from memory, and
+ * the packed copies lie in 4 KiB pages, at whose ends the hardware
+ * prefetcher stops. nh: halves (2, or 1 on a last group of 8 rows or
+ * fewer); acc[h] lane r = row 8h + r.
  */
 #define PF_BYTES 2048
 

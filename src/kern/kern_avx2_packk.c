@@ -272,9 +272,9 @@ store_rows(float *y, __m256 acc, int n)
  * One token (decode) through one group, both halves at each block (16 rows
  * per step): the group is read front to back once, every 64-byte line
  * whole, where the tiles above read each line twice, half at a time, and
- * the token's block scale and sum serve both halves. A
- * group's super-blocks, and the groups, lie one after the other, so the
- * stream is prefetched PF_BYTES ahead, one block's share of a super-block
+ * the token's block scale and sum serve both halves. A group's
+ * super-blocks, and the groups, lie one after the other, so the stream is
+ * prefetched PF_BYTES ahead, one block's share of a super-block
  * (q_pack_sb_bytes / 8) per block, past the group's end into the next:
  * decode reads each weight once, from memory, and the packed copies lie in
  * 4 KiB pages, at whose ends the hardware prefetcher stops. nh: halves (2,
