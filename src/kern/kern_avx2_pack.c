@@ -25,6 +25,10 @@
  * levels are Q4_0's u with no correction: its offset is one more FMA of
  * its m and the token's sum of x.
  *
+ * One token (decode: packed_one) runs both halves of a group at each block
+ * and prefetches the group's stream; several run half a group at a time
+ * for up to PACK_NT tokens (packed_rows).
+ *
  * Float order (quant_pack.c's, checked by test_quant, the same as the
  * avx512 table's packed kernel): per (row, token), for b = 0 .. nb - 1,
  * acc = fma(scale_w[b] * d_x[b], (float)isum[b], acc) from acc = 0. The
@@ -36,6 +40,19 @@
 
 #define PACK_NT 4	/* tokens per tile */
 #define PACK_CX 8192	/* int32 corrections of a chunk of tokens (32 KiB of stack) */
+
+/*
+ * p, as a value the compiler cannot see through: each half of a group then
+ * loads its broadcasts of x from memory (vpbroadcastd m32, a load alone)
+ * where the compiler would otherwise keep one half's in registers for the
+ * other, run out of them and spill (a store and a load per broadcast).
+ */
+INLINE const int8_t *
+opaque(const int8_t *p)
+{
+	__asm__ volatile("" : "+r"(p));
+	return p;
+}
 
 /* x[o .. o + 3] in every 32-bit lane */
 INLINE __m256i
@@ -225,6 +242,90 @@ store_rows(float *y, __m256 acc, int n)
 }
 
 /*
+ * One token (decode) through one group, both halves at each block (16 rows
+ * per step): the group is read front to back once, every 64-byte line
+ * whole, where the tiles above read each line twice, half at a time, and
+ * the token's block scale and correction serve both halves. Each part of
+ * the group (levels, fifth bits, scales) is prefetched PF_BYTES of levels
+ * ahead, past the last block into the next group (G + gb), so its first
+ * lines are on their way: decode reads each weight once, from memory, and
+ * the packed copies lie in 4 KiB pages, at whose ends the hardware
+ * prefetcher stops. nh: halves (2, or 1 on a last group of 8 rows or
+ * fewer); acc[h] lane r = row 8h + r.
+ */
+#define PF_BYTES 2048
+
+INLINE void
+group_one(enum gguf_dtype t, int nh, const uint8_t *G, size_t gb, int64_t nb, const uint8_t *act,
+    const int32_t *cx, __m256 *acc)
+{
+	/* quant_pack.c's sizes (q_pack_level_bytes ...) as constants, so the prefetches unroll */
+	const size_t lb = t == GGML_TYPE_Q8_0 ? 512 : 256, hb = t == GGML_TYPE_Q5_0 ? 64 : 0,
+	    sb = t == GGML_TYPE_Q4_1 ? 2 * Q_PACK_SCALE_BYTES : Q_PACK_SCALE_BYTES;
+	const uint8_t *S = G + (size_t)nb * (lb + hb);
+	const float *dx = (const float *)act;
+	const int8_t *qx = (const int8_t *)(dx + 2 * nb);
+	const int64_t ahead = (int64_t)(PF_BYTES / lb);
+
+	acc[0] = acc[1] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		/* block b + ahead of this group, or of the next (addresses only: prefetches never fault) */
+		int64_t pb = b + ahead;
+		const char *pg = (const char *)G + (pb < nb ? 0 : gb);
+		pb -= pb < nb ? 0 : nb;
+		UNROLL
+		for (size_t o = 0; o < lb; o += 64)
+			_mm_prefetch(pg + (size_t)pb * lb + o, _MM_HINT_T0);
+		if (hb)
+			_mm_prefetch(pg + (size_t)nb * lb + (size_t)pb * hb, _MM_HINT_T0);
+		_mm_prefetch(pg + (size_t)nb * (lb + hb) + (size_t)pb * sb, _MM_HINT_T0);
+
+		const __m256 db = _mm256_set1_ps(dx[b]);
+		const __m256i c = _mm256_set1_epi32(cx[b]);
+		UNROLL
+		for (int h = 0; h < nh; h++) {
+			__m256 ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + (size_t)b * sb + 16 * h)));
+			__m256i wv[8], is;
+
+			levels(t, G, nb, b, h, wv);
+			is = block_isum(t, wv, opaque(qx + 32 * b), c);
+			acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(ws, db), _mm256_cvtepi32_ps(is), acc[h]);
+			if (t == GGML_TYPE_Q4_1) {
+				__m256 wm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + (size_t)b * sb +
+				    Q_PACK_SCALE_BYTES + 16 * h)));
+				acc[h] = _mm256_fmadd_ps(wm, _mm256_set1_ps(dx[nb + b]), acc[h]);
+			}
+		}
+	}
+}
+
+/* One token through groups [g0, g1). */
+INLINE void
+packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in, float *y,
+    int64_t n_out, int64_t g0, int64_t g1)
+{
+	const int64_t nb = n_in / 32;
+	const size_t gb = q_pack_group_bytes(t, nb);
+	int32_t cx[PACK_CX / PACK_NT];
+
+	corrections(t, (const int8_t *)act + 8 * nb, nb, cx);
+	for (int64_t g = g0; g < g1; g++) {
+		const uint8_t *G = P + (size_t)g * gb;
+		int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
+		__m256 acc[2];
+
+		if (nr > 8) {
+			group_one(t, 2, G, gb, nb, act, cx, acc);
+			store_rows(y + r, acc[0], 8);
+			store_rows(y + r + 8, acc[1], (int)(nr - 8));
+		} else {
+			group_one(t, 1, G, gb, nb, act, cx, acc);
+			store_rows(y + r, acc[0], (int)nr);
+		}
+	}
+}
+
+/*
  * Tokens in chunks whose corrections fit the stack (at most 64, so a
  * chunk's activations stay in L2 while every group passes over them), each
  * chunk through groups [g0, g1), half a group and four tokens at a time.
@@ -278,7 +379,10 @@ name(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, int64_t
     float *y, int64_t n_out, int64_t g0, int64_t g1)				\
 {										\
 	(void)t;								\
-	packed_rows(T, P, act, n_tok, n_in, y, n_out, g0, g1);			\
+	if (n_tok == 1)								\
+		packed_one(T, P, act, n_in, y, n_out, g0, g1);			\
+	else									\
+		packed_rows(T, P, act, n_tok, n_in, y, n_out, g0, g1);		\
 }
 PACKED(GGML_TYPE_Q8_0, packed_q8_0)
 PACKED(GGML_TYPE_Q4_0, packed_q4_0)

@@ -22,6 +22,10 @@
  * correction is -32 (sc0 X0 + sc1 X1), one more vpmaddwd of the two
  * scales by the two half sums X (each at most 2048 in size).
  *
+ * One token (decode: packed_one_k) runs both halves of a group at each
+ * block and prefetches the group's stream; several run half a group at a
+ * time for up to KNT tokens (packed_rows_k).
+ *
  * Float order: quant_pack.c's, the same as the avx512 table's packed K
  * kernel, for any number of tokens and any split of the groups.
  */
@@ -38,6 +42,19 @@ bcast4(const int8_t *x)
 
 	memcpy(&v, x, 4);
 	return _mm256_set1_epi32(v);
+}
+
+/*
+ * p, as a value the compiler cannot see through: each half of a group then
+ * loads its broadcasts of x from memory (vpbroadcastd m32, a load alone)
+ * where the compiler would otherwise keep one half's in registers for the
+ * other, run out of them and spill (a store and a load per broadcast).
+ */
+INLINE const int8_t *
+opaque(const int8_t *p)
+{
+	__asm__ volatile("" : "+r"(p));
+	return p;
 }
 
 /* v's 16-bit lanes shifted left by n (n < 0: right by -n); n is a constant once inlined */
@@ -98,11 +115,43 @@ corrections6(const int8_t *q, int64_t nb, int16_t *cx)
 	}
 }
 
-/* Each 32-bit lane's low 16 bits in both of its halves: (s, s) for vpmaddwd. */
-INLINE __m256i
-twice16(__m256i s32)
+/*
+ * Block j's scales of half h (C: the block's 32 scale bytes) as block_isum
+ * takes them. With VNNI, int32 lanes: s0 the scale (Q6_K: s0, s1 the two
+ * halves' scales). Without, int16 pairs for vpmaddwd, each formed by one
+ * byte shuffle: s0 = (sc, sc) (Q6_K: s0 = (sc0, sc0), s1 = (sc1, sc1),
+ * s01 = (sc0, sc1), sign-extended).
+ */
+INLINE void
+scales_k(enum gguf_dtype t, const uint8_t *C, int h, __m256i *s0, __m256i *s1, __m256i *s01)
 {
-	return _mm256_blend_epi16(s32, _mm256_slli_epi32(s32, 16), 0xAA);
+	const __m128i a = _mm_loadl_epi64((const __m128i *)(C + 8 * h));
+
+	*s1 = *s01 = _mm256_setzero_si256();
+#ifdef KERN_AVXVNNI
+	if (t == GGML_TYPE_Q6_K) {
+		*s0 = _mm256_cvtepi8_epi32(a);
+		*s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(C + 16 + 8 * h)));
+	} else {
+		*s0 = _mm256_cvtepu8_epi32(a);
+	}
+#else
+	if (t == GGML_TYPE_Q6_K) {
+		__m256i p = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a,
+		    _mm_loadl_epi64((const __m128i *)(C + 16 + 8 * h))));
+		/* byte indices count from each 128-bit half: lane r's first byte is 4 (r % 4) */
+		const __m256i lo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,
+		    0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+		*s01 = p;
+		*s0 = _mm256_shuffle_epi8(p, lo);
+		*s1 = _mm256_shuffle_epi8(p, _mm256_add_epi8(lo, _mm256_set1_epi8(2)));
+	} else {
+		/* the 8 bytes in both 128-bit halves; lane r takes byte r, zero-extended, twice */
+		__m256i v = _mm256_broadcastq_epi64(a);
+		*s0 = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1,
+		    3, -1, 3, -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1));
+	}
+#endif
 }
 
 /*
@@ -136,15 +185,15 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 		__m256i q = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(p[0], p[1]),
 		    _mm256_add_epi16(p[2], p[3])), _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]),
 		    _mm256_add_epi16(p[6], p[7])));
-		return _mm256_madd_epi16(q, twice16(s0));
+		return _mm256_madd_epi16(q, s0);
 	}
 	if (t == GGML_TYPE_Q5_K) {
-		__m256i sc = twice16(s0);
+		__m256i sc = s0;
 		__m256i lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
 		__m256i hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
 		return _mm256_add_epi32(_mm256_madd_epi16(lo, sc), _mm256_madd_epi16(hi, sc));
 	}
-	__m256i sa = twice16(s0), sb = twice16(s1);
+	__m256i sa = s0, sb = s1;
 	__m256i is = _mm256_add_epi32(
 	    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p[0], p[1]), sa),
 	    _mm256_madd_epi16(_mm256_add_epi16(p[2], p[3]), sa)),
@@ -185,19 +234,14 @@ half_tile_k(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, cons
 
 		for (int j = 0; j < 8; j++) {
 			const int64_t b = 8 * s + j;
-			__m256i wv[8], s0, s1 = _mm256_setzero_si256(), s01 = _mm256_setzero_si256();
+			__m256i wv[8], s0, s1, s01;
 			__m256 mn = _mm256_setzero_ps();
 
 			levels_k(t, S + 256 * j, H + hb * j, h, wv);
-			if (q6) {
-				s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(C + 32 * j + 8 * h)));
-				s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)));
-				s01 = _mm256_blend_epi16(s0, _mm256_slli_epi32(s1, 16), 0xAA);
-			} else {
-				s0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(C + 32 * j + 8 * h)));
+			scales_k(t, C + 32 * j, h, &s0, &s1, &s01);
+			if (!q6)
 				mn = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
 				    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
-			}
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256i is = block_isum(t, wv, qx[k] + 32 * b,
@@ -222,6 +266,98 @@ store_rows(float *y, __m256 acc, int n)
 	float v[8];
 	_mm256_storeu_ps(v, acc);
 	memcpy(y, v, (size_t)n * sizeof *y);
+}
+
+/*
+ * One token (decode) through one group, both halves at each block (16 rows
+ * per step): the group is read front to back once, every 64-byte line
+ * whole, where the tiles above read each line twice, half at a time, and
+ * the token's block scale and sum serve both halves. A group's
+ * super-blocks, and the groups, lie one after the other, so the stream is
+ * prefetched PF_BYTES ahead, one block's share of a super-block
+ * (q_pack_sb_bytes / 8) per block, past the group's end into the next:
+ * decode reads each weight once, from memory, and the packed copies lie in
+ * 4 KiB pages, at whose ends the hardware prefetcher stops. nh: halves (2,
+ * or 1 on a last group of 8 rows or fewer); acc[h] lane r = row 8h + r.
+ */
+#define PF_BYTES 2048
+
+INLINE void
+group_one_k(enum gguf_dtype t, int nh, const uint8_t *G, int64_t nb, const uint8_t *act,
+    const int16_t *cx, __m256 *acc)
+{
+	const bool q6 = t == GGML_TYPE_Q6_K;
+	/* quant_pack.c's sizes (q_pack_high_bytes, q_pack_sb_bytes) as constants, so the prefetches unroll */
+	const size_t hb = t == GGML_TYPE_Q5_K ? 64 : q6 ? 128 : 0, sbb = 8 * (256 + hb + 32) + (q6 ? 32 : 64),
+	    step = sbb / 8;
+	const float *dx = (const float *)act, *xs = dx + nb;
+	const int8_t *qx = (const int8_t *)(xs + nb);
+
+	acc[0] = acc[1] = _mm256_setzero_ps();
+	for (int64_t s = 0; s < nb / 8; s++) {
+		const uint8_t *S = G + (size_t)s * sbb, *H = S + 8 * 256, *C = H + 8 * hb, *D = C + 8 * 32;
+		__m256 d[2], dm[2];
+
+		UNROLL
+		for (int h = 0; h < nh; h++) {
+			d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(D + 16 * h)));
+			dm[h] = q6 ? _mm256_setzero_ps() :
+			    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(D + 32 + 16 * h)));
+		}
+		for (int j = 0; j < 8; j++) {
+			const int64_t b = 8 * s + j;
+			/* addresses only: prefetches never fault */
+			const char *pf = (const char *)S + PF_BYTES + step * (size_t)j;
+			UNROLL
+			for (size_t o = 0; o < step; o += 64)
+				_mm_prefetch(pf + o, _MM_HINT_T0);
+			_mm_prefetch(pf + step - 1, _MM_HINT_T0);
+
+			const __m256 db = _mm256_set1_ps(dx[b]), xb = _mm256_set1_ps(xs[b]);
+			UNROLL
+			for (int h = 0; h < nh; h++) {
+				__m256i wv[8], s0, s1, s01;
+				__m256 mn = _mm256_setzero_ps();
+
+				levels_k(t, S + 256 * j, H + hb * j, h, wv);
+				scales_k(t, C + 32 * j, h, &s0, &s1, &s01);
+				if (!q6)
+					mn = _mm256_mul_ps(dm[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+					    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
+				__m256i is = block_isum(t, wv, opaque(qx + 32 * b), cx + 2 * b, s0, s1, s01);
+				acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d[h], db), acc[h]);
+				if (!q6)
+					acc[h] = _mm256_fnmadd_ps(mn, xb, acc[h]);
+			}
+		}
+	}
+}
+
+/* One token through groups [g0, g1). */
+INLINE void
+packed_one_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in, float *y,
+    int64_t n_out, int64_t g0, int64_t g1)
+{
+	const int64_t nb = n_in / 32;
+	const size_t gb = q_pack_group_bytes(t, nb);
+	int16_t cx[KCX];
+
+	if (t == GGML_TYPE_Q6_K)
+		corrections6((const int8_t *)act + 8 * nb, nb, cx);
+	for (int64_t g = g0; g < g1; g++) {
+		const uint8_t *G = P + (size_t)g * gb;
+		int64_t r = g * Q_PACK_ROWS, nr = n_out - r < Q_PACK_ROWS ? n_out - r : Q_PACK_ROWS;
+		__m256 acc[2];
+
+		if (nr > 8) {
+			group_one_k(t, 2, G, nb, act, cx, acc);
+			store_rows(y + r, acc[0], 8);
+			store_rows(y + r + 8, acc[1], (int)(nr - 8));
+		} else {
+			group_one_k(t, 1, G, nb, act, cx, acc);
+			store_rows(y + r, acc[0], (int)nr);
+		}
+	}
 }
 
 /*
@@ -278,6 +414,14 @@ void
 KERN_AVX2_SYM(packed_k)(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t g0, int64_t g1)
 {
+	if (n_tok == 1) {
+		switch (t) {
+		case GGML_TYPE_Q4_K: packed_one_k(GGML_TYPE_Q4_K, P, act, n_in, y, n_out, g0, g1); break;
+		case GGML_TYPE_Q5_K: packed_one_k(GGML_TYPE_Q5_K, P, act, n_in, y, n_out, g0, g1); break;
+		default: packed_one_k(GGML_TYPE_Q6_K, P, act, n_in, y, n_out, g0, g1); break;
+		}
+		return;
+	}
 	switch (t) {
 	case GGML_TYPE_Q4_K: packed_rows_k(GGML_TYPE_Q4_K, P, act, n_tok, n_in, y, n_out, g0, g1); break;
 	case GGML_TYPE_Q5_K: packed_rows_k(GGML_TYPE_Q5_K, P, act, n_tok, n_in, y, n_out, g0, g1); break;

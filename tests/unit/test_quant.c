@@ -648,6 +648,40 @@ test_matmul_float_tiles(const struct kern *k)
 		}
 }
 
+/*
+ * Prefill of long float rows: the AVX2 table runs its bands in runs of
+ * 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32), each block of
+ * tokens through every band of a run before the next run; every (row,
+ * token) bitwise the row's kern_dot, over runs that end on a partial band.
+ */
+static void
+test_matmul_float_runs(const struct kern *k)
+{
+	enum { N = 8192, N_OUT = 41, N_TOK = 10 };
+	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+	static const int64_t ranges[][2] = { { 0, N_OUT }, { 5, 40 } };
+	static float w[N], x[N_TOK * N], y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N * 4];
+
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum gguf_dtype t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		for (int r = 0; r < N_OUT; r++) {
+			for (int i = 0; i < N; i++)
+				w[i] = frand();
+			q_quantize_row(t, w, W + r * rb, N);
+		}
+		for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+			int bad = float_tiles_bad(k, t, W, rb, x, N, N_TOK, y, N_OUT, ranges[gi][0],
+			    ranges[gi][1]);
+			test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad", tname(t),
+			    k->name, N, N_TOK, (long long)ranges[gi][0], (long long)ranges[gi][1], bad);
+		}
+	}
+}
+
 /* Every type with an int8-activation kernel (q_act_supported). */
 static const enum gguf_dtype int8_types[] = {
 	GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
@@ -1105,6 +1139,135 @@ test_act_decode(const struct kern *k)
 	}
 }
 
+/*
+ * Packed products at the integer extremes, where an int16 stage that could
+ * saturate would show: every level at its type's largest unsigned value
+ * (Q8_0 127, and -128 a foreign quantiser may write; 4-bit 15; 5-bit 31;
+ * Q6_K 63, scales 127 and -128) or smallest, and activations all 127, all
+ * -127, all -113 (x = 16 (-8) + 15: both parts of a split at their
+ * largest) or alternating. Each (row, token), at one token and in a batch,
+ * bitwise the documented order (quant_pack.c) on the stored integers.
+ */
+static void
+test_pack_extremes(const struct kern *k, enum gguf_dtype t)
+{
+	enum { N_OUT = 37, N_TOK = 5, NMAX = 256 };
+	static const int pat[N_TOK][2] = { { 127, 127 }, { -127, -127 }, { -113, -113 }, { 127, -127 },
+	    { -113, 127 } };
+	const bool kq = q_pack_k(t);
+	const int n = kq ? 256 : 64, nb = n / 32;
+	static uint8_t W[N_OUT * 210 * NMAX / 256], act[N_TOK * (NMAX + 8 * NMAX / 32)];
+	static float y[N_TOK * N_OUT], y1[N_OUT];
+	size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n), bb = kq ? rb : rb / (size_t)nb, pb;
+	int bad = 0, lv[32], u[32], sc[2];
+	uint8_t *P;
+
+	/* rows: all bytes 0xFF (the largest levels), 0x00 or 0xAA, then their scales */
+	for (int r = 0; r < N_OUT; r++)
+		for (int b = 0; b < (kq ? 1 : nb); b++) {
+			uint8_t *blk = W + (size_t)r * rb + bb * (size_t)b;
+			memset(blk, r % 3 == 0 ? 0xFF : r % 3 == 1 ? 0x00 : 0xAA, bb);
+			uint16_t d = 0x2E66, m = 0xAE66;	/* 0.1, -0.1 */
+			switch (t) {
+			case GGML_TYPE_Q6_K:
+				memcpy(blk + 208, &d, 2);
+				for (int j = 0; j < 16; j++)
+					blk[192 + j] = r % 2 ? 0x7F : 0x80;
+				break;
+			case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K:
+				memcpy(blk, &d, 2);
+				memcpy(blk + 2, &d, 2);
+				memset(blk + 4, r % 2 ? 0xFF : 0xBF, 12);	/* 6-bit scales and mins 63 */
+				break;
+			case GGML_TYPE_Q8_0:
+				memcpy(blk, &d, 2);
+				if (r % 3 == 2)	/* 0xAA is -86: 127 and -128 instead, alternating */
+					for (int i = 0; i < 32; i++)
+						blk[2 + i] = i % 2 ? 0x7F : 0x80;
+				else if (r % 3 == 0)
+					memset(blk + 2, 0x7F, 32);
+				else
+					memset(blk + 2, 0x80, 32);
+				break;
+			case GGML_TYPE_Q4_1:
+				memcpy(blk, &d, 2);
+				memcpy(blk + 2, &m, 2);
+				break;
+			default:	/* Q4_0, Q5_0 */
+				memcpy(blk, &d, 2);
+				break;
+			}
+		}
+	for (int tok = 0; tok < N_TOK; tok++) {
+		float *dx = (float *)(act + tok * ab), *xs = dx + nb;
+		int8_t *q = (int8_t *)(xs + nb);
+		for (int b = 0; b < nb; b++) {
+			int sum = 0;
+			for (int i = 0; i < 32; i++)
+				sum += q[32 * b + i] = (int8_t)pat[tok][i % 2];
+			dx[b] = 0.01f * (float)(b + 1);
+			xs[b] = dx[b] * (float)sum;
+		}
+	}
+	pb = q_pack_bytes(t, n, N_OUT);
+	P = aligned_alloc(64, (pb + 63) / 64 * 64);
+	q_pack(t, W, rb, n, N_OUT, P, 0, 3);
+	kern_matmul_packed(k, t, P, act, N_TOK, n, y, N_OUT, 0, 3);
+	for (int tok = 0; tok < N_TOK; tok++) {
+		kern_matmul_packed(k, t, P, act + tok * ab, 1, n, y1, N_OUT, 0, 3);
+		const float *dx = (const float *)(act + tok * ab), *xs = dx + nb;
+		const int8_t *qx = (const int8_t *)(xs + nb);
+		for (int r = 0; r < N_OUT; r++) {
+			float order = 0;
+			for (int b = 0; b < nb; b++) {
+				const uint8_t *blk = W + (size_t)r * rb + (kq ? 0 : bb * (size_t)b);
+				uint16_t dh, mh;
+				int32_t is[2] = { 0, 0 };
+				if (kq) {
+					memcpy(&dh, blk + (t == GGML_TYPE_Q6_K ? 208 : 0), 2);
+					memcpy(&mh, blk + 2, 2);
+					k_block_ints(t, blk, b, u, sc);
+					for (int i = 0; i < 32; i++)
+						is[i / 16] += (u[i] - (t == GGML_TYPE_Q6_K ? 32 : 0)) * qx[32 * b + i];
+					if (t == GGML_TYPE_Q6_K) {
+						order = fmaf((float)(sc[0] * is[0] + sc[1] * is[1]), h2f(dh) * dx[b], order);
+					} else {
+						order = fmaf((float)(sc[0] * (is[0] + is[1])), h2f(dh) * dx[b], order);
+						order = fmaf(-(h2f(mh) * (float)sc[1]), xs[b], order);
+					}
+					continue;
+				}
+				memcpy(&dh, blk, 2);
+				block_levels(t, blk, lv);
+				for (int i = 0; i < 32; i++)
+					is[0] += lv[i] * qx[32 * b + i];
+				order = fmaf(h2f(dh) * dx[b], (float)is[0], order);
+				if (t == GGML_TYPE_Q4_1) {
+					memcpy(&mh, blk + 2, 2);
+					order = fmaf(h2f(mh), xs[b], order);
+				}
+			}
+			if ((y[tok * N_OUT + r] != order || y1[r] != order) && bad++ < 3)
+				fprintf(stderr, "packed %s %s extremes row %d tok %d: batch %.9g alone %.9g "
+				    "order %.9g\n", tname(t), k->name, r, tok, y[tok * N_OUT + r], y1[r], order);
+		}
+	}
+	test_cond(bad == 0, "packed %s %s at the integer extremes: %d bad", tname(t), k->name, bad);
+	free(P);
+}
+
+/* Every packed type of a table that has a packed kernel, at the extremes. */
+static void
+test_pack_extremes_all(const struct kern *k)
+{
+	static const enum gguf_dtype packed[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+	    GGML_TYPE_Q5_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+
+	for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
+		if (kern_packs(k, packed[i], 256))
+			test_pack_extremes(k, packed[i]);
+}
+
 static void
 test_misc(void)
 {
@@ -1143,10 +1306,12 @@ main(void)
 		test_dot(k);
 		test_matmul(k);
 		test_matmul_float_tiles(k);
+		test_matmul_float_runs(k);
 		test_act(k);
 		test_act_odd(k);
 		test_pack(k);
 		test_act_decode(k);
+		test_pack_extremes_all(k);
 	}
 	test_misc();
 	return test_done();
