@@ -50,6 +50,23 @@ shift16(__m512i v, int n)
 }
 
 /*
+ * A block's 16 scales (sc0: values 0-15's, sc1: Q6_K's 16-31's, signed) and,
+ * for Q4_K/Q5_K, its mins times dm (mn), from the block's 32 bytes at C.
+ */
+INLINE void
+scales_k(bool q6, const uint8_t *C, __m512 dm, __m512i *sc0, __m512i *sc1, __m512 *mn)
+{
+	if (q6) {
+		*sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)C));
+		*sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 16)));
+	} else {
+		*sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)C));
+		*mn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+		    _mm_loadu_si128((const __m128i *)(C + 16)))));
+	}
+}
+
+/*
  * The 8 level vectors of a block (L its nibbles, H its high bits): vector
  * m < 4 for x[4m ..], m >= 4 for x[16 + 4 (m - 4) ..]; Q4_K's last four
  * are 16 u.
@@ -137,14 +154,7 @@ group_tile_k(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, const uint
 			__m512 mn = _mm512_setzero_ps();
 
 			levels_k(t, S + 256 * j, H + hb * j, wv);
-			if (q6) {
-				sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
-				sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j + 16)));
-			} else {
-				sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
-				mn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-				    _mm_loadu_si128((const __m128i *)(C + 32 * j + 16)))));
-			}
+			scales_k(q6, C + 32 * j, dm, &sc0, &sc1, &mn);
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				const int8_t *x = qx[k] + 32 * b;
@@ -222,14 +232,7 @@ group_one_k(enum gguf_dtype t, int NG, const uint8_t *G, size_t gb, int64_t nb, 
 				__m512 mn = _mm512_setzero_ps();
 
 				levels_k(t, S + 256 * j, H + hb * j, wv);
-				if (q6) {
-					sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
-					sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j + 16)));
-				} else {
-					sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(C + 32 * j)));
-					mn = _mm512_mul_ps(dm[g], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-					    _mm_loadu_si128((const __m128i *)(C + 32 * j + 16)))));
-				}
+				scales_k(q6, C + 32 * j, dm[g], &sc0, &sc1, &mn);
 				UNROLL
 				for (int v = 0; v < 4; v++) {
 					a = _mm512_dpbusd_epi32(a, wv[v], xv[v]);
