@@ -231,6 +231,49 @@ store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq 
 	return R.done < best_k ? R.done : best_k;
 }
 
+int
+store_preload(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq **seqs, int n,
+    size_t budget, int *n_pos)
+{
+	struct srv_store_index *ix = *ixp;
+	struct restore_ctx R;
+	char err[256] = "";
+	size_t used = 0;
+	int k = 0;
+
+	*n_pos = 0;
+	if (s->p.store == NULL || n <= 0)
+		return 0;
+	if (ix == NULL && (ix = *ixp = calloc(1, sizeof *ix)) == NULL)
+		return 0;
+	if (refresh(s, ix) != KVC_OK)
+		return 0;
+	/* the index is in the store's order: the most recently touched first */
+	for (int i = 0; i < ix->n && k < n; i++) {
+		struct store_entry *e = &ix->v[i];
+		size_t need = eng_kv_bytes_for(s->e, e->toks.n);
+
+		if (e->toks.n == 0 || (budget > 0 && used + need > budget))
+			continue;
+		(void)eng_seq_truncate(seqs[k], 0);
+		memset(&R, 0, sizeof R);
+		R.seq = seqs[k];
+		R.toks = e->toks.v;
+		R.n = R.want = (int)e->toks.n;
+		R.err = err;
+		R.errlen = sizeof err;
+		(void)sess_chunks_load(s->p.store, e->id, eng_fingerprint(s->e),
+		    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
+		/* as in store_prefix: the chunks before a refused one were checked and stay */
+		(void)eng_seq_truncate(seqs[k], R.done);
+		if (R.done == 0)
+			continue;
+		used += eng_seq_kv_bytes(seqs[k]);
+		*n_pos += R.done;
+		k++;
+	}
+	return k;
+}
 
 /* Whether conversation id's system prompt and stored messages are j's but its last. */
 static bool
