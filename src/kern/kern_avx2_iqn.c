@@ -1,0 +1,280 @@
+/*
+ * kern_avx2_iqn.c: the avx2 table's int8-activation kernels of MXFP4,
+ * IQ4_NL, IQ4_XS and Q2_K (quant_iq.h's layouts), compiled with AVX2, FMA
+ * and F16C only (kern.am; the avx2vnni table runs them too). As the avx512
+ * table's (kern_avx512_iqn.c), each block is decoded straight into vector
+ * registers, one 32-value block per ymm.
+ *
+ * The nibble types (MXFP4, IQ4_NL, IQ4_XS) by groups of eight blocks (an
+ * IQ4_XS super-block; 8 consecutive IQ4_NL/MXFP4 blocks, fewer at a row's
+ * end). Per group, once for every token: the 8 weight scales as one vector
+ * (IQ4_XS's 6-bit scales by lane shifts; MXFP4's exponent e as the float
+ * 2^(e - 128) built from its bits, exact, subnormal for e < 2), and per
+ * block the 16 nibble bytes broadcast to both halves, the high half
+ * shifted by 4, masked, and looked up twice with vpshufb: the signed
+ * levels and their magnitudes. Per token and block: x takes the level's
+ * sign (vpsignb), vpmaddubsw with the magnitudes and vpmaddwd with ones
+ * give 8 exact sums of 4 products (|level| <= 127, |x| <= 127: a pair is
+ * at most 32258, no int16 saturation), and one FMA adds them times the
+ * block's s * d_x into the token's 8 lanes.
+ *
+ * Q2_K per super-block: the 2-bit levels are unsigned, so the 4-bit scale
+ * goes into them (vpshufb through [0, sc, 2 sc, 3 sc], one table per 128-bit
+ * half: one half is one group of 16): sc * q <= 45, x <= 127, no
+ * saturation. Per token and block: vpmaddubsw of that with x, and of the
+ * group's 4-bit min (bytes) with x, each widened by vpmaddwd; two FMAs, by
+ * d * d_x and by -dmin * d_x.
+ *
+ * Batch independence: each (row, token) runs this same sequence of float
+ * operations whatever n_tok is and whichever rows share the call (groups
+ * and tail set by n_in alone), reduced by q_hsum8, so its result is
+ * bitwise the same in any batch; the integer sums are the portable
+ * kernel's (q_iq_dot_act), only their scaled sum's rounding differs.
+ */
+#include "kern_int.h"
+#include "kern_x86.h"
+#include "quant/quant_iq.h"
+
+/* all 8 lanes element b of v */
+INLINE __m256
+lane(__m256 v, int b)
+{
+	return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b));
+}
+
+/* ---- MXFP4, IQ4_NL, IQ4_XS ------------------------------------------------ */
+
+struct nib {
+	__m256i wa[8];		/* block b: |level| */
+	__m256i ws[8];		/* block b: the level (its sign for vpsignb) */
+	__m256 sw;		/* per block: its scale (0 past the group's blocks) */
+};
+
+INLINE const uint8_t *
+nib_qs(enum gguf_dtype t, const uint8_t *p, int b)
+{
+	switch (t) {
+	case GGML_TYPE_IQ4_NL: return p + 18 * b + 2;
+	case GGML_TYPE_MXFP4: return p + 17 * b + 1;
+	default: return p + 8 + 16 * b;	/* IQ4_XS */
+	}
+}
+
+INLINE __m256
+nib_scales(enum gguf_dtype t, const uint8_t *p, int nb)
+{
+	if (t == GGML_TYPE_IQ4_XS) {
+		/* 6-bit ls: nibble b of the u32 at p + 4, two bits at 2b of the u16 at p + 2; d * (ls - 32) */
+		uint32_t lo;
+		uint16_t hi;
+		memcpy(&lo, p + 4, 4);
+		memcpy(&hi, p + 2, 2);
+		__m256i l = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo),
+		    _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(0xF));
+		__m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hi),
+		    _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+		__m256i ls = _mm256_or_si256(l, _mm256_slli_epi32(h, 4));
+		return _mm256_mul_ps(_mm256_set1_ps(h2f(p)),
+		    _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+	}
+	if (t == GGML_TYPE_IQ4_NL) {
+		uint16_t h[8] = { 0 };
+		for (int b = 0; b < nb; b++)
+			memcpy(&h[b], p + 18 * b, 2);
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+	}
+	/* MXFP4: 2^(e - 128) is the float (e - 1) << 23 for e >= 2, the subnormal 2^21 << e below */
+	int32_t e[8] = { 0 };
+	for (int b = 0; b < nb; b++)
+		e[b] = p[17 * b];
+	__m256i ev = _mm256_loadu_si256((const __m256i *)e);
+	__m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(ev, _mm256_set1_epi32(1)), 23);
+	__m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), ev);
+	return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, nrm, _mm256_cmpgt_epi32(ev, _mm256_set1_epi32(1))));
+}
+
+INLINE void
+nib_decode(enum gguf_dtype t, const uint8_t *p, int nb, __m256i tab, __m256i tabs, struct nib *g)
+{
+	const __m256i sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), lo4 = _mm256_set1_epi8(0x0F);
+
+	g->sw = nib_scales(t, p, nb);
+	UNROLL
+	for (int b = 0; b < 8; b++) {
+		if (b >= nb) {	/* a row's last group: never read, set for the compiler */
+			g->ws[b] = g->wa[b] = _mm256_setzero_si256();
+			continue;
+		}
+		__m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)nib_qs(t, p, b)));
+		/* bytes 0-15 values 0-15 (low nibbles), 16-31 values 16-31 (high nibbles) */
+		__m256i n = _mm256_and_si256(_mm256_srlv_epi32(v, sh), lo4);
+		g->ws[b] = _mm256_shuffle_epi8(tab, n);
+		g->wa[b] = _mm256_shuffle_epi8(tabs, n);
+	}
+}
+
+INLINE __m256
+nib_token(const struct nib *g, int nb, const float *d, const int8_t *q, __m256 acc)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	__m256 s = _mm256_mul_ps(g->sw, _mm256_maskload_ps(d, m));
+
+	UNROLL
+	for (int b = 0; b < nb; b++) {
+		__m256i x = ld256(q + 32 * b);
+		__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(g->wa[b], _mm256_sign_epi8(x, g->ws[b])), ones);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), lane(s, b), acc);
+	}
+	return acc;
+}
+
+/* Blocks [b0, b0 + nb) of a row against every token. */
+INLINE void
+nib_group(enum gguf_dtype t, const uint8_t *row, int64_t b0, int nb, __m256i tab, __m256i tabs,
+    const uint8_t *act, size_t ab, int n_tok, int64_t nb32, __m256 *acc)
+{
+	/* IQ4_XS: super-block b0 / 8 (b0 a multiple of 8); the others: block b0 */
+	size_t off = t == GGML_TYPE_IQ4_XS ? (size_t)(b0 / 8) * sizeof(block_iq4_xs) :
+	    (size_t)b0 * q_iq_block_bytes(t);
+	struct nib g;
+
+	nib_decode(t, row + off, nb, tab, tabs, &g);
+	for (int tok = 0; tok < n_tok; tok++) {
+		const float *d = (const float *)(act + (size_t)tok * ab);
+		acc[tok] = nib_token(&g, nb, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, acc[tok]);
+	}
+}
+
+INLINE void
+nib_row(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
+    float *out, size_t os)
+{
+	const int8_t *tv = t == GGML_TYPE_MXFP4 ? q_mxfp4_values : q_iq4nl_values;
+	__m128i t16 = _mm_loadu_si128((const __m128i *)tv);
+	__m256i tab = _mm256_broadcastsi128_si256(t16), tabs = _mm256_broadcastsi128_si256(_mm_abs_epi8(t16));
+	int64_t nb32 = n / 32, b0;
+	__m256 acc[Q_IQ_TOKENS];
+
+	for (int tok = 0; tok < n_tok; tok++)
+		acc[tok] = _mm256_setzero_ps();
+	for (b0 = 0; b0 + 8 <= nb32; b0 += 8)
+		nib_group(t, row, b0, 8, tab, tabs, act, ab, n_tok, nb32, acc);
+	if (b0 < nb32)
+		nib_group(t, row, b0, (int)(nb32 - b0), tab, tabs, act, ab, n_tok, nb32, acc);
+	for (int tok = 0; tok < n_tok; tok++)
+		out[(size_t)tok * os] = q_hsum8(acc[tok]);
+}
+
+/* ---- Q2_K ------------------------------------------------------------------ */
+
+struct q2k {
+	__m256i u[8];		/* block b (values 32b ..): sc * q per byte */
+	__m256i mn[8];		/* the byte's group's 4-bit min */
+	float d, dmin;
+};
+
+INLINE void
+q2k_decode(const uint8_t *p, struct q2k *g)
+{
+	__m128i s16 = _mm_loadu_si128((const __m128i *)p);
+	__m256i s[2] = { _mm256_cvtepu8_epi32(s16), _mm256_cvtepu8_epi32(_mm_srli_si128(s16, 8)) };
+	__m256i tab[2], mins[2];
+
+	for (int h = 0; h < 2; h++) {
+		/* per group k: the bytes 0, sc, 2 sc, 3 sc (sc <= 15) as one dword; its min in every byte */
+		tab[h] = _mm256_mullo_epi32(_mm256_and_si256(s[h], _mm256_set1_epi32(0xF)),
+		    _mm256_set1_epi32(0x03020100));
+		mins[h] = _mm256_mullo_epi32(_mm256_srli_epi32(s[h], 4), _mm256_set1_epi32(0x01010101));
+	}
+	g->d = h2f(p + 80);
+	g->dmin = h2f(p + 82);
+	UNROLL
+	for (int b = 0; b < 8; b++) {
+		/* values 128h + 32i + l: bits 2i of byte 32h + l (block b = 4h + i) */
+		__m256i q = _mm256_and_si256(_mm256_srli_epi16(ld256(p + 16 + 32 * (b / 4)), 2 * (b % 4)),
+		    _mm256_set1_epi8(3));
+		/* groups 2b, 2b + 1: dwords (2b) % 8 and (2b + 1) % 8 of half b / 4, one per 128-bit half */
+		__m256i idx = _mm256_setr_epi32(2 * b % 8, 2 * b % 8, 2 * b % 8, 2 * b % 8,
+		    (2 * b + 1) % 8, (2 * b + 1) % 8, (2 * b + 1) % 8, (2 * b + 1) % 8);
+		g->u[b] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(tab[b / 4], idx), q);
+		g->mn[b] = _mm256_permutevar8x32_epi32(mins[b / 4], idx);
+	}
+}
+
+INLINE __m256
+q2k_token(const struct q2k *g, const float *d, const int8_t *q, __m256 acc)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 dx = _mm256_loadu_ps(d);
+	__m256 sd = _mm256_mul_ps(dx, _mm256_set1_ps(g->d)), sm = _mm256_mul_ps(dx, _mm256_set1_ps(g->dmin));
+
+	UNROLL
+	for (int b = 0; b < 8; b++) {
+		__m256i x = ld256(q + 32 * b);
+		__m256i pu = _mm256_madd_epi16(_mm256_maddubs_epi16(g->u[b], x), ones);
+		__m256i pm = _mm256_madd_epi16(_mm256_maddubs_epi16(g->mn[b], x), ones);
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pu), lane(sd, b), acc);
+		acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(pm), lane(sm, b), acc);
+	}
+	return acc;
+}
+
+INLINE void
+q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n, float *out, size_t os)
+{
+	int64_t nb32 = n / 32;
+	__m256 acc[Q_IQ_TOKENS];
+	struct q2k g;
+
+	for (int tok = 0; tok < n_tok; tok++)
+		acc[tok] = _mm256_setzero_ps();
+	for (int64_t b0 = 0; b0 < nb32; b0 += 8) {
+		q2k_decode(row + (size_t)(b0 / 8) * sizeof(block_q2_K), &g);
+		for (int tok = 0; tok < n_tok; tok++) {
+			const float *d = (const float *)(act + (size_t)tok * ab);
+			acc[tok] = q2k_token(&g, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, acc[tok]);
+		}
+	}
+	for (int tok = 0; tok < n_tok; tok++)
+		out[(size_t)tok * os] = q_hsum8(acc[tok]);
+}
+
+/* ---- the table's entry ------------------------------------------------------ */
+
+/* Rows [r0, r1) of one type, tokens in runs of Q_IQ_TOKENS; n_tok 1 is compiled apart (decode). */
+#define ROWS(call)								\
+	do {									\
+		for (int64_t r = r0; r < r1; r++) {				\
+			const uint8_t *row = W + (size_t)r * rb;		\
+			if (n_tok == 1) {					\
+				float *out = y + r;				\
+				const int nt = 1;				\
+				const uint8_t *a = act;				\
+				call;						\
+				continue;					\
+			}							\
+			for (int t0 = 0; t0 < n_tok; t0 += Q_IQ_TOKENS) {	\
+				float *out = y + (size_t)t0 * (size_t)n_out + (size_t)r; \
+				const int nt = n_tok - t0 < Q_IQ_TOKENS ? n_tok - t0 : Q_IQ_TOKENS; \
+				const uint8_t *a = act + (size_t)t0 * ab;	\
+				call;						\
+			}							\
+		}								\
+	} while (0)
+
+bool
+kern_avx2_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_in % q_iq_block_elems(t) != 0)
+		return false;
+	switch (t) {
+	case GGML_TYPE_MXFP4: ROWS(nib_row(GGML_TYPE_MXFP4, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
+	case GGML_TYPE_IQ4_NL: ROWS(nib_row(GGML_TYPE_IQ4_NL, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
+	case GGML_TYPE_IQ4_XS: ROWS(nib_row(GGML_TYPE_IQ4_XS, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
+	case GGML_TYPE_Q2_K: ROWS(q2k_row(row, a, ab, nt, n_in, out, (size_t)n_out)); break;
+	default: return false;
+	}
+	return true;
+}
