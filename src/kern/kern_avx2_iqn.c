@@ -43,6 +43,13 @@
  */
 #define NACC 4
 
+/*
+ * One token is bound by memory: the hardware prefetchers stop at each 4 KiB
+ * page of the mapped file, so each group of a row asks for the same group
+ * PF_ROWS rows on, as the K-quants' one-token kernels do (docs/BENCHMARKS.md).
+ */
+#define PF_ROWS 2
+
 INLINE float
 acc_sum(const __m256 *a)
 {
@@ -145,13 +152,17 @@ nib_token(const struct nib *g, int nb, const float *d, const int8_t *q, __m256 *
 /* Blocks [b0, b0 + nb) of a row against every token. */
 INLINE void
 nib_group(enum gguf_dtype t, const uint8_t *row, int64_t b0, int nb, __m256i tab, __m256i tabs,
-    const uint8_t *act, size_t ab, int n_tok, int64_t nb32, __m256 *acc)
+    const uint8_t *act, size_t ab, int n_tok, int64_t nb32, size_t pf, __m256 *acc)
 {
 	/* IQ4_XS: super-block b0 / 8 (b0 a multiple of 8); the others: block b0 */
 	size_t off = t == GGML_TYPE_IQ4_XS ? (size_t)(b0 / 8) * sizeof(block_iq4_xs) :
 	    (size_t)b0 * (t == GGML_TYPE_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_iq4_nl));
+	size_t gb = t == GGML_TYPE_IQ4_XS ? sizeof(block_iq4_xs) :
+	    (size_t)nb * (t == GGML_TYPE_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_iq4_nl));
 	struct nib g;
 
+	if (pf)	/* decode: the same group of a row further on (addresses only: prefetches never fault) */
+		prefetch_span(row + off + pf, gb);
 	nib_decode(t, row + off, nb, tab, tabs, &g);
 	for (int tok = 0; tok < n_tok; tok++) {
 		const float *d = (const float *)(act + (size_t)tok * ab);
@@ -161,7 +172,7 @@ nib_group(enum gguf_dtype t, const uint8_t *row, int64_t b0, int nb, __m256i tab
 
 INLINE void
 nib_row(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
-    float *out, size_t os)
+    size_t pf, float *out, size_t os)
 {
 	const int8_t *tv = t == GGML_TYPE_MXFP4 ? q_mxfp4_values : q_iq4nl_values;
 	__m128i t16 = _mm_loadu_si128((const __m128i *)tv);
@@ -172,9 +183,9 @@ nib_row(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 	for (int i = 0; i < NACC * n_tok; i++)
 		acc[i] = _mm256_setzero_ps();
 	for (b0 = 0; b0 + 8 <= nb32; b0 += 8)
-		nib_group(t, row, b0, 8, tab, tabs, act, ab, n_tok, nb32, acc);
+		nib_group(t, row, b0, 8, tab, tabs, act, ab, n_tok, nb32, pf, acc);
 	if (b0 < nb32)
-		nib_group(t, row, b0, (int)(nb32 - b0), tab, tabs, act, ab, n_tok, nb32, acc);
+		nib_group(t, row, b0, (int)(nb32 - b0), tab, tabs, act, ab, n_tok, nb32, pf, acc);
 	for (int tok = 0; tok < n_tok; tok++)
 		out[(size_t)tok * os] = acc_sum(acc + NACC * tok);
 }
@@ -263,7 +274,7 @@ q2k_token(const struct q2k *g, const float *d, const int8_t *q, const float *xm,
 /* One row against n_tok tokens, xm their offset sums (nb16 floats apart). */
 INLINE void
 q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n, const float *xm,
-    int64_t nb16, float *out, size_t os)
+    int64_t nb16, size_t pf, float *out, size_t os)
 {
 	int64_t nb32 = n / 32;
 	__m256 acc[NACC * Q_IQ_TOKENS];
@@ -272,7 +283,10 @@ q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
 	for (int i = 0; i < NACC * n_tok; i++)
 		acc[i] = _mm256_setzero_ps();
 	for (int64_t b0 = 0; b0 < nb32; b0 += 8) {
-		q2k_decode(row + (size_t)(b0 / 8) * sizeof(block_q2_K), &g);
+		const uint8_t *p = row + (size_t)(b0 / 8) * sizeof(block_q2_K);
+		if (pf)	/* decode: the same super-block of a row further on */
+			prefetch_span(p + pf, sizeof(block_q2_K));
+		q2k_decode(p, &g);
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab);
 			q2k_token(&g, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, xm + tok * nb16 + 2 * b0,
@@ -297,7 +311,7 @@ q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, 
 	if (n_tok == 1) {
 		x_sums16(act, n_in, xm);
 		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, act, ab, 1, n_in, xm, nb16, y + r, (size_t)n_out);
+			q2k_row(W + (size_t)r * rb, act, ab, 1, n_in, xm, nb16, PF_ROWS * rb, y + r, (size_t)n_out);
 		return true;
 	}
 	for (int t0 = 0; t0 < n_tok; t0 += tp) {
@@ -306,7 +320,7 @@ q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, 
 		for (int tok = 0; tok < nt; tok++)
 			x_sums16(a + (size_t)tok * ab, n_in, xm + tok * nb16);
 		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, a, ab, nt, n_in, xm, nb16,
+			q2k_row(W + (size_t)r * rb, a, ab, nt, n_in, xm, nb16, 0,
 			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
 	}
 	return true;
@@ -323,6 +337,7 @@ q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, 
 				float *out = y + r;				\
 				const int nt = 1;				\
 				const uint8_t *a = act;				\
+				const size_t pf = PF_ROWS * rb;			\
 				call;						\
 				continue;					\
 			}							\
@@ -330,6 +345,7 @@ q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, 
 				float *out = y + (size_t)t0 * (size_t)n_out + (size_t)r; \
 				const int nt = n_tok - t0 < Q_IQ_TOKENS ? n_tok - t0 : Q_IQ_TOKENS; \
 				const uint8_t *a = act + (size_t)t0 * ab;	\
+				const size_t pf = 0;				\
 				call;						\
 			}							\
 		}								\
@@ -342,9 +358,9 @@ kern_avx2_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uin
 	if (n_in % q_iq_block_elems(t) != 0)
 		return false;
 	switch (t) {
-	case GGML_TYPE_MXFP4: ROWS(nib_row(GGML_TYPE_MXFP4, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
-	case GGML_TYPE_IQ4_NL: ROWS(nib_row(GGML_TYPE_IQ4_NL, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
-	case GGML_TYPE_IQ4_XS: ROWS(nib_row(GGML_TYPE_IQ4_XS, row, a, ab, nt, n_in, out, (size_t)n_out)); break;
+	case GGML_TYPE_MXFP4: ROWS(nib_row(GGML_TYPE_MXFP4, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
+	case GGML_TYPE_IQ4_NL: ROWS(nib_row(GGML_TYPE_IQ4_NL, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
+	case GGML_TYPE_IQ4_XS: ROWS(nib_row(GGML_TYPE_IQ4_XS, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
 	case GGML_TYPE_Q2_K: return q2k_rows(W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	default: return false;
 	}
