@@ -98,17 +98,29 @@ nib_scales(enum gguf_dtype t, const uint8_t *p, int nb)
 		return _mm256_mul_ps(_mm256_set1_ps(h2f(p)),
 		    _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
 	}
+	/*
+	 * The d's or exponents gathered in general registers, not through a
+	 * small array: a vector load of what scalar stores just wrote stalls
+	 * (no store forwarding), and perf put a third of the time there.
+	 */
+	uint64_t w0 = 0, w1 = 0;
 	if (t == GGML_TYPE_IQ4_NL) {
-		uint16_t h[8] = { 0 };
-		for (int b = 0; b < nb; b++)
-			memcpy(&h[b], p + 18 * b, 2);
-		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+		UNROLL
+		for (int b = 0; b < nb; b++) {
+			uint16_t h;
+			memcpy(&h, p + 18 * b, 2);
+			if (b < 4)
+				w0 |= (uint64_t)h << (16 * b);
+			else
+				w1 |= (uint64_t)h << (16 * (b - 4));
+		}
+		return _mm256_cvtph_ps(_mm_set_epi64x((long long)w1, (long long)w0));
 	}
 	/* MXFP4: 2^(e - 128) is the float (e - 1) << 23 for e >= 2, the subnormal 2^21 << e below */
-	int32_t e[8] = { 0 };
+	UNROLL
 	for (int b = 0; b < nb; b++)
-		e[b] = p[17 * b];
-	__m256i ev = _mm256_loadu_si256((const __m256i *)e);
+		w0 |= (uint64_t)p[17 * b] << (8 * b);
+	__m256i ev = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)w0));
 	__m256i nrm = _mm256_slli_epi32(_mm256_sub_epi32(ev, _mm256_set1_epi32(1)), 23);
 	__m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(1 << 21), ev);
 	return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, nrm, _mm256_cmpgt_epi32(ev, _mm256_set1_epi32(1))));
