@@ -410,10 +410,11 @@ test_act_odd(void)
  * Blocks of every bit pattern, not only what the fixture quantisers write
  * (random bytes: every nibble, IQ4_XS's 6-bit scales 0 and 63, Q2_K's
  * scales and mins 0 and 15), and the extremes: the largest levels and
- * scales (IQ4_NL nibble 0 = -127, IQ4_XS ls 0 = -32, MXFP4 exponents 0
- * and 1, whose scale is subnormal, and 200; Q2_K levels 3 with scale and
- * min 15) against tokens of full-scale x (+127 everywhere, alternating
- * signs, a zero token), on rows whose 32-value blocks end with 1 to 7 of a
+ * scales (IQ4_NL nibble 0 = -127, IQ4_XS ls 0 = -32, Q2_K levels 3 with
+ * scale and min 15; a row of MXFP4 exponents 0 and 1 alone, whose scales
+ * are subnormal, and 200 in another) against tokens of full-scale x (+127
+ * everywhere, alternating signs, a zero token), on rows whose 32-value
+ * blocks end with 1 to 7 of a
  * group of 8 and an odd number of rows, for 1 and 33 (> Q_IQ_TOKENS)
  * tokens. Every table's result within float rounding of the portable
  * kernel's (q_iq_dot_act: the same integer sums), bitwise the same one
@@ -449,8 +450,11 @@ test_act_raw(void)
 				for (int64_t b = 0; b < nblk; b++) {
 					uint8_t *p = W + (size_t)row * rb + (size_t)b * bb;
 					random_block(t, p);
-					if (row == 0 && t == GGML_TYPE_MXFP4)	/* exponents 0, 1 (subnormal), 200 */
-						p[0] = (uint8_t)(b % 3 == 0 ? 0 : b % 3 == 1 ? 1 : 200);
+					/* MXFP4: a row of exponents 0 and 1 only (subnormal scales), 200 in another */
+					if (row == 0 && t == GGML_TYPE_MXFP4)
+						p[0] = (uint8_t)(b % 2);
+					if (row == 2 && t == GGML_TYPE_MXFP4 && b % 3 == 0)
+						p[0] = 200;
 					if (row != 1)
 						continue;
 					/* the extremes: largest levels and scales */
