@@ -1,0 +1,233 @@
+/*
+ * kern_avx2_iqg.c: the avx2 table's int8-activation kernel of the lattice
+ * types whose signs are 7-bit ksigns indices: IQ2_XXS, IQ2_XS, IQ3_XXS
+ * (compiled with AVX2, FMA and F16C only: kern.am). The other types of
+ * quant_iq.h are kern_avx2_iq.c's.
+ *
+ * A block is decoded straight into registers, 32 values (one group) at a
+ * time, with no scalar pass over its values:
+ *  - magnitudes: the group's grid entries (4 of 8 bytes for IQ2, 8 of 4
+ *    bytes for IQ3_XXS) loaded by index into one vector, byte j of an
+ *    entry value j's unsigned magnitude (at most 62);
+ *  - signs: the block's 32 sign indices gathered into one vector once, the
+ *    8th bit (the parity of the 7, q_iq_ksigns) added by two nibble lookups,
+ *    then per group its 4 sign bytes spread to their 8 values each by a
+ *    byte shuffle, tested against the value's bit: +1 or -1 per value;
+ *  - scales: the integer 2 s + 1 of each group of 16 (the format's scale is
+ *    d (2 s + 1) / 8, IQ3_XXS / 4), as int16 words by a byte shuffle.
+ * The product with a token's 32 int8 x is sign (x by the value's sign),
+ * maddubs (magnitudes on the unsigned side: pairs at most 2 * 62 * 127, no
+ * saturation) and madd by the scales: 8 exact int32 sums of 4 products,
+ * each times its 2 s + 1. Those convert to float and take one FMA by the
+ * token's d_x of the group; the block's 8 groups are summed that way from
+ * zero, the block's sum times d / 8 (/ 4) is added with one more FMA into
+ * the token's 8 lanes, reduced in q_hsum8's order at the end.
+ *
+ * One token decodes each group and multiplies it at once; several tokens
+ * (up to Q_IQ_TOKENS per pass) decode a block once into 24 vectors and run
+ * every token over them. Both do the same float operations in the same
+ * order for a (row, token) (the integer sums are exact however formed), so
+ * its result is bitwise the same whatever n_tok and whichever rows share
+ * the call. It differs from the portable kernel's (q_iq_dot_act) only in
+ * float rounding.
+ */
+#include "kern_int.h"
+#include "kern_x86.h"
+#include "quant/quant_iq.h"
+
+/* What a block's groups share: sign bytes, scales, d. */
+struct gblk {
+	uint8_t sgn[32];	/* byte 4b + l: group b's sign byte l (bit j: value 8l + j negative) */
+	uint16_t idx[32];	/* IQ2_XS: grid index of group b's 8 values l at 4b + l */
+	__m256i ls;		/* byte 2b: 2 s + 1 of group b's first 16 values, 2b + 1 its second (both lanes) */
+	float dw;		/* d / 8 (IQ2), d / 4 (IQ3_XXS) */
+};
+
+/* Byte shuffles taking a group's scales to int16 words: low lane byte 2b, high lane 2b + 1. */
+#define LSP(b) { 2 * (b), -1, 2 * (b), -1, 2 * (b), -1, 2 * (b), -1, 2 * (b), -1, 2 * (b), -1,	\
+	2 * (b), -1, 2 * (b), -1, 2 * (b) + 1, -1, 2 * (b) + 1, -1, 2 * (b) + 1, -1, 2 * (b) + 1, -1,	\
+	2 * (b) + 1, -1, 2 * (b) + 1, -1, 2 * (b) + 1, -1, 2 * (b) + 1, -1 }
+static const int8_t ls_pick[8][32] __attribute__((aligned(32))) = {
+	LSP(0), LSP(1), LSP(2), LSP(3), LSP(4), LSP(5), LSP(6), LSP(7),
+};
+
+/*
+ * 32 7-bit sign indices to q_iq_ksigns's bytes: the index with the parity
+ * of its bits in bit 7 (the parity of each nibble from a 16-entry table).
+ */
+INLINE __m256i
+ksigns32(__m256i s)
+{
+	const __m256i par = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128,
+	    -128, 0, 0, -128, 0, -128, -128, 0));
+	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+	__m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(s, lo4)),
+	    _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(s, 4), lo4)));
+
+	return _mm256_or_si256(s, p);
+}
+
+/*
+ * IQ2_XXS and IQ3_XXS: 8 words (group b's in word b) of 4 7-bit sign
+ * indices and the scale s in the top 4 bits. Their sign bytes into
+ * o->sgn, their 2 s + 1 into o->ls.
+ */
+INLINE void
+aux_words(__m256i a, struct gblk *o)
+{
+	const __m256i m7 = _mm256_set1_epi32(0x7F);
+	/* index l (bits 7l ..) to byte l */
+	__m256i s = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(a, m7),
+	    _mm256_and_si256(_mm256_slli_epi32(a, 1), _mm256_slli_epi32(m7, 8))),
+	    _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(a, 2), _mm256_slli_epi32(m7, 16)),
+	    _mm256_and_si256(_mm256_slli_epi32(a, 3), _mm256_slli_epi32(m7, 24))));
+	/* s of word b to bytes 2b and 2b + 1 of each lane: byte 0 of each word twice, then the lanes joined */
+	__m256i ls = _mm256_shuffle_epi8(_mm256_srli_epi32(a, 28), _mm256_broadcastsi128_si256(
+	    _mm_setr_epi8(0, 0, 4, 4, 8, 8, 12, 12, -1, -1, -1, -1, -1, -1, -1, -1)));
+
+	_mm256_storeu_si256((__m256i *)o->sgn, ksigns32(s));
+	ls = _mm256_permute4x64_epi64(ls, _MM_SHUFFLE(2, 0, 2, 0));
+	o->ls = _mm256_or_si256(_mm256_add_epi8(ls, ls), _mm256_set1_epi8(1));
+}
+
+/* A block's shared parts (t constant in each caller: kern_avx2_iqg_rows_act's three). */
+INLINE void
+gblk_prep(enum gguf_dtype t, const uint8_t *p, struct gblk *o)
+{
+	if (t == GGML_TYPE_IQ3_XXS) {
+		aux_words(_mm256_loadu_si256((const __m256i *)(p + 66)), o);
+		o->dw = h2f(p) * 0.25f;
+	} else if (t == GGML_TYPE_IQ2_XXS) {
+		/* 8 bytes per group: 4 grid indices, then the word of signs and scale */
+		__m256 lo = _mm256_loadu_ps((const float *)(p + 2)), hi = _mm256_loadu_ps((const float *)(p + 34));
+		__m256i a = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+		aux_words(_mm256_permute4x64_epi64(a, _MM_SHUFFLE(3, 1, 2, 0)), o);
+		o->dw = h2f(p) * 0.125f;
+	} else {
+		/* IQ2_XS: 32 words of 9-bit grid index | sign index << 9; scale nibbles after them */
+		__m256i w0 = _mm256_loadu_si256((const __m256i *)(p + 2));
+		__m256i w1 = _mm256_loadu_si256((const __m256i *)(p + 34));
+		__m256i m9 = _mm256_set1_epi16(511);
+		__m256i s = _mm256_packus_epi16(_mm256_srli_epi16(w0, 9), _mm256_srli_epi16(w1, 9));
+		__m128i sc = _mm_loadl_epi64((const __m128i *)(p + 66)), lo4 = _mm_set1_epi8(0x0F);
+		__m128i ls = _mm_unpacklo_epi8(_mm_and_si128(sc, lo4), _mm_and_si128(_mm_srli_epi16(sc, 4), lo4));
+
+		_mm256_storeu_si256((__m256i *)o->idx, _mm256_and_si256(w0, m9));
+		_mm256_storeu_si256((__m256i *)(o->idx + 16), _mm256_and_si256(w1, m9));
+		/* packus interleaves the lanes: groups 0-1, 4-5 | 2-3, 6-7 */
+		s = _mm256_permute4x64_epi64(s, _MM_SHUFFLE(3, 1, 2, 0));
+		_mm256_storeu_si256((__m256i *)o->sgn, ksigns32(s));
+		ls = _mm_or_si128(_mm_add_epi8(ls, ls), _mm_set1_epi8(1));
+		o->ls = _mm256_broadcastsi128_si256(ls);
+		o->dw = h2f(p) * 0.125f;
+	}
+}
+
+/* Group b of a block: magnitudes, +-1 signs, int16 scales. */
+INLINE void
+group(enum gguf_dtype t, const uint8_t *p, const struct gblk *o, int b, __m256i *mag, __m256i *sgn,
+    __m256i *ls)
+{
+	const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+	    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+	uint32_t sw;
+	__m256i v;
+
+	if (t == GGML_TYPE_IQ3_XXS) {
+		const uint8_t *q = p + 2 + 8 * b;
+		*mag = _mm256_setr_epi32((int)q_iq3xxs_grid[q[0]], (int)q_iq3xxs_grid[q[1]],
+		    (int)q_iq3xxs_grid[q[2]], (int)q_iq3xxs_grid[q[3]], (int)q_iq3xxs_grid[q[4]],
+		    (int)q_iq3xxs_grid[q[5]], (int)q_iq3xxs_grid[q[6]], (int)q_iq3xxs_grid[q[7]]);
+	} else if (t == GGML_TYPE_IQ2_XXS) {
+		const uint8_t *q = p + 2 + 8 * b;
+		*mag = _mm256_setr_epi64x((long long)q_iq2xxs_grid[q[0]], (long long)q_iq2xxs_grid[q[1]],
+		    (long long)q_iq2xxs_grid[q[2]], (long long)q_iq2xxs_grid[q[3]]);
+	} else {
+		const uint16_t *q = o->idx + 4 * b;
+		*mag = _mm256_setr_epi64x((long long)q_iq2xs_grid[q[0]], (long long)q_iq2xs_grid[q[1]],
+		    (long long)q_iq2xs_grid[q[2]], (long long)q_iq2xs_grid[q[3]]);
+	}
+	memcpy(&sw, o->sgn + 4 * b, 4);
+	v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)sw), spread), bit);
+	*sgn = _mm256_or_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(1));
+	*ls = _mm256_shuffle_epi8(o->ls, _mm256_load_si256((const __m256i *)ls_pick[b]));
+}
+
+/* acc + (the group's scaled integer sums with x) * dx: the one float step per group */
+INLINE __m256
+group_dot(__m256i mag, __m256i sgn, __m256i ls, const int8_t *x, float dx, __m256 acc)
+{
+	__m256i xv = _mm256_loadu_si256((const __m256i *)x);
+	__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xv, sgn)), ls);
+
+	return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dx), acc);
+}
+
+/* One row against n_tok <= Q_IQ_TOKENS tokens (ab bytes apart): out[tok * os]. */
+INLINE void
+row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n,
+    float *out, size_t os)
+{
+	int64_t nb32 = n / 32;
+	size_t bb = q_iq_block_bytes(t);
+	__m256 acc[Q_IQ_TOKENS];
+	struct gblk o;
+
+	for (int tok = 0; tok < n_tok; tok++)
+		acc[tok] = _mm256_setzero_ps();
+	for (int64_t k = 0; k < n / QK_K; k++) {
+		const uint8_t *p = row + (size_t)k * bb;
+		gblk_prep(t, p, &o);
+		if (n_tok == 1) {
+			const float *d = (const float *)act + 8 * k;
+			const int8_t *x = (const int8_t *)((const float *)act + 2 * nb32) + QK_K * k;
+			__m256 s = _mm256_setzero_ps();
+			for (int b = 0; b < 8; b++) {
+				__m256i mag, sgn, ls;
+				group(t, p, &o, b, &mag, &sgn, &ls);
+				s = group_dot(mag, sgn, ls, x + 32 * b, d[b], s);
+			}
+			acc[0] = _mm256_fmadd_ps(s, _mm256_set1_ps(o.dw), acc[0]);
+			continue;
+		}
+		__m256i mag[8], sgn[8], ls[8];
+		for (int b = 0; b < 8; b++)
+			group(t, p, &o, b, mag + b, sgn + b, ls + b);
+		for (int tok = 0; tok < n_tok; tok++) {
+			const float *d = (const float *)(act + (size_t)tok * ab) + 8 * k;
+			const int8_t *x = (const int8_t *)((const float *)(act + (size_t)tok * ab) + 2 * nb32) + QK_K * k;
+			__m256 s = _mm256_setzero_ps();
+			for (int b = 0; b < 8; b++)
+				s = group_dot(mag[b], sgn[b], ls[b], x + 32 * b, d[b], s);
+			acc[tok] = _mm256_fmadd_ps(s, _mm256_set1_ps(o.dw), acc[tok]);
+		}
+	}
+	for (int tok = 0; tok < n_tok; tok++)
+		out[(size_t)tok * os] = q_hsum8(acc[tok]);
+}
+
+INLINE void
+rows(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	for (int64_t r = r0; r < r1; r++)
+		for (int t0 = 0; t0 < n_tok; t0 += Q_IQ_TOKENS)
+			row_act(t, W + (size_t)r * rb, act + (size_t)t0 * ab, ab,
+			    n_tok - t0 < Q_IQ_TOKENS ? n_tok - t0 : Q_IQ_TOKENS, n_in,
+			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
+}
+
+bool
+kern_avx2_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act, size_t ab,
+    int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_in % QK_K != 0)
+		return false;
+	switch (t) {
+	case GGML_TYPE_IQ2_XXS: rows(GGML_TYPE_IQ2_XXS, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_IQ2_XS: rows(GGML_TYPE_IQ2_XS, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
+	case GGML_TYPE_IQ3_XXS: rows(GGML_TYPE_IQ3_XXS, W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1); return true;
+	default: return false;
+	}
+}
