@@ -183,6 +183,7 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 			const float *d = (const float *)act + 8 * k;
 			const int8_t *x = (const int8_t *)((const float *)act + 2 * nb32) + QK_K * k;
 			__m256 s = _mm256_setzero_ps();
+			UNROLL
 			for (int b = 0; b < 8; b++) {
 				__m256i mag, sgn, ls;
 				group(t, p, &o, b, &mag, &sgn, &ls);
@@ -192,12 +193,14 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 			continue;
 		}
 		__m256i mag[8], sgn[8], ls[8];
+		UNROLL
 		for (int b = 0; b < 8; b++)
 			group(t, p, &o, b, mag + b, sgn + b, ls + b);
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab) + 8 * k;
 			const int8_t *x = (const int8_t *)((const float *)(act + (size_t)tok * ab) + 2 * nb32) + QK_K * k;
 			__m256 s = _mm256_setzero_ps();
+			UNROLL
 			for (int b = 0; b < 8; b++)
 				s = group_dot(mag[b], sgn[b], ls[b], x + 32 * b, d[b], s);
 			acc[tok] = _mm256_fmadd_ps(s, _mm256_set1_ps(o.dw), acc[tok]);

@@ -177,6 +177,7 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 		if (n_tok == 1) {
 			const int8_t *x = (const int8_t *)((const float *)act + 2 * nb32) + QK_K * k;
 			__m512 f = factors(&o, (const float *)act + 8 * k), a = acc[0];
+			UNROLL
 			for (int c = 0; c < 4; c++) {
 				__m512i mag;
 				__mmask64 neg;
@@ -188,12 +189,14 @@ row_act(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 		}
 		__m512i mag[4];
 		__mmask64 neg[4];
+		UNROLL
 		for (int c = 0; c < 4; c++)
 			pair(t, p, &o, c, mag + c, neg + c);
 		for (int tok = 0; tok < n_tok; tok++) {
 			const float *d = (const float *)(act + (size_t)tok * ab);
 			const int8_t *x = (const int8_t *)(d + 2 * nb32) + QK_K * k;
 			__m512 f = factors(&o, d + 8 * k), a = acc[tok];
+			UNROLL
 			for (int c = 0; c < 4; c++)
 				a = pair_dot(mag[c], neg[c], x + 64 * c, f, c, a);
 			acc[tok] = a;
