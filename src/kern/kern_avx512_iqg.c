@@ -36,7 +36,8 @@
 
 /* What a block's pairs share: sign bytes, grid indices (IQ2), scales. */
 struct gblk {
-	uint8_t sgn[32];	/* byte 4b + l: group b's sign byte l (bit j: value 8l + j negative) */
+	/* sign bytes: byte 4b + l of the 32 is group b's byte l (bit j: value 8l + j negative) */
+	__m512i sg_lo, sg_hi;	/* bytes 0-15 (pairs 0-1) in all four lanes, bytes 16-31 (pairs 2-3) */
 	uint8_t idx8[32];	/* IQ2_XXS: grid index of group b's 8 values l at 4b + l */
 	uint16_t idx16[32];	/* IQ2_XS: the same, 9 bits */
 	__m512 sw;		/* lane k: the scale of values 16k .. 16k + 15 */
@@ -55,6 +56,14 @@ ksigns32(__m256i s)
 	return _mm256_or_si256(s, p);
 }
 
+/* The block's 32 sign bytes as two halves in every lane (a pair's shuffle stays in its lane). */
+INLINE void
+signs(__m256i s, struct gblk *o)
+{
+	o->sg_lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(s));
+	o->sg_hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(s, 1));
+}
+
 /*
  * IQ2_XXS and IQ3_XXS: 8 words (group b's in word b) of 4 7-bit sign
  * indices and s in the top 4 bits: sign bytes to o->sgn, and the 16
@@ -71,7 +80,7 @@ aux_words(__m256i a, float dk, struct gblk *o)
 	__m512i ls = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
 	    _mm512_castsi256_si512(_mm256_srli_epi32(a, 28)));
 
-	_mm256_storeu_si256((__m256i *)o->sgn, ksigns32(s));
+	signs(ksigns32(s), o);
 	ls = _mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1));
 	o->sw = _mm512_mul_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(dk));
 }
@@ -103,7 +112,7 @@ gblk_prep(enum gguf_dtype t, const uint8_t *p, struct gblk *o)
 		_mm256_storeu_si256((__m256i *)o->idx16, _mm256_and_si256(w0, m9));
 		_mm256_storeu_si256((__m256i *)(o->idx16 + 16), _mm256_and_si256(w1, m9));
 		s = _mm256_permute4x64_epi64(s, _MM_SHUFFLE(3, 1, 2, 0));
-		_mm256_storeu_si256((__m256i *)o->sgn, ksigns32(s));
+		signs(ksigns32(s), o);
 		l32 = _mm512_add_epi32(_mm512_add_epi32(l32, l32), _mm512_set1_epi32(1));
 		o->sw = _mm512_mul_ps(_mm512_cvtepi32_ps(l32), _mm512_set1_ps(h2f(p) * 0.125f));
 	}
@@ -113,12 +122,12 @@ gblk_prep(enum gguf_dtype t, const uint8_t *p, struct gblk *o)
 INLINE void
 pair(enum gguf_dtype t, const uint8_t *p, const struct gblk *o, int c, __m512i *mag, __mmask64 *neg)
 {
-	/* 128-bit lane k: sign bytes 2k and 2k + 1 of the pair's 8, each over 8 values */
-	const __m512i spread = _mm512_set_epi64(0x0707070707070707ll, 0x0606060606060606ll,
-	    0x0505050505050505ll, 0x0404040404040404ll, 0x0303030303030303ll, 0x0202020202020202ll,
-	    0x0101010101010101ll, 0x0000000000000000ll);
+	/* 128-bit lane k: sign bytes 2k and 2k + 1 of the pair's 8 (8 (c % 2) .. of its half), each over 8 values */
+	const long long e = c % 2 ? 0x0808080808080808ll : 0;
+	const __m512i spread = _mm512_set_epi64(e + 0x0707070707070707ll, e + 0x0606060606060606ll,
+	    e + 0x0505050505050505ll, e + 0x0404040404040404ll, e + 0x0303030303030303ll,
+	    e + 0x0202020202020202ll, e + 0x0101010101010101ll, e);
 	const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ull);
-	uint64_t sw;
 
 	if (t == GGML_TYPE_IQ3_XXS) {
 		__m512i i = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2 + 16 * c)));
@@ -130,8 +139,7 @@ pair(enum gguf_dtype t, const uint8_t *p, const struct gblk *o, int c, __m512i *
 		__m256i i = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(o->idx16 + 8 * c)));
 		*mag = _mm512_i32gather_epi64(i, (const void *)q_iq2xs_grid, 8);
 	}
-	memcpy(&sw, o->sgn + 8 * c, 8);
-	*neg = _mm512_test_epi8_mask(_mm512_shuffle_epi8(_mm512_set1_epi64((long long)sw), spread), bit);
+	*neg = _mm512_test_epi8_mask(_mm512_shuffle_epi8(c < 2 ? o->sg_lo : o->sg_hi, spread), bit);
 }
 
 /* 4 lanes of 16 scaled d_x per 16 values: pair c's factor from a block's 16 */
