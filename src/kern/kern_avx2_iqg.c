@@ -7,12 +7,14 @@
  * A block is decoded straight into registers, 32 values (one group) at a
  * time, with no scalar pass over its values:
  *  - magnitudes: the group's grid entries (4 of 8 bytes for IQ2, 8 of 4
- *    bytes for IQ3_XXS) loaded by index into one vector, byte j of an
+ *    bytes for IQ3_XXS) loaded by index into one vector (a gather for
+ *    IQ3_XXS and IQ2_XS, four loads for IQ2_XXS), byte j of an
  *    entry value j's unsigned magnitude (at most 62);
  *  - signs: the block's 32 sign indices gathered into one vector once, the
  *    8th bit (the parity of the 7, q_iq_ksigns) added by two nibble lookups,
  *    then per group its 4 sign bytes spread to their 8 values each by a
- *    byte shuffle, tested against the value's bit: +1 or -1 per value;
+ *    byte shuffle, the value's bit kept and 127 added: a negative byte
+ *    where it is set, 127 where not (what sign needs: no compare);
  *  - scales: the integer 2 s + 1 of each group of 16 (the format's scale is
  *    d (2 s + 1) / 8, IQ3_XXS / 4), as int16 words by a byte shuffle.
  * The product with a token's 32 int8 x is sign (x by the value's sign),
@@ -158,7 +160,8 @@ group(enum gguf_dtype t, const uint8_t *p, const struct gblk *o, int b, __m256i 
 	}
 	v = _mm256_and_si256(_mm256_shuffle_epi8(b < 4 ? o->sg_lo : o->sg_hi,
 	    _mm256_load_si256((const __m256i *)sg_pick[b % 4])), bit);
-	*sgn = _mm256_or_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(1));
+	/* the value's bit (0 or 2^j) + 127: 0x80 or more (negative as int8) where set, 127 where clear */
+	*sgn = _mm256_add_epi8(v, _mm256_set1_epi8(0x7F));
 	*ls = _mm256_shuffle_epi8(o->ls, _mm256_load_si256((const __m256i *)ls_pick[b]));
 }
 
