@@ -10,9 +10,10 @@
  *    IQ2, 16 of 4 bytes for IQ3_XXS), byte j of an entry value j's
  *    unsigned magnitude (at most 62);
  *  - signs: the block's 32 sign indices with their parity bit (q_iq_ksigns)
- *    made once per block, then per pair its 8 sign bytes broadcast, each
- *    spread over its 8 values by a byte shuffle and tested against the
- *    value's bit: a 64-bit mask of the negative values;
+ *    made once per block and kept as two halves broadcast to every 128-bit
+ *    lane; per pair one byte shuffle spreads its 8 sign bytes over their 8
+ *    values each, tested against the value's bit: a 64-bit mask of the
+ *    negative values;
  *  - scales: the block's 16 scales d (2 s + 1) / 8 (IQ3_XXS / 4), one per
  *    16 values, exact in a float.
  * The product with a token's 64 int8 x: x negated under the mask, one
