@@ -69,11 +69,14 @@ void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o
 /* kern_avx2_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
 bool kern_avx2_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx2_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
+bool kern_avx2_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 #define KERN_AVX2_IQ_ROWS_ACT							\
 	[GGML_TYPE_Q2_K] = kern_avx2_iqn_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iqn_rows_act,	\
 	[GGML_TYPE_IQ4_XS] = kern_avx2_iqn_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iqn_rows_act,	\
-	[GGML_TYPE_IQ3_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ2_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx2_iqg_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iq_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx2_iqg_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iqg_rows_act,	\
 	[GGML_TYPE_IQ2_S] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx2_iq_rows_act,	\
 	[GGML_TYPE_IQ1_M] = kern_avx2_iq_rows_act
 
@@ -92,11 +95,14 @@ bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, con
 /* kern_avx512_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
 bool kern_avx512_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx512_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
+bool kern_avx512_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 #define KERN_AVX512_IQ_ROWS_ACT							\
 	[GGML_TYPE_Q2_K] = kern_avx512_iqn_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx512_iqn_rows_act,	\
 	[GGML_TYPE_IQ4_XS] = kern_avx512_iqn_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iqn_rows_act,	\
-	[GGML_TYPE_IQ3_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ2_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx512_iqg_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx512_iqg_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iqg_rows_act,	\
 	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx512_iq_rows_act,	\
 	[GGML_TYPE_IQ1_M] = kern_avx512_iq_rows_act
 #endif
