@@ -176,15 +176,40 @@ load_chunk(void *arg, int pos0, int pos1, const void *blob, size_t len)
 	return pos1 >= R->want ? 1 : 0;
 }
 
+/*
+ * seq's cache replaced by entry e's snapshot chunks up to want positions:
+ * the positions restored (0: none, seq emptied). The chunks before a
+ * refused one were checked (bind word) and stay; whatever a refused one
+ * left beyond them, and the positions past want, are dropped.
+ */
+static int
+restore_entry(struct kvc_server *s, const struct store_entry *e, struct kvc_seq *seq, int want)
+{
+	struct restore_ctx R;
+	char err[256] = "";
+
+	(void)eng_seq_truncate(seq, 0);
+	memset(&R, 0, sizeof R);
+	R.seq = seq;
+	R.toks = e->toks.v;
+	R.n = (int)e->toks.n;
+	R.want = want;
+	R.err = err;
+	R.errlen = sizeof err;
+	(void)sess_chunks_load(s->p.store, e->id, eng_fingerprint(s->e),
+	    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
+	R.done = R.done < want ? R.done : want;
+	(void)eng_seq_truncate(seq, R.done);
+	return R.done;
+}
+
 int
 store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq *seq,
     const int32_t *prompt, int n, int better_than, int64_t *from)
 {
 	struct srv_store_index *ix = *ixp;
 	struct store_entry *best = NULL;
-	struct restore_ctx R;
-	char err[256] = "";
-	int best_k = better_than, rc;
+	int best_k = better_than, got;
 
 	*from = 0;
 	if (s->p.store == NULL)
@@ -206,29 +231,10 @@ store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq 
 	}
 	if (best == NULL)
 		return 0;
-	(void)eng_seq_truncate(seq, 0);
-	memset(&R, 0, sizeof R);
-	R.seq = seq;
-	R.toks = best->toks.v;
-	R.n = (int)best->toks.n;
-	R.want = best_k;
-	R.err = err;
-	R.errlen = sizeof err;
-	rc = sess_chunks_load(s->p.store, best->id, eng_fingerprint(s->e),
-	    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
-	if (R.done == 0) {
-		(void)eng_seq_truncate(seq, 0);
+	if ((got = restore_entry(s, best, seq, best_k)) == 0)
 		return 0;
-	}
-	/*
-	 * The chunks before a refused one were checked (bind word) and stay;
-	 * whatever a refused one left beyond them, and the positions past the
-	 * common prefix, are dropped.
-	 */
-	(void)rc;
-	(void)eng_seq_truncate(seq, R.done < best_k ? R.done : best_k);
 	*from = best->id;
-	return R.done < best_k ? R.done : best_k;
+	return got;
 }
 
 int
@@ -236,10 +242,8 @@ store_preload(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq
     size_t budget, int *n_pos)
 {
 	struct srv_store_index *ix = *ixp;
-	struct restore_ctx R;
-	char err[256] = "";
 	size_t used = 0;
-	int k = 0;
+	int k = 0, got;
 
 	*n_pos = 0;
 	if (s->p.store == NULL || n <= 0)
@@ -255,21 +259,10 @@ store_preload(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq
 
 		if (e->toks.n == 0 || (budget > 0 && used + need > budget))
 			continue;
-		(void)eng_seq_truncate(seqs[k], 0);
-		memset(&R, 0, sizeof R);
-		R.seq = seqs[k];
-		R.toks = e->toks.v;
-		R.n = R.want = (int)e->toks.n;
-		R.err = err;
-		R.errlen = sizeof err;
-		(void)sess_chunks_load(s->p.store, e->id, eng_fingerprint(s->e),
-		    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
-		/* as in store_prefix: the chunks before a refused one were checked and stay */
-		(void)eng_seq_truncate(seqs[k], R.done);
-		if (R.done == 0)
+		if ((got = restore_entry(s, e, seqs[k], (int)e->toks.n)) == 0)
 			continue;
 		used += eng_seq_kv_bytes(seqs[k]);
-		*n_pos += R.done;
+		*n_pos += got;
 		k++;
 	}
 	return k;
