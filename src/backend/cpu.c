@@ -136,8 +136,8 @@ att_tiles(struct att_job *j, int ith, int nth)
 	int n_tt, n_ht = hp->n_head / hs, n_items;
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 	float *scr = c->att_s + (size_t)ith * c->att_stride;
-	const float *q[64];
-	float *o[64];
+	const float *q[64], *sinks = c->vecs[j->layer].sinks;
+	float *o[64], sink[64];
 	int lo[64], hi[64];
 
 	/* a tile reads one cache: rows of several sequences (forward_multi) get a tile each */
@@ -164,6 +164,7 @@ att_tiles(struct att_job *j, int ith, int nth)
 			kv->row_bytes, f16, hd, 0, q, o, lo, hi, hp->attn_scale,
 			hp->attn_softcap, scr, (size_t)c->cap_att + KERN_ATT_PB,
 			scr + (att_scratch(hp, c->cap_att) - kern_att_buf_floats(hd)),
+			sinks != NULL ? sink : NULL,
 		};
 
 		for (t = tt * tb; t < j->n_tok && t < (tt + 1) * tb; t++)
@@ -171,6 +172,7 @@ att_tiles(struct att_job *j, int ith, int nth)
 				int n_pos = j->pos[t] + 1;
 
 				q[nq] = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+				sink[nq] = sinks != NULL ? sinks[h] : 0;
 				o[nq] = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
 				/* in slots; a query's sums run in position order from lo
 				 * whatever the offset, so bounded and whole caches agree bitwise */
@@ -194,7 +196,7 @@ att_run(void *arg, int ith, int nth)
 	int i0 = (int)((int64_t)n_items * ith / nth), i1 = (int)((int64_t)n_items * (ith + 1) / nth);
 	float *s = c->att_s + (size_t)ith * c->att_stride;
 	float *o = c->att_o + (size_t)ith * hd;
-	const float scale = hp->attn_scale, cap = hp->attn_softcap;
+	const float scale = hp->attn_scale, cap = hp->attn_softcap, *sk = c->vecs[j->layer].sinks;
 	/* a windowed layer sees keys p with (query position - p) < n_swa */
 	int win = model_layer_swa(hp, j->layer) ? hp->n_swa : 0;
 
@@ -221,10 +223,14 @@ att_run(void *arg, int ith, int nth)
 			if (s[p] > mx)
 				mx = s[p];
 		}
+		if (sk != NULL && sk[h] > mx)	/* gpt-oss: one more score, no value row */
+			mx = sk[h];
 		for (p = p0; p < n_pos; p++) {
 			s[p] = expf(s[p] - mx);
 			sum += s[p];
 		}
+		if (sk != NULL)
+			sum += expf(sk[h] - mx);
 		memset(o, 0, (size_t)hd * sizeof *o);
 		for (p = p0; p < n_pos; p++) {
 			c->kern->kvq8_axpy(o, s[p] / sum, V + (size_t)(p + kb) * rb, e0, hd);
@@ -517,9 +523,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		cpu_matmul(c, &j);
 		cpu_rows_qkv(c, kv, pos, il, n);
 
-		tp_run(c->pool, att_run, &aj);
-		if (v->sinks != NULL)
-			cpu_rows_sinks(c, kv, pos, il, n);
+		tp_run(c->pool, att_run, &aj);	/* gpt-oss's sinks inside its softmax */
 
 		j = (struct mm_job){ c->att, { { &w->wo, c->xb } }, 1, n, false, false, 0, NULL, { NULL } };
 		cpu_matmul(c, &j);

@@ -173,14 +173,6 @@ void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t
 void cpu_rows_qkv(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 void cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const float *post,
     const float *nw, const float *nb);
-/*
- * Attention sinks (gpt-oss): each (token, head) output of layer il, computed
- * over its scores alone, rescaled as if the head's sink logit had been in
- * the softmax's denominator: o / (1 + exp(sink - logsumexp(scores))). The
- * log-sum-exp is a second pass over the query's keys; folding the sink into
- * the attention kernels would save it.
- */
-void cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n);
 /* A block's input norm: the table's RMSNorm (gpt2: LayerNorm). */
 void cpu_norm(const struct cpu_ctx *c, float *y, const float *x, const float *w, const float *b);
 

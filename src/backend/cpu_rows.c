@@ -2,7 +2,7 @@
  * cpu_rows.c: the per-token steps of a layer between its matrix products
  * (cpu.c): the block input norms; biases, per-head Q/K norms, RoPE and the
  * K/V stores after the Q/K/V products; the residual additions with gemma's
- * post-norms; attention sinks' rescaling of the outputs. Each token's row is computed alone by the same code, so the
+ * post-norms. Each token's row is computed alone by the same code, so the
  * threads split a chunk's tokens between them: on a 512-token prefill of
  * Gemma 3 270M these steps ran on one thread while the other waited, about
  * 4% of the single-thread time. One or a few tokens (decode) stay on the
@@ -136,88 +136,4 @@ cpu_rows_residual(struct cpu_ctx *c, int n, bool add, const float *bias, const f
 	struct rows_job j = { c, NULL, NULL, 0, n, add, bias, post, nw, nb };
 
 	rows_run(c, residual_run, &j);
-}
-
-/* sum_i a[i] * b[i] over an F16 or F32 cache row, in order (the sinks' second pass only) */
-static float
-dot_f16(const uint16_t *a, const float *b, int n)
-{
-	float s = 0;
-
-	for (int i = 0; i < n; i++)
-		s += q_fp16_to_f32(a[i]) * b[i];
-	return s;
-}
-
-static float
-dot_f32(const float *a, const float *b, int n)
-{
-	float s = 0;
-
-	for (int i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
-}
-
-/* One query's log-sum-exp of its scores over the positions it attends to. */
-static double
-query_lse(const struct cpu_ctx *c, const struct cpu_kv *kv, int il, const float *q, int kvh, int p0,
-    int n_pos)
-{
-	const struct kvc_hparams *hp = &c->hp;
-	const char *K = kv->k[il];
-	int hd = hp->head_dim, kb = cpu_kv_slot(kv, il, 0), p;
-	bool f16 = kv->type == GGML_TYPE_F16, q8 = kv->type == GGML_TYPE_Q8_0;
-	size_t off = q8 ? 0 : (size_t)kvh * hd * (f16 ? 2 : 4);
-	double mx = -INFINITY, sum = 0;
-
-	/* two passes: the maximum, then the sum; scores recomputed (a window of them at most) */
-	for (int pass = 0; pass < 2; pass++)
-		for (p = p0; p < n_pos; p++) {
-			const void *kr = K + (size_t)(p + kb) * kv->row_bytes + off;
-			float d = q8 ? c->kern->kvq8_dot(kr, kvh * hd, q, hd) : f16 ? dot_f16(kr, q, hd) :
-			    dot_f32(kr, q, hd);
-			double s = hp->attn_softcap > 0 ? hp->attn_softcap * tanh(d * hp->attn_scale /
-			    hp->attn_softcap) : (double)d * hp->attn_scale;
-
-			if (pass == 0)
-				mx = s > mx ? s : mx;
-			else
-				sum += exp(s - mx);
-		}
-	return mx + log(sum);
-}
-
-static void
-sinks_run(void *arg, int ith, int nth)
-{
-	const struct rows_job *j = arg;
-	struct cpu_ctx *c = j->c;
-	const struct kvc_hparams *hp = &c->hp;
-	const float *sk = c->vecs[j->il].sinks;
-	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv, t, t0, t1, h, i;
-	int win = model_layer_swa(hp, j->il) ? hp->n_swa : 0;
-
-	rows_split(j, ith, nth, &t0, &t1);
-	for (t = t0; t < t1; t++) {
-		int n_pos = j->pos[t] + 1, p0 = win > 0 && n_pos > win ? n_pos - win : 0;
-
-		for (h = 0; h < hp->n_head; h++) {
-			const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
-			float *o = c->att + (size_t)t * c->q_dim + (size_t)h * hd;
-			double lse = query_lse(c, j->kv[t], j->il, q, h / group, p0, n_pos);
-			float f = (float)(1.0 / (1.0 + exp(sk[h] - lse)));
-
-			for (i = 0; i < hd; i++)
-				o[i] *= f;
-		}
-	}
-}
-
-void
-cpu_rows_sinks(struct cpu_ctx *c, struct cpu_kv *const *kv, const int *pos, int il, int n)
-{
-	struct rows_job j = { c, kv, pos, il, n, false, NULL, NULL, NULL, NULL };
-
-	rows_run(c, sinks_run, &j);
 }

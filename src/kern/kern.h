@@ -66,6 +66,11 @@ struct kern_att_tile {
 	float *s;		/* nq rows of s_stride floats, indexed by position */
 	size_t s_stride;	/* >= max hi + KERN_ATT_PB */
 	float *buf;		/* kern_att_buf_floats(hd) floats */
+	/*
+	 * [nq] each query's sink logit (gpt-oss's attn_sinks: one more score,
+	 * with no value row, in the softmax's max and sum), or NULL: none
+	 */
+	const float *sink;
 };
 
 /* Floats of a tile's buf for head size hd. */

@@ -65,7 +65,8 @@ kern_att_buf_floats(int hd)
 
 /*
  * Query j's raw dot products in s[lo, hi) become scores, then softmax
- * numerators; returns their sum (the same order as one query alone).
+ * numerators; returns their sum (the same order as one query alone), the
+ * sink's term included where the tile has sinks.
  */
 static float
 att_softmax(const struct kern_att_tile *t, int j)
@@ -79,10 +80,14 @@ att_softmax(const struct kern_att_tile *t, int j)
 		if (s[p] > mx)
 			mx = s[p];
 	}
+	if (t->sink != NULL && t->sink[j] > mx)
+		mx = t->sink[j];
 	for (p = t->lo[j]; p < t->hi[j]; p++) {
 		s[p] = expf(s[p] - mx);
 		sum += s[p];
 	}
+	if (t->sink != NULL)	/* the sink's weight, after the positions' */
+		sum += expf(t->sink[j] - mx);
 	return sum;
 }
 

@@ -258,6 +258,8 @@ kern_avx2_att_softmax(const struct kern_att_tile *t, int j)
 	for (p = lo + (hi - lo) / 8 * 8; p < hi; p++)
 		if (s[p] > mx)
 			mx = s[p];
+	if (t->sink != NULL && t->sink[j] > mx)
+		mx = t->sink[j];
 	vmx = _mm256_set1_ps(mx);
 	for (p = lo; p + 8 <= hi; p += 8) {
 		__m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + p), vmx));
@@ -272,6 +274,8 @@ kern_avx2_att_softmax(const struct kern_att_tile *t, int j)
 		tail += s[p];
 	}
 	sum = hsum8(vs) + tail;
+	if (t->sink != NULL)	/* the sink's weight, after the positions' (att_softmax's order) */
+		sum += _mm256_cvtss_f32(exp_neg(_mm256_set1_ps(t->sink[j] - mx)));
 	vs = _mm256_set1_ps(sum);
 	for (p = lo; p + 8 <= hi; p += 8)
 		_mm256_storeu_ps(s + p, _mm256_div_ps(_mm256_loadu_ps(s + p), vs));

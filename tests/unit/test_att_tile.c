@@ -3,7 +3,9 @@
  * CPU runs (src/kern, kern_att_tile) give each query the same bits whatever
  * else is in its tile: each query alone (decode) against the same query
  * inside a tile of up to 64, over F16 and F32 rows, head sizes 64/80/256,
- * causal and windowed ranges, softcaps; the avx512 table's tile (prefill's
+ * causal and windowed ranges, softcaps, gpt-oss's sinks (the scalar table
+ * also against a float64 softmax with the sink as one more score, no value
+ * row); the avx512 table's tile (prefill's
  * many-query tiles) bitwise the avx2 table's; and every table within
  * float rounding of the scalar one. And the F16 cache rows' stores of each
  * table, bitwise q_f32_to_fp16.
@@ -63,17 +65,54 @@ tile_run(const struct kern *k, const struct kern_att_tile *t, struct run *all, s
 		struct kern_att_tile one = tt;
 
 		one.nq = 1, one.q = t->q + j, one.o = one_r->o + j, one.lo = t->lo + j, one.hi = t->hi + j;
-		one.s = one_r->s, one.buf = one_r->buf;
+		one.s = one_r->s, one.buf = one_r->buf, one.sink = t->sink != NULL ? t->sink + j : NULL;
 		k->att_tile(&one);
 		diff += memcmp(all->o[j], one_r->o[j], (size_t)t->hd * sizeof(float)) != 0;
 	}
 	return diff;
 }
 
-/* One tile shape: nq queries of head size hd, their ranges by kind, in every table. */
-static void
-tile_case(bool f16, int hd, int nq, int kind, float cap)
+/*
+ * Query j's output in float64 from the rows as stored: softmax over its
+ * scores and, where sink is not NULL, sink[j] as one more score with no
+ * value row. Returns how many of its hd outputs o is not within tol of.
+ */
+static int
+ref_query(const struct kern_att_tile *t, int j, const float *o, double tol)
 {
+	static double s[NP], acc[MAXHD];
+	double mx = t->sink != NULL ? t->sink[j] : -INFINITY, sum = 0;
+	int p, i, bad = 0;
+
+	for (p = t->lo[j]; p < t->hi[j]; p++) {
+		double d = 0;
+
+		for (i = 0; i < t->hd; i++)
+			d += (double)t->q[j][i] * (t->f16 ? q_fp16_to_f32(((const uint16_t *)(t->k + p * t->rb))[i]) :
+			    ((const float *)(t->k + p * t->rb))[i]);
+		s[p] = t->cap > 0 ? t->cap * tanh(d * t->scale / t->cap) : d * t->scale;
+		mx = s[p] > mx ? s[p] : mx;
+	}
+	for (p = t->lo[j]; p < t->hi[j]; p++)
+		sum += exp(s[p] - mx);
+	if (t->sink != NULL)
+		sum += exp(t->sink[j] - mx);
+	for (i = 0; i < t->hd; i++)
+		acc[i] = 0;
+	for (p = t->lo[j]; p < t->hi[j]; p++)
+		for (i = 0; i < t->hd; i++)
+			acc[i] += exp(s[p] - mx) / sum * (t->f16 ? q_fp16_to_f32(((const uint16_t *)(t->v +
+			    p * t->rb))[i]) : ((const float *)(t->v + p * t->rb))[i]);
+	for (i = 0; i < t->hd; i++)
+		bad += !(fabs(o[i] - acc[i]) <= tol * (1 + fabs(acc[i])));
+	return bad;
+}
+
+/* One tile shape: nq queries of head size hd, their ranges by kind, in every table; sinks or not. */
+static void
+tile_case(bool f16, int hd, int nq, int kind, float cap, bool sinks)
+{
+	static float sink[MAXQ];
 	static uint16_t kh[NP * MAXHD], vh[NP * MAXHD];
 	static float kf[NP * MAXHD], vf[NP * MAXHD], qv[MAXQ][MAXHD];
 	const float *q[MAXQ];
@@ -93,6 +132,8 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 		for (i = 0; i < hd; i++)
 			qv[j][i] = frand();
 		q[j] = qv[j];
+		/* around the scores' spread, and above every score for some queries */
+		sink[j] = j % 7 == 3 ? 6.0f : frand() * 2 + 1;
 		hi[j] = NP - 20 + tok;
 		lo[j] = kind == 0 ? 0 : kind == 1 ? hi[j] - 37 : (int)(rng % 50) * (j % 3);
 		if (kind == 3)	/* a first chunk: few positions, one empty range */
@@ -101,7 +142,7 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 	run_init(&ref, hd), run_init(&avx2, hd), run_init(&out, hd), run_init(&one, hd);
 	t = (struct kern_att_tile){ f16 ? (const char *)kh : (const char *)kf,
 		f16 ? (const char *)vh : (const char *)vf, (size_t)hd * (f16 ? 2 : 4), f16, hd, nq,
-		q, NULL, lo, hi, 0.0625f, cap, NULL, NP + KERN_ATT_PB, NULL };
+		q, NULL, lo, hi, 0.0625f, cap, NULL, NP + KERN_ATT_PB, NULL, sinks ? sink : NULL };
 	for (ti = 0; kern_list(ti) != NULL; ti++) {
 		const struct kern *k = kern_list(ti);
 		bool is_scalar = strcmp(k->name, "scalar") == 0, is_avx2 = strcmp(k->name, "avx2") == 0;
@@ -110,8 +151,18 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 		if (!kern_runs(k))
 			continue;
 		diff_alone = tile_run(k, &t, is_scalar ? &ref : is_avx2 ? &avx2 : &out, &one);
-		test_cond(diff_alone == 0, "%s %s hd %d nq %d ranges %d cap %g: each query alone "
-		    "bitwise (%d differ)", k->name, f16 ? "f16" : "f32", hd, nq, kind, cap, diff_alone);
+		test_cond(diff_alone == 0, "%s %s hd %d nq %d ranges %d cap %g%s: each query alone "
+		    "bitwise (%d differ)", k->name, f16 ? "f16" : "f32", hd, nq, kind, cap,
+		    sinks ? " sinks" : "", diff_alone);
+		if (is_scalar) {
+			int bad = 0;
+
+			for (j = 0; j < nq; j++)
+				bad += ref_query(&t, j, ref.o[j], 1e-5);
+			test_cond(bad == 0, "scalar %s hd %d nq %d ranges %d cap %g%s: float64 softmax's "
+			    "outputs (%d outside 1e-5)", f16 ? "f16" : "f32", hd, nq, kind, cap,
+			    sinks ? " sinks" : "", bad);
+		}
 		have_avx2 |= is_avx2;
 		for (j = 0; j < nq && !is_scalar; j++) {
 			const float *o = is_avx2 ? avx2.o[j] : out.o[j];
@@ -127,10 +178,11 @@ tile_case(bool f16, int hd, int nq, int kind, float cap)
 				diff_512 += memcmp(out.o[j], avx2.o[j], (size_t)hd * sizeof(float)) != 0;
 		}
 	}
-	test_cond(diff_ref == 0, "%s hd %d nq %d ranges %d cap %g: the SIMD tables within 1e-5 of "
-	    "scalar (%d outside, worst %.3g)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_ref, worst);
-	test_cond(diff_512 == 0, "%s hd %d nq %d ranges %d cap %g: avx512 tile bitwise avx2's "
-	    "(%d queries differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, diff_512);
+	test_cond(diff_ref == 0, "%s hd %d nq %d ranges %d cap %g%s: the SIMD tables within 1e-5 of "
+	    "scalar (%d outside, worst %.3g)", f16 ? "f16" : "f32", hd, nq, kind, cap, sinks ? " sinks" : "",
+	    diff_ref, worst);
+	test_cond(diff_512 == 0, "%s hd %d nq %d ranges %d cap %g%s: avx512 tile bitwise avx2's "
+	    "(%d queries differ)", f16 ? "f16" : "f32", hd, nq, kind, cap, sinks ? " sinks" : "", diff_512);
 	run_free(&ref), run_free(&avx2), run_free(&out), run_free(&one);
 }
 
@@ -171,9 +223,14 @@ main(void)
 	for (h = 0; h < 3; h++)
 		for (n = 0; n < 7; n++)
 			for (kind = 0; kind < 4; kind++)
-				tile_case((h + n + kind) % 2 == 0, hds[h], nqs[n], kind, 0.0f);
-	tile_case(true, 256, 32, 0, 50.0f);
-	tile_case(false, 64, 20, 1, 30.0f);
+				tile_case((h + n + kind) % 2 == 0, hds[h], nqs[n], kind, 0.0f, false);
+	tile_case(true, 256, 32, 0, 50.0f, false);
+	tile_case(false, 64, 20, 1, 30.0f, false);
+	/* gpt-oss: head size 64, 64 heads of 8 per KV head; full and 128-wide windows */
+	for (kind = 0; kind < 4; kind++) {
+		tile_case(kind % 2 == 0, 64, 17, kind, 0.0f, true);
+		tile_case(kind % 2 == 1, 64, 64, kind, 0.0f, true);
+	}
 	for (int i = 0; kern_list(i) != NULL; i++)
 		if (kern_runs(kern_list(i)))
 			f16_store(kern_list(i));
