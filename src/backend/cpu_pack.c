@@ -2,7 +2,8 @@
  * cpu_pack.c: the CPU backend's packed copies of weight matrices.
  *
  * Where the kernel table has a packed kernel for a matrix's type
- * (kern_packs: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K in the avx2 and avx512 tables), the matrix is rearranged once,
+ * (kern_packs: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS in the
+ * avx2 and avx512 tables), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
  * integer kernel then does several times fewer instructions per
  * multiply-add (quant_pack.c). The copy is the matrix's size, so the
