@@ -65,6 +65,7 @@ struct pack_load {
 	void *buf;			/* a slice's rows read from f */
 	size_t buf_bytes;
 	uint64_t done;			/* weight bytes handled, for the progress */
+	uint64_t total;			/* of done's: the model's bytes read per token, or those packed if more */
 };
 
 /*
@@ -109,7 +110,7 @@ pack_matrix(struct pack_load *L, const struct kvc_weight *w, void *P, char *err,
 		tp_run(L->c->pool, pack_run, &j);
 		L->done += n;
 		if (L->p && L->p->progress)
-			L->p->progress(L->p->progress_arg, L->done, L->c->m->weight_bytes);
+			L->p->progress(L->p->progress_arg, L->done, L->total);
 	}
 	return KVC_OK;
 }
@@ -173,7 +174,7 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 {
 	int n = list_matrices(c->m, NULL), rc = KVC_OK;
 	const struct kvc_weight **ws = malloc((size_t)n * sizeof *ws);
-	struct pack_load L = { c, p, NULL, NULL, 0, 0 };
+	struct pack_load L = { c, p, NULL, NULL, 0, 0, c->m->weight_bytes };
 
 	if (c->m->file != NULL && gguf_mapped(c->m->file))
 		L.f = c->m->file;
@@ -184,6 +185,13 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 		return KVC_ENOMEM;
 	}
 	list_matrices(c->m, ws);
+	/* packed expert stacks are read whole, more than weight_bytes counts (the active experts) */
+	uint64_t packed = 0;
+	for (int i = 0; i < n; i++)
+		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in))
+			packed += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
+	if (packed > L.total)
+		L.total = packed;
 	for (int i = 0; i < n && rc == KVC_OK; i++) {
 		const struct kvc_weight *w = ws[i];
 		size_t sz;
