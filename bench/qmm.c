@@ -20,7 +20,8 @@
  * weights from memory, as decoding a whole model does, e.g. bench/qmm bf16
  * 1 896 4864 5 auto 256 (2.2 GB). TABLE scalar, avx2, avx512: that kernel
  * table (src/kern), auto: the best this CPU runs. packed: the best
- * table's packed kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K in the
+ * table's packed kernel (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_NL,
+ * MXFP4, IQ4_XS in the
  * avx2 and avx512 tables),
  * TABLE-packed that table's, each copy packed first (quant_pack.c),
  * untimed.

@@ -17,8 +17,8 @@
  * 1.5-2.5x faster per core, for a small activation-rounding error bounded
  * in quant.h (tests/unit/test_forward.c derives what it does to the logits).
  * Where the table has a packed kernel for a matrix (kern_packs: Q8_0,
- * Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K in the avx2 and avx512 tables),
- * cpu_pack.c made a packed copy at init and the threads run the packed
+ * Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS in the avx2 and
+ * avx512 tables), cpu_pack.c made a packed copy at init and the threads run the packed
  * kernel on it, each taking whole groups of 16 rows.
  *
  * Memory: scratch for a chunk of tokens is allocated when a larger chunk
@@ -630,9 +630,8 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 	kvc_buf_printf(out, "weights: %.1f MiB read per token (mapped from the file)\n",
 	    c->m->weight_bytes / 1048576.0);
 	if (c->n_packs > 0)
-		kvc_buf_printf(out, "packed: %d Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K matrices, %.1f MiB "
-		    "(rows side by side for the "
-		    "packed kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
+		kvc_buf_printf(out, "packed: %d Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_NL/MXFP4/IQ4_XS matrices, "
+		    "%.1f MiB (rows side by side for the packed kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
 		    c->pack_released ? "; their file pages handed back" : "");
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);
 	cpu_kv_describe(c, out);

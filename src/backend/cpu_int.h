@@ -134,6 +134,8 @@ int cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *e
 /* Token tok's embedding row, in tok_embd's type: the mapping's, or a copy read from the file. */
 const void *cpu_pack_embd_row(struct cpu_ctx *c, int32_t tok);
 const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
+/* Expert e's packed copy within its stack's (cpu_pack.c's packs_experts), or NULL: not packed. */
+const void *cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e);
 void cpu_pack_free(struct cpu_ctx *c);
 
 /* Tokens a forward runs in one pass at most (a prefill's chunk): bounds the scratch. */

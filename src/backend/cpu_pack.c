@@ -2,7 +2,9 @@
  * cpu_pack.c: the CPU backend's packed copies of weight matrices.
  *
  * Where the kernel table has a packed kernel for a matrix's type
- * (kern_packs: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K in the avx2 and avx512 tables), the matrix is rearranged once,
+ * (kern_packs: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS in the
+ * avx2 and avx512 tables; and the IQ4_NL, MXFP4, IQ4_XS stacks of experts,
+ * packs_experts), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
  * integer kernel then does several times fewer instructions per
  * multiply-add (quant_pack.c). The copy is the matrix's size, so the
@@ -63,6 +65,7 @@ struct pack_load {
 	void *buf;			/* a slice's rows read from f */
 	size_t buf_bytes;
 	uint64_t done;			/* weight bytes handled, for the progress */
+	uint64_t total;			/* of done's: the model's bytes read per token, or those packed if more */
 };
 
 /*
@@ -107,7 +110,7 @@ pack_matrix(struct pack_load *L, const struct kvc_weight *w, void *P, char *err,
 		tp_run(L->c->pool, pack_run, &j);
 		L->done += n;
 		if (L->p && L->p->progress)
-			L->p->progress(L->p->progress_arg, L->done, L->c->m->weight_bytes);
+			L->p->progress(L->p->progress_arg, L->done, L->total);
 	}
 	return KVC_OK;
 }
@@ -120,7 +123,29 @@ by_weight(const void *a, const void *b)
 	return x->w < y->w ? -1 : x->w > y->w;
 }
 
-/* Matrices a product reads: per layer Q, K, V, O, gate, up, down; then the output. */
+/*
+ * Whether a stack of experts (model_expert) is packed: only IQ4_NL, MXFP4
+ * and IQ4_XS ones, whose packed copy is the file's size (quant_pack.c:
+ * IQ4_NL's and MXFP4's exactly, IQ4_XS's 1.5 % more), and only when each
+ * expert is whole groups of 16 rows, so that expert e's copy is groups
+ * [e * rows / 16, (e + 1) * rows / 16) of the stack's.
+ * Packed, the file's pages of the stack are handed back like any packed
+ * matrix's, so the experts are resident once (the copy), all of them from
+ * the load on, instead of the chosen ones' pages as the tokens touch them.
+ * The other types' experts stay mapped from the file (cpu_moe.c).
+ */
+static bool
+packs_experts(const struct kvc_model *m, const struct kvc_weight *w)
+{
+	return w->data != NULL && m->hp.n_expert > 0 && w->n_out % m->hp.n_expert == 0 &&
+	    (w->n_out / m->hp.n_expert) % Q_PACK_ROWS == 0 &&
+	    (w->type == GGML_TYPE_IQ4_NL || w->type == GGML_TYPE_MXFP4 || w->type == GGML_TYPE_IQ4_XS);
+}
+
+/*
+ * Matrices a product reads: per layer Q, K, V, O, gate, up, down, the
+ * stacks of experts packs_experts takes; then the output.
+ */
 static int
 list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
 {
@@ -129,13 +154,15 @@ list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
 	for (int il = 0; il < m->hp.n_layer; il++) {
 		const struct kvc_layer_weights *l = &m->layers[il];
 		const struct kvc_weight *each[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
-		    &l->w_down };
+		    &l->w_down, &l->gate_exps, &l->up_exps, &l->down_exps };
 
-		for (size_t i = 0; i < sizeof each / sizeof *each; i++)
+		for (size_t i = 0; i < sizeof each / sizeof *each; i++) {
+			if (i >= 7 && !packs_experts(m, each[i]))
+				continue;
 			if (ws)
-				ws[n++] = each[i];
-			else
-				n++;
+				ws[n] = each[i];
+			n++;
+		}
 	}
 	if (ws)
 		ws[n] = &m->output;
@@ -147,7 +174,7 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 {
 	int n = list_matrices(c->m, NULL), rc = KVC_OK;
 	const struct kvc_weight **ws = malloc((size_t)n * sizeof *ws);
-	struct pack_load L = { c, p, NULL, NULL, 0, 0 };
+	struct pack_load L = { c, p, NULL, NULL, 0, 0, c->m->weight_bytes };
 
 	if (c->m->file != NULL && gguf_mapped(c->m->file))
 		L.f = c->m->file;
@@ -158,6 +185,13 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 		return KVC_ENOMEM;
 	}
 	list_matrices(c->m, ws);
+	/* packed expert stacks are read whole, more than weight_bytes counts (the active experts) */
+	uint64_t packed = 0;
+	for (int i = 0; i < n; i++)
+		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in))
+			packed += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
+	if (packed > L.total)
+		L.total = packed;
 	for (int i = 0; i < n && rc == KVC_OK; i++) {
 		const struct kvc_weight *w = ws[i];
 		size_t sz;
@@ -191,6 +225,15 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 	free(ws);
 	qsort(c->packs, (size_t)c->n_packs, sizeof *c->packs, by_weight);
 	return rc;
+}
+
+const void *
+cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e)
+{
+	const char *p = cpu_pack_find(c, stack);
+	int64_t groups = stack->n_out / c->m->hp.n_expert / Q_PACK_ROWS;
+
+	return p == NULL ? NULL : p + (size_t)e * (size_t)groups * q_pack_group_bytes(stack->type, stack->n_in / 32);
 }
 
 const void *

@@ -394,6 +394,8 @@ kern_packed_fn *const KERN_AVX2_SYM(packed)[KERN_NTYPE] = {
 	[GGML_TYPE_Q4_1] = packed_q4_1,
 	[GGML_TYPE_Q4_K] = KERN_AVX2_SYM(packed_k), [GGML_TYPE_Q5_K] = KERN_AVX2_SYM(packed_k),
 	[GGML_TYPE_Q6_K] = KERN_AVX2_SYM(packed_k),
+	[GGML_TYPE_IQ4_NL] = KERN_AVX2_SYM(packed_n), [GGML_TYPE_MXFP4] = KERN_AVX2_SYM(packed_n),
+	[GGML_TYPE_IQ4_XS] = KERN_AVX2_SYM(packed_n),
 };
 
 /* The corrections of a chunk of PACK_NT tokens must fit the stack array. */

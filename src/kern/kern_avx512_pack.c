@@ -316,6 +316,8 @@ kern_packed_fn *const kern_avx512_packed[KERN_NTYPE] = {
 	[GGML_TYPE_Q4_1] = packed_q4_1,
 	[GGML_TYPE_Q4_K] = kern_avx512_packed_k, [GGML_TYPE_Q5_K] = kern_avx512_packed_k,
 	[GGML_TYPE_Q6_K] = kern_avx512_packed_k,
+	[GGML_TYPE_IQ4_NL] = kern_avx512_packed_n, [GGML_TYPE_MXFP4] = kern_avx512_packed_n,
+	[GGML_TYPE_IQ4_XS] = kern_avx512_packed_n,
 };
 
 /* The corrections of a chunk of PACK_NT tokens must fit the stack array. */

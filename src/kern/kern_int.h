@@ -55,11 +55,14 @@ extern kern_packed_fn *const kern_avx2_packed[KERN_NTYPE];
 bool kern_avx2_pack_fits(int64_t n_in);
 /* kern_avx2_packk.c: the packed K-quants (Q4_K, Q5_K, Q6_K), in the same arrays */
 kern_packed_fn kern_avx2_packed_k;
+/* kern_avx2_packn.c: packed IQ4_NL, MXFP4 and IQ4_XS, in the same arrays */
+kern_packed_fn kern_avx2_packed_n;
 /* kern_avx2_i8.c, kern_avx2_pack.c, kern_avx2_packk.c built with -mavxvnni (kern_x86.h's KERN_AVX2_SYM) */
 extern kern_rows_act_fn *const kern_avx2vnni_rows_act[KERN_NTYPE];
 extern kern_packed_fn *const kern_avx2vnni_packed[KERN_NTYPE];
 bool kern_avx2vnni_pack_fits(int64_t n_in);
 kern_packed_fn kern_avx2vnni_packed_k;
+kern_packed_fn kern_avx2vnni_packed_n;
 /* kern_avx2_iq.c: quant_iq.h's types (Q2_K, IQ*, MXFP4), in the avx2 tables */
 bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
@@ -92,6 +95,8 @@ extern kern_packed_fn *const kern_avx512_packed[KERN_NTYPE];
 bool kern_avx512_pack_fits(int64_t n_in);
 /* kern_avx512_packk.c: the packed K-quants (Q4_K, Q5_K, Q6_K), in the same array */
 kern_packed_fn kern_avx512_packed_k;
+/* kern_avx512_packn.c: packed IQ4_NL, MXFP4 and IQ4_XS, in the same array */
+kern_packed_fn kern_avx512_packed_n;
 /* kern_avx512_iq.c: quant_iq.h's types in the avx512 table */
 bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);

@@ -120,15 +120,15 @@ void q_act_prepare(const float *x, int64_t n_in, void *act);
 float q_dot_act(enum gguf_dtype t, const void *row, const void *act, int64_t n);
 
 /*
- * Packed weights (quant_pack.c): Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and
- * Q6_K matrices (q_packable)
+ * Packed weights (quant_pack.c): Q8_0, Q4_0, Q4_1, Q5_0, IQ4_NL, MXFP4,
+ * IQ4_XS, Q4_K, Q5_K and Q6_K matrices (q_packable)
  * rearranged once, at load, into groups of Q_PACK_ROWS rows whose levels
  * sit side by side, so that one multiply-add instruction serves 16 rows
  * (for the kernel tables with a packed kernel, kern_packs). q_pack writes
  * groups [g0, g1) of the packed copy (q_pack_bytes bytes, rows past n_out
  * as zeros). Per block of 32 values a group holds q_pack_level_bytes of
  * levels, q_pack_high_bytes of high bits and q_pack_scale_bytes of
- * scales: for Q8_0/Q4_0/Q4_1/Q5_0 each part for all the group's blocks before
+ * scales: for Q8_0/Q4_0/Q4_1/Q5_0/IQ4_NL/MXFP4/IQ4_XS each part for all the group's blocks before
  * the next; for the K types (q_pack_k) per super-block of 256 values, its
  * 8 blocks' parts, then the rows' fp16 d (and dmin): q_pack_sb_bytes
  * (q_pack_group_bytes in all).

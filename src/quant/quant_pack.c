@@ -1,6 +1,6 @@
 /*
- * quant_pack.c: the layout of Q8_0, Q4_0, Q4_1, Q5_0 and of Q4_K, Q5_K,
- * Q6_K matrices packed at load
+ * quant_pack.c: the layout of Q8_0, Q4_0, Q4_1, Q5_0, IQ4_NL, MXFP4,
+ * IQ4_XS and of Q4_K, Q5_K, Q6_K matrices packed at load
  * for the kernel tables that have a packed kernel (src/kern's avx2 and
  * avx512: kern_avx512_pack.c says why a packed matrix is faster). Packed, the
  * lanes are rows instead of values: a group
@@ -24,6 +24,20 @@
  * and m the offset. Their float order, per (row, token), from acc = 0, for
  * each block b: acc = fma(d_b dx_b, (float)isum_b, acc), isum the exact
  * integer sum of w x; Q4_1 then acc = fma(m_b, xsum_b, acc).
+ *
+ * IQ4_NL and MXFP4 keep Q4_0's 4 vectors of stored nibble bytes; their
+ * levels are quant_iq.h's tables, which the kernels turn the nibbles into
+ * by one byte shuffle per vector, as u = w + 128 (unsigned, at most 241),
+ * each token's block sum corrected by -128 x. Scales: IQ4_NL's 16 fp16 d
+ * as Q4_0's; MXFP4's 16 E8M0 exponent bytes (q_pack_scale_bytes 16, so
+ * the copy is the file's size), the scale s = 2^(e - 128). Float order as
+ * Q4_0's: acc = fma(s_b dx_b, (float)isum_b, acc), s_b dx_b one rounding
+ * (exact for MXFP4 unless it leaves float's range). IQ4_XS (rows a
+ * multiple of 256) is IQ4_NL's blocks with per-block scales d (ls - 32):
+ * the same level vectors, then per block the 16 rows' ls - 32 as int8 (16
+ * bytes), then per super-block the 16 rows' fp16 d (32 bytes); s_b = d
+ * (float)(ls - 32) is exact in a float (11 by 6 bits), so its float order
+ * is IQ4_NL's with that s_b.
  *
  * Q4_K, Q5_K and Q6_K are packed per super-block of 256 values (8 blocks
  * of 32), the super-block's parts together so a group is read front to
@@ -61,13 +75,16 @@ bool
 q_packable(enum gguf_dtype t)
 {
 	return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 ||
-	    t == GGML_TYPE_Q5_0 || q_pack_k(t);
+	    t == GGML_TYPE_Q5_0 || t == GGML_TYPE_IQ4_NL || t == GGML_TYPE_MXFP4 || t == GGML_TYPE_IQ4_XS ||
+	    q_pack_k(t);
 }
 
 size_t
 q_pack_scale_bytes(enum gguf_dtype t)
 {
-	return t == GGML_TYPE_Q4_1 ? 2 * Q_PACK_SCALE_BYTES : Q_PACK_SCALE_BYTES;
+	/* MXFP4: the 16 rows' E8M0 exponent bytes; IQ4_XS: their ls - 32 as int8 */
+	return t == GGML_TYPE_Q4_1 ? 2 * Q_PACK_SCALE_BYTES : t == GGML_TYPE_MXFP4 || t == GGML_TYPE_IQ4_XS ? 16 :
+	    Q_PACK_SCALE_BYTES;
 }
 
 bool
@@ -100,7 +117,9 @@ q_pack_group_bytes(enum gguf_dtype t, int64_t nb)
 {
 	if (q_pack_k(t))
 		return (size_t)(nb / 8) * q_pack_sb_bytes(t);
-	return (size_t)nb * (q_pack_level_bytes(t) + q_pack_high_bytes(t) + q_pack_scale_bytes(t));
+	/* IQ4_XS: then the 16 rows' fp16 d of each super-block */
+	return (size_t)nb * (q_pack_level_bytes(t) + q_pack_high_bytes(t) + q_pack_scale_bytes(t)) +
+	    (t == GGML_TYPE_IQ4_XS ? (size_t)(nb / 8) * Q_PACK_SCALE_BYTES : 0);
 }
 
 size_t
@@ -108,7 +127,7 @@ q_pack_bytes(enum gguf_dtype t, int64_t n_in, int64_t n_out)
 {
 	int64_t groups = (n_out + Q_PACK_ROWS - 1) / Q_PACK_ROWS;
 
-	if (!q_packable(t) || n_in <= 0 || n_in % (q_pack_k(t) ? 256 : 32) != 0)
+	if (!q_packable(t) || n_in <= 0 || n_in % (q_pack_k(t) || t == GGML_TYPE_IQ4_XS ? 256 : 32) != 0)
 		return 0;
 	return (size_t)groups * q_pack_group_bytes(t, n_in / 32);
 }
@@ -120,21 +139,23 @@ pack_block(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t nb, int64_
 	size_t lb = q_pack_level_bytes(t), hb = q_pack_high_bytes(t);
 	uint8_t *l = G + (size_t)b * lb + 4 * r;
 	uint8_t *h = G + (size_t)nb * lb + (size_t)b * hb + 4 * r;
-	uint8_t *sc = G + (size_t)nb * (lb + hb) + (size_t)b * q_pack_scale_bytes(t) + 2 * r;
+	/* a row's scale: an fp16 (MXFP4: its exponent byte) */
+	size_t se = t == GGML_TYPE_MXFP4 ? 1 : 2;
+	uint8_t *sc = G + (size_t)nb * (lb + hb) + (size_t)b * q_pack_scale_bytes(t) + se * (size_t)r;
 
 	if (blk == NULL) {
 		for (int j = 0; j < (int)(lb / 64); j++)
 			memset(l + 64 * j, t == GGML_TYPE_Q8_0 ? 0x80 : 0, 4);
 		if (hb)
 			memset(h, 0, 4);
-		memset(sc, 0, 2);
+		memset(sc, 0, se);
 		if (t == GGML_TYPE_Q4_1)
 			memset(sc + Q_PACK_SCALE_BYTES, 0, 2);
 		return;
 	}
-	memcpy(sc, blk, 2);
 	switch (t) {
 	case GGML_TYPE_Q8_0:
+		memcpy(sc, blk, 2);
 		for (int j = 0; j < 8; j++) {
 			uint32_t v;
 
@@ -144,10 +165,18 @@ pack_block(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t nb, int64_
 		}
 		break;
 	case GGML_TYPE_Q4_0:
+	case GGML_TYPE_IQ4_NL:	/* d, qs[16], as Q4_0 */
+		memcpy(sc, blk, 2);
 		for (int j = 0; j < 4; j++)
 			memcpy(l + 64 * j, blk + 2 + 4 * j, 4);
 		break;
+	case GGML_TYPE_MXFP4:	/* e, qs[16]: the scale part is one byte per row */
+		sc[0] = blk[0];
+		for (int j = 0; j < 4; j++)
+			memcpy(l + 64 * j, blk + 1 + 4 * j, 4);
+		break;
 	case GGML_TYPE_Q4_1:	/* d, m, qs[16] */
+		memcpy(sc, blk, 2);
 		memcpy(sc + Q_PACK_SCALE_BYTES, blk + 2, 2);
 		for (int j = 0; j < 4; j++)
 			memcpy(l + 64 * j, blk + 4 + 4 * j, 4);
@@ -155,6 +184,7 @@ pack_block(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t nb, int64_
 	default: {	/* Q5_0: d, qh[4], qs[16]; bit v of qh is value v's fifth */
 		uint32_t qh;
 
+		memcpy(sc, blk, 2);
 		memcpy(&qh, blk + 2, 4);
 		memset(h, 0, 4);
 		for (int m = 0; m < 8; m++)
@@ -265,12 +295,57 @@ pack_k_sb(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t s, int r)
 	}
 }
 
+/*
+ * Super-block s of an IQ4_XS row (NULL: a padding row) into lane r of
+ * group G: its 8 blocks' nibbles as IQ4_NL's, their 6-bit scales as
+ * ls - 32 (int8, one byte per row), its d.
+ */
+static void
+pack_iq4_xs_sb(const uint8_t *blk, uint8_t *G, int64_t nb, int64_t s, int r)
+{
+	uint8_t *sc = G + (size_t)nb * 256 + (size_t)s * 8 * 16 + r;
+	uint8_t *d = G + (size_t)nb * (256 + 16) + (size_t)s * Q_PACK_SCALE_BYTES + 2 * r;
+
+	for (int j = 0; j < 8; j++) {
+		uint8_t *l = G + (size_t)(8 * s + j) * 256 + 4 * r;
+
+		if (blk == NULL) {
+			for (int v = 0; v < 4; v++)
+				memset(l + 64 * v, 0, 4);
+			sc[16 * j] = 0;
+			continue;
+		}
+		int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) |
+		    (int)((ld32(blk) >> (16 + 2 * j)) & 3) << 4;
+		for (int v = 0; v < 4; v++)
+			memcpy(l + 64 * v, blk + 8 + 16 * j + 4 * v, 4);
+		sc[16 * j] = (uint8_t)(int8_t)(ls - 32);
+	}
+	if (blk == NULL)
+		memset(d, 0, 2);
+	else
+		memcpy(d, blk, 2);
+}
+
 void
 q_pack(enum gguf_dtype t, const void *W, size_t row_bytes, int64_t n_in, int64_t n_out, void *P,
     int64_t g0, int64_t g1)
 {
 	int64_t nb = n_in / 32;
 	size_t gb = q_pack_group_bytes(t, nb), bb = q_row_bytes(t, 32);
+
+	if (t == GGML_TYPE_IQ4_XS) {
+		for (int64_t g = g0; g < g1; g++)
+			for (int r = 0; r < Q_PACK_ROWS; r++) {
+				int64_t row = g * Q_PACK_ROWS + r;
+				const uint8_t *src = (const uint8_t *)W + (size_t)row * row_bytes;
+
+				for (int64_t s = 0; s < nb / 8; s++)
+					pack_iq4_xs_sb(row < n_out ? src + (size_t)s * 136 : NULL,
+					    (uint8_t *)P + (size_t)g * gb, nb, s, r);
+			}
+		return;
+	}
 
 	if (q_pack_k(t)) {
 		size_t sbb = q_row_bytes(t, 256);

@@ -53,6 +53,7 @@
 #define ROUTE_GAP 0.1
 #include "gguf/gguf.h"
 #include "backend/backend.h"
+#include "kern/kern.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "quant/quant_ref.h"
@@ -522,6 +523,63 @@ refusals(void)
 	}
 }
 
+/*
+ * One fixture of spec s in weight type t: against the reference, and
+ * batch independence if asked; packed > 0: the backend must say it packed
+ * that many matrices (the expert stacks among them).
+ */
+static void
+run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool batch, int packed)
+{
+	struct ref_config rc = ref_of(&s);
+	struct kvc_backend_params bp = { .n_threads = 2 };
+	struct kvc_model m;
+	char err[256], what[64];
+	void *mem, *ctx = NULL;
+	double *ref = malloc((size_t)N_TOK * N_VOCAB * sizeof *ref), e32, e16, tol, gap = INFINITY;
+	struct gguf_file *f;
+
+	s.wtype = t;
+	snprintf(what, sizeof what, "%s %s", s.arch, gguf_dtype_name(s.wtype));
+	f = build(&s, &mem, NULL);
+	test_cond(f != NULL, "%s: fixture", what);
+	if (f == NULL || model_load(&m, f, err, sizeof err) != 0) {
+		test_cond(0, "%s: model_load: %s", what, f ? err : "no file");
+		gguf_close(f);
+		free(mem);
+		free(ref);
+		return;
+	}
+	if (check)
+		check_model(&m, &s);
+	rc.route_gap = &gap;
+	test_cond(ref_forward(f, &rc, tok, N_TOK, ref) == 0, "%s: reference", what);
+	test_cond(gap > ROUTE_GAP, "%s: the reference's routing has a near-tie (%g)", what, gap);
+	test_cond(kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0, "init: %s", err);
+	if (packed > 0 && ctx != NULL) {
+		struct kvc_buf d = { 0 };
+		char want[32];
+		snprintf(want, sizeof want, "packed: %d ", packed);
+		kvc_backend_cpu.describe(ctx, &d);
+		test_cond(d.p != NULL && strstr(d.p, want) != NULL, "%s: %s in %s", what, want, d.p ? d.p : "");
+		kvc_buf_free(&d);
+	}
+	e32 = vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref);
+	e16 = vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref);
+	kvc_backend_cpu.free(ctx);
+	tol = tol_weights(s.wtype);
+	printf("%-14s rel err F32 cache %.2e  F16 cache %.2e  (routing gap %.2f)\n", what, e32,
+	    e16, gap);
+	test_cond(e32 <= tol, "%s F32 cache: %g > %g", what, e32, tol);
+	test_cond(e16 <= tol + TOL_F16, "%s F16 cache: %g > %g", what, e16, tol + TOL_F16);
+	if (batch)
+		batch_independence(&m, what);
+	model_free(&m);
+	gguf_close(f);
+	free(mem);
+	free(ref);
+}
+
 int
 main(void)
 {
@@ -550,48 +608,20 @@ main(void)
 	for (int i = 0; i < N_TOK; i++)
 		tok[i] = (int32_t)((rnd() + 1) * 150);
 	for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++)
-		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-			struct mspec s = specs[si];
-			struct ref_config rc = ref_of(&s);
-			struct kvc_backend_params bp = { .n_threads = 2 };
-			struct kvc_model m;
-			char err[256], what[64];
-			void *mem, *ctx = NULL;
-			double *ref = malloc((size_t)N_TOK * N_VOCAB * sizeof *ref), e32, e16, tol, gap = INFINITY;
-			struct gguf_file *f;
-
-			s.wtype = types[ti];
-			snprintf(what, sizeof what, "%s %s", s.arch, gguf_dtype_name(s.wtype));
-			f = build(&s, &mem, NULL);
-			test_cond(f != NULL, "%s: fixture", what);
-			if (f == NULL || model_load(&m, f, err, sizeof err) != 0) {
-				test_cond(0, "%s: model_load: %s", what, f ? err : "no file");
-				gguf_close(f);
-				free(mem);
-				free(ref);
-				continue;
-			}
-			if (ti == 0)
-				check_model(&m, &s);
-			rc.route_gap = &gap;
-			test_cond(ref_forward(f, &rc, tok, N_TOK, ref) == 0, "%s: reference", what);
-			test_cond(gap > ROUTE_GAP, "%s: the reference's routing has a near-tie (%g)", what, gap);
-			test_cond(kvc_backend_cpu.init(&ctx, &m, &bp, err, sizeof err) == 0, "init: %s", err);
-			e32 = vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref);
-			e16 = vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref);
-			kvc_backend_cpu.free(ctx);
-			tol = tol_weights(s.wtype);
-			printf("%-14s rel err F32 cache %.2e  F16 cache %.2e  (routing gap %.2f)\n", what, e32,
-			    e16, gap);
-			test_cond(e32 <= tol, "%s F32 cache: %g > %g", what, e32, tol);
-			test_cond(e16 <= tol + TOL_F16, "%s F16 cache: %g > %g", what, e16, tol + TOL_F16);
-			if (s.wtype == GGML_TYPE_F32 || s.wtype == GGML_TYPE_Q4_K)
-				batch_independence(&m, what);
-			model_free(&m);
-			gguf_close(f);
-			free(mem);
-			free(ref);
-		}
+		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+			run_case(specs[si], types[ti], tok, ti == 0,
+			    types[ti] == GGML_TYPE_F32 || types[ti] == GGML_TYPE_Q4_K, 0);
+	/*
+	 * Expert stacks packed at load (cpu_pack.c: IQ4_NL, MXFP4, IQ4_XS
+	 * where the table packs them): gpt-oss's own type with its biases, and
+	 * qwen3moe's experts in the other two (after the loop above, so its
+	 * fixtures' random weights stay what they were); with a packed kernel
+	 * for them, per layer Q, K, V, O and the 3 stacks, and the output
+	 */
+	bool pk = kern_packs(kern_best(), GGML_TYPE_MXFP4, E);
+	run_case(specs[3], GGML_TYPE_MXFP4, tok, false, true, pk ? 7 * N_LAYER + 1 : 0);
+	run_case(specs[0], GGML_TYPE_IQ4_XS, tok, false, false, pk ? 7 * N_LAYER + 1 : 0);
+	run_case(specs[0], GGML_TYPE_IQ4_NL, tok, false, false, pk ? 7 * N_LAYER + 1 : 0);
 	refusals();
 	return test_done();
 }
