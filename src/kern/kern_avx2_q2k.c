@@ -4,61 +4,55 @@
  * the avx2vnni table runs it too); kern_avx2_iqn.c's entry hands Q2_K
  * matrices here.
  *
- * Per super-block: the 2-bit levels are unsigned, so the 4-bit scale
- * goes into them (vpshufb through [0, sc, 2 sc, 3 sc], one table per 128-bit
- * half: one half is one group of 16): sc * q <= 45, x <= 127, no
- * saturation. Per token and block: vpmaddubsw of that with x, widened by
- * vpmaddwd, one FMA by d * d_x. The offsets: each token's sums of x per 16
- * times d_x are formed once per call (x_sums16), so a super-block's 16
- * mins (times dmin) take two FMAs per token.
+ * A register tile of TR rows times TT tokens, as the avx512 table's
+ * (kern_avx512_q2k.c): each super-block of a row is decoded once per pass
+ * of tokens into a small array that stays in L1 (a chunk of KC
+ * super-blocks of the tile's rows) and read back by every tile of tokens.
+ * The 2-bit levels are unsigned, so the 4-bit scale goes into them
+ * (vpshufb through [0, sc, 2 sc, 3 sc], one table per 128-bit half, a half
+ * being one group of 16): sc * q <= 45, |x| <= 127. Per (row, token) and
+ * pair of 32-value blocks: vpmaddubsw of each block with x (pairs of
+ * products, at most 11430), vphaddw of the two (sums of 4, at most 22860:
+ * no int16 saturation), one vpmaddwd by 1 (lanes 0-1 and 4-5 the first
+ * block's, 2-3 and 6-7 the second's), one conversion and one FMA by the
+ * tokens' side: the pair's d_x spread over those lanes, formed once per
+ * pass with each token's 16 sums of x per 16 times d_x (x_side). Half the
+ * widenings, conversions and FMAs of one block per register: these, not
+ * the loads, set the pace on the two ports that multiply.
  *
- * Batch independence: each (row, token) runs this same sequence of float
- * operations whatever n_tok is and whichever rows share the call, reduced
- * by q_hsum8, so its result is bitwise the same in any batch; the integer
- * sums are the portable kernel's (q_iq_dot_act), only their scaled sum's
- * rounding differs.
+ * Float order, per (row, token): per super-block, t = f0 * dx0, then t =
+ * fma(fi, dxi, t) for pairs i = 1..3; acc = fma(t, d, acc); acc =
+ * fnmadd(dmin * m, xm, acc) for groups 0-7, then 8-15; from acc = 0,
+ * reduced by q_hsum8 at the row's end. The same sequence whatever n_tok is
+ * (1 included: decode runs this tile with one token), whichever rows share
+ * the call and wherever a chunk ends, so each result is bitwise the same in
+ * any batch; the integer sums are the portable kernel's (q_iq_dot_act),
+ * only their scaled sum's rounding differs.
  */
 #include "kern_int.h"
 #include "kern_x86.h"
 #include "quant/quant_iq.h"
 
 /*
- * Accumulators per token: block b of a group adds into b % NACC, so that
- * no chain of dependent FMAs runs through a group (two FMAs' latency per
- * group and accumulator, not eight); summed in one order at the row's end.
+ * Rows x tokens: 4 x 1 measured as fast as 6 x 1 and 3 x 2, ahead of 3 x 1,
+ * 2 x 2 and 2 x 1 (bench/qmm q2_k 64|512 4864 896 3 avx2, docs/BENCHMARKS.md).
  */
-#define NACC 4
+#define TR 4		/* rows per tile (a last tile repeats its last row) */
+#define TT 1		/* tokens per tile */
+#define KC 16		/* super-blocks of the tile's rows decoded at once (22 KiB) */
+#define XS_SB 48	/* the tokens' side per token and super-block: 4 x 8 spread d_x, 16 offset sums */
+#define XS_FLOATS 32768	/* the tokens' side of one pass (128 KiB of stack) */
+#define NT_MIN(n) ((n) < TT ? (n) : TT)
+_Static_assert(TT <= 6, "q2k_pass's switch takes tiles of up to 6 tokens");
 
 /*
- * One token is bound by memory: the hardware prefetchers stop at each 4 KiB
- * page of the mapped file, so each group of a row asks for the same group
- * PF_ROWS rows on, as the K-quants' one-token kernels do (docs/BENCHMARKS.md).
+ * The tokens' side of one token, XS_SB floats per super-block: pair i's
+ * d_x (8i ..) as the lanes of its sums (d_2i, d_2i, d_2i+1, d_2i+1, twice),
+ * then xm[k] = d_x of block k / 2 times the sum of the rounded x of values
+ * 16k .. 16k + 15 (exact in any order, so the same floats however formed).
  */
-#define PF_ROWS 2
-
-INLINE float
-acc_sum(const __m256 *a)
-{
-	return q_hsum8(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-}
-
-/* all 8 lanes element b of v */
-INLINE __m256
-lane(__m256 v, int b)
-{
-	return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(b));
-}
-/*
- * The offsets' side, per token once per call: xm[k] = d_x of block k / 2
- * times the sum of the rounded x of values 16k .. 16k + 15 (exact in any
- * order, so the same floats however they are formed). A super-block's 16
- * mins then take two FMAs per token. XM_FLOATS bounds the floats of the
- * tokens of one pass (on the stack).
- */
-#define XM_FLOATS 8192
-
 static void
-x_sums16(const uint8_t *a, int64_t n, float *xm)
+x_side(const uint8_t *a, int64_t n, float *xs)
 {
 	const float *d = (const float *)a;
 	const int8_t *q = (const int8_t *)(d + 2 * (n / 32));
@@ -67,17 +61,26 @@ x_sums16(const uint8_t *a, int64_t n, float *xm)
 	const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 	const __m256i half = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
 
-	for (int64_t e = 0; e < n; e += 128) {
-		__m256i s[4];
-		for (int b = 0; b < 4; b++)	/* dwords 0-3 quarters of group 2b, 4-7 of group 2b + 1 */
-			s[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ld256(q + e + 32 * b)), ones16);
-		__m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-		__m256 dx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(d + e / 32)), half);
-		_mm256_storeu_ps(xm + e / 16, _mm256_mul_ps(dx,
-		    _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(h, back))));
+	for (int64_t e = 0; e < n; e += 256, xs += XS_SB) {
+		__m256 d8 = _mm256_loadu_ps(d + e / 32);
+		for (int i = 0; i < 4; i++)
+			_mm256_storeu_ps(xs + 8 * i, _mm256_permutevar8x32_ps(d8, _mm256_setr_epi32(2 * i, 2 * i,
+			    2 * i + 1, 2 * i + 1, 2 * i, 2 * i, 2 * i + 1, 2 * i + 1)));
+		for (int64_t h = 0; h < 2; h++) {
+			__m256i s[4];
+			for (int b = 0; b < 4; b++)	/* dwords 0-3 quarters of group 2b, 4-7 of group 2b + 1 */
+				s[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ld256(q + e + 128 * h + 32 * b)),
+				    ones16);
+			__m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+			__m256 dx = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(d + e / 32 + 4 * h)),
+			    half);
+			_mm256_storeu_ps(xs + 32 + 8 * h, _mm256_mul_ps(dx,
+			    _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(c, back))));
+		}
 	}
 }
 
+/* A super-block of a row, decoded for every tile of tokens. */
 struct q2k {
 	__m256i u[8];		/* block b (values 32b ..): sc * q per byte */
 	__m256 mn[2];		/* dmin * min of groups 0-7, 8-15 */
@@ -111,83 +114,155 @@ q2k_decode(const uint8_t *p, struct q2k *g)
 	}
 }
 
-/* One token: d its super-block's 8 d_x, q its levels, xm its 16 offset sums. */
-INLINE void
-q2k_token(const struct q2k *g, const float *d, const int8_t *q, const float *xm, __m256 *acc)
+/* Pair i's exact sums of row g with token levels q: lanes 0-1, 4-5 block 2i's, 2-3, 6-7 block 2i + 1's. */
+INLINE __m256
+pair_sums(const struct q2k *g, const int8_t *q, int i)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256 sd = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(g->d));
+	__m256i m0 = _mm256_maddubs_epi16(g->u[2 * i], ld256(q + 64 * i));
+	__m256i m1 = _mm256_maddubs_epi16(g->u[2 * i + 1], ld256(q + 64 * i + 32));
+
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_hadd_epi16(m0, m1), _mm256_set1_epi16(1)));
+}
+
+/*
+ * TR rows (their chunks of decoded super-blocks g[r]) times NT <= TT tokens
+ * (q[k] their levels, xs[k] their side, both at the chunk's first
+ * super-block) over ns super-blocks; acc[TT * r + k] carried in and out.
+ */
+INLINE void
+q2k_tile(int NT, const struct q2k *const *g, int ns, const int8_t *const *q, const float *const *xs,
+    __m256 *acc)
+{
+	__m256 a[TR][TT];
 
 	UNROLL
-	for (int b = 0; b < 8; b++) {
-		__m256i pu = _mm256_madd_epi16(_mm256_maddubs_epi16(g->u[b], ld256(q + 32 * b)), ones);
-		acc[b % NACC] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pu), lane(sd, b), acc[b % NACC]);
-	}
-	acc[0] = _mm256_fnmadd_ps(g->mn[0], _mm256_loadu_ps(xm), acc[0]);
-	acc[1] = _mm256_fnmadd_ps(g->mn[1], _mm256_loadu_ps(xm + 8), acc[1]);
-}
-
-/* One row against n_tok tokens, xm their offset sums (nb16 floats apart). */
-INLINE void
-q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n, const float *xm,
-    int64_t nb16, size_t pf, float *out, size_t os)
-{
-	int64_t nb32 = n / 32;
-	__m256 acc[NACC * Q_IQ_TOKENS];
-	struct q2k g;
-
-	for (int i = 0; i < NACC * n_tok; i++)
-		acc[i] = _mm256_setzero_ps();
-	for (int64_t b0 = 0; b0 < nb32; b0 += 8) {
-		const uint8_t *p = row + (size_t)(b0 / 8) * sizeof(block_q2_K);
-		if (pf)	/* decode: the same super-block of a row further on */
-			prefetch_span(p + pf, sizeof(block_q2_K));
-		q2k_decode(p, &g);
-		for (int tok = 0; tok < n_tok; tok++) {
-			const float *d = (const float *)(act + (size_t)tok * ab);
-			q2k_token(&g, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, xm + tok * nb16 + 2 * b0,
-			    acc + NACC * tok);
+	for (int r = 0; r < TR; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			a[r][k] = acc[TT * r + k];
+	for (int s = 0; s < ns; s++) {
+		__m256 t[TR][TT];
+		UNROLL
+		for (int i = 0; i < 4; i++) {
+			UNROLL
+			for (int r = 0; r < TR; r++) {
+				UNROLL
+				for (int k = 0; k < NT; k++) {
+					__m256 f = pair_sums(&g[r][s], q[k] + 256 * s, i);
+					__m256 dx = _mm256_loadu_ps(xs[k] + XS_SB * s + 8 * i);
+					if (i == 0)
+						t[r][k] = _mm256_mul_ps(f, dx);
+					else
+						t[r][k] = _mm256_fmadd_ps(f, dx, t[r][k]);
+				}
+			}
+		}
+		UNROLL
+		for (int r = 0; r < TR; r++) {
+			__m256 d = _mm256_set1_ps(g[r][s].d);
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				const float *xm = xs[k] + XS_SB * s + 32;
+				a[r][k] = _mm256_fmadd_ps(t[r][k], d, a[r][k]);
+				a[r][k] = _mm256_fnmadd_ps(g[r][s].mn[0], _mm256_loadu_ps(xm), a[r][k]);
+				a[r][k] = _mm256_fnmadd_ps(g[r][s].mn[1], _mm256_loadu_ps(xm + 8), a[r][k]);
+			}
 		}
 	}
-	for (int tok = 0; tok < n_tok; tok++)
-		out[(size_t)tok * os] = acc_sum(acc + NACC * tok);
+	UNROLL
+	for (int r = 0; r < TR; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[TT * r + k] = a[r][k];
 }
-
-/* The rows of a Q2_K matrix: tokens in passes whose offset sums fit XM_FLOATS. */
-INLINE bool
-q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, int64_t n_in, float *y,
-    int64_t n_out, int64_t r0, int64_t r1)
+/*
+ * Rows [r0, r1) in tiles of TR (a last tile repeats its last row, whose
+ * copies are computed and dropped) against nt <= Q_IQ_TOKENS tokens (act,
+ * ab bytes apart; xs their side, XS_SB * nsb floats apart); out[k * os].
+ */
+static void
+q2k_pass(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int nt, int64_t nsb, const float *xs,
+    float *y, size_t os, int64_t r0, int64_t r1)
 {
-	float xm[XM_FLOATS];
-	int64_t nb16 = n_in / 16;
+	struct q2k dec[TR * KC];
+	__m256 acc[TR * (Q_IQ_TOKENS + TT)];
+	const int64_t nb32 = 8 * nsb;
+	/*
+	 * One token is bound by memory, and the hardware prefetchers stop at
+	 * each 4 KiB page of the mapped file: decode asks for each super-block
+	 * of the next tile's rows as it decodes this one's.
+	 */
+	const size_t pf = nt == 1 ? TR * rb : 0;
+	const int na = TR * ((nt + TT - 1) / TT * TT);	/* the accumulators of nt tokens' tiles */
 
-	if (nb16 == 0 || nb16 > XM_FLOATS)
-		return false;
-	int tp = XM_FLOATS / nb16 < Q_IQ_TOKENS ? (int)(XM_FLOATS / nb16) : Q_IQ_TOKENS;
-	if (n_tok == 1) {
-		x_sums16(act, n_in, xm);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, act, ab, 1, n_in, xm, nb16, PF_ROWS * rb, y + r, (size_t)n_out);
-		return true;
+	for (int64_t r = r0; r < r1; r += TR) {
+		int nr = r1 - r < TR ? (int)(r1 - r) : TR;
+
+		for (int i = 0; i < na; i++)
+			acc[i] = _mm256_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += KC) {
+			int ns = nsb - s0 < KC ? (int)(nsb - s0) : KC;
+			const struct q2k *g[TR];
+
+			for (int i = 0; i < nr; i++) {
+				const uint8_t *p = W + (size_t)(r + i) * rb + (size_t)s0 * sizeof(block_q2_K);
+				for (int s = 0; s < ns; s++, p += sizeof(block_q2_K)) {
+					if (pf)	/* addresses only: prefetches never fault */
+						prefetch_span(p + pf, sizeof(block_q2_K));
+					q2k_decode(p, &dec[KC * i + s]);
+				}
+			}
+			for (int i = 0; i < TR; i++)
+				g[i] = dec + KC * (i < nr ? i : nr - 1);
+			for (int k0 = 0; k0 < nt; k0 += TT) {
+				int nk = nt - k0 < TT ? nt - k0 : TT;
+				const int8_t *q[TT];
+				const float *x[TT];
+				for (int k = 0; k < nk; k++) {
+					const float *d = (const float *)(act + (size_t)(k0 + k) * ab);
+					q[k] = (const int8_t *)(d + 2 * nb32) + 256 * s0;
+					x[k] = xs + (size_t)(k0 + k) * (size_t)(XS_SB * nsb) + XS_SB * s0;
+				}
+				__m256 *c = acc + TR * k0;
+				switch (nk) {	/* NT_MIN: no tile wider than TT is compiled */
+				case 6: q2k_tile(NT_MIN(6), g, ns, q, x, c); break;
+				case 5: q2k_tile(NT_MIN(5), g, ns, q, x, c); break;
+				case 4: q2k_tile(NT_MIN(4), g, ns, q, x, c); break;
+				case 3: q2k_tile(NT_MIN(3), g, ns, q, x, c); break;
+				case 2: q2k_tile(NT_MIN(2), g, ns, q, x, c); break;
+				default: q2k_tile(1, g, ns, q, x, c); break;
+				}
+			}
+		}
+		for (int k = 0; k < nt; k++)
+			for (int i = 0; i < nr; i++)
+				y[(size_t)k * os + (size_t)(r + i)] = q_hsum8(acc[TR * (k - k % TT) +
+				    TT * i + k % TT]);
 	}
-	for (int t0 = 0; t0 < n_tok; t0 += tp) {
-		int nt = n_tok - t0 < tp ? n_tok - t0 : tp;
-		const uint8_t *a = act + (size_t)t0 * ab;
-		for (int tok = 0; tok < nt; tok++)
-			x_sums16(a + (size_t)tok * ab, n_in, xm + tok * nb16);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, a, ab, nt, n_in, xm, nb16, 0,
-			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
-	}
-	return true;
 }
 
-/* The table's entry for Q2_K (kern_avx2_iqn_rows_act's case). */
+/*
+ * The table's entry for Q2_K (kern_avx2_iqn_rows_act's case), tokens in
+ * passes whose side fits XS_FLOATS.
+ */
 bool
 kern_avx2_q2k_rows_act(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	if (n_in % 256 != 0)
+	float xs[XS_FLOATS];
+	int64_t nsb = n_in / 256;
+
+	if (n_in % 256 != 0 || nsb == 0 || nsb * XS_SB > XS_FLOATS)
 		return false;
-	return q2k_rows(W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+	int tp = XS_FLOATS / (XS_SB * nsb) < Q_IQ_TOKENS ? (int)(XS_FLOATS / (XS_SB * nsb)) : Q_IQ_TOKENS;
+	if (tp > TT)	/* whole tiles of tokens in every pass but the last */
+		tp -= tp % TT;
+	for (int t0 = 0; t0 < n_tok; t0 += tp) {
+		int nt = n_tok - t0 < tp ? n_tok - t0 : tp;
+		const uint8_t *a = act + (size_t)t0 * ab;
+		for (int k = 0; k < nt; k++)
+			x_side(a + (size_t)k * ab, n_in, xs + (size_t)k * (size_t)(XS_SB * nsb));
+		q2k_pass(W, rb, a, ab, nt, nsb, xs, y + (size_t)t0 * (size_t)n_out, (size_t)n_out, r0, r1);
+	}
+	return true;
 }

@@ -3,43 +3,45 @@
  * (quant_iq.h's layout), compiled with AVX512 F, VL, BW and VNNI (kern.am);
  * kern_avx512_iqn.c's entry hands Q2_K matrices here.
  *
- * Per super-block: the levels (0..3) are unsigned already, so the
- * 4-bit scale goes into them: one vpshufb per zmm through per-16 tables
- * [0, sc, 2 sc, 3 sc] (one 128-bit lane is one group of 16) gives sc * q;
- * vpdpbusd of that with x is each group's sc * sum q x, one FMA per pair of
- * blocks by d * d_x,b. The offsets: each token's sums of x per 16 times
- * d_x are formed once per call (x_sums16), so a super-block's 16 mins
- * (times dmin) take one FMA per token.
+ * A register tile of TR rows times TT tokens. Each super-block of a row is
+ * decoded once per pass of tokens (q2k_decode, into a small array that
+ * stays in L1: a chunk of KC super-blocks of the tile's rows) and read back
+ * by every tile of tokens: the levels (0..3) are unsigned, so the 4-bit
+ * scale goes into them (one vpshufb per zmm through per-16 tables [0, sc,
+ * 2 sc, 3 sc], a 128-bit lane being one group of 16), and vpdpbusd of that
+ * with x is each group's exact sc * sum q x. The tokens' side is formed once
+ * per pass (x_side): per super-block the d_x of each pair of 32-value blocks
+ * spread over the pair's lanes (4 zmm) and the 16 sums of x per 16 times
+ * d_x (the offsets' side), so the tile's loop has no shuffle at all:
+ * per (row, token, super-block) 4 vpdpbusd, 4 conversions, 4 products by
+ * d_x and 2 FMAs (d, and the 16 mins times dmin), the TR x TT accumulators
+ * in registers throughout a chunk.
  *
- * Batch independence: a (row, token) runs this same sequence of float
- * operations whatever n_tok is and whichever rows share the call, so its
+ * Float order, per (row, token): per super-block, t = f0 * dx0, then t =
+ * fma(fj, dxj, t) for j = 1..3 (fj the converted exact sums of pair j);
+ * acc = fma(t, d, acc); acc = fnmadd(dmin * m, xm, acc); from acc = 0, the
+ * 16 lanes summed by _mm512_reduce_add_ps at the row's end. The same
+ * sequence whatever n_tok is (1 included: decode runs this tile with one
+ * token), whichever rows share the call and wherever a chunk ends, so each
  * result is bitwise the same in any batch. The integer sums are those of
- * the portable kernel (q_iq_dot_act); only the float rounding of their
- * scaled sum differs.
+ * the portable kernel (q_iq_dot_act); only their scaled sum's rounding
+ * differs.
  */
 #include "kern_int.h"
 #include "kern_x86.h"
 #include "quant/quant_iq.h"
 
 /*
- * Accumulators per token: pair j of a group adds into its own, so that no
- * chain of dependent FMAs runs through a group (one FMA's latency per
- * group and accumulator, not four); summed in one order at the row's end.
+ * Rows x tokens: 4 x 2 measured ahead of 4 x 3, 6 x 2, 3 x 4, 2 x 4 and 3 x 2
+ * (bench/qmm q2_k 64|512 4864 896 3 avx512, docs/BENCHMARKS.md).
  */
-#define NACC 4
-
-/*
- * One token is bound by memory: the hardware prefetchers stop at each 4 KiB
- * page of the mapped file, so each group of a row asks for the same group
- * PF_ROWS rows on, as the K-quants' one-token kernels do (docs/BENCHMARKS.md).
- */
-#define PF_ROWS 2
-
-INLINE float
-acc_sum(const __m512 *a)
-{
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
-}
+#define TR 4		/* rows per tile (a last tile repeats its last row) */
+#define TT 2		/* tokens per tile */
+#define KC 16		/* super-blocks of the tile's rows decoded at once (24 KiB) */
+#define XS_SB 80	/* the tokens' side per token and super-block: 4 x 16 spread d_x, 16 offset sums */
+#define XS_FLOATS 32768	/* the tokens' side of one pass (128 KiB of stack) */
+#define NT_MIN(n) ((n) < TT ? (n) : TT)
+_Static_assert(TT <= 6, "q2k_pass's switch takes tiles of up to 6 tokens");
 
 /* lanes 0-7 take element 2j of an 8-lane vector, lanes 8-15 element 2j + 1 */
 static const int32_t pair_idx[4][16] = {
@@ -49,23 +51,14 @@ static const int32_t pair_idx[4][16] = {
 	{ 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7 },
 };
 
-INLINE __m512
-pair_spread(__m256 v, int j)
-{
-	return _mm512_permutexvar_ps(_mm512_loadu_si512(pair_idx[j]), _mm512_castps256_ps512(v));
-}
-
 /*
- * The offsets' side, per token once per call: xm[k] = d_x of block k / 2
- * times the sum of the rounded x of values 16k .. 16k + 15 (exact in any
- * order, so the same floats however they are formed). A super-block's 16
- * mins then take one FMA per token. XM_FLOATS bounds the floats of the
- * tokens of one pass (on the stack).
+ * The tokens' side of one token, XS_SB floats per super-block: the 8 d_x
+ * of its blocks spread as pair j's lanes (16j ..), then xm[k] = d_x of
+ * block k / 2 times the sum of the rounded x of values 16k .. 16k + 15
+ * (exact in any order, so the same floats however they are formed).
  */
-#define XM_FLOATS 8192
-
 static void
-x_sums16(const uint8_t *a, int64_t n, float *xm)
+x_side(const uint8_t *a, int64_t n, float *xs)
 {
 	const float *d = (const float *)a;
 	const int8_t *q = (const int8_t *)(d + 2 * (n / 32));
@@ -74,15 +67,19 @@ x_sums16(const uint8_t *a, int64_t n, float *xm)
 	const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
 	const __m512i half = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
 
-	for (int64_t e = 0; e < n; e += 256) {
+	for (int64_t e = 0; e < n; e += 256, xs += XS_SB) {
 		__m512i s[4];
-		for (int j = 0; j < 4; j++)	/* dword 4g + i: a quarter of group g of the 64 */
+		__m512 d8 = _mm512_castps256_ps512(_mm256_loadu_ps(d + e / 32));
+		for (int j = 0; j < 4; j++) {
+			_mm512_storeu_ps(xs + 16 * j, _mm512_permutexvar_ps(_mm512_loadu_si512(pair_idx[j]), d8));
+			/* dword 4g + i: a quarter of group g of the 64 */
 			s[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + e + 64 * j));
+		}
 		__m512i lo = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
 		__m512i hi = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
 		__m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(lo, hi), _mm512_unpackhi_epi64(lo, hi));
-		__m512 dx = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_loadu_ps(d + e / 32)));
-		_mm512_storeu_ps(xm + e / 16, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(back, c))));
+		_mm512_storeu_ps(xs + 64, _mm512_mul_ps(_mm512_permutexvar_ps(half, d8),
+		    _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(back, c))));
 	}
 }
 
@@ -94,7 +91,7 @@ static const int32_t quad_idx[4][16] = {
 	{ 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15 },
 };
 
-/* A super-block decoded for every token. */
+/* A super-block of a row, decoded for every tile of tokens. */
 struct q2k {
 	__m512i u[4];		/* pair j (values 64j ..): sc * q per byte */
 	__m512 mn;		/* dmin * min of group k */
@@ -122,81 +119,146 @@ q2k_decode(const uint8_t *p, struct q2k *g)
 	}
 }
 
-/* One token: d its super-block's 8 d_x, q its levels, xm its 16 offset sums. */
+/*
+ * TR rows (their chunks of decoded super-blocks g[r]) times NT <= TT tokens
+ * (q[k] their levels, xs[k] their side, both at the chunk's first
+ * super-block) over ns super-blocks; acc[TT * r + k] carried in and out.
+ */
 INLINE void
-q2k_token(const struct q2k *g, const float *d, const int8_t *q, const float *xm, __m512 *acc)
+q2k_tile(int NT, const struct q2k *const *g, int ns, const int8_t *const *q, const float *const *xs,
+    __m512 *acc)
 {
-	__m256 sd = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(g->d));
+	__m512 a[TR][TT];
 
 	UNROLL
-	for (int j = 0; j < 4; j++) {
-		__m512i pu = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g->u[j], _mm512_loadu_si512(q + 64 * j));
-		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pu), pair_spread(sd, j), acc[j]);
-	}
-	acc[0] = _mm512_fnmadd_ps(g->mn, _mm512_loadu_ps(xm), acc[0]);
-}
-
-/* One row against n_tok tokens, xm their offset sums (nb16 floats apart). */
-INLINE void
-q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n, const float *xm,
-    int64_t nb16, size_t pf, float *out, size_t os)
-{
-	int64_t nb32 = n / 32;
-	__m512 acc[NACC * Q_IQ_TOKENS];
-	struct q2k g;
-
-	for (int i = 0; i < NACC * n_tok; i++)
-		acc[i] = _mm512_setzero_ps();
-	for (int64_t b0 = 0; b0 < nb32; b0 += 8) {
-		const uint8_t *p = row + (size_t)(b0 / 8) * sizeof(block_q2_K);
-		if (pf)	/* decode: the same super-block of a row further on */
-			prefetch_span(p + pf, sizeof(block_q2_K));
-		q2k_decode(p, &g);
-		for (int tok = 0; tok < n_tok; tok++) {
-			const float *d = (const float *)(act + (size_t)tok * ab);
-			q2k_token(&g, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, xm + tok * nb16 + 2 * b0,
-			    acc + NACC * tok);
+	for (int r = 0; r < TR; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			a[r][k] = acc[TT * r + k];
+	for (int s = 0; s < ns; s++) {
+		__m512 t[TR][TT];
+		UNROLL
+		for (int j = 0; j < 4; j++) {
+			UNROLL
+			for (int r = 0; r < TR; r++) {
+				__m512i u = g[r][s].u[j];
+				UNROLL
+				for (int k = 0; k < NT; k++) {
+					__m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+					    _mm512_loadu_si512(q[k] + 256 * s + 64 * j)));
+					__m512 dx = _mm512_loadu_ps(xs[k] + XS_SB * s + 16 * j);
+					if (j == 0)
+						t[r][k] = _mm512_mul_ps(f, dx);
+					else
+						t[r][k] = _mm512_fmadd_ps(f, dx, t[r][k]);
+				}
+			}
+		}
+		UNROLL
+		for (int r = 0; r < TR; r++) {
+			__m512 d = _mm512_set1_ps(g[r][s].d);
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				a[r][k] = _mm512_fmadd_ps(t[r][k], d, a[r][k]);
+				a[r][k] = _mm512_fnmadd_ps(g[r][s].mn, _mm512_loadu_ps(xs[k] + XS_SB * s + 64), a[r][k]);
+			}
 		}
 	}
-	for (int tok = 0; tok < n_tok; tok++)
-		out[(size_t)tok * os] = acc_sum(acc + NACC * tok);
+	UNROLL
+	for (int r = 0; r < TR; r++)
+		UNROLL
+		for (int k = 0; k < NT; k++)
+			acc[TT * r + k] = a[r][k];
 }
 
-/* The rows of a Q2_K matrix: tokens in passes whose offset sums fit XM_FLOATS. */
-INLINE bool
-q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, int64_t n_in, float *y,
-    int64_t n_out, int64_t r0, int64_t r1)
+/*
+ * Rows [r0, r1) in tiles of TR (a last tile repeats its last row, whose
+ * copies are computed and dropped) against nt <= Q_IQ_TOKENS tokens (act,
+ * ab bytes apart; xs their side, XS_SB * nsb floats apart); out[k * os].
+ */
+static void
+q2k_pass(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int nt, int64_t nsb, const float *xs,
+    float *y, size_t os, int64_t r0, int64_t r1)
 {
-	float xm[XM_FLOATS];
-	int64_t nb16 = n_in / 16;
+	struct q2k dec[TR * KC];
+	__m512 acc[TR * (Q_IQ_TOKENS + TT)];
+	const int64_t nb32 = 8 * nsb;
+	/*
+	 * One token is bound by memory, and the hardware prefetchers stop at
+	 * each 4 KiB page of the mapped file: decode asks for each super-block
+	 * of the next tile's rows as it decodes this one's.
+	 */
+	const size_t pf = nt == 1 ? TR * rb : 0;
+	const int na = TR * ((nt + TT - 1) / TT * TT);	/* the accumulators of nt tokens' tiles */
 
-	if (nb16 == 0 || nb16 > XM_FLOATS)
-		return false;
-	int tp = XM_FLOATS / nb16 < Q_IQ_TOKENS ? (int)(XM_FLOATS / nb16) : Q_IQ_TOKENS;
-	if (n_tok == 1) {
-		x_sums16(act, n_in, xm);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, act, ab, 1, n_in, xm, nb16, PF_ROWS * rb, y + r, (size_t)n_out);
-		return true;
+	for (int64_t r = r0; r < r1; r += TR) {
+		int nr = r1 - r < TR ? (int)(r1 - r) : TR;
+
+		for (int i = 0; i < na; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t s0 = 0; s0 < nsb; s0 += KC) {
+			int ns = nsb - s0 < KC ? (int)(nsb - s0) : KC;
+			const struct q2k *g[TR];
+
+			for (int i = 0; i < nr; i++) {
+				const uint8_t *p = W + (size_t)(r + i) * rb + (size_t)s0 * sizeof(block_q2_K);
+				for (int s = 0; s < ns; s++, p += sizeof(block_q2_K)) {
+					if (pf)	/* addresses only: prefetches never fault */
+						prefetch_span(p + pf, sizeof(block_q2_K));
+					q2k_decode(p, &dec[KC * i + s]);
+				}
+			}
+			for (int i = 0; i < TR; i++)
+				g[i] = dec + KC * (i < nr ? i : nr - 1);
+			for (int k0 = 0; k0 < nt; k0 += TT) {
+				int nk = nt - k0 < TT ? nt - k0 : TT;
+				const int8_t *q[TT];
+				const float *x[TT];
+				for (int k = 0; k < nk; k++) {
+					const float *d = (const float *)(act + (size_t)(k0 + k) * ab);
+					q[k] = (const int8_t *)(d + 2 * nb32) + 256 * s0;
+					x[k] = xs + (size_t)(k0 + k) * (size_t)(XS_SB * nsb) + XS_SB * s0;
+				}
+				__m512 *c = acc + TR * k0;
+				switch (nk) {	/* NT_MIN: no tile wider than TT is compiled */
+				case 6: q2k_tile(NT_MIN(6), g, ns, q, x, c); break;
+				case 5: q2k_tile(NT_MIN(5), g, ns, q, x, c); break;
+				case 4: q2k_tile(NT_MIN(4), g, ns, q, x, c); break;
+				case 3: q2k_tile(NT_MIN(3), g, ns, q, x, c); break;
+				case 2: q2k_tile(NT_MIN(2), g, ns, q, x, c); break;
+				default: q2k_tile(1, g, ns, q, x, c); break;
+				}
+			}
+		}
+		for (int k = 0; k < nt; k++)
+			for (int i = 0; i < nr; i++)
+				y[(size_t)k * os + (size_t)(r + i)] = _mm512_reduce_add_ps(acc[TR * (k - k % TT) +
+				    TT * i + k % TT]);
 	}
-	for (int t0 = 0; t0 < n_tok; t0 += tp) {
-		int nt = n_tok - t0 < tp ? n_tok - t0 : tp;
-		const uint8_t *a = act + (size_t)t0 * ab;
-		for (int tok = 0; tok < nt; tok++)
-			x_sums16(a + (size_t)tok * ab, n_in, xm + tok * nb16);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, a, ab, nt, n_in, xm, nb16, 0,
-			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
-	}
-	return true;
 }
 
-/* The table's entry for Q2_K (kern_avx512_iqn_rows_act's case). */
+/*
+ * The table's entry for Q2_K (kern_avx512_iqn_rows_act's case),
+ * tokens in passes whose side fits XS_FLOATS.
+ */
 bool
 kern_avx512_q2k_rows_act(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok,
     int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	if (n_in % 256 != 0)
+	float xs[XS_FLOATS];
+	int64_t nsb = n_in / 256;
+
+	if (n_in % 256 != 0 || nsb == 0 || nsb * XS_SB > XS_FLOATS)
 		return false;
-	return q2k_rows(W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+	int tp = XS_FLOATS / (XS_SB * nsb) < Q_IQ_TOKENS ? (int)(XS_FLOATS / (XS_SB * nsb)) : Q_IQ_TOKENS;
+	if (tp > TT)	/* whole tiles of tokens in every pass but the last */
+		tp -= tp % TT;
+	for (int t0 = 0; t0 < n_tok; t0 += tp) {
+		int nt = n_tok - t0 < tp ? n_tok - t0 : tp;
+		const uint8_t *a = act + (size_t)t0 * ab;
+		for (int k = 0; k < nt; k++)
+			x_side(a + (size_t)k * ab, n_in, xs + (size_t)k * (size_t)(XS_SB * nsb));
+		q2k_pass(W, rb, a, ab, nt, nsb, xs, y + (size_t)t0 * (size_t)n_out, (size_t)n_out, r0, r1);
+	}
+	return true;
 }
