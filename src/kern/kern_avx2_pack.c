@@ -247,13 +247,17 @@ store_rows(float *y, __m256 acc, int n)
  * whole, where the tiles above read each line twice, half at a time, and
  * the token's block scale and correction serve both halves. Each part of
  * the group (levels, fifth bits, scales) is prefetched PF_BYTES of levels
- * ahead, past the last block into the next group (G + gb), so its first
- * lines are on their way: decode reads each weight once, from memory, and
- * the packed copies lie in 4 KiB pages, at whose ends the hardware
- * prefetcher stops. nh: halves (2, or 1 on a last group of 8 rows or
- * fewer); acc[h] lane r = row 8h + r.
+ * ahead, past the last block into the next groups (G + gb ...), so their
+ * first lines are on their way: decode reads each weight once, from
+ * memory, and the packed copies lie in 4 KiB pages, at whose ends the
+ * hardware prefetcher stops. Into L2 (_MM_HINT_T1), 8 KiB ahead: L2 keeps
+ * more misses in flight than L1's fill buffers, and from DRAM 2 KiB into
+ * L1 left Q8_0 at 82 % of bench/membw (docs/BENCHMARKS.md, 2026-11-29
+ * evening: 2 KiB, 4 KiB, 8 KiB and 12 KiB, into L1 and L2, measured).
+ * nh: halves (2, or 1 on a last group of 8 rows or fewer); acc[h] lane r =
+ * row 8h + r.
  */
-#define PF_BYTES 2048
+#define PF_BYTES 8192
 
 INLINE void
 group_one(enum gguf_dtype t, int nh, const uint8_t *G, size_t gb, int64_t nb, const uint8_t *act,
@@ -266,19 +270,23 @@ group_one(enum gguf_dtype t, int nh, const uint8_t *G, size_t gb, int64_t nb, co
 	const float *dx = (const float *)act;
 	const int8_t *qx = (const int8_t *)(dx + 2 * nb);
 	const int64_t ahead = (int64_t)(PF_BYTES / lb);
+	/* the prefetch cursor: block pb of group pg, ahead blocks on (groups later when they are short) */
+	const char *pg = (const char *)G + (size_t)(ahead / nb) * gb;
+	int64_t pb = ahead % nb;
 
 	acc[0] = acc[1] = _mm256_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
-		/* block b + ahead of this group, or of the next (addresses only: prefetches never fault) */
-		int64_t pb = b + ahead;
-		const char *pg = (const char *)G + (pb < nb ? 0 : gb);
-		pb -= pb < nb ? 0 : nb;
+		/* addresses only: prefetches never fault */
 		UNROLL
 		for (size_t o = 0; o < lb; o += 64)
-			_mm_prefetch(pg + (size_t)pb * lb + o, _MM_HINT_T0);
+			_mm_prefetch(pg + (size_t)pb * lb + o, _MM_HINT_T1);
 		if (hb)
-			_mm_prefetch(pg + (size_t)nb * lb + (size_t)pb * hb, _MM_HINT_T0);
-		_mm_prefetch(pg + (size_t)nb * (lb + hb) + (size_t)pb * sb, _MM_HINT_T0);
+			_mm_prefetch(pg + (size_t)nb * lb + (size_t)pb * hb, _MM_HINT_T1);
+		_mm_prefetch(pg + (size_t)nb * (lb + hb) + (size_t)pb * sb, _MM_HINT_T1);
+		if (++pb == nb) {
+			pb = 0;
+			pg += gb;
+		}
 
 		const __m256 db = _mm256_set1_ps(dx[b]);
 		const __m256i c = _mm256_set1_epi32(cx[b]);

@@ -1,6 +1,6 @@
 /*
  * kern_avx512_iqn.c: the avx512 table's int8-activation kernels of MXFP4,
- * IQ4_NL, IQ4_XS and Q2_K (quant_iq.h's layouts), compiled with AVX512 F,
+ * IQ4_NL and IQ4_XS (quant_iq.h's layouts; Q2_K's: kern_avx512_q2k.c), compiled with AVX512 F,
  * VL, BW and VNNI (kern.am). Each block is decoded straight into vector
  * registers: no struct q_iq_int, no scalar level or scale per value.
  *
@@ -18,14 +18,6 @@
  * where the level is (masked subtract), one vpdpbusd (lanes 8b .. 8b + 7
  * block b's exact sums, |level| <= 127, |x| <= 127), and one FMA by the
  * pair's two scales s_b * d_x,b spread over those lanes.
- *
- * Q2_K per super-block: the levels (0..3) are unsigned already, so the
- * 4-bit scale goes into them: one vpshufb per zmm through per-16 tables
- * [0, sc, 2 sc, 3 sc] (one 128-bit lane is one group of 16) gives sc * q;
- * vpdpbusd of that with x is each group's sc * sum q x, one FMA per pair of
- * blocks by d * d_x,b. The offsets: each token's sums of x per 16 times
- * d_x are formed once per call (x_sums16), so a super-block's 16 mins
- * (times dmin) take one FMA per token.
  *
  * Batch independence: a (row, token) runs this same sequence of float
  * operations whatever n_tok is and whichever rows share the call (the
@@ -222,144 +214,6 @@ nib_row(enum gguf_dtype t, const uint8_t *row, const uint8_t *act, size_t ab, in
 		out[(size_t)tok * os] = acc_sum(acc + NACC * tok);
 }
 
-/* ---- Q2_K ------------------------------------------------------------------ */
-
-/*
- * The offsets' side, per token once per call: xm[k] = d_x of block k / 2
- * times the sum of the rounded x of values 16k .. 16k + 15 (exact in any
- * order, so the same floats however they are formed). A super-block's 16
- * mins then take one FMA per token. XM_FLOATS bounds the floats of the
- * tokens of one pass (on the stack).
- */
-#define XM_FLOATS 8192
-
-static void
-x_sums16(const uint8_t *a, int64_t n, float *xm)
-{
-	const float *d = (const float *)a;
-	const int8_t *q = (const int8_t *)(d + 2 * (n / 32));
-	const __m512i ones = _mm512_set1_epi8(1);
-	/* c below holds group 4i + L at dword 4L + i: back to group order */
-	const __m512i back = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-	const __m512i half = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-
-	for (int64_t e = 0; e < n; e += 256) {
-		__m512i s[4];
-		for (int j = 0; j < 4; j++)	/* dword 4g + i: a quarter of group g of the 64 */
-			s[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + e + 64 * j));
-		__m512i lo = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-		__m512i hi = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-		__m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(lo, hi), _mm512_unpackhi_epi64(lo, hi));
-		__m512 dx = _mm512_permutexvar_ps(half, _mm512_castps256_ps512(_mm256_loadu_ps(d + e / 32)));
-		_mm512_storeu_ps(xm + e / 16, _mm512_mul_ps(dx, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(back, c))));
-	}
-}
-
-/* lanes 4k .. 4k + 3 take element 4j + k of a 16-lane vector: pair j's four groups of 16 */
-static const int32_t quad_idx[4][16] = {
-	{ 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 },
-	{ 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7 },
-	{ 8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11 },
-	{ 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15 },
-};
-
-/* A super-block decoded for every token. */
-struct q2k {
-	__m512i u[4];		/* pair j (values 64j ..): sc * q per byte */
-	__m512 mn;		/* dmin * min of group k */
-	float d;
-};
-
-INLINE void
-q2k_decode(const uint8_t *p, struct q2k *g)
-{
-	__m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-	/* per group k: the bytes 0, sc, 2 sc, 3 sc (sc <= 15) as one dword */
-	__m512i tab = _mm512_mullo_epi32(_mm512_and_si512(s, _mm512_set1_epi32(0xF)),
-	    _mm512_set1_epi32(0x03020100));
-
-	g->d = h2f(p + 80);
-	g->mn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(s, 4)), _mm512_set1_ps(h2f(p + 82)));
-	UNROLL
-	for (int j = 0; j < 4; j++) {
-		/* values 128h + 32i + l: bits 2i of byte 32h + l; pair j holds i = 2(j % 2), 2(j % 2) + 1 */
-		__m512i v = _mm512_broadcast_i64x4(ld256(p + 16 + 32 * (j / 2)));
-		__m512i sh = _mm512_set1_epi16((short)(4 * (j % 2)));
-		sh = _mm512_mask_add_epi16(sh, 0xFFFF0000u, sh, _mm512_set1_epi16(2));
-		__m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(3));
-		g->u[j] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(_mm512_loadu_si512(quad_idx[j]), tab), q);
-	}
-}
-
-/* One token: d its super-block's 8 d_x, q its levels, xm its 16 offset sums. */
-INLINE void
-q2k_token(const struct q2k *g, const float *d, const int8_t *q, const float *xm, __m512 *acc)
-{
-	__m256 sd = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(g->d));
-
-	UNROLL
-	for (int j = 0; j < 4; j++) {
-		__m512i pu = _mm512_dpbusd_epi32(_mm512_setzero_si512(), g->u[j], _mm512_loadu_si512(q + 64 * j));
-		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pu), pair_spread(sd, j), acc[j]);
-	}
-	acc[0] = _mm512_fnmadd_ps(g->mn, _mm512_loadu_ps(xm), acc[0]);
-}
-
-/* One row against n_tok tokens, xm their offset sums (nb16 floats apart). */
-INLINE void
-q2k_row(const uint8_t *row, const uint8_t *act, size_t ab, int n_tok, int64_t n, const float *xm,
-    int64_t nb16, size_t pf, float *out, size_t os)
-{
-	int64_t nb32 = n / 32;
-	__m512 acc[NACC * Q_IQ_TOKENS];
-	struct q2k g;
-
-	for (int i = 0; i < NACC * n_tok; i++)
-		acc[i] = _mm512_setzero_ps();
-	for (int64_t b0 = 0; b0 < nb32; b0 += 8) {
-		const uint8_t *p = row + (size_t)(b0 / 8) * sizeof(block_q2_K);
-		if (pf)	/* decode: the same super-block of a row further on */
-			prefetch_span(p + pf, sizeof(block_q2_K));
-		q2k_decode(p, &g);
-		for (int tok = 0; tok < n_tok; tok++) {
-			const float *d = (const float *)(act + (size_t)tok * ab);
-			q2k_token(&g, d + b0, (const int8_t *)(d + 2 * nb32) + 32 * b0, xm + tok * nb16 + 2 * b0,
-			    acc + NACC * tok);
-		}
-	}
-	for (int tok = 0; tok < n_tok; tok++)
-		out[(size_t)tok * os] = acc_sum(acc + NACC * tok);
-}
-
-/* The rows of a Q2_K matrix: tokens in passes whose offset sums fit XM_FLOATS. */
-INLINE bool
-q2k_rows(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok, int64_t n_in, float *y,
-    int64_t n_out, int64_t r0, int64_t r1)
-{
-	float xm[XM_FLOATS];
-	int64_t nb16 = n_in / 16;
-
-	if (nb16 == 0 || nb16 > XM_FLOATS)
-		return false;
-	int tp = XM_FLOATS / nb16 < Q_IQ_TOKENS ? (int)(XM_FLOATS / nb16) : Q_IQ_TOKENS;
-	if (n_tok == 1) {
-		x_sums16(act, n_in, xm);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, act, ab, 1, n_in, xm, nb16, PF_ROWS * rb, y + r, (size_t)n_out);
-		return true;
-	}
-	for (int t0 = 0; t0 < n_tok; t0 += tp) {
-		int nt = n_tok - t0 < tp ? n_tok - t0 : tp;
-		const uint8_t *a = act + (size_t)t0 * ab;
-		for (int tok = 0; tok < nt; tok++)
-			x_sums16(a + (size_t)tok * ab, n_in, xm + tok * nb16);
-		for (int64_t r = r0; r < r1; r++)
-			q2k_row(W + (size_t)r * rb, a, ab, nt, n_in, xm, nb16, 0,
-			    y + (size_t)t0 * (size_t)n_out + (size_t)r, (size_t)n_out);
-	}
-	return true;
-}
-
 /* ---- the table's entry ------------------------------------------------------ */
 
 /* Rows [r0, r1) of one type, tokens in runs of Q_IQ_TOKENS; n_tok 1 is compiled apart (decode). */
@@ -395,7 +249,7 @@ kern_avx512_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const u
 	case GGML_TYPE_MXFP4: ROWS(nib_row(GGML_TYPE_MXFP4, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
 	case GGML_TYPE_IQ4_NL: ROWS(nib_row(GGML_TYPE_IQ4_NL, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
 	case GGML_TYPE_IQ4_XS: ROWS(nib_row(GGML_TYPE_IQ4_XS, row, a, ab, nt, n_in, pf, out, (size_t)n_out)); break;
-	case GGML_TYPE_Q2_K: return q2k_rows(W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
+	case GGML_TYPE_Q2_K: return kern_avx512_q2k_rows_act(W, rb, act, ab, n_tok, n_in, y, n_out, r0, r1);
 	default: return false;
 	}
 	return true;

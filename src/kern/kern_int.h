@@ -72,6 +72,9 @@ void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o
 /* kern_avx2_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
 bool kern_avx2_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx2_q2k.c: Q2_K, through kern_avx2_iqn_rows_act (false where n_in is no multiple of 256) */
+bool kern_avx2_q2k_rows_act(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 /* kern_avx2_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
 bool kern_avx2_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
@@ -103,6 +106,9 @@ bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, con
 /* kern_avx512_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
 bool kern_avx512_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx512_q2k.c: Q2_K, through kern_avx512_iqn_rows_act (false where n_in is no multiple of 256) */
+bool kern_avx512_q2k_rows_act(const uint8_t *W, size_t rb, const uint8_t *act, size_t ab, int n_tok,
+    int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 /* kern_avx512_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
 bool kern_avx512_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);

@@ -507,6 +507,82 @@ test_act_raw(void)
 	}
 }
 
+/*
+ * Q2_K at a real row length, 4864 (19 super-blocks: more than the SIMD
+ * kernels decode at once, and a pass of tokens that ends inside 37), over
+ * odd ranges of rows (a last tile of rows short) with 37, 35 (a last tile of
+ * tokens short) and 1 token (decode): every result bitwise the whole
+ * batch's, rows outside the range untouched, and the batch within float
+ * rounding of the portable kernel's (q_iq_dot_act, the same integer sums).
+ */
+static void
+test_q2k_tiles(void)
+{
+	enum { N = 4864, N_OUT = 7, N_TOK = 37 };
+	static const int ranges[][2] = { { 0, 7 }, { 1, 6 }, { 3, 4 }, { 2, 7 } }, nts[] = { 37, 35, 1 };
+	const enum gguf_dtype t = GGML_TYPE_Q2_K;
+	static float x[N_TOK * N], yb[N_TOK * N_OUT], yr[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N], act[N_TOK * (N + 8 * N / 32)];
+	size_t rb = q_row_bytes(t, N), ab = q_act_bytes(N), bb = gguf_dtype_size(t);
+
+	for (int i = 0; i < N_TOK * N; i++)
+		x[i] = frand() * (1 + (float)((i / 32) % 5));
+	for (int tok = 0; tok < N_TOK; tok++)
+		q_act_prepare(x + tok * N, N, act + tok * ab);
+	for (int row = 0; row < N_OUT; row++)
+		for (int b = 0; b < N / 256; b++)
+			random_block(t, W + (size_t)row * rb + (size_t)b * bb);
+	for (int ki = 0; kern_list(ki) != NULL; ki++) {
+		const struct kern *k = kern_list(ki);
+		int bad = 0, bad_batch = 0;
+		if (!kern_runs(k))
+			continue;
+		kern_matmul_act(k, t, W, rb, act, N_TOK, N, yb, N_OUT, 0, N_OUT);
+		for (int row = 0; row < N_OUT; row++) {
+			for (int tok = 0; tok < N_TOK; tok++) {
+				struct q_iq_int ib;
+				const float *d = (const float *)(act + tok * ab);
+				const int8_t *q = (const int8_t *)(d + 2 * (N / 32));
+				double mag = 0;
+				for (int b = 0; b < N / 256; b++) {
+					q_iq_unpack(t, W + (size_t)row * rb + (size_t)b * bb, &ib);
+					for (int e = 0; e < 256; e++)
+						mag += (fabs((double)ib.s[e / 16] * ib.q[e]) + fabs(ib.m[e / 16])) *
+						    d[(256 * b + e) / 32] * (abs(q[256 * b + e]) + 1);
+				}
+				float sc = q_iq_dot_act(t, W + row * rb, act + tok * ab, N);
+				if (!(fabs(yb[tok * N_OUT + row] - sc) <= 1e-5 * mag) && bad++ < 3)
+					fprintf(stderr, "Q2_K table %s row %d tok %d: %.9g, scalar %.9g\n", k->name, row, tok,
+					    yb[tok * N_OUT + row], sc);
+			}
+		}
+		for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+			for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++) {
+				int nt = nts[ni], r0 = ranges[ri][0], r1 = ranges[ri][1];
+				/* 35 tokens: 1 .. 35 of the batch's; one token: each in turn */
+				for (int t0 = nt == 35 ? 1 : 0; t0 + nt <= N_TOK; t0 += nt == 1 ? 1 : N_TOK) {
+					for (int i = 0; i < N_TOK * N_OUT; i++)
+						yr[i] = -1e30f;
+					kern_matmul_act(k, t, W, rb, act + (size_t)t0 * ab, nt, N, yr, N_OUT, r0, r1);
+					for (int tok = 0; tok < nt; tok++)
+						for (int o = 0; o < N_OUT; o++) {
+							bool in = o >= r0 && o < r1;
+							float got = yr[tok * N_OUT + o];
+							if ((in ? got != yb[(t0 + tok) * N_OUT + o] : got != -1e30f) &&
+							    bad_batch++ < 3)
+								fprintf(stderr, "Q2_K table %s rows [%d, %d) %d tokens from %d: "
+								    "row %d tok %d %.9g, batch %.9g\n", k->name, r0, r1, nt, t0,
+								    o, tok, got, yb[(t0 + tok) * N_OUT + o]);
+						}
+				}
+			}
+		}
+		test_cond(bad == 0, "Q2_K rows of %d, table %s: as the scalar product: %d bad", N, k->name, bad);
+		test_cond(bad_batch == 0, "Q2_K rows of %d, table %s: 37, 35 and 1 tokens over odd ranges of rows, "
+		    "bitwise the batch: %d bad", N, k->name, bad_batch);
+	}
+}
+
 int
 main(void)
 {
@@ -519,5 +595,6 @@ main(void)
 	test_act();
 	test_act_odd();
 	test_act_raw();
+	test_q2k_tiles();
 	return test_done();
 }
