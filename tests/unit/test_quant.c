@@ -589,10 +589,12 @@ test_matmul(const struct kern *k)
 /*
  * The float tiles' shapes (8 rows at one token with prefetches that run into
  * the next tile's rows, 4 rows x 1-4 tokens, the prefill's 4 x 6 tiles from
- * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3): every (row, token) of
- * every batch size and row range is bitwise the row's q_dot on that path,
- * and rows outside the range are not written. Rows of 80 values (shorter
- * than the prefetch distance) and of 1040.
+ * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3, the prefill's 2 x 6 tiles
+ * per half of each 16 values): every (row, token) of every batch size and
+ * row range is bitwise the row's q_dot on that path, and rows outside the
+ * range are not written. Rows of 80 values (shorter than the prefetch
+ * distance) and of 1040; 61 tokens span two of the prefill's blocks of 48,
+ * the second ending on a partial tile.
  */
 /* One kern_matmul call against each row's kern_dot: the number of wrong outputs. */
 static int
@@ -618,9 +620,9 @@ float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_
 static void
 test_matmul_float_tiles(const struct kern *k)
 {
-	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 13 };
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 61 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
-	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, MAX_TOK };
+	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, 13, MAX_TOK };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
 	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
 	static uint8_t W[N_OUT * MAX_IN * 4];
