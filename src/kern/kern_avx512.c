@@ -164,10 +164,11 @@ tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_
  * once, into a panel laid out band by band (F_RB rows) and chunk by chunk
  * (F_KC values), and every block of F_TB tokens then runs over the whole
  * run, so the conversion costs once per row, not once per block of tokens.
- * Within a band and a chunk, each 6-token slice of the block's
- * activations serves the band's 4 row tiles while it is in L1, and the
- * band's chunk of the panel serves both slices; the block's accumulators
- * (12 KiB) stay in L1 between chunks. Where a run has F_XR rows or more,
+ * Within a band and a chunk, the block's activations serve the band's 4
+ * row tiles while they are in L1, and the block's accumulators (6 KiB)
+ * stay in L1 between chunks (blocks of 12 and 24 tokens, two and four
+ * tiles per chunk of the panel, measured a few per cent slower; 48, with
+ * 48 KiB of accumulators, slower still). Where a run has F_XR rows or more,
  * each block's activations are first copied to a 64-byte aligned buffer
  * (the caller's rows come from malloc, 16 bytes past a 64-byte boundary,
  * so every 512-bit load of them spans two cache lines); a shorter run
@@ -183,7 +184,7 @@ tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_
  */
 #define F_PB (1 << 20)
 #define F_KC 512
-#define F_TB 12
+#define F_TB 6
 #define F_RB 16
 #define F_XR 128
 

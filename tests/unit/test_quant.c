@@ -684,6 +684,42 @@ test_matmul_float_runs(const struct kern *k)
 	}
 }
 
+/*
+ * Prefill runs of 128 rows or more copy each block of tokens' activations
+ * to an aligned buffer first (shorter runs read them in place): 150 rows,
+ * every (row, token) bitwise the row's kern_dot, with the activations at a
+ * 64-byte boundary and 4 bytes past one.
+ */
+static void
+test_matmul_float_copy(const struct kern *k)
+{
+	enum { N = 96, N_OUT = 150, N_TOK = 13 };
+	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+	static const int64_t ranges[][2] = { { 0, N_OUT }, { 2, 149 } };
+	static float w[N], xbuf[N_TOK * N + 16] __attribute__((aligned(64))), y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N * 4];
+
+	for (int i = 0; i < N_TOK * N + 16; i++)
+		xbuf[i] = frand();
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum gguf_dtype t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		for (int r = 0; r < N_OUT; r++) {
+			for (int i = 0; i < N; i++)
+				w[i] = frand();
+			q_quantize_row(t, w, W + r * rb, N);
+		}
+		for (int off = 0; off <= 1; off++)
+			for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+				int bad = float_tiles_bad(k, t, W, rb, xbuf + off, N, N_TOK, y, N_OUT,
+				    ranges[gi][0], ranges[gi][1]);
+				test_cond(bad == 0, "%s %s n_in %d, %d tokens, x + %d, rows [%lld, %lld): %d bad",
+				    tname(t), k->name, N, N_TOK, off, (long long)ranges[gi][0],
+				    (long long)ranges[gi][1], bad);
+			}
+	}
+}
+
 /* Every type with an int8-activation kernel (q_act_supported). */
 static const enum gguf_dtype int8_types[] = {
 	GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
@@ -1309,6 +1345,7 @@ main(void)
 		test_matmul(k);
 		test_matmul_float_tiles(k);
 		test_matmul_float_runs(k);
+		test_matmul_float_copy(k);
 		test_act(k);
 		test_act_odd(k);
 		test_pack(k);
