@@ -4,6 +4,9 @@
  * IQ1_M),
  * the rows_act entry of those types in the avx2 table (the avx512 table's
  * is kern_avx512_iq.c, which decodes blocks through kern_avx2_iq_unpack).
+ * The tables point MXFP4, IQ4_NL, IQ4_XS and Q2_K at kern_avx2_iqn.c's
+ * kernels, which decode their blocks in registers; this path takes any of
+ * the types.
  * A row's block is decoded once (q_iq_unpack) for up to Q_IQ_TOKENS
  * tokens; each 32 values' product with a token is one sign/maddubs/madd
  * sequence giving 8 sums of 4 products (lanes 0-3 the first group of 16,

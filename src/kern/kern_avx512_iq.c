@@ -2,6 +2,9 @@
  * kern_avx512_iq.c: the avx512 table's int8-activation kernel of
  * quant_iq.h's types (Q2_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS,
  * IQ2_XS, IQ2_S, IQ1_S, IQ1_M), compiled with AVX512 F, VL, BW and VNNI (kern.am).
+ * The table points MXFP4, IQ4_NL, IQ4_XS and Q2_K at kern_avx512_iqn.c's
+ * kernels, which decode their blocks in registers; this path takes any of
+ * the types.
  *
  * As the AVX2 kernel (kern_avx2_iq.c), a row's blocks are decoded once to
  * signed levels and per-16 scales (kern_avx2_iq_unpack: quant's one decoder

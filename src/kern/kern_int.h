@@ -66,13 +66,22 @@ bool kern_avx2_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const
 struct q_iq_int;
 /* q_iq_unpack of one block, the nibble types (IQ4_NL, IQ4_XS, MXFP4) with a table lookup */
 void kern_avx2_iq_unpack(enum gguf_dtype t, const uint8_t *p, struct q_iq_int *o);
+/* kern_avx2_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
+bool kern_avx2_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx2_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
+bool kern_avx2_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx2_iqs.c: IQ3_S, IQ2_S, IQ1_S, IQ1_M decoded in registers (false for other types) */
+bool kern_avx2_iqs_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 #define KERN_AVX2_IQ_ROWS_ACT							\
-	[GGML_TYPE_Q2_K] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ4_XS] = kern_avx2_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ3_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ2_XXS] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ2_S] = kern_avx2_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx2_iq_rows_act,	\
-	[GGML_TYPE_IQ1_M] = kern_avx2_iq_rows_act
+	[GGML_TYPE_Q2_K] = kern_avx2_iqn_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx2_iqn_rows_act,	\
+	[GGML_TYPE_IQ4_XS] = kern_avx2_iqn_rows_act, [GGML_TYPE_MXFP4] = kern_avx2_iqn_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx2_iqg_rows_act, [GGML_TYPE_IQ3_S] = kern_avx2_iqs_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx2_iqg_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx2_iqg_rows_act,	\
+	[GGML_TYPE_IQ2_S] = kern_avx2_iqs_rows_act, [GGML_TYPE_IQ1_S] = kern_avx2_iqs_rows_act,	\
+	[GGML_TYPE_IQ1_M] = kern_avx2_iqs_rows_act
 
 /* kern_avx512.c, kern_avx512_i8.c, kern_avx512_att.c, kern_avx512_pack.c */
 bool kern_avx512_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok,
@@ -86,13 +95,22 @@ kern_packed_fn kern_avx512_packed_k;
 /* kern_avx512_iq.c: quant_iq.h's types in the avx512 table */
 bool kern_avx512_iq_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
     size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx512_iqn.c: MXFP4, IQ4_NL, IQ4_XS, Q2_K decoded in registers (false for other types) */
+bool kern_avx512_iqn_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx512_iqg.c: IQ2_XXS, IQ2_XS, IQ3_XXS decoded in registers (false for other types) */
+bool kern_avx512_iqg_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
+/* kern_avx512_iqs.c: IQ3_S, IQ2_S, IQ1_S, IQ1_M decoded in registers (false for other types) */
+bool kern_avx512_iqs_rows_act(enum gguf_dtype t, const uint8_t *W, size_t rb, const uint8_t *act,
+    size_t ab, int n_tok, int64_t n_in, float *y, int64_t n_out, int64_t r0, int64_t r1);
 #define KERN_AVX512_IQ_ROWS_ACT							\
-	[GGML_TYPE_Q2_K] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ4_XS] = kern_avx512_iq_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ3_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ2_XXS] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ2_S] = kern_avx512_iq_rows_act, [GGML_TYPE_IQ1_S] = kern_avx512_iq_rows_act,	\
-	[GGML_TYPE_IQ1_M] = kern_avx512_iq_rows_act
+	[GGML_TYPE_Q2_K] = kern_avx512_iqn_rows_act, [GGML_TYPE_IQ4_NL] = kern_avx512_iqn_rows_act,	\
+	[GGML_TYPE_IQ4_XS] = kern_avx512_iqn_rows_act, [GGML_TYPE_MXFP4] = kern_avx512_iqn_rows_act,	\
+	[GGML_TYPE_IQ3_XXS] = kern_avx512_iqg_rows_act, [GGML_TYPE_IQ3_S] = kern_avx512_iqs_rows_act,	\
+	[GGML_TYPE_IQ2_XXS] = kern_avx512_iqg_rows_act, [GGML_TYPE_IQ2_XS] = kern_avx512_iqg_rows_act,	\
+	[GGML_TYPE_IQ2_S] = kern_avx512_iqs_rows_act, [GGML_TYPE_IQ1_S] = kern_avx512_iqs_rows_act,	\
+	[GGML_TYPE_IQ1_M] = kern_avx512_iqs_rows_act
 #endif
 
 #if defined(__aarch64__)

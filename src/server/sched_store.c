@@ -176,15 +176,40 @@ load_chunk(void *arg, int pos0, int pos1, const void *blob, size_t len)
 	return pos1 >= R->want ? 1 : 0;
 }
 
+/*
+ * seq's cache replaced by entry e's snapshot chunks up to want positions:
+ * the positions restored (0: none, seq emptied). The chunks before a
+ * refused one were checked (bind word) and stay; whatever a refused one
+ * left beyond them, and the positions past want, are dropped.
+ */
+static int
+restore_entry(struct kvc_server *s, const struct store_entry *e, struct kvc_seq *seq, int want)
+{
+	struct restore_ctx R;
+	char err[256] = "";
+
+	(void)eng_seq_truncate(seq, 0);
+	memset(&R, 0, sizeof R);
+	R.seq = seq;
+	R.toks = e->toks.v;
+	R.n = (int)e->toks.n;
+	R.want = want;
+	R.err = err;
+	R.errlen = sizeof err;
+	(void)sess_chunks_load(s->p.store, e->id, eng_fingerprint(s->e),
+	    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
+	R.done = R.done < want ? R.done : want;
+	(void)eng_seq_truncate(seq, R.done);
+	return R.done;
+}
+
 int
 store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq *seq,
     const int32_t *prompt, int n, int better_than, int64_t *from)
 {
 	struct srv_store_index *ix = *ixp;
 	struct store_entry *best = NULL;
-	struct restore_ctx R;
-	char err[256] = "";
-	int best_k = better_than, rc;
+	int best_k = better_than, got;
 
 	*from = 0;
 	if (s->p.store == NULL)
@@ -206,31 +231,42 @@ store_prefix(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq 
 	}
 	if (best == NULL)
 		return 0;
-	(void)eng_seq_truncate(seq, 0);
-	memset(&R, 0, sizeof R);
-	R.seq = seq;
-	R.toks = best->toks.v;
-	R.n = (int)best->toks.n;
-	R.want = best_k;
-	R.err = err;
-	R.errlen = sizeof err;
-	rc = sess_chunks_load(s->p.store, best->id, eng_fingerprint(s->e),
-	    eng_kv_type_name(eng_kv_type(s->e)), 0, load_chunk, &R, NULL, err, sizeof err);
-	if (R.done == 0) {
-		(void)eng_seq_truncate(seq, 0);
+	if ((got = restore_entry(s, best, seq, best_k)) == 0)
 		return 0;
-	}
-	/*
-	 * The chunks before a refused one were checked (bind word) and stay;
-	 * whatever a refused one left beyond them, and the positions past the
-	 * common prefix, are dropped.
-	 */
-	(void)rc;
-	(void)eng_seq_truncate(seq, R.done < best_k ? R.done : best_k);
 	*from = best->id;
-	return R.done < best_k ? R.done : best_k;
+	return got;
 }
 
+int
+store_preload(struct kvc_server *s, struct srv_store_index **ixp, struct kvc_seq **seqs, int n,
+    size_t budget, int *n_pos)
+{
+	struct srv_store_index *ix = *ixp;
+	size_t used = 0;
+	int k = 0, got;
+
+	*n_pos = 0;
+	if (s->p.store == NULL || n <= 0)
+		return 0;
+	if (ix == NULL && (ix = *ixp = calloc(1, sizeof *ix)) == NULL)
+		return 0;
+	if (refresh(s, ix) != KVC_OK)
+		return 0;
+	/* the index is in the store's order: the most recently touched first */
+	for (int i = 0; i < ix->n && k < n; i++) {
+		struct store_entry *e = &ix->v[i];
+		size_t need = eng_kv_bytes_for(s->e, e->toks.n);
+
+		if (e->toks.n == 0 || (budget > 0 && used + need > budget))
+			continue;
+		if ((got = restore_entry(s, e, seqs[k], (int)e->toks.n)) == 0)
+			continue;
+		used += eng_seq_kv_bytes(seqs[k]);
+		*n_pos += got;
+		k++;
+	}
+	return k;
+}
 
 /* Whether conversation id's system prompt and stored messages are j's but its last. */
 static bool

@@ -45,6 +45,7 @@ struct srv_params {
 	struct sess_store *store;	/* conversations, or NULL: the field is refused */
 	int keep_unnamed;		/* unnamed chat requests' conversations kept (default 100; 0: none stored) */
 	struct conv_params conv;	/* the conversation manager's parameters (store set) */
+	bool no_warmup;			/* listen at once: no warm-up pass, no caches taken back (sched.c) */
 	/* One line per request and per event (optional; called from several threads). */
 	void (*log)(void *arg, const char *line);
 	void *log_arg;

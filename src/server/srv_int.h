@@ -176,6 +176,15 @@ int store_prefix(struct kvc_server *s, struct srv_store_index **ix, struct kvc_s
     const int32_t *prompt, int n, int better_than, int64_t *from);
 void store_index_free(struct srv_store_index *ix);
 /*
+ * Before the server listens: the caches of the most recently used stored
+ * conversations of this model, one per sequence of seqs[0..n), restored
+ * from their snapshots (each as far as its chunks go), within budget
+ * bytes of cache (0: no limit). The sequences restored; *n_pos their
+ * positions. A restore that fails leaves its sequence empty.
+ */
+int store_preload(struct kvc_server *s, struct srv_store_index **ix, struct kvc_seq **seqs, int n,
+    size_t budget, int *n_pos);
+/*
  * The hash of a system prompt and messages, one text at a time (h0 NULL to
  * begin); roles: chat_role's numbers, equal to sess_role's.
  */

@@ -13,7 +13,8 @@
 # nothing in the store; a stored conversation written through the API,
 # continued by the REPL, continued again after a restart with its history
 # from the snapshot (cached_tokens), reused by an unnamed request that
-# resends it (its snapshot read, nothing written), refused while the REPL holds it; the
+# resends it (its snapshot read, nothing written), refused while the REPL holds it;
+# a restarted server taking back the caches of the conversations used last; the
 # key; --kv-budget letting idle caches go; --max-queue's 429; a non-loopback
 # address refused
 # without one. The server is stopped
@@ -96,16 +97,23 @@ start_server --parallel 2
 client conv_resumed
 check "the turn is stored" [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
 stop_server
-start_server --parallel 2
+# (--no-warmup: the sequences start empty, the request reads the snapshot itself)
+start_server --parallel 2 --no-warmup
+check "--no-warmup takes back no cache" sh -c "! grep -q 'taken back' '$TMPD/serve.err'"
 client anon_stored
 check "the snapshot was used" grep -q "positions from the snapshot of conversation $CID" "$TMPD/serve.err"
 check "an unnamed request adds nothing to the named conversation" \
     [ "$(sqlite3 "$DB" "select count(*) from messages where conv_id = $CID")" -eq 8 ]
 client anon_first
 stop_server
-# Unnamed requests after a restart: the history from the snapshot they were stored with.
+# Unnamed requests after a restart: the history from the snapshot they were stored with,
+# read before the server listens (the caches of the conversations used last taken back).
 start_server --parallel 2
+check "a restarted server takes back the caches of the conversations used last" \
+    grep -q "the caches of 2 stored conversations taken back" "$TMPD/serve.err"
 client anon_restart
+check "...so the request continuing one reads no snapshot" \
+    sh -c "! grep -q 'positions from the snapshot' '$TMPD/serve.err'"
 stop_server
 start_server --keep-unnamed 2
 client anon_keep

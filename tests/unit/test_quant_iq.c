@@ -406,6 +406,107 @@ test_act_odd(void)
 	}
 }
 
+/*
+ * Blocks of every bit pattern, not only what the fixture quantisers write
+ * (random bytes: every nibble, IQ4_XS's 6-bit scales 0 and 63, Q2_K's
+ * scales and mins 0 and 15), and the extremes: the largest levels and
+ * scales (IQ4_NL nibble 0 = -127, IQ4_XS ls 0 = -32, Q2_K levels 3 with
+ * scale and min 15; a row of MXFP4 exponents 0 and 1 alone, whose scales
+ * are subnormal, and 200 in another) against tokens of full-scale x (+127
+ * everywhere, alternating signs, a zero token), on rows whose 32-value
+ * blocks end with 1 to 7 of a
+ * group of 8 and an odd number of rows, for 1 and 33 (> Q_IQ_TOKENS)
+ * tokens. Every table's result within float rounding of the portable
+ * kernel's (q_iq_dot_act: the same integer sums), bitwise the same one
+ * token at a time and one row at a time.
+ */
+static void
+test_act_raw(void)
+{
+	enum { N_MAX = 768, N_OUT = 5, N_TOK = 33 };
+	static const enum gguf_dtype ts[] = { GGML_TYPE_MXFP4, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS, GGML_TYPE_Q2_K };
+	static const int ns32[] = { 32, 224, 288, 544, 768 }, ns256[] = { 256, 768 };
+	static float x[N_TOK * N_MAX], yb[N_TOK * N_OUT], y1[N_OUT];
+	static uint8_t W[N_OUT * N_MAX], act[N_TOK * (N_MAX + 8 * N_MAX / 32)];
+	static double r[N_MAX];
+
+	for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+		enum gguf_dtype t = ts[ti];
+		bool b32 = q_block_elems(t) == 32;
+		const int *ns = b32 ? ns32 : ns256;
+		int n_ns = b32 ? 5 : 2;
+		for (int ni = 0; ni < n_ns; ni++) {
+			int n = ns[ni], bad = 0, bad_batch = 0;
+			size_t rb = q_row_bytes(t, n), ab = q_act_bytes(n), bb = gguf_dtype_size(t);
+			int64_t nblk = n / q_block_elems(t);
+
+			for (int tok = 0; tok < N_TOK; tok++)
+				for (int i = 0; i < n; i++)
+					x[tok * n + i] = tok == 0 ? 1.0f : tok == 1 ? (i % 2 ? -3.0f : 3.0f) :
+					    tok == 2 ? 0.0f : frand() * (1 + (float)((i / 32) % 4));
+			for (int tok = 0; tok < N_TOK; tok++)
+				q_act_prepare(x + tok * n, n, act + tok * ab);
+			for (int row = 0; row < N_OUT; row++) {
+				for (int64_t b = 0; b < nblk; b++) {
+					uint8_t *p = W + (size_t)row * rb + (size_t)b * bb;
+					random_block(t, p);
+					/* MXFP4: a row of exponents 0 and 1 only (subnormal scales), 200 in another */
+					if (row == 0 && t == GGML_TYPE_MXFP4)
+						p[0] = (uint8_t)(b % 2);
+					if (row == 2 && t == GGML_TYPE_MXFP4 && b % 3 == 0)
+						p[0] = 200;
+					if (row != 1)
+						continue;
+					/* the extremes: largest levels and scales */
+					if (t == GGML_TYPE_IQ4_NL)
+						memset(p + 2, 0, 16);
+					else if (t == GGML_TYPE_MXFP4)
+						memset(p + 1, b % 2 ? 0x77 : 0xFF, 16);	/* 12 or -12 */
+					else if (t == GGML_TYPE_IQ4_XS)
+						memset(p + 2, 0, 134);	/* ls 0: -32 * d, levels -127 */
+					else
+						memset(p, 0xFF, 80);	/* Q2_K: scale and min 15, levels 3 */
+				}
+			}
+			for (int ki = 0; kern_list(ki) != NULL; ki++) {
+				const struct kern *k = kern_list(ki);
+				if (!kern_runs(k))
+					continue;
+				kern_matmul_act(k, t, W, rb, act, N_TOK, n, yb, N_OUT, 0, N_OUT);
+				for (int row = 0; row < N_OUT; row++) {
+					/* the magnitudes of the terms summed: |s q| and Q2_K's offset m, per value */
+					for (int64_t b = 0; b < nblk; b++) {
+						struct q_iq_int ib;
+						int64_t be = q_block_elems(t);
+						q_iq_unpack(t, W + (size_t)row * rb + (size_t)b * bb, &ib);
+						for (int64_t e = 0; e < be; e++)
+							r[b * be + e] = fabs((double)ib.s[e / 16] * ib.q[e]) + fabs(ib.m[e / 16]);
+					}
+					for (int tok = 0; tok < N_TOK; tok++) {
+						const float *d = (const float *)(act + tok * ab);
+						const int8_t *q = (const int8_t *)(d + 2 * (n / 32));
+						double mag = 0;
+						for (int i = 0; i < n; i++)
+							mag += r[i] * d[i / 32] * (abs(q[i]) + 1);
+						float sc = q_iq_dot_act(t, W + row * rb, act + tok * ab, n);
+						float got = yb[tok * N_OUT + row];
+						if (!(fabs(got - sc) <= 1e-5 * mag) && bad++ < 3)
+							fprintf(stderr, "%s n %d table %s row %d tok %d: %.9g, scalar %.9g (mag %g)\n",
+							    gguf_dtype_name(t), n, k->name, row, tok, got, sc, mag);
+						/* alone: one token, one row */
+						kern_matmul_act(k, t, W, rb, act + tok * ab, 1, n, y1, N_OUT, row, row + 1);
+						bad_batch += y1[row] != got;
+					}
+				}
+			}
+			test_cond(bad == 0, "%s raw blocks, n %d: every table as the scalar product: %d bad",
+			    gguf_dtype_name(t), n, bad);
+			test_cond(bad_batch == 0, "%s raw blocks, n %d: batch independent: %d bad", gguf_dtype_name(t), n,
+			    bad_batch);
+		}
+	}
+}
+
 int
 main(void)
 {
@@ -417,5 +518,6 @@ main(void)
 	test_dot();
 	test_act();
 	test_act_odd();
+	test_act_raw();
 	return test_done();
 }

@@ -27,7 +27,8 @@ static const char serve_usage[] =
     "                    [--api-key-file F | --no-auth] [--max-tokens N] [--timeout S]\n"
     "                    [--max-queue N] [--kv-budget SIZE] [--keep-unnamed N] [--grace S]\n"
     "                    [--chat-template NAME] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-    "                    [--repeat-penalty R] [--seed S] [--quiet] [--threads N] [--ctx N]\n"
+    "                    [--repeat-penalty R] [--seed S] [--quiet] [--no-warmup]\n"
+    "                    [--threads N] [--ctx N]\n"
     "                    [--kv-type f16|f32|q8_0] [--device auto|cpu|cuda] [--gpu N]\n"
     "\n"
     "  -m, --model FILE    the GGUF model to serve (named after the file in /v1/models)\n"
@@ -58,6 +59,10 @@ static const char serve_usage[] =
     "  --threads N (-t), --ctx N (-c), --kv-type T, --device D, --gpu N\n"
     "                      the engine, as the chat's (--ctx: each sequence's context)\n"
     "  --quiet, -q         no line per request on stderr\n"
+    "  --no-warmup         listen at once; by default a short pass runs through the model\n"
+    "                      first, and each sequence takes back the cache of one of the\n"
+    "                      stored conversations used last (from its snapshot), so that\n"
+    "                      after a restart the first requests are as fast as before it\n"
     "Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions\n"
     "(stream, stream_options.include_usage, max_tokens, max_completion_tokens, temperature,\n"
     "top_p, top_k, min_p, repeat_penalty, seed, stop, n = 1; \"conversation\": ID or \"new\",\n"
@@ -94,6 +99,10 @@ parse_opt(int argc, char **argv, int *i, struct serve_opts *o)
 	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 		fputs(serve_usage, stdout);
 		return 0;
+	}
+	if (strcmp(a, "--no-warmup") == 0) {
+		o->sp.no_warmup = true;
+		return -1;
 	}
 	if (strcmp(a, "--no-auth") == 0 || strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
 		*(a[2] == 'n' ? &o->no_auth : &o->quiet) = true;
