@@ -589,13 +589,23 @@ test_matmul(const struct kern *k)
 /*
  * The float tiles' shapes (8 rows at one token with prefetches that run into
  * the next tile's rows, 4 rows x 1-4 tokens, the prefill's 4 x 6 tiles from
- * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3, the prefill's 2 x 6 tiles
- * per half of each 16 values): every (row, token) of every batch size and
- * row range is bitwise the row's q_dot on that path, and rows outside the
- * range are not written. Rows of 80 values (shorter than the prefetch
- * distance) and of 1040; 61 tokens span two of the prefill's blocks of 48,
- * the second ending on a partial tile.
+ * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3, the short batches' 2 x 3
+ * tiles, the panel's 2 x 6 tiles per half of each 16 values): every (row,
+ * token) of every batch size and row range is bitwise the row's q_dot on
+ * that path, and rows outside the range are not written. Rows of 80 values
+ * (shorter than the prefetch distance) and of 1040. The prefill switches
+ * from the short batches' blocking to the panel at PANEL_TOK tokens: 47
+ * and 61 tokens take one and two of the short path's blocks of 48 (the
+ * second ending on a partial tile), PANEL_TOK - 1 its last batch,
+ * PANEL_TOK and PANEL_TOK + 13 the panel's (the latter ending on a
+ * partial tile), so both paths are held to the same bits.
  */
+/*
+ * F_NP in kern_avx2.c and kern_avx512.c (the tokens from which the float
+ * prefill runs on the panel): the tests below run batches on both sides.
+ */
+enum { PANEL_TOK = 64 };
+
 /* One kern_matmul call against each row's kern_dot: the number of wrong outputs. */
 static int
 float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
@@ -620,9 +630,10 @@ float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_
 static void
 test_matmul_float_tiles(const struct kern *k)
 {
-	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 61 };
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = PANEL_TOK + 13 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
-	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, 13, MAX_TOK };
+	static const int ins[] = { 80, MAX_IN };
+	static const int toks[] = { 1, 2, 5, 9, 13, 47, 61, PANEL_TOK - 1, PANEL_TOK, MAX_TOK };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
 	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
 	static uint8_t W[N_OUT * MAX_IN * 4];
@@ -651,17 +662,20 @@ test_matmul_float_tiles(const struct kern *k)
 }
 
 /*
- * Prefill of long float rows: the AVX2 table runs its bands in runs of
- * 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32), each block of
- * tokens through every band of a run before the next run; every (row,
- * token) bitwise the row's kern_dot, over runs that end on a partial band.
+ * Prefill of long float rows: below PANEL_TOK tokens the AVX2 table runs
+ * its bands in runs of 512 KiB of weights (32 rows of 8192 F16 values, 16
+ * of F32), each block of tokens through every band of a run before the next
+ * run; from PANEL_TOK tokens both tables convert runs of 1 MiB of floats
+ * (32 rows of 8192) into a panel. Every (row, token) bitwise the row's
+ * kern_dot, over runs that end on a partial band, on both paths.
  */
 static void
 test_matmul_float_runs(const struct kern *k)
 {
-	enum { N = 8192, N_OUT = 41, N_TOK = 10 };
+	enum { N = 8192, N_OUT = 41, N_TOK = PANEL_TOK + 1 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 5, 40 } };
+	static const int toks[] = { 10, N_TOK };
 	static float w[N], x[N_TOK * N], y[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 4];
 
@@ -675,25 +689,29 @@ test_matmul_float_runs(const struct kern *k)
 				w[i] = frand();
 			q_quantize_row(t, w, W + r * rb, N);
 		}
-		for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
-			int bad = float_tiles_bad(k, t, W, rb, x, N, N_TOK, y, N_OUT, ranges[gi][0],
-			    ranges[gi][1]);
-			test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad", tname(t),
-			    k->name, N, N_TOK, (long long)ranges[gi][0], (long long)ranges[gi][1], bad);
-		}
+		for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+			for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+				int bad = float_tiles_bad(k, t, W, rb, x, N, toks[ki], y, N_OUT,
+				    ranges[gi][0], ranges[gi][1]);
+				test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad",
+				    tname(t), k->name, N, toks[ki], (long long)ranges[gi][0],
+				    (long long)ranges[gi][1], bad);
+			}
 	}
 }
 
 /*
- * Prefill runs of 128 rows or more copy each block of tokens' activations
- * to an aligned buffer first (shorter runs read them in place): 150 rows,
- * every (row, token) bitwise the row's kern_dot, with the activations at a
- * 64-byte boundary and 4 bytes past one.
+ * The panel's runs of 128 rows or more copy each block of tokens'
+ * activations to an aligned buffer first (shorter runs read them in
+ * place): 150 rows, every (row, token) bitwise the row's kern_dot, with the
+ * activations at a 64-byte boundary and 4 bytes past one, at PANEL_TOK + 1
+ * tokens (the last block one token) and at 13 (the short batches' path).
  */
 static void
 test_matmul_float_copy(const struct kern *k)
 {
-	enum { N = 96, N_OUT = 150, N_TOK = 13 };
+	enum { N = 96, N_OUT = 150, N_TOK = PANEL_TOK + 1 };
+	static const int toks[] = { 13, N_TOK };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 2, 149 } };
 	static float w[N], xbuf[N_TOK * N + 16] __attribute__((aligned(64))), y[N_TOK * N_OUT];
@@ -709,14 +727,16 @@ test_matmul_float_copy(const struct kern *k)
 				w[i] = frand();
 			q_quantize_row(t, w, W + r * rb, N);
 		}
-		for (int off = 0; off <= 1; off++)
-			for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
-				int bad = float_tiles_bad(k, t, W, rb, xbuf + off, N, N_TOK, y, N_OUT,
-				    ranges[gi][0], ranges[gi][1]);
-				test_cond(bad == 0, "%s %s n_in %d, %d tokens, x + %d, rows [%lld, %lld): %d bad",
-				    tname(t), k->name, N, N_TOK, off, (long long)ranges[gi][0],
-				    (long long)ranges[gi][1], bad);
-			}
+		for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+			for (int off = 0; off <= 1; off++)
+				for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+					int bad = float_tiles_bad(k, t, W, rb, xbuf + off, N, toks[ki], y,
+					    N_OUT, ranges[gi][0], ranges[gi][1]);
+					test_cond(bad == 0,
+					    "%s %s n_in %d, %d tokens, x + %d, rows [%lld, %lld): %d bad",
+					    tname(t), k->name, N, toks[ki], off, (long long)ranges[gi][0],
+					    (long long)ranges[gi][1], bad);
+				}
 	}
 }
 
