@@ -164,7 +164,8 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 }
 
 /*
- * Prefill of F_NP tokens or more (rows_fs takes 8 to F_NP - 1), blocked as
+ * Prefill of F_NP tokens or more, F_NPL for rows longer than F_LR values
+ * (rows_fs takes the shorter batches from 8 tokens), blocked as
  * kern_avx512.c's rows_f16p: the rows run in runs whose floats fill F_PB
  * bytes, each run converted to float once into a panel (band by band of
  * F_RB rows, chunk by chunk of F_KC values), then every block of F_TB
@@ -194,8 +195,15 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 #define F_TT 6
 #define F_RB 16
 #define F_NA (2 * F_TR * F_TT)	/* accumulators of a tile: both halves */
-/* tokens from which the panel runs (rows_f; test_quant.c's PANEL_TOK follows it) */
-#define F_NP 64
+/*
+ * Tokens from which the panel runs (rows_f), where it measured faster than
+ * the short batches' path (docs/BENCHMARKS.md: rows of 896, 2048 and 4864
+ * values): F_NP for rows of up to F_LR values, F_NPL for longer ones.
+ * test_quant.c's float tests run batches on both sides of each.
+ */
+#define F_LR 2048
+#define F_NP 48
+#define F_NPL 128
 
 INLINE void
 tile_fp(int NT, const float *wf, int kc, const float *x, size_t xs, __m256 *am)
@@ -236,20 +244,20 @@ tile_fp(int NT, const float *wf, int kc, const float *x, size_t xs, __m256 *am)
 }
 
 /*
- * Short batches (8 to F_NP - 1 tokens, and any batch where the panel
- * cannot be allocated): the blocking the prefill had before the panel,
- * kept because below a few dozen tokens it is the faster one (each weight
- * is converted once either way, and here a band's chunk of S_KC values is
- * converted into L1 right before its tiles, where the panel comes from L2:
- * docs/BENCHMARKS.md). A band of F_RB rows is converted chunk by chunk for
- * a block of S_TB tokens, then tiles of 2 rows x 3 tokens run on the
- * floats, both 8-value halves of each 16 in one pass (two accumulators per
- * (row, token), as tile_f). The bands run in runs of S_SB bytes of
- * weights, each block of tokens through every band of a run, so the
- * block's activations stay in L2 across the run's bands. Each (row, token)
- * sees tile_f's FMAs in tile_f's order and the same final sum, as on the
- * panel's path: the switch at F_NP tokens keeps every product bitwise
- * batch independent.
+ * Short batches (8 to F_NP - 1 tokens, F_NPL - 1 for long rows, and any
+ * batch where the panel cannot be allocated): the blocking the prefill had
+ * before the panel, kept because below a few dozen tokens it is the faster
+ * one (each weight is converted once either way, and here a band's chunk
+ * of S_KC values is converted into L1 right before its tiles, where the
+ * panel comes from L2: docs/BENCHMARKS.md). A band of F_RB rows is
+ * converted chunk by chunk for a block of S_TB tokens, then tiles of 2
+ * rows x 3 tokens run on the floats, both 8-value halves of each 16 in one
+ * pass (two accumulators per (row, token), as tile_f). The bands run in
+ * runs of S_SB bytes of weights, each block of tokens through every band
+ * of a run, so the block's activations stay in L2 across the run's bands.
+ * Each (row, token) sees tile_f's FMAs in tile_f's order and the same
+ * final sum, as on the panel's path: the switch at F_NP or F_NPL tokens
+ * keeps every product bitwise batch independent.
  */
 #define S_SB (512 << 10)
 #define S_KC 256
@@ -473,12 +481,12 @@ rows_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_to
 	free(pan);
 }
 
-/* Prefill of t: the short batches' path below F_NP tokens, the panel's from there. */
+/* Prefill of t: the short batches' path below F_NP (F_NPL) tokens, the panel's from there. */
 INLINE void
 rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
     float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	if (n_tok < F_NP)
+	if (n_tok < (n_in <= F_LR ? F_NP : F_NPL))
 		rows_fs(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
 	else
 		rows_fp(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);

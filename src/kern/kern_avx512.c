@@ -158,23 +158,24 @@ tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_
 }
 
 /*
- * Prefill of F_NP tokens or more (rows_f16s takes 8 to F_NP - 1): tiles of
- * 4 rows x 6 tokens (24 accumulators, the 4 rows' vectors and one
- * token's). The rows run in runs whose floats fill F_PB bytes (L2 holds
- * them): a run's weights are converted to float once, into a panel laid
- * out band by band (F_RB rows) and chunk by chunk (F_KC values), and every
- * block of F_TB tokens then runs over the whole run, so the conversion
- * costs once per row, not once per block of tokens. Within a band and a
- * chunk, the block's activations serve the band's 4 row tiles while they
- * are in L1, and the block's accumulators (6 KiB) stay in L1 between
- * chunks (blocks of 12 and 24 tokens, two and four tiles per chunk of the
- * panel, measured a few per cent slower; 48, with 48 KiB of accumulators,
- * slower still). Where a run has F_XR rows or more, each block's
- * activations are first copied to a 64-byte aligned buffer (the caller's
- * rows come from malloc, 16 bytes past a 64-byte boundary, so every
- * 512-bit load of them spans two cache lines); a shorter run (long rows:
- * 48 rows of 4864 values) reads them in place, where the copy, made again
- * for every run, cost more than the split loads.
+ * Prefill of F_NP tokens or more, F_NPL for rows longer than F_LR values
+ * (rows_f16s takes the shorter batches from 8 tokens): tiles of 4 rows x 6
+ * tokens (24 accumulators, the 4 rows' vectors and one token's). The rows
+ * run in runs whose floats fill F_PB bytes (L2 holds them): a run's
+ * weights are converted to float once, into a panel laid out band by band
+ * (F_RB rows) and chunk by chunk (F_KC values), and every block of F_TB
+ * tokens then runs over the whole run, so the conversion costs once per
+ * row, not once per block of tokens. Within a band and a chunk, the
+ * block's activations serve the band's 4 row tiles while they are in L1,
+ * and the block's accumulators (6 KiB) stay in L1 between chunks (blocks
+ * of 12 and 24 tokens, two and four tiles per chunk of the panel, measured
+ * a few per cent slower; 48, with 48 KiB of accumulators, slower still).
+ * Where a run has F_XR rows or more, each block's activations are first
+ * copied to a 64-byte aligned buffer (the caller's rows come from malloc,
+ * 16 bytes past a 64-byte boundary, so every 512-bit load of them spans
+ * two cache lines); a shorter run (long rows: 48 rows of 4864 values)
+ * reads them in place, where the copy, made again for every run, cost more
+ * than the split loads.
  *
  * The accumulators go to memory between chunks and come back unchanged, so
  * each (row, token) still sees one FMA per 16 values in order from 0, then
@@ -187,8 +188,16 @@ tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_
 #define F_TB 6
 #define F_RB 16
 #define F_XR 128
-/* tokens from which the panel runs (rows_f16; test_quant.c's PANEL_TOK follows it) */
+
+/*
+ * Tokens from which the panel runs (rows_f16), where it measured faster
+ * than the short batches' path (docs/BENCHMARKS.md: rows of 896, 2048 and
+ * 4864 values): F_NP for rows of up to F_LR values, F_NPL for longer
+ * ones. test_quant.c's float tests run batches on both sides of each.
+ */
+#define F_LR 2048
 #define F_NP 64
+#define F_NPL 96
 
 /*
  * The accumulators am (4 rows x 6 tokens) += NT tokens' chunk of kc values
@@ -230,17 +239,18 @@ tile_f16p(int NT, int ws, bool pin, const float *wf, int kc, const float *x, siz
 }
 
 /*
- * Short batches (8 to F_NP - 1 tokens, and any batch where the panel
- * cannot be allocated): the blocking the prefill had before the panel,
- * kept because below a few dozen tokens it is the faster one (each weight
- * is converted once either way, and here a band's chunk of S_KC values is
- * converted into L1 right before its tiles, where the panel comes from L2:
- * docs/BENCHMARKS.md). For each band of F_RB rows and block of S_TB tokens,
- * chunk by chunk: the band's chunk converted into wf, then every 6-token
- * tile of the block through the band's 4-row tiles. Each (row, token) sees
- * the same FMAs in the same order as on the panel's path and tile_f16w's,
- * then the same horizontal sum, so the switch between the two paths at
- * F_NP tokens keeps every product bitwise batch independent.
+ * Short batches (8 to F_NP - 1 tokens, F_NPL - 1 for long rows, and any
+ * batch where the panel cannot be allocated): the blocking the prefill had
+ * before the panel, kept because below a few dozen tokens it is the faster
+ * one (each weight is converted once either way, and here a band's chunk
+ * of S_KC values is converted into L1 right before its tiles, where the
+ * panel comes from L2: docs/BENCHMARKS.md). For each band of F_RB rows and
+ * block of S_TB tokens, chunk by chunk: the band's chunk converted into
+ * wf, then every 6-token tile of the block through the band's 4-row tiles.
+ * Each (row, token) sees the same FMAs in the same order as on the panel's
+ * path and tile_f16w's, then the same horizontal sum, so the switch
+ * between the two paths at F_NP or F_NPL tokens keeps every product
+ * bitwise batch independent.
  */
 #define S_KC 256
 #define S_TB 48
@@ -418,12 +428,12 @@ rows_f16p(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_
 	free(pan);
 }
 
-/* Prefill of t: the short batches' path below F_NP tokens, the panel's from there. */
+/* Prefill of t: the short batches' path below F_NP (F_NPL) tokens, the panel's from there. */
 INLINE void
 rows_f16(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
     float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	if (n_tok < F_NP)
+	if (n_tok < (n_in <= F_LR ? F_NP : F_NPL))
 		rows_f16s(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
 	else
 		rows_f16p(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);

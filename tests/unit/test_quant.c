@@ -593,19 +593,15 @@ test_matmul(const struct kern *k)
  * tiles, the panel's 2 x 6 tiles per half of each 16 values): every (row,
  * token) of every batch size and row range is bitwise the row's q_dot on
  * that path, and rows outside the range are not written. Rows of 80 values
- * (shorter than the prefetch distance) and of 1040. The prefill switches
- * from the short batches' blocking to the panel at PANEL_TOK tokens: 47
- * and 61 tokens take one and two of the short path's blocks of 48 (the
- * second ending on a partial tile), PANEL_TOK - 1 its last batch,
- * PANEL_TOK and PANEL_TOK + 13 the panel's (the latter ending on a
- * partial tile), so both paths are held to the same bits.
+ * (shorter than the prefetch distance) and of 1040. The prefill runs the
+ * short batches' blocking below F_NP tokens (kern_avx2.c 48, kern_avx512.c
+ * 64; rows of up to 2048 values) and the panel from there: 9 to 47 tokens
+ * take the short path on both tables (47: one block of 48), 61 and 63 on
+ * avx512 (two blocks, the second ending on a partial tile); 48 tokens and
+ * more the panel on avx2, 64 and 77 on avx512 (77 ending on a partial
+ * tile), so both paths are held to the same bits. Keep batches on both
+ * sides of each F_NP.
  */
-/*
- * F_NP in kern_avx2.c and kern_avx512.c (the tokens from which the float
- * prefill runs on the panel): the tests below run batches on both sides.
- */
-enum { PANEL_TOK = 64 };
-
 /* One kern_matmul call against each row's kern_dot: the number of wrong outputs. */
 static int
 float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
@@ -630,10 +626,10 @@ float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_
 static void
 test_matmul_float_tiles(const struct kern *k)
 {
-	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = PANEL_TOK + 13 };
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 77 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int ins[] = { 80, MAX_IN };
-	static const int toks[] = { 1, 2, 5, 9, 13, 47, 61, PANEL_TOK - 1, PANEL_TOK, MAX_TOK };
+	static const int toks[] = { 1, 2, 5, 9, 13, 47, 48, 61, 63, 64, MAX_TOK };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
 	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
 	static uint8_t W[N_OUT * MAX_IN * 4];
@@ -662,20 +658,22 @@ test_matmul_float_tiles(const struct kern *k)
 }
 
 /*
- * Prefill of long float rows: below PANEL_TOK tokens the AVX2 table runs
- * its bands in runs of 512 KiB of weights (32 rows of 8192 F16 values, 16
- * of F32), each block of tokens through every band of a run before the next
- * run; from PANEL_TOK tokens both tables convert runs of 1 MiB of floats
- * (32 rows of 8192) into a panel. Every (row, token) bitwise the row's
- * kern_dot, over runs that end on a partial band, on both paths.
+ * Prefill of long float rows: below F_NPL tokens (rows longer than 2048
+ * values: kern_avx2.c 128, kern_avx512.c 96) the AVX2 table runs its bands
+ * in runs of 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32),
+ * each block of tokens through every band of a run before the next run;
+ * from F_NPL both tables convert runs of 1 MiB of floats (32 rows of 8192)
+ * into a panel. Every (row, token) bitwise the row's kern_dot, over runs
+ * that end on a partial band: 10 and 95 tokens (two blocks of 48) on the
+ * short path, 129 on the panel. Keep batches on both sides of each F_NPL.
  */
 static void
 test_matmul_float_runs(const struct kern *k)
 {
-	enum { N = 8192, N_OUT = 41, N_TOK = PANEL_TOK + 1 };
+	enum { N = 8192, N_OUT = 41, N_TOK = 129 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 5, 40 } };
-	static const int toks[] = { 10, N_TOK };
+	static const int toks[] = { 10, 95, N_TOK };
 	static float w[N], x[N_TOK * N], y[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 4];
 
@@ -704,13 +702,14 @@ test_matmul_float_runs(const struct kern *k)
  * The panel's runs of 128 rows or more copy each block of tokens'
  * activations to an aligned buffer first (shorter runs read them in
  * place): 150 rows, every (row, token) bitwise the row's kern_dot, with the
- * activations at a 64-byte boundary and 4 bytes past one, at PANEL_TOK + 1
- * tokens (the last block one token) and at 13 (the short batches' path).
+ * activations at a 64-byte boundary and 4 bytes past one, at 65 tokens
+ * (the panel on both tables, the last block one token) and at 13 (the
+ * short batches' path).
  */
 static void
 test_matmul_float_copy(const struct kern *k)
 {
-	enum { N = 96, N_OUT = 150, N_TOK = PANEL_TOK + 1 };
+	enum { N = 96, N_OUT = 150, N_TOK = 65 };
 	static const int toks[] = { 13, N_TOK };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 2, 149 } };
