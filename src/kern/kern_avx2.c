@@ -203,7 +203,7 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
  */
 #define F_LR 2048
 #define F_NP 48
-#define F_NPL 128
+#define F_NPL 192
 
 INLINE void
 tile_fp(int NT, const float *wf, int kc, const float *x, size_t xs, __m256 *am)

@@ -659,21 +659,22 @@ test_matmul_float_tiles(const struct kern *k)
 
 /*
  * Prefill of long float rows: below F_NPL tokens (rows longer than 2048
- * values: kern_avx2.c 128, kern_avx512.c 96) the AVX2 table runs its bands
+ * values: kern_avx2.c 192, kern_avx512.c 96) the AVX2 table runs its bands
  * in runs of 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32),
  * each block of tokens through every band of a run before the next run;
  * from F_NPL both tables convert runs of 1 MiB of floats (32 rows of 8192)
  * into a panel. Every (row, token) bitwise the row's kern_dot, over runs
- * that end on a partial band: 10 and 95 tokens (two blocks of 48) on the
- * short path, 129 on the panel. Keep batches on both sides of each F_NPL.
+ * that end on a partial band: 10 tokens on the short path, 129 on avx2's
+ * (three blocks of 48, the last partial) and avx512's panel, 193 on both
+ * panels. Keep batches on both sides of each F_NPL.
  */
 static void
 test_matmul_float_runs(const struct kern *k)
 {
-	enum { N = 8192, N_OUT = 41, N_TOK = 129 };
+	enum { N = 8192, N_OUT = 41, N_TOK = 193 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 5, 40 } };
-	static const int toks[] = { 10, 95, N_TOK };
+	static const int toks[] = { 10, 129, N_TOK };
 	static float w[N], x[N_TOK * N], y[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 4];
 
