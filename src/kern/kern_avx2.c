@@ -8,6 +8,8 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
+#include <stdlib.h>
+
 /*
  * 8 BF16 values at p as floats (each the top half of its float): the 16
  * bytes loaded into both 128-bit halves (vbroadcasti128, a load alone) and
@@ -162,30 +164,107 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
 }
 
 /*
- * Prefill (8 tokens or more), blocked as kern_avx512.c's rows_f16p: a band
- * of F_RB rows is converted to float once per chunk of F_KC values for a
- * block of F_TB tokens (rows_f_tiled converts every row once per 3 tokens,
- * and with 2 rows of a long n_in a token's activations fall out of L1
- * between tiles), then tiles of 2 rows x 3 tokens run on the floats. The
- * accumulators (two per (row, token), the 8-value halves of each 16
- * alternating) go to memory between chunks and come back unchanged, so
- * each (row, token) sees tile_f's FMAs in tile_f's order and the same final
- * sum: bitwise what decode and small batches give.
+ * Prefill of F_NP tokens or more, F_NPL for rows longer than F_LR values
+ * (rows_fs takes the shorter batches from 8 tokens), blocked as
+ * kern_avx512.c's rows_f16p: the rows run in runs whose floats fill F_PB
+ * bytes, each run converted to float once into a panel (band by band of
+ * F_RB rows, chunk by chunk of F_KC values), then every block of F_TB
+ * tokens runs over the run in tiles of F_TR rows x F_TT tokens (one tile
+ * of tokens per block: the panel's chunk comes from L2 for each block, the
+ * block's accumulators stay in L1 between chunks). Where a run has F_XR
+ * rows or more, each block's activations are first copied to a 64-byte
+ * aligned buffer (the caller's malloc'd rows start 16 bytes past a line,
+ * so half of the 256-bit loads of them spanned two lines); a shorter run
+ * reads them in place.
  *
- * The bands run in runs of F_SB bytes of weights: for each block of
- * tokens, every band of the run, so the block's activations (F_TB rows of
- * n_in floats) stay in L2 across the run's bands and the run's weights
- * across the token blocks. Band by band, every band read all the
- * activations again (1.8 MB at 512 tokens of 896, 10 MB at 4864: from L3,
- * at about 8 flops per byte read).
+ * tile_f keeps two accumulators per (row, token), for the 8-value halves of
+ * each 16. They never meet before the end, so the tile runs the chunk twice,
+ * once per half, with one accumulator per (row, token): twice the (row,
+ * token) pairs per loaded vector for the same registers (2 x 6: 12
+ * accumulators, 2 rows' vectors and one token's, 8 loads per 12 FMAs where
+ * 2 x 3 with both halves took 10). The accumulators go to memory between
+ * chunks and come back unchanged, so each (row, token) sees tile_f's FMAs in
+ * tile_f's order and the same final sum: bitwise what decode and small
+ * batches give. Without memory for the panel, rows_fs runs: the same sums.
  */
-#define F_SB (512 << 10)
-#define F_KC 256
-#define F_TB 48
+#define F_PB (1 << 20)
+#define F_KC 512
+#define F_TB 6
+#define F_XR 128
+#define F_TR 2
+#define F_TT 6
 #define F_RB 16
+#define F_NA (2 * F_TR * F_TT)	/* accumulators of a tile: both halves */
+/*
+ * Tokens from which the panel runs (rows_f), where it measured faster than
+ * the short batches' path (docs/BENCHMARKS.md: rows of 896, 2048 and 4864
+ * values): F_NP for rows of up to F_LR values, F_NPL for longer ones.
+ * test_quant.c's float tests run batches on both sides of each.
+ */
+#define F_LR 2048
+#define F_NP 48
+#define F_NPL 192
 
 INLINE void
-tile_fp(int NT, const float *wf, int kc, const float *x, int64_t n, __m256 *am)
+tile_fp(int NT, const float *wf, int kc, const float *x, size_t xs, __m256 *am)
+{
+	UNROLL
+	for (int h = 0; h < 2; h++) {
+		__m256 acc[F_TR][F_TT];
+		UNROLL
+		for (int r = 0; r < F_TR; r++)
+			UNROLL
+			for (int k = 0; k < NT; k++)
+				acc[r][k] = am[(h * F_TR + r) * F_TT + k];
+		for (int i = 8 * h; i < kc; i += 16) {
+			__m256 wv[F_TR];
+			UNROLL
+			for (int r = 0; r < F_TR; r++)
+				wv[r] = _mm256_load_ps(wf + r * F_KC + i);
+			UNROLL
+			for (int k = 0; k < NT; k++) {
+				__m256 xv = _mm256_loadu_ps(x + (size_t)k * xs + i);
+				/*
+				 * in a register for every row: left to itself the
+				 * compiler folds the load into each FMA, and the load
+				 * ports, not the FMAs, set the pace
+				 */
+				__asm__("" : "+x"(xv));
+				UNROLL
+				for (int r = 0; r < F_TR; r++)
+					acc[r][k] = _mm256_fmadd_ps(wv[r], xv, acc[r][k]);
+			}
+		}
+		UNROLL
+		for (int r = 0; r < F_TR; r++)
+			UNROLL
+			for (int k = 0; k < NT; k++)
+				am[(h * F_TR + r) * F_TT + k] = acc[r][k];
+	}
+}
+
+/*
+ * Short batches (8 to F_NP - 1 tokens, F_NPL - 1 for long rows, and any
+ * batch where the panel cannot be allocated): the blocking the prefill had
+ * before the panel, kept because below a few dozen tokens it is the faster
+ * one (each weight is converted once either way, and here a band's chunk
+ * of S_KC values is converted into L1 right before its tiles, where the
+ * panel comes from L2: docs/BENCHMARKS.md). A band of F_RB rows is
+ * converted chunk by chunk for a block of S_TB tokens, then tiles of 2
+ * rows x 3 tokens run on the floats, both 8-value halves of each 16 in one
+ * pass (two accumulators per (row, token), as tile_f). The bands run in
+ * runs of S_SB bytes of weights, each block of tokens through every band
+ * of a run, so the block's activations stay in L2 across the run's bands.
+ * Each (row, token) sees tile_f's FMAs in tile_f's order and the same
+ * final sum, as on the panel's path: the switch at F_NP or F_NPL tokens
+ * keeps every product bitwise batch independent.
+ */
+#define S_SB (512 << 10)
+#define S_KC 256
+#define S_TB 48
+
+INLINE void
+tile_fs(int NT, const float *wf, int kc, const float *x, size_t xs, __m256 *am)
 {
 	__m256 acc[2][3][2];
 
@@ -199,15 +278,11 @@ tile_fp(int NT, const float *wf, int kc, const float *x, int64_t n, __m256 *am)
 	for (int i = 0; i < kc; i += 16) {
 		UNROLL
 		for (int h = 0; h < 2; h++) {
-			__m256 w0 = _mm256_load_ps(wf + i + 8 * h), w1 = _mm256_load_ps(wf + F_KC + i + 8 * h);
+			__m256 w0 = _mm256_load_ps(wf + i + 8 * h), w1 = _mm256_load_ps(wf + S_KC + i + 8 * h);
 			UNROLL
 			for (int k = 0; k < NT; k++) {
-				__m256 xv = _mm256_loadu_ps(x + (size_t)k * (size_t)n + i + 8 * h);
-				/*
-				 * in a register for both rows: left to itself the compiler
-				 * folds the load into both FMAs, 16 loads per 12 FMAs, and
-				 * the load ports, not the FMAs, set the pace
-				 */
+				__m256 xv = _mm256_loadu_ps(x + (size_t)k * xs + i + 8 * h);
+				/* in a register for both rows (tile_fp's reason) */
 				__asm__("" : "+x"(xv));
 				acc[0][k][h] = _mm256_fmadd_ps(w0, xv, acc[0][k][h]);
 				acc[1][k][h] = _mm256_fmadd_ps(w1, xv, acc[1][k][h]);
@@ -223,34 +298,35 @@ tile_fp(int NT, const float *wf, int kc, const float *x, int64_t n, __m256 *am)
 		}
 }
 
-/* Band rows [rband, rband + nrb) times tokens [tb, tb + nb) (nb <= F_TB). */
+/* Band rows [rband, rband + nrb) times tokens [tb, tb + nb) (nb <= S_TB). */
 INLINE void
-band_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int tb, int nb, int64_t n_in,
-    float *y, int64_t n_out, int64_t rband, int nrb, float *wf, __m256 (*am)[F_TB / 3][12])
+band_fs(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int tb, int nb, int64_t n_in,
+    float *y, int64_t n_out, int64_t rband, int nrb, float *wf, __m256 (*am)[S_TB / 3][12])
 {
+	size_t xs = (size_t)n_in;
 	int ng = (nrb + 1) / 2;
 
 	for (int q = 0; q < ng; q++)
 		for (int g = 0; g * 3 < nb; g++)
 			for (int a = 0; a < 12; a++)
 				am[q][g][a] = _mm256_setzero_ps();
-	for (int64_t c = 0; c < n_in; c += F_KC) {
-		int kc = n_in - c < F_KC ? (int)(n_in - c) : F_KC;
+	for (int64_t c = 0; c < n_in; c += S_KC) {
+		int kc = n_in - c < S_KC ? (int)(n_in - c) : S_KC;
 		/* a band's odd last row repeats; its sums are dropped */
 		for (int i = 0; i < 2 * ng; i++) {
 			const uint8_t *w = W + (size_t)(rband + (i < nrb ? i : nrb - 1)) * rb;
 			for (int e = 0; e < kc; e += 8)
-				_mm256_store_ps(wf + i * F_KC + e, ldw(t, w, c + e));
+				_mm256_store_ps(wf + i * S_KC + e, ldw(t, w, c + e));
 		}
 		for (int g = 0; g * 3 < nb; g++) {
-			const float *xt = x + (size_t)(tb + 3 * g) * (size_t)n_in + c;
+			const float *xt = x + (size_t)(tb + 3 * g) * xs + c;
 			int nt = nb - 3 * g < 3 ? nb - 3 * g : 3;
 			for (int q = 0; q < ng; q++) {
-				const float *wq = wf + 2 * q * F_KC;
+				const float *wq = wf + 2 * q * S_KC;
 				switch (nt) {
-				case 3: tile_fp(3, wq, kc, xt, n_in, am[q][g]); break;
-				case 2: tile_fp(2, wq, kc, xt, n_in, am[q][g]); break;
-				default: tile_fp(1, wq, kc, xt, n_in, am[q][g]); break;
+				case 3: tile_fs(3, wq, kc, xt, xs, am[q][g]); break;
+				case 2: tile_fs(2, wq, kc, xt, xs, am[q][g]); break;
+				default: tile_fs(1, wq, kc, xt, xs, am[q][g]); break;
 				}
 			}
 		}
@@ -266,24 +342,154 @@ band_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int tb, 
 }
 
 INLINE void
-rows_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+rows_fs(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
     float *y, int64_t n_out, int64_t r0, int64_t r1)
 {
-	float wf[F_RB * F_KC] __attribute__((aligned(32)));
-	__m256 am[F_RB / 2][F_TB / 3][12];
-	int64_t run = (int64_t)(F_SB / rb) / F_RB * F_RB;
+	float wf[F_RB * S_KC] __attribute__((aligned(32)));
+	__m256 am[F_RB / 2][S_TB / 3][12];
+	int64_t run = (int64_t)(S_SB / rb) / F_RB * F_RB;
 
 	if (run < F_RB)
 		run = F_RB;
 	for (int64_t s0 = r0; s0 < r1; s0 += run) {
 		int64_t s1 = r1 - s0 < run ? r1 : s0 + run;
-		for (int tb = 0; tb < n_tok; tb += F_TB) {
-			int nb = n_tok - tb < F_TB ? n_tok - tb : F_TB;
+		for (int tb = 0; tb < n_tok; tb += S_TB) {
+			int nb = n_tok - tb < S_TB ? n_tok - tb : S_TB;
 			for (int64_t rband = s0; rband < s1; rband += F_RB)
-				band_fp(t, W, rb, x, tb, nb, n_in, y, n_out, rband,
+				band_fs(t, W, rb, x, tb, nb, n_in, y, n_out, rband,
 				    s1 - rband < F_RB ? (int)(s1 - rband) : F_RB, wf, am);
 		}
 	}
+}
+
+/*
+ * Values [c, c + kc) of nr rows from rband on as floats, row i at
+ * wf + i * F_KC; rows at or past the band's end (nrb rows) repeat its last
+ * row (their sums are dropped).
+ */
+INLINE void
+conv_rows(enum gguf_dtype t, const uint8_t *W, size_t rb, int64_t rband, int nrb, int nr, int64_t c,
+    int kc, float *wf)
+{
+	for (int i = 0; i < nr; i++) {
+		const uint8_t *w = W + (size_t)(rband + (i < nrb ? i : nrb - 1)) * rb;
+		for (int e = 0; e < kc; e += 8)
+			_mm256_store_ps(wf + i * F_KC + e, ldw(t, w, c + e));
+	}
+}
+
+/*
+ * Band rows [rband, rband + nrb) times tokens [tb, tb + nb) (nb <= F_TB),
+ * whose activations are xb, one token's row every xs floats; pb: the band's
+ * converted chunks (F_RB x F_KC floats each).
+ */
+INLINE void
+band_fp(const float *pb, const float *xb, size_t xs, int tb, int nb, int64_t n_in, float *y,
+    int64_t n_out, int64_t rband, int nrb, __m256 (*am)[F_TB / F_TT][F_NA])
+{
+	int ng = (nrb + F_TR - 1) / F_TR;
+
+	for (int q = 0; q < ng; q++)
+		for (int g = 0; g * F_TT < nb; g++)
+			for (int a = 0; a < F_NA; a++)
+				am[q][g][a] = _mm256_setzero_ps();
+	for (int64_t c = 0; c < n_in; c += F_KC) {
+		int kc = n_in - c < F_KC ? (int)(n_in - c) : F_KC;
+		const float *wc = pb + (size_t)(c / F_KC) * F_RB * F_KC;
+		for (int g = 0; g * F_TT < nb; g++) {
+			const float *xt = xb + (size_t)(F_TT * g) * xs + c;
+			int nt = nb - F_TT * g < F_TT ? nb - F_TT * g : F_TT;
+			for (int q = 0; q < ng; q++) {
+				const float *wq = wc + F_TR * q * F_KC;
+				switch (nt) {
+				case 6: tile_fp(6, wq, kc, xt, xs, am[q][g]); break;
+				case 5: tile_fp(5, wq, kc, xt, xs, am[q][g]); break;
+				case 4: tile_fp(4, wq, kc, xt, xs, am[q][g]); break;
+				case 3: tile_fp(3, wq, kc, xt, xs, am[q][g]); break;
+				case 2: tile_fp(2, wq, kc, xt, xs, am[q][g]); break;
+				default: tile_fp(1, wq, kc, xt, xs, am[q][g]); break;
+				}
+			}
+		}
+	}
+	for (int q = 0; q < ng; q++)
+		for (int g = 0; g * F_TT < nb; g++)
+			for (int i = 0; i < F_TR && F_TR * q + i < nrb; i++)
+				for (int k = 0; k < F_TT && F_TT * g + k < nb; k++) {
+					const __m256 *v = &am[q][g][i * F_TT + k];
+					y[(size_t)(tb + F_TT * g + k) * (size_t)n_out +
+					    (size_t)(rband + F_TR * q + i)] =
+					    q_hsum8(_mm256_add_ps(v[0], v[F_TR * F_TT]));
+				}
+}
+
+/* Rows [s0, s1) as floats into the panel pan, band by band, chunk by chunk. */
+INLINE void
+conv_run(enum gguf_dtype t, const uint8_t *W, size_t rb, int64_t n_in, int64_t s0, int64_t s1,
+    size_t band_f, float *pan)
+{
+	for (int64_t rband = s0; rband < s1; rband += F_RB) {
+		int nrb = s1 - rband < F_RB ? (int)(s1 - rband) : F_RB;
+		float *pb = pan + (size_t)((rband - s0) / F_RB) * band_f;
+		for (int64_t c = 0; c < n_in; c += F_KC)
+			conv_rows(t, W, rb, rband, nrb, (nrb + F_TR - 1) / F_TR * F_TR, c,
+			    n_in - c < F_KC ? (int)(n_in - c) : F_KC, pb + (size_t)(c / F_KC) * F_RB * F_KC);
+	}
+}
+
+INLINE void
+rows_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	__m256 am[F_RB / F_TR][F_TB / F_TT][F_NA];
+	size_t xs = (size_t)n_in, nch = (size_t)(n_in + F_KC - 1) / F_KC;
+	size_t band_f = nch * F_RB * F_KC;	/* floats of a band's panel */
+	int64_t run = (int64_t)(F_PB / (band_f * sizeof(float))) * F_RB, nrun;
+	size_t xa_f;
+	float *pan, *xa = NULL;
+
+	if (r1 <= r0)
+		return;
+	if (run < F_RB)
+		run = F_RB;
+	/* runs of about equal length (whole bands) */
+	nrun = (r1 - r0 + run - 1) / run;
+	run = ((r1 - r0 + nrun - 1) / nrun + F_RB - 1) / F_RB * F_RB;
+	xa_f = run >= F_XR ? (size_t)(n_tok < F_TB ? n_tok : F_TB) * xs : 0;
+	pan = aligned_alloc(64, ((size_t)(run / F_RB) * band_f + xa_f) * sizeof *pan);
+	if (pan == NULL) {	/* the same sums without a panel */
+		rows_fs(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+		return;
+	}
+	if (xa_f > 0)
+		xa = pan + (size_t)(run / F_RB) * band_f;
+	for (int64_t s0 = r0; s0 < r1; s0 += run) {
+		int64_t s1 = r1 - s0 < run ? r1 : s0 + run;
+		conv_run(t, W, rb, n_in, s0, s1, band_f, pan);
+		for (int tb = 0; tb < n_tok; tb += F_TB) {
+			int nb = n_tok - tb < F_TB ? n_tok - tb : F_TB;
+			const float *xb = x + (size_t)tb * xs;
+			if (xa != NULL) {
+				memcpy(xa, xb, (size_t)nb * xs * sizeof *xa);
+				xb = xa;
+			}
+			for (int64_t rband = s0; rband < s1; rband += F_RB)
+				band_fp(pan + (size_t)((rband - s0) / F_RB) * band_f, xb, xs, tb, nb, n_in, y,
+				    n_out, rband, s1 - rband < F_RB ? (int)(s1 - rband) : F_RB, am);
+		}
+	}
+	free(pan);
+}
+
+/* Prefill of t: the short batches' path below F_NP (F_NPL) tokens, the panel's from there. */
+INLINE void
+rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_tok, int64_t n_in,
+    float *y, int64_t n_out, int64_t r0, int64_t r1)
+{
+	if (n_tok < (n_in <= F_LR ? F_NP : F_NPL))
+		rows_fs(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
+	else
+		rows_fp(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);
 }
 
 /* F32, F16, BF16 (false for other types: the scalar reference runs). */
@@ -305,9 +511,9 @@ kern_avx2_rows_f(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x,
 	}
 	if (n_tok >= 8) {
 		switch (t) {
-		case GGML_TYPE_F32: rows_fp(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
-		case GGML_TYPE_F16: rows_fp(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
-		default: rows_fp(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		case GGML_TYPE_F32: rows_f(GGML_TYPE_F32, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		case GGML_TYPE_F16: rows_f(GGML_TYPE_F16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
+		default: rows_f(GGML_TYPE_BF16, W, rb, x, n_tok, n_in, y, n_out, r0, r1); break;
 		}
 		return true;
 	}

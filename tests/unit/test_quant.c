@@ -589,10 +589,18 @@ test_matmul(const struct kern *k)
 /*
  * The float tiles' shapes (8 rows at one token with prefetches that run into
  * the next tile's rows, 4 rows x 1-4 tokens, the prefill's 4 x 6 tiles from
- * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3): every (row, token) of
- * every batch size and row range is bitwise the row's q_dot on that path,
- * and rows outside the range are not written. Rows of 80 values (shorter
- * than the prefetch distance) and of 1040.
+ * 8 tokens; AVX2: 4 rows at one token, 2 x 1-3, the short batches' 2 x 3
+ * tiles, the panel's 2 x 6 tiles per half of each 16 values): every (row,
+ * token) of every batch size and row range is bitwise the row's q_dot on
+ * that path, and rows outside the range are not written. Rows of 80 values
+ * (shorter than the prefetch distance) and of 1040. The prefill runs the
+ * short batches' blocking below F_NP tokens (kern_avx2.c 48, kern_avx512.c
+ * 64; rows of up to 2048 values) and the panel from there: 9 to 47 tokens
+ * take the short path on both tables (47: one block of 48), 61 and 63 on
+ * avx512 (two blocks, the second ending on a partial tile); 48 tokens and
+ * more the panel on avx2, 64 and 77 on avx512 (77 ending on a partial
+ * tile), so both paths are held to the same bits. Keep batches on both
+ * sides of each F_NP.
  */
 /* One kern_matmul call against each row's kern_dot: the number of wrong outputs. */
 static int
@@ -618,9 +626,10 @@ float_tiles_bad(const struct kern *k, enum gguf_dtype t, const uint8_t *W, size_
 static void
 test_matmul_float_tiles(const struct kern *k)
 {
-	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 13 };
+	enum { MAX_IN = 1040, N_OUT = 37, MAX_TOK = 77 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
-	static const int ins[] = { 80, MAX_IN }, toks[] = { 1, 2, 5, 9, MAX_TOK };
+	static const int ins[] = { 80, MAX_IN };
+	static const int toks[] = { 1, 2, 5, 9, 13, 47, 48, 61, 63, 64, MAX_TOK };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 3, 29 }, { 9, 10 } };
 	static float w[N_OUT * MAX_IN], x[MAX_TOK * MAX_IN], y[MAX_TOK * N_OUT];
 	static uint8_t W[N_OUT * MAX_IN * 4];
@@ -649,17 +658,23 @@ test_matmul_float_tiles(const struct kern *k)
 }
 
 /*
- * Prefill of long float rows: the AVX2 table runs its bands in runs of
- * 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32), each block of
- * tokens through every band of a run before the next run; every (row,
- * token) bitwise the row's kern_dot, over runs that end on a partial band.
+ * Prefill of long float rows: below F_NPL tokens (rows longer than 2048
+ * values: kern_avx2.c 192, kern_avx512.c 96) the AVX2 table runs its bands
+ * in runs of 512 KiB of weights (32 rows of 8192 F16 values, 16 of F32),
+ * each block of tokens through every band of a run before the next run;
+ * from F_NPL both tables convert runs of 1 MiB of floats (32 rows of 8192)
+ * into a panel. Every (row, token) bitwise the row's kern_dot, over runs
+ * that end on a partial band: 10 tokens on the short path, 129 on avx2's
+ * (three blocks of 48, the last partial) and avx512's panel, 193 on both
+ * panels. Keep batches on both sides of each F_NPL.
  */
 static void
 test_matmul_float_runs(const struct kern *k)
 {
-	enum { N = 8192, N_OUT = 41, N_TOK = 10 };
+	enum { N = 8192, N_OUT = 41, N_TOK = 193 };
 	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
 	static const int64_t ranges[][2] = { { 0, N_OUT }, { 5, 40 } };
+	static const int toks[] = { 10, 129, N_TOK };
 	static float w[N], x[N_TOK * N], y[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * N * 4];
 
@@ -673,12 +688,55 @@ test_matmul_float_runs(const struct kern *k)
 				w[i] = frand();
 			q_quantize_row(t, w, W + r * rb, N);
 		}
-		for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
-			int bad = float_tiles_bad(k, t, W, rb, x, N, N_TOK, y, N_OUT, ranges[gi][0],
-			    ranges[gi][1]);
-			test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad", tname(t),
-			    k->name, N, N_TOK, (long long)ranges[gi][0], (long long)ranges[gi][1], bad);
+		for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+			for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+				int bad = float_tiles_bad(k, t, W, rb, x, N, toks[ki], y, N_OUT,
+				    ranges[gi][0], ranges[gi][1]);
+				test_cond(bad == 0, "%s %s n_in %d, %d tokens, rows [%lld, %lld): %d bad",
+				    tname(t), k->name, N, toks[ki], (long long)ranges[gi][0],
+				    (long long)ranges[gi][1], bad);
+			}
+	}
+}
+
+/*
+ * The panel's runs of 128 rows or more copy each block of tokens'
+ * activations to an aligned buffer first (shorter runs read them in
+ * place): 150 rows, every (row, token) bitwise the row's kern_dot, with the
+ * activations at a 64-byte boundary and 4 bytes past one, at 65 tokens
+ * (the panel on both tables, the last block one token) and at 13 (the
+ * short batches' path).
+ */
+static void
+test_matmul_float_copy(const struct kern *k)
+{
+	enum { N = 96, N_OUT = 150, N_TOK = 65 };
+	static const int toks[] = { 13, N_TOK };
+	static const enum gguf_dtype types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+	static const int64_t ranges[][2] = { { 0, N_OUT }, { 2, 149 } };
+	static float w[N], xbuf[N_TOK * N + 16] __attribute__((aligned(64))), y[N_TOK * N_OUT];
+	static uint8_t W[N_OUT * N * 4];
+
+	for (int i = 0; i < N_TOK * N + 16; i++)
+		xbuf[i] = frand();
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum gguf_dtype t = types[ti];
+		size_t rb = q_row_bytes(t, N);
+		for (int r = 0; r < N_OUT; r++) {
+			for (int i = 0; i < N; i++)
+				w[i] = frand();
+			q_quantize_row(t, w, W + r * rb, N);
 		}
+		for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
+			for (int off = 0; off <= 1; off++)
+				for (size_t gi = 0; gi < sizeof ranges / sizeof ranges[0]; gi++) {
+					int bad = float_tiles_bad(k, t, W, rb, xbuf + off, N, toks[ki], y,
+					    N_OUT, ranges[gi][0], ranges[gi][1]);
+					test_cond(bad == 0,
+					    "%s %s n_in %d, %d tokens, x + %d, rows [%lld, %lld): %d bad",
+					    tname(t), k->name, N, toks[ki], off, (long long)ranges[gi][0],
+					    (long long)ranges[gi][1], bad);
+				}
 	}
 }
 
@@ -1307,6 +1365,7 @@ main(void)
 		test_matmul(k);
 		test_matmul_float_tiles(k);
 		test_matmul_float_runs(k);
+		test_matmul_float_copy(k);
 		test_act(k);
 		test_act_odd(k);
 		test_pack(k);
