@@ -23,7 +23,11 @@
 #        VS_FA (llama-bench's -fa values, default "0,1": the faster is kept),
 #        VS_LOG (keep every raw output there),
 #        KVCHAT_BASE (a second kvchat, e.g. a build from before a change:
-#        run in the same alternation, A B C A B C, and shown as "base" columns)
+#        run in the same alternation, A B C A B C, and shown as "base" columns),
+#        VS_PEER_ALT (settings of the peer to try, separated by ";": each
+#        round runs LLAMA_BENCH once per setting and keeps the fastest row,
+#        for a peer whose best configuration is not its default, e.g.
+#        ik_llama.cpp's weight repacking: VS_PEER_ALT="-rtr 0;-rtr 1")
 #
 # The machine should be otherwise idle; on a shared one the alternation and
 # medians only temper the noise: say so with the figures.
@@ -39,6 +43,7 @@ P=${VS_P:-512}
 N=${VS_N:-128}
 REPS=${VS_REPS:-3}
 FA=${VS_FA:-0,1}
+PEER_ALT=${VS_PEER_ALT:-}
 command -v "$KVCHAT" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no kvchat at '$KVCHAT' (set KVCHAT)" >&2; exit 2; }
 command -v "$LB" >/dev/null 2>&1 || { echo "vs-llamacpp.sh: no llama-bench at '$LB'" >&2; exit 2; }
 for m in "$@"; do
@@ -94,7 +99,16 @@ for m in "$@"; do
 			"$KVCHAT" bench -m "$m" -p "$P" -n 0 -r "$REPS" --threads "$t" > "$LOG/$i-kvchat.txt" 2>&1
 			"$KVCHAT" bench -m "$m" -p 0 -n "$N" -r "$REPS" --threads "$t" >> "$LOG/$i-kvchat.txt" 2>&1
 			kv "$LOG/$i-kvchat.txt" >> "$D/kv.txt"
-			"$LB" -m "$m" -fa "$FA" -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
+			if [ -z "$PEER_ALT" ]; then
+				"$LB" -m "$m" -fa "$FA" -p "$P" -n "$N" -r "$REPS" -t "$t" -o md > "$LOG/$i-llama.txt" 2>&1
+			else
+				: > "$LOG/$i-llama.txt"
+				# one run per setting, word-split on purpose ("-rtr 1")
+				printf '%s\n' "$PEER_ALT" | tr ';' '\n' | while IFS= read -r alt; do
+					# shellcheck disable=SC2086
+					"$LB" -m "$m" -fa "$FA" -p "$P" -n "$N" -r "$REPS" -t "$t" -o md $alt >> "$LOG/$i-llama.txt" 2>&1
+				done
+			fi
 			lb "$LOG/$i-llama.txt" >> "$D/lb.txt"
 			if [ -n "$BASE" ]; then
 				"$BASE" bench -m "$m" -p "$P" -n 0 -r "$REPS" --threads "$t" > "$LOG/$i-base.txt" 2>&1
