@@ -81,6 +81,7 @@ struct cpu_ctx {
 	struct cpu_moe *moe;		/* cpu_moe.c's scratch (mixture-of-experts models), or NULL */
 
 	struct cpu_pack *packs;		/* cpu_pack.c: packed matrices, by weight address */
+	void *pack_arena;		/* all of their copies, one allocation */
 	int n_packs;
 	size_t pack_bytes;		/* their bytes */
 	bool pack_released;		/* the file's pages of them handed back */

@@ -19,8 +19,8 @@
  * batch: decode reads n_expert_used experts' rows, prefill each selected
  * expert's rows once for all its tokens. The experts stay in the file's
  * mapping in their stored type (model_expert views), never copied, except
- * IQ4_NL, MXFP4 and IQ4_XS stacks where the kernel table packs them: packed at load
- * like the dense matrices, the file's pages handed back (cpu_pack.c's
+ * the stacks of types the kernel table packs: packed at load like the
+ * dense matrices, the file's pages handed back (cpu_pack.c's
  * packs_experts), each expert's rows whole groups of the copy.
  *
  * Batch independence: every (row, token) result of the kernels is the same
@@ -321,7 +321,7 @@ moe_run(void *arg, int ith, int nth)
 		}
 		if (j->act) {
 			mj.xq = (const char *)mo->xq + (size_t)f * ab;
-			/* packed stacks (IQ4_NL, MXFP4, IQ4_XS: cpu_pack.c): expert e's groups of their copy */
+			/* packed stacks (cpu_pack.c): expert e's groups of their copy */
 			mj.pk[0] = cpu_pack_expert(c, j->down ? &j->lw->down_exps : &j->lw->gate_exps, e);
 			if (!j->down)
 				mj.pk[1] = cpu_pack_expert(c, &j->lw->up_exps, e);

@@ -3,7 +3,7 @@
  *
  * Where the kernel table has a packed kernel for a matrix's type
  * (kern_packs: Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS in the
- * avx2 and avx512 tables; and the IQ4_NL, MXFP4, IQ4_XS stacks of experts,
+ * avx2 and avx512 tables; and the stacks of experts of those types,
  * packs_experts), the matrix is rearranged once,
  * here, when the backend starts, and its products run on the copy: the
  * integer kernel then does several times fewer instructions per
@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct cpu_pack {
 	const struct kvc_weight *w;
@@ -124,22 +125,25 @@ by_weight(const void *a, const void *b)
 }
 
 /*
- * Whether a stack of experts (model_expert) is packed: only IQ4_NL, MXFP4
- * and IQ4_XS ones, whose packed copy is the file's size (quant_pack.c:
- * IQ4_NL's and MXFP4's exactly, IQ4_XS's 1.5 % more), and only when each
- * expert is whole groups of 16 rows, so that expert e's copy is groups
- * [e * rows / 16, (e + 1) * rows / 16) of the stack's.
- * Packed, the file's pages of the stack are handed back like any packed
- * matrix's, so the experts are resident once (the copy), all of them from
- * the load on, instead of the chosen ones' pages as the tokens touch them.
- * The other types' experts stay mapped from the file (cpu_moe.c).
+ * Whether a stack of experts (model_expert) is offered for packing: when
+ * each expert is whole groups of 16 rows, so that expert e's copy is groups
+ * [e * rows / 16, (e + 1) * rows / 16) of the stack's; cpu_pack_init then
+ * packs it where the table has a packed kernel for its type, as any
+ * matrix. A prefill's tokens reach each expert a few dozen at a time, and
+ * the unpacked tiles run those at half the packed kernel's rate or less
+ * (a Q4_K_M qwen3moe fixture's prefill was 0.42x ik_llama.cpp's with its
+ * Q4_K/Q6_K experts unpacked). The copy is the file's size or a few per
+ * cent more (quant_pack.c: Q4_K 2.8 %, Q5_K 2.3 %, IQ4_XS 1.5 %), and the
+ * stack's pages of the file are handed back like any packed matrix's, so
+ * the experts are resident once (the copy), all of them from the load
+ * on, instead of the chosen ones' pages as the tokens touch them.
+ * Stacks of other types stay mapped from the file (cpu_moe.c).
  */
 static bool
 packs_experts(const struct kvc_model *m, const struct kvc_weight *w)
 {
 	return w->data != NULL && m->hp.n_expert > 0 && w->n_out % m->hp.n_expert == 0 &&
-	    (w->n_out / m->hp.n_expert) % Q_PACK_ROWS == 0 &&
-	    (w->type == GGML_TYPE_IQ4_NL || w->type == GGML_TYPE_MXFP4 || w->type == GGML_TYPE_IQ4_XS);
+	    (w->n_out / m->hp.n_expert) % Q_PACK_ROWS == 0;
 }
 
 /*
@@ -187,11 +191,32 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 	list_matrices(c->m, ws);
 	/* packed expert stacks are read whole, more than weight_bytes counts (the active experts) */
 	uint64_t packed = 0;
+	size_t arena = 0, at = 0;
 	for (int i = 0; i < n; i++)
-		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in))
+		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in)) {
 			packed += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
+			arena += (q_pack_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out) + 63) / 64 * 64;
+		}
 	if (packed > L.total)
 		L.total = packed;
+	/*
+	 * One allocation for every copy, in 2 MiB pages where the kernel gives
+	 * them (transparent huge pages, asked for: the default setting is
+	 * "madvise"): a mixture of experts' decode reads its chosen experts,
+	 * each a few hundred KiB somewhere in gigabytes, and in 4 KiB pages
+	 * every page of them is a TLB miss and a restart of the hardware
+	 * prefetcher, which does not cross a 4 KiB page.
+	 */
+	arena = (arena + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20);
+	if (arena > 0 && (c->pack_arena = aligned_alloc((size_t)2 << 20, arena)) == NULL) {
+		free(ws);
+		kvc_err(err, errlen, "out of memory for the packed weights (%.1f MiB)", arena / 1048576.0);
+		return KVC_ENOMEM;
+	}
+#ifdef MADV_HUGEPAGE
+	if (arena > 0)
+		(void)madvise(c->pack_arena, arena, MADV_HUGEPAGE);	/* a hint: 4 KiB pages work too */
+#endif
 	for (int i = 0; i < n && rc == KVC_OK; i++) {
 		const struct kvc_weight *w = ws[i];
 		size_t sz;
@@ -200,12 +225,8 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 		if (w->data == NULL || !kern_packs(c->kern, w->type, w->n_in))
 			continue;
 		sz = q_pack_bytes(w->type, w->n_in, w->n_out);
-		if ((pk = aligned_alloc(64, (sz + 63) / 64 * 64)) == NULL) {
-			kvc_err(err, errlen, "out of memory packing a %lld x %lld matrix (%.1f MiB)",
-			    (long long)w->n_out, (long long)w->n_in, sz / 1048576.0);
-			rc = KVC_ENOMEM;
-			break;
-		}
+		pk = (char *)c->pack_arena + at;
+		at += (sz + 63) / 64 * 64;
 		c->packs[c->n_packs++] = (struct cpu_pack){ w, pk };
 		c->pack_bytes += sz;
 		rc = pack_matrix(&L, w, pk, err, errlen);
@@ -257,8 +278,8 @@ cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
 void
 cpu_pack_free(struct cpu_ctx *c)
 {
-	for (int i = 0; i < c->n_packs; i++)
-		free(c->packs[i].p);
+	free(c->pack_arena);
+	c->pack_arena = NULL;
 	free(c->packs);
 	free(c->embd_row);
 	c->embd_row = NULL;
