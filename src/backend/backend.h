@@ -44,6 +44,13 @@ struct kvc_backend_params {
 	 * module built before it (KVC_CUDA_ABI).
 	 */
 	volatile sig_atomic_t *interrupt;
+	/*
+	 * CPU: the most bytes the packed copies of a mixture of experts' stacks
+	 * may bring the packed weights to (0: 85 % of the machine's memory);
+	 * past it the stacks stay mapped from the file, which the kernel can
+	 * page in and out. After interrupt, for the same reason.
+	 */
+	uint64_t pack_limit;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

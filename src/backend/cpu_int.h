@@ -82,6 +82,7 @@ struct cpu_ctx {
 
 	struct cpu_pack *packs;		/* cpu_pack.c: packed matrices, by weight address */
 	void *pack_arena;		/* all of their copies, one allocation */
+	bool experts_mapped;		/* expert stacks left mapped: packed, they would pass pack_limit */
 	int n_packs;
 	size_t pack_bytes;		/* their bytes */
 	bool pack_released;		/* the file's pages of them handed back */

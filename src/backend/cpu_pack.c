@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct cpu_pack {
 	const struct kvc_weight *w;
@@ -148,10 +149,10 @@ packs_experts(const struct kvc_model *m, const struct kvc_weight *w)
 
 /*
  * Matrices a product reads: per layer Q, K, V, O, gate, up, down, the
- * stacks of experts packs_experts takes; then the output.
+ * stacks of experts packs_experts takes (if experts); then the output.
  */
 static int
-list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
+list_matrices(const struct kvc_model *m, const struct kvc_weight **ws, bool experts)
 {
 	int n = 0;
 
@@ -161,7 +162,7 @@ list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
 		    &l->w_down, &l->gate_exps, &l->up_exps, &l->down_exps };
 
 		for (size_t i = 0; i < sizeof each / sizeof *each; i++) {
-			if (i >= 7 && !packs_experts(m, each[i]))
+			if (i >= 7 && (!experts || !packs_experts(m, each[i])))
 				continue;
 			if (ws)
 				ws[n] = each[i];
@@ -173,12 +174,38 @@ list_matrices(const struct kvc_model *m, const struct kvc_weight **ws)
 	return n + 1;
 }
 
+/* The file's bytes of the matrices of ws the table packs, and their copies' (64-byte aligned). */
+static void
+pack_sizes(const struct cpu_ctx *c, const struct kvc_weight **ws, int n, uint64_t *file, size_t *copies)
+{
+	*file = 0;
+	*copies = 0;
+	for (int i = 0; i < n; i++)
+		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in)) {
+			*file += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
+			*copies += (q_pack_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out) + 63) / 64 * 64;
+		}
+}
+
+/* pack_limit, or 85 % of the machine's memory (0: not known, no limit) */
+static uint64_t
+pack_limit(const struct kvc_backend_params *p)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+
+	if (p && p->pack_limit > 0)
+		return p->pack_limit;
+	return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 100 * 85 : 0;
+}
+
 int
 cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, size_t errlen)
 {
-	int n = list_matrices(c->m, NULL), rc = KVC_OK;
+	int n = list_matrices(c->m, NULL, true), rc = KVC_OK;
 	const struct kvc_weight **ws = malloc((size_t)n * sizeof *ws);
 	struct pack_load L = { c, p, NULL, NULL, 0, 0, c->m->weight_bytes };
+	uint64_t packed, limit = pack_limit(p);
+	size_t arena, at = 0;
 
 	if (c->m->file != NULL && gguf_mapped(c->m->file))
 		L.f = c->m->file;
@@ -188,15 +215,20 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 		kvc_err(err, errlen, "out of memory for the packed weights' table");
 		return KVC_ENOMEM;
 	}
-	list_matrices(c->m, ws);
+	list_matrices(c->m, ws, true);
+	pack_sizes(c, ws, n, &packed, &arena);
+	/*
+	 * Experts packed are resident whole from the load on; a model bigger
+	 * than the machine's memory keeps its stacks mapped instead, where the
+	 * chosen experts' pages come and go, rather than being killed for
+	 * memory halfway through its load.
+	 */
+	if (limit > 0 && arena > limit && c->m->hp.n_expert > 0) {
+		n = list_matrices(c->m, ws, false);
+		pack_sizes(c, ws, n, &packed, &arena);
+		c->experts_mapped = true;
+	}
 	/* packed expert stacks are read whole, more than weight_bytes counts (the active experts) */
-	uint64_t packed = 0;
-	size_t arena = 0, at = 0;
-	for (int i = 0; i < n; i++)
-		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in)) {
-			packed += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
-			arena += (q_pack_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out) + 63) / 64 * 64;
-		}
 	if (packed > L.total)
 		L.total = packed;
 	/*

@@ -526,13 +526,16 @@ refusals(void)
 /*
  * One fixture of spec s in weight type t: against the reference, and
  * batch independence if asked; packed > 0: the backend must say it packed
- * that many matrices (the expert stacks among them).
+ * that many matrices (the expert stacks among them); limit: the backend's
+ * pack_limit (0: its default), under which the stacks stay mapped, as the
+ * backend must then say.
  */
 static void
-run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool batch, int packed)
+run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool batch, int packed,
+    uint64_t limit)
 {
 	struct ref_config rc = ref_of(&s);
-	struct kvc_backend_params bp = { .n_threads = 2 };
+	struct kvc_backend_params bp = { .n_threads = 2, .pack_limit = limit };
 	struct kvc_model m;
 	char err[256], what[64];
 	void *mem, *ctx = NULL;
@@ -562,6 +565,8 @@ run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool
 		snprintf(want, sizeof want, "packed: %d ", packed);
 		kvc_backend_cpu.describe(ctx, &d);
 		test_cond(d.p != NULL && strstr(d.p, want) != NULL, "%s: %s in %s", what, want, d.p ? d.p : "");
+		test_cond(d.p != NULL && (strstr(d.p, "experts: left mapped") != NULL) == (limit > 0),
+		    "%s: experts %s mapped: %s", what, limit > 0 ? "left" : "not", d.p ? d.p : "");
 		kvc_buf_free(&d);
 	}
 	e32 = vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref);
@@ -615,7 +620,7 @@ main(void)
 		for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
 			run_case(specs[si], types[ti], tok, ti == 0,
 			    types[ti] == GGML_TYPE_F32 || types[ti] == GGML_TYPE_Q4_K,
-			    si == 0 && kern_packs(kern_best(), types[ti], E) ? 7 * N_LAYER + 1 : 0);
+			    si == 0 && kern_packs(kern_best(), types[ti], E) ? 7 * N_LAYER + 1 : 0, 0);
 	/*
 	 * Expert stacks of the newer types packed at load (cpu_pack.c: IQ4_NL,
 	 * MXFP4, IQ4_XS where the table packs them): gpt-oss's own type with its biases, and
@@ -624,9 +629,16 @@ main(void)
 	 * for them, per layer Q, K, V, O and the 3 stacks, and the output
 	 */
 	bool pk = kern_packs(kern_best(), GGML_TYPE_MXFP4, E);
-	run_case(specs[3], GGML_TYPE_MXFP4, tok, false, true, pk ? 7 * N_LAYER + 1 : 0);
-	run_case(specs[0], GGML_TYPE_IQ4_XS, tok, false, false, pk ? 7 * N_LAYER + 1 : 0);
-	run_case(specs[0], GGML_TYPE_IQ4_NL, tok, false, false, pk ? 7 * N_LAYER + 1 : 0);
+	run_case(specs[3], GGML_TYPE_MXFP4, tok, false, true, pk ? 7 * N_LAYER + 1 : 0, 0);
+	run_case(specs[0], GGML_TYPE_IQ4_XS, tok, false, false, pk ? 7 * N_LAYER + 1 : 0, 0);
+	run_case(specs[0], GGML_TYPE_IQ4_NL, tok, false, false, pk ? 7 * N_LAYER + 1 : 0, 0);
+	/*
+	 * A machine too small for the experts packed (a limit of one byte):
+	 * the stacks stay mapped, the dense matrices and the output are
+	 * packed (4 per layer and one), and the results are the same
+	 */
+	if (kern_packs(kern_best(), GGML_TYPE_Q4_K, E))
+		run_case(specs[0], GGML_TYPE_Q4_K, tok, false, true, 4 * N_LAYER + 1, 1);
 	refusals();
 	return test_done();
 }
