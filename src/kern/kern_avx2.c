@@ -47,17 +47,23 @@ tile_f(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_t 
     const float *x, int64_t n, float *out)
 {
 	int64_t es = t == GGML_TYPE_F32 ? 4 : 2;
+	/* one token of F16/BF16: one prefetch per row and 64-byte line, at every other step */
+	const bool pf2 = R == 4 && NT == 1 && es == 2;
 	__m256 acc[4][3][2];
 	struct pf_rows f;
 
-	pf_init(&f, R, w, nx, es, n);
+	if (pf2)
+		pf_init_per(&f, R, w, nx, es, n, 32);
+	else
+		pf_init(&f, R, w, nx, es, n);
 	UNROLL
 	for (int r = 0; r < R; r++)
 		UNROLL
 		for (int k = 0; k < NT; k++)
 			acc[r][k][0] = acc[r][k][1] = _mm256_setzero_ps();
 	for (int64_t i = 0; i < n; i += 16) {
-		pf_step(&f, R, i);
+		if (!pf2 || i % 32 == 0)
+			pf_step(&f, R, i);
 		UNROLL
 		for (int h = 0; h < 2; h++) {
 			__m256 wv[4];

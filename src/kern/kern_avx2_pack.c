@@ -253,7 +253,10 @@ store_rows(float *y, __m256 acc, int n)
  * hardware prefetcher stops. Into L2 (_MM_HINT_T1), 8 KiB ahead: L2 keeps
  * more misses in flight than L1's fill buffers, and from DRAM 2 KiB into
  * L1 left Q8_0 at 82 % of bench/membw (docs/BENCHMARKS.md, 2026-11-29
- * evening: 2 KiB, 4 KiB, 8 KiB and 12 KiB, into L1 and L2, measured).
+ * evening: 2 KiB, 4 KiB, 8 KiB and 12 KiB, into L1 and L2, measured). A
+ * matrix already in L2 pays for them (Q8_0 avx2vnni 10-19 %); every other
+ * line only, or into L1, gave that back and lost more from DRAM (the
+ * section 2026-11-29 night).
  * nh: halves (2, or 1 on a last group of 8 rows or fewer); acc[h] lane r =
  * row 8h + r.
  */

@@ -14,7 +14,10 @@
  * Integer sums, exact either way (so avx2 and avx2vnni agree bitwise):
  * with AVX-VNNI, vpdpbusd chains over the block's two halves (Q6_K's from
  * the token's correction -32 x the half's sum of x), multiplied by the
- * scales with vpmulld. Without it, vpmaddubsw pairs summed in int16 as long
+ * scales with vpmulld; Q4_K's high nibbles are multiplied where they lie,
+ * as 16 u (at most 240: a byte mask instead of a shift and a mask, the
+ * chain's sum shifted back exactly), 28 vector operations per block of 8
+ * rows instead of 31 (docs/BENCHMARKS.md, 2026-11-29 night). Without it, vpmaddubsw pairs summed in int16 as long
  * as they cannot saturate (|x| <= 127: Q4_K's u <= 15 all eight vectors,
  * 8 * 2 * 15 * 127 = 30480; Q5_K's u <= 31 four, 31496; Q6_K's u <= 63 two,
  * 32004), then vpmaddwd by the scale in both int16 halves of each lane,
@@ -76,12 +79,18 @@ INLINE void
 levels_k(enum gguf_dtype t, const uint8_t *L, const uint8_t *H, int h, __m256i *wv)
 {
 	const __m256i lo4 = _mm256_set1_epi8(0x0F);
+#ifdef KERN_AVXVNNI
+	/* Q4_K's high nibbles where they lie, as 16 u (block_isum shifts their sum back) */
+	const bool q4 = t == GGML_TYPE_Q4_K;
+#else
+	const bool q4 = false;
+#endif
 
 	UNROLL
 	for (int v = 0; v < 4; v++) {
 		__m256i q = ld256(L + 64 * v + 32 * h);
 		wv[v] = _mm256_and_si256(q, lo4);
-		wv[v + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
+		wv[v + 4] = q4 ? _mm256_andnot_si256(lo4, q) : _mm256_and_si256(_mm256_srli_epi16(q, 4), lo4);
 	}
 	if (t == GGML_TYPE_Q5_K) {
 		/* bit m of each byte of H is vector m's fifth bit: to bit 4 */
@@ -175,6 +184,8 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 	(void)s01;
 	if (q6)
 		return _mm256_add_epi32(_mm256_mullo_epi32(a, s0), _mm256_mullo_epi32(c, s1));
+	if (t == GGML_TYPE_Q4_K)	/* c: 16 x the high nibbles' sum, exactly divisible */
+		c = _mm256_srai_epi32(c, 4);
 	return _mm256_mullo_epi32(_mm256_add_epi32(a, c), s0);
 #else
 	__m256i p[8];

@@ -363,6 +363,28 @@ pf_init(struct pf_rows *f, int R, const uint8_t *const *w, const uint8_t *const 
 	f->off = es * f->i_sw + ahead - len;
 }
 
+/*
+ * pf_init for cursors that move per values (a multiple of 16) at each
+ * pf_step, the caller stepping once per per values: with 2-byte values and
+ * per 32, one request per 64-byte line, where pf_init's 16 request each
+ * line twice.
+ */
+INLINE void
+pf_init_per(struct pf_rows *f, int R, const uint8_t *const *w, const uint8_t *const *nx, int64_t es,
+    int64_t n, int64_t per)
+{
+	int64_t len = es * n, ahead = PF_AHEAD < len ? PF_AHEAD : len;
+
+	for (int r = 0; r < R; r++) {
+		f->p[r] = (const char *)w[r] + ahead;
+		f->nx[r] = (const char *)nx[r];
+	}
+	/* the first multiple of per values whose point is at or past the row's end */
+	f->step = per * es;
+	f->i_sw = (len - ahead + f->step - 1) / f->step * per;
+	f->off = es * f->i_sw + ahead - len;
+}
+
 INLINE void
 pf_step(struct pf_rows *f, int R, int64_t i)
 {
