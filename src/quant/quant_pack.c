@@ -215,13 +215,6 @@ ld32(const uint8_t *p)
 	return v;
 }
 
-/* The first value byte 0 of level vector m stands for (values 4m .., then 16 + 4 (m - 4) ..). */
-static inline int
-x_first(int m)
-{
-	return m < 4 ? 4 * m : 16 + 4 * (m - 4);
-}
-
 /*
  * Super-block s of a K-type row (NULL: a padding row) into its places in
  * group G, lane r, with word operations (a load packs every K-quant matrix):
@@ -255,14 +248,22 @@ pack_k_sb(enum gguf_dtype t, const uint8_t *blk, uint8_t *G, int64_t s, int r)
 				uint64_t v = a | b << 4;
 				memcpy(nib + i, &v, 8);
 			}
-			for (int m = 0; m < 8 && hb; m++) {
-				if (q6) {	/* value 32j + l's two high bits: bits 2k of qh[32h + l] */
-					uint32_t w = ld32(blk + 128 + 32 * h + x_first(m));
-					hw[m / 4] |= ((w >> (2 * k)) & 0x03030303u) << (2 * (m % 4));
-				} else {	/* Q5_K: bit j of qh[l] */
-					uint32_t w = ld32(blk + 16 + x_first(m));
-					hw[0] |= ((w >> j) & 0x01010101u) << m;
+			/*
+			 * Level vector m's byte 0 stands for values 4m ..: its high
+			 * bits are qh's word m, read for m and m + 4 side by side
+			 * (one loop over m with the sums indexed by m / 4 was most
+			 * of a mixture of experts' load, packing its Q6_K stacks)
+			 */
+			if (q6) {	/* value 32j + l's two high bits: bits 2k of qh[32h + l] */
+				const uint8_t *qh = blk + 128 + 32 * h;
+
+				for (int m = 0; m < 4; m++) {
+					hw[0] |= ((ld32(qh + 4 * m) >> (2 * k)) & 0x03030303u) << (2 * m);
+					hw[1] |= ((ld32(qh + 16 + 4 * m) >> (2 * k)) & 0x03030303u) << (2 * m);
 				}
+			} else if (hb) {	/* Q5_K: bit j of qh[l] */
+				for (int m = 0; m < 8; m++)
+					hw[0] |= ((ld32(blk + 16 + 4 * m) >> j) & 0x01010101u) << m;
 			}
 			if (q6) {
 				sc0 = (int8_t)blk[192 + 2 * j];
