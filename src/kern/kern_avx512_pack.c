@@ -64,7 +64,8 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 		 * (vpternlogd 0xE4) takes bits 0-3 from the nibble and 4-7 from
 		 * there: 4 masks, 7 shifts, 8 selects and the high nibbles' 4
 		 * shifts (23 instructions), where the nibbles' 12, a byte test and
-		 * a masked add per vector took 28; the same levels.
+		 * a masked add per vector took 28; the same levels, 1.10x at one
+		 * token (docs/BENCHMARKS.md, 2026-11-29 night).
 		 */
 		__m512i qh = _mm512_loadu_si512(G + (size_t)nb * 256 + (size_t)b * 64);
 		UNROLL

@@ -107,7 +107,11 @@ levels_k(enum gguf_dtype t, const uint8_t *L, const uint8_t *H, __m512i *wv)
 			wv[v + 4] = _mm512_andnot_si512(lo4, q[v]);
 		}
 	} else if (t == GGML_TYPE_Q5_K) {
-		/* bit m of each byte of H is vector m's fifth bit: + 16 under its byte mask (as Q5_0's) */
+		/*
+		 * bit m of each byte of H is vector m's fifth bit: + 16 under its
+		 * byte mask (Q5_0's select form, or a byte shuffle per nibble of H,
+		 * measured no faster here: docs/BENCHMARKS.md)
+		 */
 		__m512i h = _mm512_loadu_si512(H);
 		UNROLL
 		for (int v = 0; v < 4; v++) {
