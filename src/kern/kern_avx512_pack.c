@@ -56,6 +56,28 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 			wv[j] = _mm512_loadu_si512(G + (size_t)b * 512 + 64 * j);
 		return;
 	}
+	if (t == GGML_TYPE_Q5_0) {
+		/*
+		 * bit j of each byte is vector j's fifth bit (quant_pack.c): masked
+		 * to bits j and j + 4, vector j's moves up by 4 - j and vector j +
+		 * 4's down by j to bit 4 with zeros above it, and one select
+		 * (vpternlogd 0xE4) takes bits 0-3 from the nibble and 4-7 from
+		 * there: 4 masks, 7 shifts, 8 selects and the high nibbles' 4
+		 * shifts (23 instructions), where the nibbles' 12, a byte test and
+		 * a masked add per vector took 28; the same levels, 1.10x at one
+		 * token (docs/BENCHMARKS.md, 2026-11-29 night).
+		 */
+		__m512i qh = _mm512_loadu_si512(G + (size_t)nb * 256 + (size_t)b * 64);
+		UNROLL
+		for (int j = 0; j < 4; j++) {
+			__m512i v = _mm512_loadu_si512(G + (size_t)b * 256 + 64 * j);
+			__m512i hj = _mm512_and_si512(qh, _mm512_set1_epi8((char)(0x11 << j)));
+			wv[j] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(hj, 4 - j), lo4, 0xE4);
+			wv[j + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), _mm512_srli_epi16(hj, j),
+			    lo4, 0xE4);
+		}
+		return;
+	}
 	/*
 	 * Q4_0/Q4_1's high nibbles are multiplied where they lie, as 16 u (at
 	 * most 240, still a byte): their chain's sum is 16 times theirs, shifted
@@ -67,19 +89,6 @@ levels(enum gguf_dtype t, const uint8_t *G, int64_t nb, int64_t b, __m512i *wv)
 		__m512i v = _mm512_loadu_si512(G + (size_t)b * 256 + 64 * j);
 		wv[j] = _mm512_and_si512(v, lo4);
 		wv[j + 4] = q4 ? _mm512_andnot_si512(lo4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-	}
-	if (t == GGML_TYPE_Q5_0) {
-		/*
-		 * bit j of each byte is vector j's fifth bit (quant_pack.c): + 16
-		 * under its byte mask (a test and a masked add, on other ports than
-		 * the multiply-adds; a shift and a merge measured 10 % slower here)
-		 */
-		__m512i qh = _mm512_loadu_si512(G + (size_t)nb * 256 + (size_t)b * 64);
-		UNROLL
-		for (int j = 0; j < 8; j++) {
-			__mmask64 k = _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << j)));
-			wv[j] = _mm512_mask_add_epi8(wv[j], k, wv[j], _mm512_set1_epi8(16));
-		}
 	}
 }
 
@@ -215,9 +224,12 @@ group_one(enum gguf_dtype t, int NG, const uint8_t *G, size_t gb, int64_t nb, co
 	}
 }
 
-/* Groups [g0, g1) for one token, ONE_NG at a time (the rest one by one). */
-#define ONE_NG 2
-
+/*
+ * Groups [g0, g1) for one token, four at a time (the rest by two, then
+ * one): four groups side by side share each block's x registers among 32
+ * multiply-adds instead of 16 (bench/qmm, cache-resident, against two:
+ * Q8_0 1.07x, Q4_0 1.03x, Q5_0 1.02x, Q4_1 the same; docs/BENCHMARKS.md).
+ */
 INLINE void
 packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in, float *y,
     int64_t n_out, int64_t g0, int64_t g1)
@@ -228,11 +240,13 @@ packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in
 
 	corrections(t, (const int8_t *)act + 8 * nb, nb, cx);
 	for (int64_t g = g0; g < g1;) {
-		int ng = g1 - g >= ONE_NG ? ONE_NG : 1;
-		__m512 acc[ONE_NG];
+		int ng = g1 - g >= 4 ? 4 : g1 - g >= 2 ? 2 : 1;
+		__m512 acc[4];
 
-		if (ng == ONE_NG)
-			group_one(t, ONE_NG, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		if (ng == 4)
+			group_one(t, 4, P + (size_t)g * gb, gb, nb, act, cx, acc);
+		else if (ng == 2)
+			group_one(t, 2, P + (size_t)g * gb, gb, nb, act, cx, acc);
 		else
 			group_one(t, 1, P + (size_t)g * gb, gb, nb, act, cx, acc);
 		for (int i = 0; i < ng; i++, g++) {

@@ -67,37 +67,77 @@ scales_k(bool q6, const uint8_t *C, __m512 dm, __m512i *sc0, __m512i *sc1, __m51
 }
 
 /*
+ * Bits 0-3 of each byte from a, bits 4-7 from b (vpternlogd 0xE4: where
+ * the constant's bit is set a's, elsewhere b's): a level's low four bits
+ * and its high bits, placed at bit 4 with zeros above, in one instruction.
+ */
+INLINE __m512i
+sel_lo4(__m512i a, __m512i b)
+{
+	return _mm512_ternarylogic_epi32(a, b, _mm512_set1_epi8(0x0F), 0xE4);
+}
+
+/*
  * The 8 level vectors of a block (L its nibbles, H its high bits): vector
  * m < 4 for x[4m ..], m >= 4 for x[16 + 4 (m - 4) ..]; Q4_K's last four
  * are 16 u.
+ *
+ * Q6_K merges each vector's nibbles and two high bits with one select
+ * (sel_lo4): the high bits are first masked so that, shifted to bits 4-5,
+ * nothing but zeros lands above them, one mask serving two vectors: per
+ * block 4 masks, 6 shifts, 8 selects and the high nibbles' 4 shifts (22
+ * instructions, where the nibbles' 12, 6 shifts and 8 merges took 26);
+ * the same levels, 1.15x at one token (docs/BENCHMARKS.md, 2026-11-29
+ * night). The same form for Q5_K's fifth bits (23 instructions instead of
+ * 28, 11 of them shifts on port 0 with the multiply-adds) was no faster.
  */
 INLINE void
 levels_k(enum gguf_dtype t, const uint8_t *L, const uint8_t *H, __m512i *wv)
 {
 	const __m512i lo4 = _mm512_set1_epi8(0x0F);
+	__m512i q[4];
 
 	UNROLL
-	for (int v = 0; v < 4; v++) {
-		__m512i q = _mm512_loadu_si512(L + 64 * v);
-		wv[v] = _mm512_and_si512(q, lo4);
-		wv[v + 4] = t == GGML_TYPE_Q4_K ? _mm512_andnot_si512(lo4, q) :
-		    _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
-	}
-	if (t == GGML_TYPE_Q5_K) {
-		/* bit m of each byte of H is vector m's fifth bit: + 16 under its byte mask (as Q5_0's) */
+	for (int v = 0; v < 4; v++)
+		q[v] = _mm512_loadu_si512(L + 64 * v);
+	if (t == GGML_TYPE_Q4_K) {
+		UNROLL
+		for (int v = 0; v < 4; v++) {
+			wv[v] = _mm512_and_si512(q[v], lo4);
+			wv[v + 4] = _mm512_andnot_si512(lo4, q[v]);
+		}
+	} else if (t == GGML_TYPE_Q5_K) {
+		/*
+		 * bit m of each byte of H is vector m's fifth bit: + 16 under its
+		 * byte mask (Q5_0's select form, or a byte shuffle per nibble of H,
+		 * measured no faster here: docs/BENCHMARKS.md)
+		 */
 		__m512i h = _mm512_loadu_si512(H);
+		UNROLL
+		for (int v = 0; v < 4; v++) {
+			wv[v] = _mm512_and_si512(q[v], lo4);
+			wv[v + 4] = _mm512_and_si512(_mm512_srli_epi16(q[v], 4), lo4);
+		}
 		UNROLL
 		for (int m = 0; m < 8; m++) {
 			__mmask64 k = _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << m)));
 			wv[m] = _mm512_mask_add_epi8(wv[m], k, wv[m], _mm512_set1_epi8(16));
 		}
-	} else if (t == GGML_TYPE_Q6_K) {
-		/* bits 2 (m % 4) of each byte of H[m / 4] are vector m's two high bits: to bits 4-5 */
+	} else {
+		/*
+		 * Q6_K: bits 2i of each byte of H[p] are vector 4p + i's two high
+		 * bits; masked to vectors 0 and 2's (0x33) or 1 and 3's (0xCC),
+		 * each moves to bits 4-5 with zeros above it
+		 */
 		UNROLL
-		for (int m = 0; m < 8; m++) {
-			__m512i h = _mm512_loadu_si512(H + 64 * (m / 4));
-			wv[m] = _mm512_ternarylogic_epi32(wv[m], shift16(h, 4 - 2 * (m % 4)),
-			    _mm512_set1_epi8(0x30), 0xF8);
+		for (int p = 0; p < 2; p++) {
+			__m512i h = _mm512_loadu_si512(H + 64 * p);
+			__m512i he = _mm512_and_si512(h, _mm512_set1_epi8(0x33));
+			__m512i ho = _mm512_and_si512(h, _mm512_set1_epi8((char)0xCC));
+			UNROLL
+			for (int i = 0; i < 4; i++)
+				wv[4 * p + i] = sel_lo4(p ? _mm512_srli_epi16(q[i], 4) : q[i],
+				    shift16(i % 2 ? ho : he, 4 - 2 * i));
 		}
 	}
 }

@@ -901,13 +901,14 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
  * bitwise equal to the documented float order on the stored integers, and
  * within q_dot_act's bound of the exact product; and the same for any
  * number of tokens in the call and any cut of the groups. The shape has a
- * partial last group (37 rows) and an odd block count (96); a Q8_0 row
+ * partial last group (105 rows: 7 groups, which one token runs as four,
+ * two and one side by side) and an odd block count (96); a Q8_0 row
  * holds the extreme level -128 that a foreign quantiser may write.
  */
 static void
 test_pack_type(const struct kern *k, enum gguf_dtype t)
 {
-	enum { N = 96, N_OUT = 37, N_TOK = 7 };
+	enum { N = 96, N_OUT = 105, N_TOK = 7, NG = (N_OUT + 15) / 16 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * 102], act[N_TOK * (N + 8 * N / 32)];
 	size_t ab = q_act_bytes(N), rb = q_row_bytes(t, N), bb = rb / (N / 32), pb;
@@ -915,7 +916,7 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 	int bad = 0, same = 0, lv[32];
 
 	pb = q_pack_bytes(t, N, N_OUT);
-	test_cond(pb == 3 * 3 * (t == GGML_TYPE_Q8_0 ? 544 : t == GGML_TYPE_Q4_0 ? 288 :
+	test_cond(pb == NG * 3 * (t == GGML_TYPE_Q8_0 ? 544 : t == GGML_TYPE_Q4_0 ? 288 :
 	    t == GGML_TYPE_Q4_1 ? 320 : 352),
 	    "%s packed bytes %zu", tname(t), pb);
 	for (int i = 0; i < N_TOK * N; i++)
@@ -932,8 +933,8 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 	P = aligned_alloc(64, (pb + 63) / 64 * 64);
 	memset(P, 0xA5, pb);		/* padding rows must be written, not inherited */
 	q_pack(t, W, rb, N, N_OUT, P, 0, 1);
-	q_pack(t, W, rb, N, N_OUT, P, 1, 3);
-	kern_matmul_packed(k, t, P, act, N_TOK, N, y, N_OUT, 0, 3);
+	q_pack(t, W, rb, N, N_OUT, P, 1, NG);
+	kern_matmul_packed(k, t, P, act, N_TOK, N, y, N_OUT, 0, NG);
 	for (int r = 0; r < N_OUT; r++) {
 		q_dequant_row(t, W + r * rb, wd, N);
 		for (int tok = 0; tok < N_TOK; tok++) {
@@ -976,15 +977,15 @@ test_pack_type(const struct kern *k, enum gguf_dtype t)
 	 * (decode's path, groups side by side): bitwise the batch's
 	 */
 	for (int tok = 0; tok < N_TOK; tok++) {
-		for (int g = 0; g < 3; g++)
+		for (int g = 0; g < NG; g++)
 			kern_matmul_packed(k, t, P, act + tok * ab, 1, N, y1, N_OUT, g, g + 1);
 		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
 		memset(y1, 0, sizeof y1);
-		kern_matmul_packed(k, t, P, act + tok * ab, 1, N, y1, N_OUT, 0, 3);
+		kern_matmul_packed(k, t, P, act + tok * ab, 1, N, y1, N_OUT, 0, NG);
 		same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
 	}
 	/* tokens 2..6 as a batch of 5 (a tile of 4 and one) */
-	kern_matmul_packed(k, t, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, 3);
+	kern_matmul_packed(k, t, P, act + 2 * ab, N_TOK - 2, N, y2, N_OUT, 0, NG);
 	same += memcmp(y2, y + 2 * N_OUT, (N_TOK - 2) * N_OUT * sizeof *y) == 0;
 	test_cond(same == 2 * N_TOK + 1, "packed %s batch independence: %d of %d", tname(t), same,
 	    2 * N_TOK + 1);
