@@ -38,22 +38,41 @@ struct cpu_pack {
 	void *p;		/* q_pack_bytes(w) bytes, 64-byte aligned */
 };
 
-/* Groups [0, ng) of the rows at W (n_out of them) into P, the threads splitting them. */
+/*
+ * Groups [0, ng) of the rows at W (n_out of them) into P, the threads
+ * splitting them. With f, W is the slice buffer and each thread first
+ * reads its own groups' rows into it from the mapping's range at src, so
+ * the copies out of the page cache run in parallel as the packing does
+ * (a read that fails sets failed; the caller then reads the slice again
+ * alone, for the error's message).
+ */
 struct pack_job {
 	enum gguf_dtype type;
 	const void *W;
 	size_t row_bytes;
 	int64_t n_in, n_out, ng;
 	void *P;
+	const struct gguf_file *f;
+	const char *src;
+	int failed;
 };
 
 static void
 pack_run(void *arg, int ith, int nth)
 {
-	const struct pack_job *j = arg;
+	struct pack_job *j = arg;
+	int64_t g0 = j->ng * ith / nth, g1 = j->ng * (ith + 1) / nth;
+	int64_t r0 = g0 * Q_PACK_ROWS, r1 = g1 * Q_PACK_ROWS < j->n_out ? g1 * Q_PACK_ROWS : j->n_out;
 
-	q_pack(j->type, j->W, j->row_bytes, j->n_in, j->n_out, j->P, j->ng * ith / nth,
-	    j->ng * (ith + 1) / nth);
+	if (g0 >= g1)
+		return;
+	if (j->f != NULL && r0 < r1 &&
+	    gguf_pread(j->f, j->src + (size_t)r0 * j->row_bytes, (size_t)(r1 - r0) * j->row_bytes,
+		(char *)j->W + (size_t)r0 * j->row_bytes, NULL, 0) != KVC_OK) {
+		__atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	q_pack(j->type, j->W, j->row_bytes, j->n_in, j->n_out, j->P, g0, g1);
 }
 
 /* A slice's rows are read (and the load's progress told) about 8 MiB at a time. */
@@ -89,7 +108,7 @@ pack_matrix(struct pack_load *L, const struct kvc_weight *w, void *P, char *err,
 		const char *rows = (const char *)w->data + (size_t)r0 * w->row_bytes;
 		size_t n = (size_t)(r1 - r0) * w->row_bytes;
 		struct pack_job j = { w->type, rows, w->row_bytes, w->n_in, r1 - r0, g1 - g,
-		    (char *)P + (size_t)g * gb };
+		    (char *)P + (size_t)g * gb, NULL, NULL, 0 };
 
 		if (L->p && L->p->interrupt && *L->p->interrupt) {
 			kvc_err(err, errlen, "interrupted while packing the weights");
@@ -105,11 +124,17 @@ pack_matrix(struct pack_load *L, const struct kvc_weight *w, void *P, char *err,
 				}
 				L->buf_bytes = n;
 			}
-			if ((rc = gguf_pread(L->f, rows, n, L->buf, err, errlen)) != KVC_OK)
-				return rc;
 			j.W = L->buf;
+			j.f = L->f;
+			j.src = rows;
 		}
 		tp_run(L->c->pool, pack_run, &j);
+		if (j.failed) {
+			if ((rc = gguf_pread(L->f, rows, n, L->buf, err, errlen)) != KVC_OK)
+				return rc;
+			j.f = NULL;
+			tp_run(L->c->pool, pack_run, &j);
+		}
 		L->done += n;
 		if (L->p && L->p->progress)
 			L->p->progress(L->p->progress_arg, L->done, L->total);
