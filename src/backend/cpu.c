@@ -633,6 +633,9 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 		kvc_buf_printf(out, "packed: %d Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q5_K/Q6_K/IQ4_NL/MXFP4/IQ4_XS matrices, "
 		    "%.1f MiB (rows side by side for the packed kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
 		    c->pack_released ? "; their file pages handed back" : "");
+	if (c->n_xtotal > 0)
+		kvc_buf_printf(out, "experts: %d of %d packed so far (each when a token first chooses it)\n",
+		    c->n_xready, c->n_xtotal);
 	if (c->experts_mapped)
 		kvc_buf_printf(out, "experts: left mapped from the file (packed, they would not fit in memory)\n");
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);

@@ -87,6 +87,12 @@ struct cpu_ctx {
 	size_t pack_bytes;		/* their bytes */
 	bool pack_released;		/* the file's pages of them handed back */
 	void *embd_row;			/* a tied, packed output: one embedding row read from the file */
+	/* cpu_pack_experts: stacks of experts packed as their experts are first chosen */
+	int n_xtotal, n_xready;		/* experts of packed stacks, of which packed so far */
+	const struct gguf_file *xpack_file;	/* read with pread, or NULL: packed where they lie */
+	void *xpack_buf;		/* (n_threads, xpack_each) rows read from the file */
+	size_t xpack_each;
+	struct xpack_item *xpack_items;	/* (3 * n_expert) one layer's experts to pack */
 };
 
 struct mm_task {
@@ -136,8 +142,14 @@ int cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *e
 /* Token tok's embedding row, in tok_embd's type: the mapping's, or a copy read from the file. */
 const void *cpu_pack_embd_row(struct cpu_ctx *c, int32_t tok);
 const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
-/* Expert e's packed copy within its stack's (cpu_pack.c's packs_experts), or NULL: not packed. */
+/*
+ * Expert e's packed copy within its stack's (cpu_pack.c's packs_experts), or
+ * NULL: not packed. cpu_pack_experts packs layer lw's experts of active (of
+ * its packed stacks) that no token chose before; a product reads an
+ * expert's copy only after it (cpu_moe.c), so it is always the packed copy.
+ */
 const void *cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e);
+void cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active);
 void cpu_pack_free(struct cpu_ctx *c);
 
 /* Tokens a forward runs in one pass at most (a prefill's chunk): bounds the scratch. */

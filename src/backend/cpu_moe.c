@@ -19,8 +19,9 @@
  * batch: decode reads n_expert_used experts' rows, prefill each selected
  * expert's rows once for all its tokens. The experts stay in the file's
  * mapping in their stored type (model_expert views), never copied, except
- * the stacks of types the kernel table packs: packed at load like the
- * dense matrices, the file's pages handed back (cpu_pack.c's
+ * the stacks of types the kernel table packs: each expert packed the
+ * first time a token chooses it (cpu_pack_experts, before the products
+ * that read it), the file's pages handed back (cpu_pack.c's
  * packs_experts), each expert's rows whole groups of the copy.
  *
  * Batch independence: every (row, token) result of the kernels is the same
@@ -441,6 +442,7 @@ cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 			memcpy(mo->x + (size_t)mo->row[(size_t)t * k + r] * E, c->xb + (size_t)t * E,
 			    (size_t)E * sizeof(float));
 		}
+	cpu_pack_experts(c, lw, mo->active, n_active);
 	run_phase(c, lw, false, n_active, n * k);
 	run_phase(c, lw, true, n_active, n * k);
 	if (hp->n_ff_shexp > 0)

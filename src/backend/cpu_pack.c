@@ -17,7 +17,8 @@
  * so the peak is the copies plus one slice. The embedding rows of a tied
  * output matrix, which is packed, are read the same way, one row per
  * token (cpu_pack_embd_row). The slices report the load's progress and
- * stop it at the caller's interrupt flag.
+ * stop it at the caller's interrupt flag. Stacks of experts are packed an
+ * expert at a time, as the tokens first choose them (cpu_pack_experts).
  * The copies are kept in a table sorted by weight address, looked up once
  * per product.
  */
@@ -36,6 +37,13 @@
 struct cpu_pack {
 	const struct kvc_weight *w;
 	void *p;		/* q_pack_bytes(w) bytes, 64-byte aligned */
+	unsigned char *ready;	/* a stack of experts: which experts p holds yet (cpu_pack_experts); else NULL */
+};
+
+/* An expert of a stack to pack: its rows of pk->w into its groups of pk->p. */
+struct xpack_item {
+	const struct cpu_pack *pk;
+	int e;
 };
 
 /*
@@ -154,16 +162,25 @@ by_weight(const void *a, const void *b)
  * Whether a stack of experts (model_expert) is offered for packing: when
  * each expert is whole groups of 16 rows, so that expert e's copy is groups
  * [e * rows / 16, (e + 1) * rows / 16) of the stack's; cpu_pack_init then
- * packs it where the table has a packed kernel for its type, as any
- * matrix. A prefill's tokens reach each expert a few dozen at a time, and
- * the unpacked tiles run those at half the packed kernel's rate or less
- * (a Q4_K_M qwen3moe fixture's prefill was 0.42x ik_llama.cpp's with its
- * Q4_K/Q6_K experts unpacked). The copy is the file's size or a few per
- * cent more (quant_pack.c: Q4_K 2.8 %, Q5_K 2.3 %, IQ4_XS 1.5 %), and the
- * stack's pages of the file are handed back like any packed matrix's, so
- * the experts are resident once (the copy), all of them from the load
- * on, instead of the chosen ones' pages as the tokens touch them.
- * Stacks of other types stay mapped from the file (cpu_moe.c).
+ * takes it where the table has a packed kernel for its type. A prefill's
+ * tokens reach each expert a few dozen at a time, and the unpacked tiles
+ * run those at half the packed kernel's rate or less (a Q4_K_M qwen3moe
+ * fixture's prefill was 0.42x ik_llama.cpp's with its Q4_K/Q6_K experts
+ * unpacked). The copy is the file's size or a few per cent more
+ * (quant_pack.c: Q4_K 2.8 %, Q5_K 2.3 %, IQ4_XS 1.5 %), and the stack's
+ * pages of the file are handed back like any packed matrix's, so each
+ * expert is resident once (the copy).
+ *
+ * An expert is packed the first time a token chooses it
+ * (cpu_pack_experts), not at load: packing them all, and the kernel
+ * zeroing that many fresh pages, made the qwen3moe fixture's start 3.5-4.0
+ * s against 0.5 s with them mapped, longer than llama.cpp's load with its
+ * repacking, for experts a short chat may never reach; a first prefill
+ * packs the ones it chooses, which is no more work than the load did. The
+ * expert's products run only after it is packed, so they always run on the
+ * copy, whatever chose it first: the results do not depend on the order
+ * the experts were reached in. Stacks of other types stay mapped from the
+ * file (cpu_moe.c).
  */
 static bool
 packs_experts(const struct kvc_model *m, const struct kvc_weight *w)
@@ -199,7 +216,24 @@ list_matrices(const struct kvc_model *m, const struct kvc_weight **ws, bool expe
 	return n + 1;
 }
 
-/* The file's bytes of the matrices of ws the table packs, and their copies' (64-byte aligned). */
+/* Whether w is a layer's stack of experts (packed expert by expert, cpu_pack_experts). */
+static bool
+is_stack(const struct kvc_model *m, const struct kvc_weight *w)
+{
+	for (int il = 0; il < m->hp.n_layer; il++) {
+		const struct kvc_layer_weights *l = &m->layers[il];
+
+		if (w == &l->gate_exps || w == &l->up_exps || w == &l->down_exps)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The file's bytes of the matrices of ws the table packs at load (the
+ * stacks of experts are packed later), and all their copies' bytes (64-byte
+ * aligned), the stacks' included.
+ */
 static void
 pack_sizes(const struct cpu_ctx *c, const struct kvc_weight **ws, int n, uint64_t *file, size_t *copies)
 {
@@ -207,7 +241,8 @@ pack_sizes(const struct cpu_ctx *c, const struct kvc_weight **ws, int n, uint64_
 	*copies = 0;
 	for (int i = 0; i < n; i++)
 		if (ws[i]->data != NULL && kern_packs(c->kern, ws[i]->type, ws[i]->n_in)) {
-			*file += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
+			if (!is_stack(c->m, ws[i]))
+				*file += (uint64_t)ws[i]->n_out * ws[i]->row_bytes;
 			*copies += (q_pack_bytes(ws[i]->type, ws[i]->n_in, ws[i]->n_out) + 63) / 64 * 64;
 		}
 }
@@ -221,6 +256,29 @@ pack_limit(const struct kvc_backend_params *p)
 	if (p && p->pack_limit > 0)
 		return p->pack_limit;
 	return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 100 * 85 : 0;
+}
+
+/* Rows an expert is read and packed in at a time (about 64 KiB of a Q4_K stack). */
+#define XPACK_ROWS (4 * Q_PACK_ROWS)
+
+/*
+ * A stack of experts, registered at load and packed expert by expert as
+ * the tokens first choose them (cpu_pack_experts): nothing is read yet, and
+ * the scratch that reading an expert needs grows to the stack's rows.
+ */
+static int
+stack_init(struct cpu_ctx *c, struct cpu_pack *pk, char *err, size_t errlen)
+{
+	size_t each = (size_t)XPACK_ROWS * pk->w->row_bytes;
+
+	if ((pk->ready = calloc((size_t)c->m->hp.n_expert, 1)) == NULL) {
+		kvc_err(err, errlen, "out of memory for the experts' table");
+		return KVC_ENOMEM;
+	}
+	if (each > c->xpack_each)
+		c->xpack_each = each;
+	c->n_xtotal += c->m->hp.n_expert;
+	return KVC_OK;
 }
 
 int
@@ -284,14 +342,24 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 		sz = q_pack_bytes(w->type, w->n_in, w->n_out);
 		pk = (char *)c->pack_arena + at;
 		at += (sz + 63) / 64 * 64;
-		c->packs[c->n_packs++] = (struct cpu_pack){ w, pk };
+		c->packs[c->n_packs++] = (struct cpu_pack){ w, pk, NULL };
 		c->pack_bytes += sz;
-		rc = pack_matrix(&L, w, pk, err, errlen);
+		if (is_stack(c->m, w))
+			rc = stack_init(c, &c->packs[c->n_packs - 1], err, errlen);
+		else
+			rc = pack_matrix(&L, w, pk, err, errlen);
 		/* its pages, if anything read them, now, before the next is packed */
 		if (rc == KVC_OK && L.f != NULL)
 			gguf_release(L.f, w->data, (size_t)w->n_out * w->row_bytes);
 	}
 	c->pack_released = L.f != NULL && c->n_packs > 0;
+	c->xpack_file = L.f;
+	if (rc == KVC_OK && c->xpack_each > 0 &&
+	    ((c->xpack_buf = malloc((size_t)tp_size(c->pool) * c->xpack_each)) == NULL ||
+	    (c->xpack_items = malloc((size_t)3 * (size_t)c->m->hp.n_expert * sizeof *c->xpack_items)) == NULL)) {
+		kvc_err(err, errlen, "out of memory for packing the experts");
+		rc = KVC_ENOMEM;
+	}
 	/* a tied output packed: its rows, the embeddings, are read as needed (cpu_pack_embd_row) */
 	if (rc == KVC_OK && L.f != NULL && cpu_pack_find(c, &c->m->output) != NULL &&
 	    c->m->output.data == c->m->tok_embd.data &&
@@ -314,8 +382,8 @@ cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e)
 	return p == NULL ? NULL : p + (size_t)e * (size_t)groups * q_pack_group_bytes(stack->type, stack->n_in / 32);
 }
 
-const void *
-cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
+static struct cpu_pack *
+find(const struct cpu_ctx *c, const struct kvc_weight *w)
 {
 	int lo = 0, hi = c->n_packs;
 
@@ -323,7 +391,7 @@ cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
 		int mid = (lo + hi) / 2;
 
 		if (c->packs[mid].w == w)
-			return c->packs[mid].p;
+			return &c->packs[mid];
 		if (c->packs[mid].w < w)
 			lo = mid + 1;
 		else
@@ -332,11 +400,96 @@ cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
 	return NULL;
 }
 
+const void *
+cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
+{
+	const struct cpu_pack *pk = find(c, w);
+
+	return pk == NULL ? NULL : pk->p;
+}
+
+struct xpack_job {
+	struct cpu_ctx *c;
+	const struct xpack_item *it;
+	int n;
+	int next;
+};
+
+/*
+ * The threads take experts in turn; each reads its expert's rows with pread
+ * (the mapping is never touched, as at load) into its own slice of
+ * xpack_buf, XPACK_ROWS at a time, and packs them from there. A read that
+ * fails (the file gone bad under us) packs from the mapping instead.
+ */
+static void
+xpack_run(void *arg, int ith, int nth)
+{
+	struct xpack_job *j = arg;
+	struct cpu_ctx *c = j->c;
+	char *buf = (char *)c->xpack_buf + (size_t)ith * c->xpack_each;
+	int it;
+
+	(void)nth;
+	while ((it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n) {
+		const struct kvc_weight *w = j->it[it].pk->w;
+		int64_t rows = w->n_out / c->m->hp.n_expert, ng = rows / Q_PACK_ROWS;
+		int64_t step = (int64_t)(c->xpack_each / ((size_t)Q_PACK_ROWS * w->row_bytes));
+		size_t gb = q_pack_group_bytes(w->type, w->n_in / 32);
+		const char *src = (const char *)w->data + (size_t)j->it[it].e * (size_t)rows * w->row_bytes;
+		char *dst = (char *)j->it[it].pk->p + (size_t)j->it[it].e * (size_t)ng * gb;
+
+		for (int64_t g = 0; g < ng; g += step) {
+			int64_t g1 = g + step < ng ? g + step : ng, n = (g1 - g) * Q_PACK_ROWS;
+			const void *W = src + (size_t)g * Q_PACK_ROWS * w->row_bytes;
+
+			if (c->xpack_file != NULL &&
+			    gguf_pread(c->xpack_file, W, (size_t)n * w->row_bytes, buf, NULL, 0) == KVC_OK)
+				W = buf;
+			q_pack(w->type, W, w->row_bytes, w->n_in, n, dst + (size_t)g * gb, 0, g1 - g);
+		}
+	}
+}
+
+void
+cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active)
+{
+	const struct kvc_weight *stacks[] = { &lw->gate_exps, &lw->up_exps, &lw->down_exps };
+	struct xpack_item *items = c->xpack_items;
+	struct xpack_job j = { c, items, 0, 0 };
+
+	if (c->n_xtotal == c->n_xready)
+		return;
+	for (int s = 0; s < 3; s++) {
+		const struct cpu_pack *pk = find(c, stacks[s]);
+
+		for (int a = 0; pk != NULL && pk->ready != NULL && a < n_active; a++)
+			if (!pk->ready[active[a]])
+				items[j.n++] = (struct xpack_item){ pk, active[a] };
+	}
+	if (j.n == 0)
+		return;
+	if (j.n == 1)
+		xpack_run(&j, 0, 1);
+	else
+		tp_run(c->pool, xpack_run, &j);
+	for (int i = 0; i < j.n; i++)
+		items[i].pk->ready[items[i].e] = 1;
+	c->n_xready += j.n;
+}
+
 void
 cpu_pack_free(struct cpu_ctx *c)
 {
 	free(c->pack_arena);
 	c->pack_arena = NULL;
+	for (int i = 0; i < c->n_packs; i++)
+		free(c->packs[i].ready);
+	free(c->xpack_buf);
+	free(c->xpack_items);
+	c->xpack_buf = NULL;
+	c->xpack_items = NULL;
+	c->xpack_each = 0;
+	c->n_xtotal = c->n_xready = 0;
 	free(c->packs);
 	free(c->embd_row);
 	c->embd_row = NULL;

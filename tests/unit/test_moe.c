@@ -567,10 +567,27 @@ run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool
 		test_cond(d.p != NULL && strstr(d.p, want) != NULL, "%s: %s in %s", what, want, d.p ? d.p : "");
 		test_cond(d.p != NULL && (strstr(d.p, "experts: left mapped") != NULL) == (limit > 0),
 		    "%s: experts %s mapped: %s", what, limit > 0 ? "left" : "not", d.p ? d.p : "");
+		/* the stacks packed, none of their experts yet: each when a token first chooses it */
+		snprintf(want, sizeof want, "experts: 0 of %d packed", 3 * N_LAYER * s.n_expert);
+		test_cond(d.p != NULL && (strstr(d.p, want) != NULL) == (limit == 0), "%s: %s in %s", what,
+		    limit == 0 ? want : "no experts' line", d.p ? d.p : "");
 		kvc_buf_free(&d);
 	}
 	e32 = vs_ref(ctx, &m, GGML_TYPE_F32, tok, ref);
 	e16 = vs_ref(ctx, &m, GGML_TYPE_F16, tok, ref);
+	if (packed > 0 && limit == 0 && ctx != NULL) {
+		struct kvc_buf d = { 0 };
+		const char *at;
+		int got = -1, of = -1;
+
+		/* after the prompts, the experts they chose (and only those) were packed first */
+		kvc_backend_cpu.describe(ctx, &d);
+		at = d.p != NULL ? strstr(d.p, "experts: ") : NULL;
+		test_cond(at != NULL && sscanf(at, "experts: %d of %d", &got, &of) == 2 && got > 0 &&
+		    got <= of && of == 3 * N_LAYER * s.n_expert, "%s: experts packed after the forward: %s",
+		    what, d.p ? d.p : "");
+		kvc_buf_free(&d);
+	}
 	kvc_backend_cpu.free(ctx);
 	tol = tol_weights(s.wtype);
 	printf("%-14s rel err F32 cache %.2e  F16 cache %.2e  (routing gap %.2f)\n", what, e32,

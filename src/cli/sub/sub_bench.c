@@ -179,6 +179,26 @@ sub_bench(int argc, char **argv)
 	if (o.depth > 0 && eng_seq_append(s, prompt, (int)o.depth, NULL, err, sizeof err) != 0)
 		goto fail;
 
+	/*
+	 * One untimed run first, as llama-bench's warm-up: the prompt's prefill
+	 * and one decoded token. What a model's first tokens do once (a stack of
+	 * experts packs each expert the first time a token chooses it,
+	 * cpu_pack.c; the cache's pages are touched for the first time) is not
+	 * the speed of its prefill or decode.
+	 */
+	eng_seq_truncate(s, (int)o.depth);
+	if (eng_seq_append(s, prompt + o.depth, o.n_p > 0 ? (int)o.n_p : 1, NULL, err, sizeof err) != 0)
+		goto fail;
+	if (o.n_n > 0) {
+		struct eng_sample_req greedy = { 0 };
+		uint64_t rng;
+		int32_t id;
+
+		if (eng_seq_sample(s, &greedy, &id, &rng, err, sizeof err) != 0)
+			id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));
+		if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
+			goto fail;
+	}
 	for (int r = 0; r < o.reps; r++) {
 		struct eng_stats st;
 		double t0, t1;
