@@ -51,6 +51,13 @@ struct kvc_backend_params {
 	 * page in and out. After interrupt, for the same reason.
 	 */
 	uint64_t pack_limit;
+	/*
+	 * CPU: pack the experts of packed stacks ahead, in a thread of idle
+	 * priority that waits while a forward runs, instead of only each the
+	 * first time a token chooses it: for a chat or a server, whose idle
+	 * time then hides the packing from their first turns.
+	 */
+	bool pack_ahead;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

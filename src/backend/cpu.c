@@ -509,6 +509,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 	const struct kvc_hparams *hp = &c->hp;
 	int E = hp->n_embd, t, il;
 
+	cpu_pack_hold(c, true);
 	embed_chunk(c, tok, pos, n);
 	cpu_rows_residual(c, n, false, NULL, NULL, c->vecs[0].attn_norm, c->vecs[0].attn_norm_b);
 	for (il = 0; il < hp->n_layer; il++) {
@@ -564,6 +565,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		if (hp->final_softcap > 0)
 			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
 	}
+	cpu_pack_hold(c, false);
 }
 
 int
@@ -634,8 +636,10 @@ cpu_describe(void *ctx, struct kvc_buf *out)
 		    "%.1f MiB (rows side by side for the packed kernel%s)\n", c->n_packs, c->pack_bytes / 1048576.0,
 		    c->pack_released ? "; their file pages handed back" : "");
 	if (c->n_xtotal > 0)
-		kvc_buf_printf(out, "experts: %d of %d packed so far (each when a token first chooses it)\n",
-		    c->n_xready, c->n_xtotal);
+		kvc_buf_printf(out, "experts: %d of %d packed so far (%s)\n",
+		    __atomic_load_n(&c->n_xready, __ATOMIC_ACQUIRE), c->n_xtotal,	/* the thread packing ahead adds */
+		    c->xahead_on ? "ahead, while idle, or when a token first chooses one" :
+		    "each when a token first chooses it");
 	if (c->experts_mapped)
 		kvc_buf_printf(out, "experts: left mapped from the file (packed, they would not fit in memory)\n");
 	kvc_buf_printf(out, "KV caches: %d, %.1f MiB committed\n", n, c->kv_used / 1048576.0);

@@ -9,6 +9,8 @@
 #include "backend.h"
 #include "kern/kern.h"
 
+#include <pthread.h>
+
 /*
  * A cache. Layers hold rows in slots: slot = position - base[layer]. Full
  * layers keep every position (base 0, cap slots). Windowed layers
@@ -93,6 +95,14 @@ struct cpu_ctx {
 	void *xpack_buf;		/* (n_threads, xpack_each) rows read from the file */
 	size_t xpack_each;
 	struct xpack_item *xpack_items;	/* (3 * n_expert) one layer's experts to pack */
+	/* the thread packing experts ahead (kvc_backend_params.pack_ahead) */
+	bool xahead_on;
+	pthread_t xahead;
+	void *xahead_buf;		/* (xpack_each) its rows read from the file */
+	pthread_mutex_t xmu;		/* the stacks' ready states, xhold, xstop */
+	pthread_cond_t xcv;		/* an expert packed, xhold back to 0, or xstop */
+	int xhold;			/* forwards running: it waits */
+	bool xstop;
 };
 
 struct mm_task {
@@ -150,6 +160,8 @@ const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
  */
 const void *cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e);
 void cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active);
+/* A forward starts (on) or ends: the thread packing ahead, if any, waits while one runs. */
+void cpu_pack_hold(struct cpu_ctx *c, bool on);
 void cpu_pack_free(struct cpu_ctx *c);
 
 /* Tokens a forward runs in one pass at most (a prefill's chunk): bounds the scratch. */

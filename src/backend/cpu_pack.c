@@ -22,12 +22,17 @@
  * The copies are kept in a table sorted by weight address, looked up once
  * per product.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* SCHED_IDLE */
+#endif
 #include "cpu_int.h"
 #include "quant/quant.h"
 #include "threadpool.h"
 
 #include "gguf/gguf.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +263,8 @@ pack_limit(const struct kvc_backend_params *p)
 	return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 100 * 85 : 0;
 }
 
+static void ahead_start(struct cpu_ctx *c);
+
 /* Rows an expert is read and packed in at a time (about 64 KiB of a Q4_K stack). */
 #define XPACK_ROWS (4 * Q_PACK_ROWS)
 
@@ -370,6 +377,8 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 	free(L.buf);
 	free(ws);
 	qsort(c->packs, (size_t)c->n_packs, sizeof *c->packs, by_weight);
+	if (rc == KVC_OK && p != NULL && p->pack_ahead)
+		ahead_start(c);
 	return rc;
 }
 
@@ -416,39 +425,47 @@ struct xpack_job {
 };
 
 /*
- * The threads take experts in turn; each reads its expert's rows with pread
- * (the mapping is never touched, as at load) into its own slice of
- * xpack_buf, XPACK_ROWS at a time, and packs them from there. A read that
- * fails (the file gone bad under us) packs from the mapping instead.
+ * Expert e of the stack pk: its rows read with pread (the mapping is never
+ * touched, as at load) into buf (xpack_each bytes), XPACK_ROWS at a time,
+ * and packed from there into its groups of the copy. A read that fails
+ * (the file gone bad under us) packs from the mapping instead.
  */
+static void
+pack_expert(const struct cpu_ctx *c, const struct cpu_pack *pk, int e, char *buf)
+{
+	const struct kvc_weight *w = pk->w;
+	int64_t rows = w->n_out / c->m->hp.n_expert, ng = rows / Q_PACK_ROWS;
+	int64_t step = (int64_t)(c->xpack_each / ((size_t)Q_PACK_ROWS * w->row_bytes));
+	size_t gb = q_pack_group_bytes(w->type, w->n_in / 32);
+	const char *src = (const char *)w->data + (size_t)e * (size_t)rows * w->row_bytes;
+	char *dst = (char *)pk->p + (size_t)e * (size_t)ng * gb;
+
+	for (int64_t g = 0; g < ng; g += step) {
+		int64_t g1 = g + step < ng ? g + step : ng, n = (g1 - g) * Q_PACK_ROWS;
+		const void *W = src + (size_t)g * Q_PACK_ROWS * w->row_bytes;
+
+		if (c->xpack_file != NULL &&
+		    gguf_pread(c->xpack_file, W, (size_t)n * w->row_bytes, buf, NULL, 0) == KVC_OK)
+			W = buf;
+		q_pack(w->type, W, w->row_bytes, w->n_in, n, dst + (size_t)g * gb, 0, g1 - g);
+	}
+}
+
+/* The pool's threads take the job's experts in turn, each with its own slice of xpack_buf. */
 static void
 xpack_run(void *arg, int ith, int nth)
 {
 	struct xpack_job *j = arg;
-	struct cpu_ctx *c = j->c;
-	char *buf = (char *)c->xpack_buf + (size_t)ith * c->xpack_each;
+	char *buf = (char *)j->c->xpack_buf + (size_t)ith * j->c->xpack_each;
 	int it;
 
 	(void)nth;
-	while ((it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n) {
-		const struct kvc_weight *w = j->it[it].pk->w;
-		int64_t rows = w->n_out / c->m->hp.n_expert, ng = rows / Q_PACK_ROWS;
-		int64_t step = (int64_t)(c->xpack_each / ((size_t)Q_PACK_ROWS * w->row_bytes));
-		size_t gb = q_pack_group_bytes(w->type, w->n_in / 32);
-		const char *src = (const char *)w->data + (size_t)j->it[it].e * (size_t)rows * w->row_bytes;
-		char *dst = (char *)j->it[it].pk->p + (size_t)j->it[it].e * (size_t)ng * gb;
-
-		for (int64_t g = 0; g < ng; g += step) {
-			int64_t g1 = g + step < ng ? g + step : ng, n = (g1 - g) * Q_PACK_ROWS;
-			const void *W = src + (size_t)g * Q_PACK_ROWS * w->row_bytes;
-
-			if (c->xpack_file != NULL &&
-			    gguf_pread(c->xpack_file, W, (size_t)n * w->row_bytes, buf, NULL, 0) == KVC_OK)
-				W = buf;
-			q_pack(w->type, W, w->row_bytes, w->n_in, n, dst + (size_t)g * gb, 0, g1 - g);
-		}
-	}
+	while ((it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n)
+		pack_expert(j->c, j->it[it].pk, j->it[it].e, buf);
 }
+
+/* ready[e]: not packed, packed, or being packed by the thread packing ahead */
+enum { X_NONE = 0, X_READY = 1, X_AHEAD = 2 };
 
 void
 cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active)
@@ -457,29 +474,139 @@ cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const in
 	struct xpack_item *items = c->xpack_items;
 	struct xpack_job j = { c, items, 0, 0 };
 
-	if (c->n_xtotal == c->n_xready)
+	if (__atomic_load_n(&c->n_xready, __ATOMIC_ACQUIRE) == c->n_xtotal)
 		return;
+	if (c->xahead_on)
+		pthread_mutex_lock(&c->xmu);
 	for (int s = 0; s < 3; s++) {
-		const struct cpu_pack *pk = find(c, stacks[s]);
+		struct cpu_pack *pk = find(c, stacks[s]);
 
-		for (int a = 0; pk != NULL && pk->ready != NULL && a < n_active; a++)
-			if (!pk->ready[active[a]])
+		for (int a = 0; pk != NULL && pk->ready != NULL && a < n_active; a++) {
+			/* one the thread packing ahead has in hand: it finishes it, then waits for us */
+			while (pk->ready[active[a]] == X_AHEAD)
+				pthread_cond_wait(&c->xcv, &c->xmu);
+			if (pk->ready[active[a]] == X_NONE) {
+				pk->ready[active[a]] = X_AHEAD;
 				items[j.n++] = (struct xpack_item){ pk, active[a] };
+			}
+		}
 	}
+	if (c->xahead_on)
+		pthread_mutex_unlock(&c->xmu);
 	if (j.n == 0)
 		return;
 	if (j.n == 1)
 		xpack_run(&j, 0, 1);
 	else
 		tp_run(c->pool, xpack_run, &j);
+	if (c->xahead_on)
+		pthread_mutex_lock(&c->xmu);
 	for (int i = 0; i < j.n; i++)
-		items[i].pk->ready[items[i].e] = 1;
-	c->n_xready += j.n;
+		items[i].pk->ready[items[i].e] = X_READY;
+	__atomic_add_fetch(&c->n_xready, j.n, __ATOMIC_RELEASE);
+	if (c->xahead_on)
+		pthread_mutex_unlock(&c->xmu);
+}
+
+/*
+ * The thread packing ahead (kvc_backend_params.pack_ahead): every expert of
+ * the packed stacks, layer by layer, one at a time, at the scheduler's
+ * idle priority, and never while a forward runs (cpu_pack_hold): it packs
+ * in the time a chat waits for its user or a server for its requests, so
+ * that a first turn finds its experts packed. It stops at cpu_pack_free.
+ */
+static void *
+xpack_ahead(void *arg)
+{
+	struct cpu_ctx *c = arg;
+
+#ifdef SCHED_IDLE
+	struct sched_param sp = { 0 };
+
+	(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);	/* a hint: it waits for forwards anyway */
+#endif
+	for (int i = 0; i < c->n_packs; i++) {
+		struct cpu_pack *pk = &c->packs[i];
+
+		for (int e = 0; pk->ready != NULL && e < c->m->hp.n_expert; e++) {
+			pthread_mutex_lock(&c->xmu);
+			while (c->xhold > 0 && !c->xstop)
+				pthread_cond_wait(&c->xcv, &c->xmu);
+			if (c->xstop) {
+				pthread_mutex_unlock(&c->xmu);
+				return NULL;
+			}
+			if (pk->ready[e] != X_NONE) {
+				pthread_mutex_unlock(&c->xmu);
+				continue;
+			}
+			pk->ready[e] = X_AHEAD;
+			pthread_mutex_unlock(&c->xmu);
+			pack_expert(c, pk, e, c->xahead_buf);
+			pthread_mutex_lock(&c->xmu);
+			pk->ready[e] = X_READY;
+			__atomic_add_fetch(&c->n_xready, 1, __ATOMIC_RELEASE);
+			pthread_cond_broadcast(&c->xcv);
+			pthread_mutex_unlock(&c->xmu);
+		}
+	}
+	return NULL;
+}
+
+void
+cpu_pack_hold(struct cpu_ctx *c, bool on)
+{
+	if (!c->xahead_on)
+		return;
+	pthread_mutex_lock(&c->xmu);
+	c->xhold += on ? 1 : -1;
+	if (c->xhold == 0)
+		pthread_cond_broadcast(&c->xcv);
+	pthread_mutex_unlock(&c->xmu);
+}
+
+/* Start the thread packing ahead; without it (no memory, no thread) experts pack as they are chosen. */
+static void
+ahead_start(struct cpu_ctx *c)
+{
+	if (c->n_xtotal == 0 || (c->xahead_buf = malloc(c->xpack_each)) == NULL)
+		return;
+	if (pthread_mutex_init(&c->xmu, NULL) != 0) {
+		free(c->xahead_buf);
+		c->xahead_buf = NULL;
+		return;
+	}
+	if (pthread_cond_init(&c->xcv, NULL) != 0) {
+		pthread_mutex_destroy(&c->xmu);
+		free(c->xahead_buf);
+		c->xahead_buf = NULL;
+		return;
+	}
+	c->xahead_on = true;
+	if (pthread_create(&c->xahead, NULL, xpack_ahead, c) != 0) {
+		c->xahead_on = false;
+		pthread_cond_destroy(&c->xcv);
+		pthread_mutex_destroy(&c->xmu);
+		free(c->xahead_buf);
+		c->xahead_buf = NULL;
+	}
 }
 
 void
 cpu_pack_free(struct cpu_ctx *c)
 {
+	if (c->xahead_on) {
+		pthread_mutex_lock(&c->xmu);
+		c->xstop = true;
+		pthread_cond_broadcast(&c->xcv);
+		pthread_mutex_unlock(&c->xmu);
+		pthread_join(c->xahead, NULL);
+		pthread_cond_destroy(&c->xcv);
+		pthread_mutex_destroy(&c->xmu);
+		c->xahead_on = false;
+	}
+	free(c->xahead_buf);
+	c->xahead_buf = NULL;
 	free(c->pack_arena);
 	c->pack_arena = NULL;
 	for (int i = 0; i < c->n_packs; i++)

@@ -33,6 +33,8 @@ struct kvc_engine_params {
 	 */
 	void (*notice)(void *arg, const char *msg);
 	void *notice_arg;
+	/* Pack a mixture of experts' experts ahead while idle (kvc_backend_params.pack_ahead): chat, serve. */
+	bool pack_ahead;
 };
 struct kvc_engine_params kvc_engine_default_params(void);
 

@@ -61,6 +61,7 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <time.h>
 
 #define TOL_F32 1e-4
 #define TOL_F16 2e-3
@@ -425,6 +426,89 @@ batch_independence(const struct kvc_model *m, const char *what)
 			free(lg[th][i]);
 }
 
+/* The experts' line of the backend's description: packed so far, of; -1 when it has none. */
+static void
+experts_packed(void *ctx, int *got, int *of)
+{
+	struct kvc_buf d = { 0 };
+	const char *at;
+
+	*got = *of = -1;
+	kvc_backend_cpu.describe(ctx, &d);
+	at = d.p != NULL ? strstr(d.p, "experts: ") : NULL;
+	if (at == NULL || sscanf(at, "experts: %d of %d", got, of) != 2)
+		*got = *of = -1;
+	kvc_buf_free(&d);
+}
+
+/*
+ * Packing ahead (kvc_backend_params.pack_ahead): the same logits, bit for
+ * bit, as with each expert packed when first chosen, from a prefill that
+ * runs at once beside the thread packing ahead (the two take experts from
+ * each other) and from one that runs after it has packed them all; and it
+ * does pack them all. The wait is for the thread's end, however long it
+ * takes, bounded only against a thread that never ends.
+ */
+static void
+pack_ahead_same(const struct kvc_model *m, const char *what)
+{
+	const struct kvc_backend_i *be = &kvc_backend_cpu;
+	enum { N = 24 };
+	int32_t tok[N];
+	float *lg[3];
+	int bad = 0, rc = 0, got = -1, of = -1;
+	char err[256];
+
+	for (int i = 0; i < N; i++)
+		tok[i] = (int32_t)((i * 53 + 7) % N_VOCAB);
+	for (int run = 0; run < 3; run++) {
+		struct kvc_backend_params bp = { .n_threads = 2, .pack_ahead = run > 0 };
+		void *ctx = NULL, *kv = NULL;
+
+		lg[run] = malloc((size_t)N * N_VOCAB * sizeof(float));
+		rc = be->init(&ctx, m, &bp, err, sizeof err);
+		/* run 2: the prefill only once every expert is packed */
+		for (int w = 0; rc == 0 && run == 2 && w < 60000; w++) {
+			struct timespec ts = { 0, 1000000 };
+
+			experts_packed(ctx, &got, &of);
+			if (got == of)
+				break;
+			nanosleep(&ts, NULL);
+		}
+		if (run == 2)
+			test_cond(got > 0 && got == of, "%s: packed ahead before the prefill: %d of %d", what,
+			    got, of);
+		if (rc == 0)
+			rc = be->kv_create(ctx, N, GGML_TYPE_F32, &kv, err, sizeof err);
+		if (rc == 0)
+			rc = be->forward(ctx, kv, tok, N, 0, lg[run], true, err, sizeof err);
+		for (int w = 0; rc == 0 && run == 1 && w < 60000; w++) {
+			struct timespec ts = { 0, 1000000 };
+
+			experts_packed(ctx, &got, &of);
+			if (got == of)
+				break;
+			nanosleep(&ts, NULL);
+		}
+		if (run == 1)
+			test_cond(got > 0 && got == of, "%s: packed ahead after the prefill: %d of %d", what, got,
+			    of);
+		test_cond(rc == 0, "%s packed ahead: %s", what, err);
+		if (ctx) {
+			be->kv_destroy(ctx, kv);
+			be->free(ctx);
+		}
+	}
+	for (int run = 1; run < 3; run++)
+		bad += memcmp(lg[run], lg[0], (size_t)N * N_VOCAB * sizeof(float)) != 0;
+	printf("%s packed ahead: %d of 2 runs differ from packing when chosen (%d of %d experts)\n", what,
+	    bad, got, of);
+	test_cond(bad == 0, "%s: packed ahead, %d of 2 runs differ from packing when chosen", what, bad);
+	for (int run = 0; run < 3; run++)
+		free(lg[run]);
+}
+
 static void
 check_model(const struct kvc_model *m, const struct mspec *s)
 {
@@ -596,6 +680,8 @@ run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool
 	test_cond(e16 <= tol + TOL_F16, "%s F16 cache: %g > %g", what, e16, tol + TOL_F16);
 	if (batch)
 		batch_independence(&m, what);
+	if (batch && packed > 0 && limit == 0)
+		pack_ahead_same(&m, what);
 	model_free(&m);
 	gguf_close(f);
 	free(mem);

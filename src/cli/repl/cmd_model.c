@@ -41,8 +41,10 @@ file_weight_bytes(const struct gguf_file *f)
 }
 
 /*
- * The backend's own line ("backend cpu: 2 threads, ..."): of what the
- * engine describes, the rest is said above in /show's words.
+ * The backend's own line ("backend cpu: 2 threads, ...") and, for experts
+ * packed as they are chosen or ahead, how many are packed so far
+ * ("experts: 40 of 384 packed so far ..."): of what the engine describes,
+ * the rest is said above in /show's words.
  */
 static void
 print_backend_lines(struct kvc_repl *r)
@@ -57,6 +59,8 @@ print_backend_lines(struct kvc_repl *r)
 			nl = d.p + d.n;
 		if (strncmp(p, "backend ", 8) == 0)
 			printf("%-12s %.*s\n", "backend", (int)(nl - p - 8), p + 8);
+		else if (strncmp(p, "experts: ", 9) == 0 && strstr(p, " packed so far") != NULL)
+			printf("%-12s %.*s\n", "experts", (int)(nl - p - 9), p + 9);
 	}
 	kvc_buf_free(&d);
 }

@@ -231,6 +231,8 @@ repl_parse_opts(int argc, char **argv, struct repl_opts *o)
 
 	memset(o, 0, sizeof *o);
 	o->ep = kvc_engine_default_params();
+	/* a chat waits for its user: the experts pack meanwhile */
+	o->ep.pack_ahead = true;
 	o->ep.kernels = cli_kernels();
 	o->set = conv_default_settings();
 	o->overflow = CONV_OVERFLOW_DROP;

@@ -339,6 +339,8 @@ sub_serve(int argc, char **argv)
 
 	memset(&o, 0, sizeof o);
 	o.ep = kvc_engine_default_params();
+	/* and a server for its requests */
+	o.ep.pack_ahead = true;
 	o.sp = srv_default_params();
 	o.grace_s = 30;
 	for (int i = 1; i < argc && rc < 0; i++)
