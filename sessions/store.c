@@ -626,14 +626,22 @@ sess_rewind(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
+/* What write_turn does to the conversation's window and chunks. */
+enum turn_window {
+	WINDOW_KEEP,		/* neither changes */
+	WINDOW_NEW,		/* the window is set, every chunk goes (another stream's) */
+	WINDOW_REKEY		/* the window is set, only chunks of another window go */
+};
+
 /*
  * One transaction: with keep_msgs >= 0 first the rewind to keep_msgs
- * messages and n_pos positions, then msgs[0..n) and the chunk.
+ * messages and n_pos positions, then as wmode says the window, then
+ * msgs[0..n) and the chunk.
  */
 static int
 write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
-    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, int64_t window,
-    const char *what, char *err, size_t errlen)
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, enum turn_window wmode,
+    int64_t window, const char *what, char *err, size_t errlen)
 {
 	char *title = NULL;
 	int ret;
@@ -650,10 +658,14 @@ write_turn(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 	if (ret == KVC_OK && keep_msgs >= 0)
 		ret = rewind_rows(st, conv, keep_msgs, n_pos, what, err, errlen);
 	/* A new window: the old chunks hold another stream's cache. */
-	if (ret == KVC_OK && window >= 0)
+	if (ret == KVC_OK && wmode == WINDOW_NEW)
 		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", conv, 0,
 		    what, err, errlen);
-	if (ret == KVC_OK && window >= 0)
+	/* The window recorded for chunks made over it: any of another window goes. */
+	if (ret == KVC_OK && wmode == WINDOW_REKEY)
+		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1 AND window <> ?2",
+		    conv, window, what, err, errlen);
+	if (ret == KVC_OK && wmode != WINDOW_KEEP)
 		ret = sess_exec_ids(st, "UPDATE conversations SET window = ?2 WHERE id = ?1", conv,
 		    window, what, err, errlen);
 	if (ret == KVC_OK)
@@ -670,7 +682,8 @@ int
 sess_turn_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msgs, int n,
     const struct sess_chunk *chunk, char *err, size_t errlen)
 {
-	return write_turn(st, conv, -1, 0, msgs, n, chunk, -1, "cannot save turn", err, errlen);
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, WINDOW_KEEP, 0, "cannot save turn", err,
+	    errlen);
 }
 
 int
@@ -682,8 +695,8 @@ sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_m
 		    (long long)window);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, -1, 0, msgs, n, chunk, window, "cannot save turn", err,
-	    errlen);
+	return write_turn(st, conv, -1, 0, msgs, n, chunk, WINDOW_NEW, window, "cannot save turn",
+	    err, errlen);
 }
 
 int
@@ -696,7 +709,8 @@ sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t w
 		kvc_err(err, errlen, "%s: %s: negative length or window", st->path, what);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, window, what, err, errlen);
+	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, WINDOW_NEW, window, what, err,
+	    errlen);
 }
 
 /*
@@ -720,8 +734,8 @@ sess_user_commit(struct sess_store *st, int64_t conv, const struct sess_msg *msg
 	if (!st->readonly && sqlite3_exec(st->db, "PRAGMA wal_autocheckpoint = 0; "
 	    "PRAGMA synchronous = OFF", NULL, NULL, NULL) == SQLITE_OK)
 		st->sync_later = true;
-	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, -1, "cannot save your message", err,
-	    errlen);
+	rc = write_turn(st, conv, -1, 0, msg, 1, NULL, WINDOW_KEEP, 0, "cannot save your message",
+	    err, errlen);
 	if (st->sync_later) {
 		st->sync_later = false;
 		/* failing, the next commit would not sync: say so rather than risk it
@@ -744,7 +758,23 @@ sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
 		kvc_err(err, errlen, "%s: %s: negative length", st->path, what);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, -1, what, err, errlen);
+	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, WINDOW_KEEP, 0, what, err,
+	    errlen);
+}
+
+int
+sess_turn_rekey(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, int64_t window,
+    char *err, size_t errlen)
+{
+	static const char what[] = "cannot save turn";
+
+	if (n_pos < 0 || window < 0) {
+		kvc_err(err, errlen, "%s: %s: negative length or window", st->path, what);
+		return KVC_EINVAL;
+	}
+	return write_turn(st, conv, keep_msgs, n_pos, msgs, n, chunk, WINDOW_REKEY, window, what,
+	    err, errlen);
 }
 
 static int32_t *

@@ -254,6 +254,20 @@ int sess_turn_replace(struct sess_store *st, int64_t conv, int keep_msgs, int n_
     const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, char *err, size_t errlen);
 
 /*
+ * sess_turn_replace (keep_msgs >= 0) or sess_turn_commit (keep_msgs < 0)
+ * that also sets the conversation's window to window (conv's key) in the
+ * same transaction, deleting any chunk made over another window; chunk and
+ * the chunks kept must be of that window. For a conversation whose window
+ * changed in memory without a turn of its own (at open, when the stored
+ * one no longer fits its messages): written apart, a kill between the two
+ * left the window of one stream with the chunks of another, and the next
+ * start rebuilt the cache. On any failure nothing changes.
+ */
+int sess_turn_rekey(struct sess_store *st, int64_t conv, int keep_msgs, int n_pos,
+    const struct sess_msg *msgs, int n, const struct sess_chunk *chunk, int64_t window,
+    char *err, size_t errlen);
+
+/*
  * Read the conversation's chunks in position order, verifying each checksum;
  * fn is called once per chunk (blob valid only during the call). Stops and
  * returns fn's value if non-zero; KVC_ECORRUPT on a checksum mismatch or a

@@ -291,6 +291,8 @@ load_conv(struct conv *c, const struct sess_conv *row, char *err, size_t errlen)
 		/* the window's positions were counted in the other tokens */
 		window = 0;
 	}
+	/* what the store holds (rebind wrote 0 for another model's tokens) */
+	c->win_stored = window;
 	if (rc == 0)
 		rc = open_window(c, window, err, errlen);
 	if (rc == 0 && n > 0 && c->msgs[n - 1].role == SESS_USER)

@@ -72,6 +72,13 @@ struct conv {
 	 * F[0, slide_keep) + F[slide_cut, end); slide_keep = 0: not slid.
 	 */
 	int slide_keep, slide_cut;
+	/*
+	 * The window key the store holds (conversations.window). It differs from
+	 * conv_window_key(c, win) when the window moved in memory only (at open,
+	 * the stored one no longer fitting its messages); the next write of a
+	 * chunk sets it with the chunk, in one transaction (save.c).
+	 */
+	int64_t win_stored;
 	struct kvc_seq *seq;		/* the stream; evicted or NULL when not resident */
 	struct kvc_seq *draft;		/* the draft model's sequence (speculative decoding), or NULL */
 	int snap_end;			/* stream positions covered by chunks on disk */

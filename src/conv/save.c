@@ -86,12 +86,20 @@ commit(struct conv *c, const struct sess_msg *msgs, int n, int keep, int n_keep,
 			conv_store_failed(c, "snapshot", why);
 		}
 	}
-	if (n == 0 && chp == NULL && keep < 0 && !rewindow) {
+	if (n == 0 && chp == NULL && keep < 0 && !rewindow && win == c->win_stored) {
 		kvc_buf_free(&blob);
 		return KVC_OK;	/* nothing to write */
 	}
 	if (rewindow)
 		rc = sess_turn_commit_window(m->st, c->id, msgs, n, chp, win, err, errlen);
+	else if (win != c->win_stored)
+		/*
+		 * The window moved in memory only (open_window): the store takes it
+		 * with the chunk made over it. A chunk under the new key beside the
+		 * old window value made the next start refuse the snapshot (another
+		 * context window) and rebuild (test_crash_slide.sh found it).
+		 */
+		rc = sess_turn_rekey(m->st, c->id, keep, n_keep, msgs, n, chp, win, err, errlen);
 	else if (keep >= 0)
 		rc = sess_turn_replace(m->st, c->id, keep, n_keep, msgs, n, chp, err, errlen);
 	else
@@ -99,6 +107,7 @@ commit(struct conv *c, const struct sess_msg *msgs, int n, int keep, int n_keep,
 	kvc_buf_free(&blob);
 	if (rc)
 		return rc;
+	c->win_stored = win;
 	/* Stored: the picture of the chunks on disk follows. */
 	if (keep >= 0)
 		conv_chunks_trim(c, n_keep);

@@ -161,6 +161,7 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 		rc = sess_rewind_window(c->m->st, c->id, k, conv_window_key(c, w), err, errlen);
 		if (rc)
 			return rc;
+		c->win_stored = conv_window_key(c, w);
 		conv_msgs_drop(c, k);
 		c->win = w;
 		conv_drop_seq(c);
@@ -743,6 +744,7 @@ conv_clear(struct conv *c, char *err, size_t errlen)
 	c->n_chunk_ends = 0;
 	c->snap_end = 0;
 	c->win = 0;
+	c->win_stored = 0;
 	conv_slide_reset(c);
 	if (c->seq)
 		(void)eng_seq_truncate(c->seq, 0);

@@ -62,7 +62,15 @@ struct pt_ctx {
 	const uint8_t *fl;	/* (n) PT_* flags */
 	size_t n;
 	struct pt_ws_memo *ws;	/* mutable, see above */
+	size_t *work;		/* mutable: code points looked at (pretok_out.work) */
 };
+
+/*
+ * Every look at a code point's flags or character goes through these, and
+ * counts one: what test_tok_linear bounds instead of timing the scanners.
+ */
+#define FL(i) (++*c->work, c->fl[i])
+#define CH(i) (++*c->work, c->ch[i])
 
 typedef size_t (*pt_match)(const struct pt_ctx *c, size_t pos, size_t end);
 
@@ -122,18 +130,18 @@ cp_flags(uint32_t c)
 	}
 }
 
-#define L(i) (c->fl[i] & PT_L)
-#define N(i) (c->fl[i] & PT_N)
-#define WS(i) (c->fl[i] & PT_WS)
+#define L(i) (FL(i) & PT_L)
+#define N(i) (FL(i) & PT_N)
+#define WS(i) (FL(i) & PT_WS)
 /* [^\s\p{L}\p{N}] */
-#define OTHER(i) (!(c->fl[i] & (PT_L | PT_N | PT_WS)))
+#define OTHER(i) (!(FL(i) & (PT_L | PT_N | PT_WS)))
 
 static size_t
 run(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want)
 {
 	size_t i = pos;
 
-	while (i < end && (c->fl[i] & want))
+	while (i < end && (FL(i) & want))
 		i++;
 	return i - pos;
 }
@@ -147,7 +155,7 @@ ws_run(const struct pt_ctx *c, size_t pos, size_t end)
 
 	if (!(pos >= m->s && pos < m->e)) {
 		e = pos;
-		while (e < c->n && (c->fl[e] & PT_WS))
+		while (e < c->n && (FL(e) & PT_WS))
 			e++;
 		if (e == pos)
 			return 0;
@@ -165,7 +173,7 @@ run_max(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want, size_t max
 {
 	size_t i = pos;
 
-	while (i < end && i - pos < max && (c->fl[i] & want))
+	while (i < end && i - pos < max && (FL(i) & want))
 		i++;
 	return i - pos;
 }
@@ -192,14 +200,14 @@ contraction(const struct pt_ctx *c, size_t pos, size_t end, bool icase)
 {
 	uint32_t a, b;
 
-	if (c->ch[pos] != '\'' || pos + 1 >= end)
+	if (CH(pos) != '\'' || pos + 1 >= end)
 		return 0;
-	a = icase ? ascii_lower(c->ch[pos + 1]) : c->ch[pos + 1];
+	a = icase ? ascii_lower(CH(pos + 1)) : CH(pos + 1);
 	if (a == 's' || a == 't' || a == 'm' || a == 'd')
 		return 2;
 	if (pos + 2 >= end)
 		return 0;
-	b = icase ? ascii_lower(c->ch[pos + 2]) : c->ch[pos + 2];
+	b = icase ? ascii_lower(CH(pos + 2)) : CH(pos + 2);
 	if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
 		return 3;
 	return 0;
@@ -225,7 +233,7 @@ m_gpt2(const struct pt_ctx *c, size_t pos, size_t end)
 	if ((n = contraction(c, pos, end, false)) != 0)
 		return n;
 	/* " ?X+": the optional space only helps when X follows it */
-	p = (c->ch[pos] == ' ' && pos + 1 < end) ? pos + 1 : pos;
+	p = (CH(pos) == ' ' && pos + 1 < end) ? pos + 1 : pos;
 	if (L(p))
 		return p - pos + run(c, p, end, PT_L);
 	if (N(p))
@@ -251,16 +259,16 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
 	if (L(pos))
 		return run(c, pos, end, PT_L);
-	if (!is_crlf(c->ch[pos]) && !N(pos) && pos + 1 < end && L(pos + 1))
+	if (!is_crlf(CH(pos)) && !N(pos) && pos + 1 < end && L(pos + 1))
 		return 1 + run(c, pos + 1, end, PT_L);
 	/* \p{N}{1,max} */
 	if (N(pos))
 		return run_max(c, pos, end, PT_N, max_digits);
 	/*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-	p = (c->ch[pos] == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
+	p = (CH(pos) == ' ' && pos + 1 < end && OTHER(pos + 1)) ? pos + 1 : pos;
 	if (OTHER(p)) {
 		p += run_other(c, p, end);
-		while (p < end && is_crlf(c->ch[p]))
+		while (p < end && is_crlf(CH(p)))
 			p++;
 		return p - pos;
 	}
@@ -272,7 +280,7 @@ m_llama3_common(const struct pt_ctx *c, size_t pos, size_t end, size_t max_digit
 	k = ws_run(c, pos, end);
 	last = 0;
 	for (size_t i = k; i > 0 && last == 0; i--)
-		if (is_crlf(c->ch[pos + i - 1]))
+		if (is_crlf(CH(pos + i - 1)))
 			last = i;
 	if (last != 0)
 		return last;
@@ -295,7 +303,7 @@ m_qwen2(const struct pt_ctx *c, size_t pos, size_t end)
 static size_t
 m_crlf(const struct pt_ctx *c, size_t pos, size_t end)
 {
-	return is_crlf(c->ch[pos]) ? 1 : 0;
+	return is_crlf(CH(pos)) ? 1 : 0;
 }
 
 /* \p{N} */
@@ -319,7 +327,7 @@ m_ascii3(const struct pt_ctx *c, size_t pos, size_t end)
 	if (pos + 3 > end)
 		return 0;
 	for (size_t i = pos; i < pos + 3; i++)
-		if (c->ch[i] < '0' || c->ch[i] > '9')
+		if (CH(i) < '0' || CH(i) > '9')
 			return 0;
 	return 3;
 }
@@ -337,7 +345,7 @@ m_punct_falcon(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], true)))
+	while (i < end && ((FL(i) & PT_P) || is_ascii_sym(CH(i), true)))
 		i++;
 	return i - pos;
 }
@@ -348,7 +356,7 @@ m_punct_default(const struct pt_ctx *c, size_t pos, size_t end)
 {
 	size_t i = pos;
 
-	while (i < end && ((c->fl[i] & PT_P) || is_ascii_sym(c->ch[i], false)))
+	while (i < end && ((FL(i) & PT_P) || is_ascii_sym(CH(i), false)))
 		i++;
 	return i - pos;
 }
@@ -357,7 +365,7 @@ m_punct_default(const struct pt_ctx *c, size_t pos, size_t end)
 static size_t
 ws_opt_run(const struct pt_ctx *c, size_t pos, size_t end, uint8_t want)
 {
-	if (WS(pos) && pos + 1 < end && (c->fl[pos + 1] & want))
+	if (WS(pos) && pos + 1 < end && (FL(pos + 1) & want))
 		return 1 + run(c, pos + 1, end, want);
 	return run(c, pos, end, want);
 }
@@ -580,6 +588,8 @@ split_stage(const struct pt_ctx *c, pt_match m, const struct ends *in, struct en
 
 		while (pos < end) {
 			size_t len = m(c, pos, end);
+
+			++*c->work;	/* the attempt itself, whatever it looked at */
 			if (len == 0) {
 				pos++;
 				continue;
@@ -612,7 +622,7 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 	struct pt_ws_memo memo = { 0, 0 };
 	bool ds = kind == PRETOK_DEEPSEEK_LLM || kind == PRETOK_DEEPSEEK_CODER;
 	uint8_t *ch = NULL, *fl = NULL;
-	size_t n = 0, i = 0, k;
+	size_t n = 0, i = 0, k, work = 0;
 	int rc = KVC_ENOMEM;
 
 	if (len == 0)
@@ -638,7 +648,9 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 			fl[n] |= ds_flags(x);
 	}
 	{
-		struct pt_ctx c = { ch, fl, n, &memo };
+		struct pt_ctx c = { ch, fl, n, &memo, &work };
+
+		work += n;	/* the decoding, one a code point */
 
 		if (ends_push(&a, n) != KVC_OK)
 			goto out;
@@ -669,6 +681,7 @@ pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_
 		}
 		out->end[out->n++] = i;
 	}
+	out->work += work;
 	rc = KVC_OK;
 out:
 	free(ch);
@@ -684,4 +697,5 @@ pretok_out_free(struct pretok_out *out)
 	free(out->end);
 	out->end = NULL;
 	out->n = out->cap = 0;
+	out->work = 0;
 }

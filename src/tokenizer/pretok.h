@@ -37,14 +37,17 @@ struct pretok_out {
 	size_t *end;	/* (n) exclusive end byte offset of each piece, ascending */
 	size_t n;
 	size_t cap;
+	size_t work;	/* added to by each call: code points decoded and looked at
+			 * by the scanners (each look), a count test_tok_linear
+			 * holds to grow linearly with the text */
 };
 
 /*
  * Split text[0..len) (valid UTF-8: the caller checks) into pieces; the
  * pieces cover the text exactly. Appends to out (reset out->n to reuse).
  * Time and memory are linear in len for every kind (test_tok_linear
- * times it): each scanner's work at a position is O(1) or paid for by the
- * piece it returns.
+ * counts out->work): each scanner's work at a position is O(1) or paid for
+ * by the piece it returns.
  * Returns 0, KVC_ENOMEM, or KVC_ERANGE (len of 4 GiB or more).
  */
 int pretok_split(enum pretok_kind kind, const char *text, size_t len, struct pretok_out *out);

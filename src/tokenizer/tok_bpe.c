@@ -30,6 +30,7 @@ try_pair(const struct kvc_tokenizer *t, const struct bpe_sym *sym, int32_t l, in
 	struct tok_cand c;
 	int32_t rank;
 
+	h->steps++;
 	if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0)
 		return KVC_OK;
 	if (!tok_pairmap_find(&t->merges, sym[l].id, sym[r].id, &rank, &c.result))
@@ -104,21 +105,27 @@ merge_ranks(const struct kvc_tokenizer *t, struct bpe_sym *sym, int32_t n, struc
 	int rc = KVC_OK;
 
 	tok_rankq_reset(q);
+	q->steps += (size_t)n;	/* the first pass over the pairs */
 	for (int32_t i = 0; i + 1 < n && rc == KVC_OK; i++)
 		if (pair_rank(t, sym, i, &rank, &result))
 			rc = tok_rankq_push(q, rank, i);
 	while (rc == KVC_OK && tok_rankq_pop(q, &r, &left, &nl)) {
+		q->steps += nl;	/* each candidate visited */
 		for (size_t k = 0; k < nl && rc == KVC_OK; k++) {
 			int32_t l = left[k];
 
 			if (sym[l].id == MERGED || !pair_rank(t, sym, l, &rank, &result) || rank != r)
 				continue;	/* merged away, or its pair changed since */
 			/* back to the run's first pair of rank r */
-			while (pair_rank(t, sym, sym[l].prev, &rank, &result) && rank == r)
+			while (pair_rank(t, sym, sym[l].prev, &rank, &result) && rank == r) {
 				l = sym[l].prev;
+				q->steps++;
+			}
 			/* the run, left to right */
 			while (rc == KVC_OK && l >= 0 && pair_rank(t, sym, l, &rank, &result) && rank == r) {
 				int32_t p = sym[l].prev;
+
+				q->steps++;
 
 				merge(sym, l, result);
 				if (p >= 0 && pair_rank(t, sym, p, &rank, &result)) {
@@ -172,10 +179,11 @@ static int
 bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
     struct tok_scratch *s, struct kvc_tokens *out)
 {
-	struct tok_heap h = { s->heap, 0, s->heap_cap };
+	struct tok_heap h = { s->heap, 0, s->heap_cap, 0 };
 	struct bpe_sym *sym;
 	int rc = KVC_OK;
 
+	s->work += n;	/* the word's bytes: mapped, or made symbols */
 	if (t->ignore_merges && n > 1) {
 		size_t m = 0;
 		int32_t id;
@@ -198,6 +206,8 @@ bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
 	init_syms(t, sym, w, n);
 	if (n >= t->long_word) {
 		rc = merge_ranks(t, sym, (int32_t)n, &s->ranks);
+		s->work += s->ranks.steps;
+		s->ranks.steps = 0;
 		if (rc == MERGE_BY_HEAP)
 			init_syms(t, sym, w, n);	/* a merge list the buckets cannot take */
 	}
@@ -222,6 +232,7 @@ bpe_word(const struct kvc_tokenizer *t, const uint8_t *w, size_t n,
 		}
 		s->heap = h.v;
 		s->heap_cap = h.cap;
+		s->work += h.steps;
 	}
 	if (rc != KVC_OK)
 		return rc;

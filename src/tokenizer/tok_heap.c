@@ -26,10 +26,12 @@ tok_heap_push(struct tok_heap *h, const struct tok_cand *c)
 		h->cap = cap;
 	}
 	i = h->n++;
+	h->steps++;
 	while (i > 0) {
 		size_t p = (i - 1) / 2;
 		if (!cand_before(c, &h->v[p]))
 			break;
+		h->steps++;
 		h->v[i] = h->v[p];
 		i = p;
 	}
@@ -45,6 +47,7 @@ tok_heap_pop(struct tok_heap *h, struct tok_cand *top)
 
 	*top = h->v[0];
 	last = h->v[--h->n];
+	h->steps++;
 	for (;;) {
 		size_t l = 2 * i + 1, r = l + 1, m = i;
 		const struct tok_cand *best = &last;
@@ -56,6 +59,7 @@ tok_heap_pop(struct tok_heap *h, struct tok_cand *top)
 			m = r;
 		if (m == i)
 			break;
+		h->steps++;
 		h->v[i] = h->v[m];
 		i = m;
 	}

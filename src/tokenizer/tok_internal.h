@@ -40,6 +40,7 @@ struct tok_cand {
 struct tok_heap {
 	struct tok_cand *v;
 	size_t n, cap;
+	size_t steps;		/* work: one a pair tried, one a push or pop and a level it moved */
 };
 /* tok_heap.c. 0 or KVC_ENOMEM. */
 int tok_heap_push(struct tok_heap *h, const struct tok_cand *c);
@@ -140,6 +141,8 @@ struct tok_rankq {
 	uint32_t mask;
 	int32_t *heap;		/* (nheap) bucket indices, lowest rank on top */
 	size_t nheap, heap_cap;
+	size_t steps;		/* work: one a push or pop and a level it moved, one a
+				 * candidate visited by the merge loop (tok_bpe.c) */
 };
 /* Empty the queue (its memory is kept). */
 void tok_rankq_reset(struct tok_rankq *q);
@@ -157,6 +160,9 @@ void tok_rankq_free(struct tok_rankq *q);
 #define TOK_LONG_WORD 256
 
 struct tok_scratch {
+	size_t work;		/* units of work of this call: symbols made, special-token
+				 * scan and escaping bytes, the heaps' and rank queue's
+				 * steps; with pieces.work, what test_tok_linear bounds */
 	void *sym;		/* symbols of the current word */
 	size_t sym_cap;
 	struct tok_cand *heap;	/* candidate merges */
@@ -167,6 +173,14 @@ struct tok_scratch {
 	struct pretok_out pieces;
 };
 void tok_scratch_free(struct tok_scratch *s);
+
+/*
+ * tok_encode that also adds its units of work (tok_scratch.work and the
+ * pre-tokenizer's) to *work: test_tok_linear holds their growth with the
+ * text to linear, a count that does not depend on the machine's load.
+ */
+int tok_encode_work(const struct kvc_tokenizer *t, const char *text, size_t len,
+    unsigned flags, struct kvc_tokens *out, size_t *work, char *err, size_t errlen);
 
 /* BPE: tokenize text[0..len) (no special tokens inside). */
 int tok_bpe_encode(const struct kvc_tokenizer *t, const char *text, size_t len,

@@ -15,8 +15,10 @@ tok_rankq_reset(struct tok_rankq *q)
 {
 	q->nb = 0;
 	q->nheap = 0;
-	if (q->slot != NULL)
+	if (q->slot != NULL) {
 		memset(q->slot, 0xff, ((size_t)q->mask + 1) * sizeof *q->slot);
+		q->steps += (size_t)q->mask + 1;
+	}
 }
 
 void
@@ -75,6 +77,7 @@ heap_up(struct tok_rankq *q, size_t i)
 
 		if (q->b[q->heap[p]].rank <= q->b[x].rank)
 			break;
+		q->steps++;
 		q->heap[i] = q->heap[p];
 		i = p;
 	}
@@ -123,6 +126,7 @@ tok_rankq_push(struct tok_rankq *q, int32_t rank, int32_t left)
 	int32_t bi = q->slot ? q->slot[find_slot(q, rank)] : -1;
 	struct tok_bucket *b;
 
+	q->steps++;
 	if (bi < 0 && (bi = new_bucket(q, rank)) < 0)
 		return KVC_ENOMEM;
 	b = &q->b[bi];
@@ -149,6 +153,7 @@ tok_rankq_pop(struct tok_rankq *q, int32_t *rank, const int32_t **left, size_t *
 		return false;
 	top = q->heap[0];
 	last = q->heap[--q->nheap];
+	q->steps++;
 	for (;;) {
 		size_t l = 2 * i + 1, r = l + 1, m = i;
 		int32_t best = last;
@@ -161,6 +166,7 @@ tok_rankq_pop(struct tok_rankq *q, int32_t *rank, const int32_t **left, size_t *
 			m = r;
 		if (m == i)
 			break;
+		q->steps++;
 		q->heap[i] = q->heap[m];
 		i = m;
 	}

@@ -35,6 +35,7 @@ try_pair(const struct kvc_tokenizer *t, const char *text, const struct spm_sym *
 	struct tok_cand c;
 	int32_t id;
 
+	h->steps++;
 	if (l < 0 || r < 0)
 		return KVC_OK;
 	c.size = sym[l].len + sym[r].len;
@@ -66,7 +67,7 @@ static int
 spm_run(const struct kvc_tokenizer *t, const char *text, size_t len,
     struct tok_scratch *s, struct kvc_tokens *out)
 {
-	struct tok_heap h = { s->heap, 0, s->heap_cap };
+	struct tok_heap h = { s->heap, 0, s->heap_cap, 0 };
 	struct spm_sym *sym;
 	size_t n = 0;
 	int rc = KVC_OK;
@@ -91,6 +92,7 @@ spm_run(const struct kvc_tokenizer *t, const char *text, size_t len,
 		i += k;
 	}
 	sym[n - 1].next = -1;
+	s->work += n;	/* the symbols made */
 	for (size_t i = 0; i + 1 < n && rc == KVC_OK; i++)
 		rc = try_pair(t, text, sym, (int32_t)i, (int32_t)i + 1, &h);
 	while (rc == KVC_OK && h.n > 0) {
@@ -114,6 +116,7 @@ spm_run(const struct kvc_tokenizer *t, const char *text, size_t len,
 	}
 	s->heap = h.v;
 	s->heap_cap = h.cap;
+	s->work += h.steps;
 	if (rc != KVC_OK)
 		return rc;
 	for (int32_t i = 0; i >= 0; i = sym[i].next) {
@@ -140,6 +143,7 @@ tok_spm_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
 	size_t start = 0;
 	int rc;
 
+	s->work += len;	/* the scan for barriers */
 	for (size_t i = 0; i < len; i++) {
 		uint8_t b = (uint8_t)text[i];
 		if (b >= 128 || !t->barrier[b])

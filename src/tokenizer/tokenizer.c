@@ -574,6 +574,7 @@ enc_text(struct enc *e, const char *s, size_t n)
 		return tok_bpe_encode(t, s, n, &e->s, e->out);
 	/* SPM: a leading U+2581 at the start and after every special token, as llama.cpp */
 	e->esc.n = 0;
+	e->s.work += n;	/* the escaping */
 	if (t->add_space_prefix && e->prev_special && !(e->flags & TOK_NO_SPACE_PREFIX) &&
 	    kvc_buf_append(&e->esc, "\xe2\x96\x81", 3) != KVC_OK)
 		return KVC_ENOMEM;
@@ -621,6 +622,13 @@ int
 tok_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
     unsigned flags, struct kvc_tokens *out, char *err, size_t errlen)
 {
+	return tok_encode_work(t, text, len, flags, out, NULL, err, errlen);
+}
+
+int
+tok_encode_work(const struct kvc_tokenizer *t, const char *text, size_t len,
+    unsigned flags, struct kvc_tokens *out, size_t *work, char *err, size_t errlen)
+{
 	struct enc e = { .t = t, .flags = flags, .prev_special = true, .out = out };
 	size_t valid = kvc_utf8_valid_prefix(text, len), seg = 0, pos = 0;
 	bool any_special = t->n_slen > 0 && ((flags & TOK_PARSE_SPECIAL) || t->has_user_defined);
@@ -642,6 +650,8 @@ tok_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
 	 * longest special string at each position. The two differ only for
 	 * overlapping occurrences of different special strings.
 	 */
+	if (any_special)
+		e.s.work += len;	/* the scan for special strings */
 	while (any_special && pos < len) {
 		size_t mlen;
 		int32_t id;
@@ -660,6 +670,8 @@ tok_encode(const struct kvc_tokenizer *t, const char *text, size_t len,
 	}
 	rc = enc_text(&e, text + seg, len - seg);
 done:
+	if (work != NULL)
+		*work += e.s.work + e.s.pieces.work;
 	tok_scratch_free(&e.s);
 	kvc_buf_free(&e.esc);
 	if (rc == KVC_ENOMEM)

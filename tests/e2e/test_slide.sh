@@ -117,6 +117,50 @@ if [ -z "${SLIDE_MODEL:-}" ] && command -v strace >/dev/null 2>&1 &&
 	done
 	check "a kill at any of 24 syncs of a sliding turn: the next start restores ($bad rebuilt)" \
 	    [ $bad -eq 0 ]
+	# A kill after a sliding turn stored its user message, before the reply
+	# (strace kills it at each write until the store holds that message
+	# alone): the stored stream no longer fits the context, so the next
+	# start moves its window in memory and rebuilds (allowed: a message was
+	# left without its reply). That start's chunks went to the store under
+	# the new window while the conversation kept the old one, and a later
+	# start whose own move landed elsewhere (a longer conversation, another
+	# -n) refused the snapshot and rebuilt: test_crash_slide.sh's "kill 5
+	# (retry after 0.038s)". The window is now stored with the chunk.
+	L="Turn $first: tell me about tea, the leaves, the water, the cups, the pots, the kettles,"
+	L="$L the people who grow it, the people who drink it, where it came from and where it went."
+	echo "$L" >"$TMPD/long.txt"
+	n=1 left=0
+	while [ $n -le 80 ] && [ $left = 0 ]; do
+		cp "$TMPD/k0.db" "$TMPD/w.db"
+		(eval "strace -f -o /dev/null -e trace=pwrite64 -e inject=pwrite64:signal=KILL:when=$n \
+		    \"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/w.db\" --resume s $OPTS" <"$TMPD/long.txt") \
+		    >/dev/null 2>&1
+		c=$(sqlite3 "$TMPD/w.db" "SELECT count(*) FROM messages")
+		[ $((c % 2)) = 1 ] && left=1
+		n=$((n + 1))
+	done
+	check "a kill left the long message without its reply (pwrite64 #$((n - 1)))" [ $left = 1 ]
+	echo "Still there?" | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/w.db\" --resume s $OPTS" \
+	    >/dev/null 2>"$TMPD/w0.err"
+	check "the stored stream did not fit: the window moved at the start" \
+	    grep -q "keeping messages from" "$TMPD/w0.err"
+	other=$(sqlite3 "$TMPD/w.db" "SELECT count(*) FROM kv_chunks k JOIN conversations c ON
+	    c.id = k.conv_id WHERE k.window <> c.window")
+	check "the moved window is stored with its chunks ($other chunks of another window)" \
+	    [ "$other" = 0 ]
+	bad=0 t=1
+	while [ $t -le 4 ]; do
+		echo "Next $t." | eval "\"\$KVCHAT\" -m \"\$M\" --db \"$TMPD/w.db\" --resume s $OPTS \
+		    --stats-json \"$TMPD/w.json\"" >/dev/null 2>"$TMPD/w.err"
+		if [ "$(jget "$TMPD/w.json" 1 rebuilt)" != false ]; then
+			bad=$((bad + 1))
+			echo "turn $t after the moved window: rebuilt: $(cat "$TMPD/w.err")"
+		fi
+		rm -f "$TMPD/w.json"
+		t=$((t + 1))
+	done
+	check "after a start that moved the window, every start restores ($bad rebuilt)" \
+	    [ $bad -eq 0 ]
 elif [ -z "${SLIDE_MODEL:-}" ]; then
 	echo "SKIP (part): the kills in a sliding turn need strace (scripts/deps.sh installs it)"
 fi

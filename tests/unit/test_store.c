@@ -840,6 +840,49 @@ test_window(void)
 	    errbuf);
 	kvc_buf_free(&col.data);
 	memset(&col, 0, sizeof col);
+	/*
+	 * A window moved in memory is stored with the chunk made over it, in
+	 * one transaction: chunks of other windows go, those of this one stay.
+	 */
+	{
+		struct sess_chunk w5 = {0, 3, "f16", "model-A", "xyz", 3, 5};
+		struct sess_chunk w5b = {3, 4, "f16", "model-A", "w", 1, 5};
+		struct sess_chunk w5c = {3, 5, "f16", "model-A", "uv", 2, 5};
+		struct sess_chunk neg = {3, 4, "f16", "model-A", "w", 1, -1};
+
+		test_cond(sess_turn_rekey(st, conv, -1, 0, NULL, 0, &w5, 5, ERR) == 0, "%s", errbuf);
+		test_cond(sess_conv_get(st, conv, &c, ERR) == 0 && c.window == 5, "rekeyed: window %lld",
+		    (long long)c.window);
+		sess_conv_clear(&c);
+		test_cond(st_int(st, "SELECT count(*) FROM kv_chunks WHERE window <> 5") == 0 &&
+		    st_int(st, "SELECT count(*) FROM kv_chunks") == 1, "other windows' chunks gone");
+		test_cond(sess_turn_rekey(st, conv, -1, 0, NULL, 0, &w5b, 5, ERR) == 0, "%s", errbuf);
+		test_cond(st_int(st, "SELECT count(*) FROM kv_chunks WHERE window = 5") == 2,
+		    "the window's own chunks stay");
+		/* with a rewind (/retry): the chunk past n_pos 3 replaced */
+		test_cond(sess_turn_rekey(st, conv, 0, 3, NULL, 0, &w5c, 5, ERR) == 0, "%s", errbuf);
+		ret = sess_chunks_load(st, conv, "model-A", "f16", 5, collect_chunk, &col, &n_pos, ERR);
+		test_cond(ret == 0 && col.n == 2 && n_pos == 5 && col.data.n == 5 &&
+		    memcmp(col.data.p, "xyzuv", 5) == 0, "rekeyed snapshot: %d %d %d %s", ret, col.n,
+		    n_pos, errbuf);
+		kvc_buf_free(&col.data);
+		memset(&col, 0, sizeof col);
+		test_cond(sess_turn_rekey(st, conv, -1, 0, NULL, 0, &w5b, -1, ERR) == KVC_EINVAL,
+		    "negative window");
+		test_cond(sess_turn_rekey(st, conv, -1, 0, NULL, 0, &neg, 6, ERR) == KVC_EINVAL &&
+		    sess_conv_get(st, conv, &c, ERR) == 0 && c.window == 5,
+		    "a refused chunk: the window unchanged");
+		sess_conv_clear(&c);
+		/* the older tests below expect window 2's two chunks */
+		test_cond(sess_turn_rekey(st, conv, 0, 0, NULL, 0, NULL, 2, ERR) == 0, "%s", errbuf);
+		{
+			struct sess_chunk c1 = {0, 5, "f16", "model-A", "abcde", 5, 2};
+			struct sess_chunk c3 = {5, 7, "f16", "model-A", "fg", 2, 2};
+
+			test_cond(sess_turn_commit(st, conv, NULL, 0, &c1, ERR) == 0 &&
+			    sess_turn_commit(st, conv, NULL, 0, &c3, ERR) == 0, "%s", errbuf);
+		}
+	}
 	/* A snapshot mixing windows (never written so) is refused whole. */
 	sqlite3_exec(sess_sqlite(st), "UPDATE kv_chunks SET window = 3 WHERE pos0 = 0", NULL, NULL,
 	    NULL);
