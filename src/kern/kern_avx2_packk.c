@@ -35,7 +35,16 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
-#define KNT 4		/* tokens per tile */
+/*
+ * Tokens per tile: a block's levels and scales are decoded once for KNT
+ * tokens. 8 rather than 4 halves their share of the vector ALUs (Q6_K's
+ * levels are a mask, a shift, a mask and an or per vector after the
+ * nibbles' own mask or shift and mask), which the multiplies need: the
+ * accumulators no longer fit the 16 registers beside the levels, but
+ * their spills are loads and stores, whose ports have room. Q6_K 1.14x,
+ * Q4_K 1.13x in bench/qmm (docs/BENCHMARKS.md, 2026-11-30).
+ */
+#define KNT 8
 #define KCX 16384	/* Q6_K's half sums of x of a chunk of tokens (32 KiB of stack) */
 
 INLINE __m256i
@@ -386,8 +395,15 @@ packed_rows_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok
 	int16_t cx[KCX];
 	int tc = 64;
 
-	if (t == GGML_TYPE_Q6_K && (int64_t)tc * 2 * nb > KCX)
-		tc = (int)(KCX / (2 * nb)) / KNT * KNT;
+	/*
+	 * pack_fits (kern_avx2_pack.c) takes nb <= 2048, so at least 4 tokens'
+	 * half sums fit; a chunk is whole tiles when it holds one or more
+	 */
+	if (t == GGML_TYPE_Q6_K && (int64_t)tc * 2 * nb > KCX) {
+		tc = (int)(KCX / (2 * nb));
+		if (tc >= KNT)
+			tc = tc / KNT * KNT;
+	}
 	for (int t0 = 0; t0 < n_tok; t0 += tc) {
 		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 
@@ -407,6 +423,10 @@ packed_rows_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok
 					__m256 acc[KNT];
 
 					switch (nt) {
+					case 8: half_tile_k(t, 8, G, nb, h, a, ab, c, acc); break;
+					case 7: half_tile_k(t, 7, G, nb, h, a, ab, c, acc); break;
+					case 6: half_tile_k(t, 6, G, nb, h, a, ab, c, acc); break;
+					case 5: half_tile_k(t, 5, G, nb, h, a, ab, c, acc); break;
 					case 4: half_tile_k(t, 4, G, nb, h, a, ab, c, acc); break;
 					case 3: half_tile_k(t, 3, G, nb, h, a, ab, c, acc); break;
 					case 2: half_tile_k(t, 2, G, nb, h, a, ab, c, acc); break;
