@@ -903,12 +903,13 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
  * number of tokens in the call and any cut of the groups. The shape has a
  * partial last group (105 rows: 7 groups, which one token runs as four,
  * two and one side by side) and an odd block count (96); a Q8_0 row
- * holds the extreme level -128 that a foreign quantiser may write.
+ * holds the extreme level -128 that a foreign quantiser may write. 11
+ * tokens, and 9 of them: a tile of 8 (avx2's and avx512's) and the rest.
  */
 static void
 test_pack_type(const struct kern *k, enum gguf_dtype t)
 {
-	enum { N = 96, N_OUT = 105, N_TOK = 7, NG = (N_OUT + 15) / 16 };
+	enum { N = 96, N_OUT = 105, N_TOK = 11, NG = (N_OUT + 15) / 16 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * 102], act[N_TOK * (N + 8 * N / 32)];
 	size_t ab = q_act_bytes(N), rb = q_row_bytes(t, N), bb = rb / (N / 32), pb;
