@@ -1114,15 +1114,15 @@ test_pack_k_type(const struct kern *k, enum gguf_dtype t)
  * The widest rows a table packs (kern_packs, up to 65536 values): a
  * chunk of tokens whose corrections fill the kernel's stack array holds
  * fewer than a tile of tokens there, so the batch must still advance
- * and give each token what it gives alone (bitwise), for Q8_0 and Q6_K
- * (kern_avx2_pack.c's and kern_avx2_packk.c's chunks), 9 tokens over
- * one group of 16 rows.
+ * and give each token what it gives alone (bitwise), for Q8_0, Q6_K and
+ * IQ4_NL (kern_avx2_pack.c's, kern_avx2_packk.c's and kern_avx2_packn.c's
+ * chunks), 9 tokens over one group of 16 rows.
  */
 static void
 test_pack_wide(const struct kern *k)
 {
 	enum { N_OUT = 16, N_TOK = 9, NMAX = 65536 };
-	static const enum gguf_dtype types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q6_K };
+	static const enum gguf_dtype types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL };
 	static float x[NMAX], y[N_TOK * N_OUT], y1[N_OUT];
 	float *w = malloc(NMAX * sizeof *w);
 	uint8_t *act = malloc(N_TOK * q_act_bytes(NMAX));
