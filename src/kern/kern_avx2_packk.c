@@ -175,11 +175,14 @@ scales_k(enum gguf_dtype t, const uint8_t *C, int h, __m256i *s0, __m256i *s1, _
 /*
  * Lane r: the block's scaled exact integer sum for row 8h + r and token x
  * (quant_pack.c), ck the token's two half sums (Q6_K), s0/s1 the lanes'
- * scales (int32), s01 (Q6_K without VNNI: (sc0, sc1) as int16 pairs).
+ * scales (int32), s01 (Q6_K without VNNI: (sc0, sc1) as int16 pairs, or
+ * with m32 -32 (sc0, sc1), at most 4096 in size: the tiles form it once
+ * per block for all their tokens, and each token's correction is then one
+ * vpmaddwd and an add instead of a vpmaddwd, a shift and a subtraction).
  */
 INLINE __m256i
 block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t *ck, __m256i s0,
-    __m256i s1, __m256i s01)
+    __m256i s1, __m256i s01, bool m32)
 {
 #ifdef KERN_AVXVNNI
 	const bool q6 = t == GGML_TYPE_Q6_K;
@@ -191,6 +194,7 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 		c = _mm256_dpbusd_avx_epi32(c, wv[v + 4], bcast4(x + 16 + 4 * v));
 	}
 	(void)s01;
+	(void)m32;
 	if (q6)
 		return _mm256_add_epi32(_mm256_mullo_epi32(a, s0), _mm256_mullo_epi32(c, s1));
 	if (t == GGML_TYPE_Q4_K)	/* c: 16 x the high nibbles' sum, exactly divisible */
@@ -221,6 +225,8 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 	    _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), sb)));
 	uint32_t xx = (uint32_t)(uint16_t)ck[0] | (uint32_t)(uint16_t)ck[1] << 16;
 	__m256i corr = _mm256_madd_epi16(s01, _mm256_set1_epi32((int)xx));
+	if (m32)
+		return _mm256_add_epi32(is, corr);
 	return _mm256_sub_epi32(is, _mm256_slli_epi32(corr, 5));
 #endif
 }
@@ -259,13 +265,14 @@ half_tile_k(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, cons
 
 			levels_k(t, S + 256 * j, H + hb * j, h, wv);
 			scales_k(t, C + 32 * j, h, &s0, &s1, &s01);
+			s01 = _mm256_mullo_epi16(s01, _mm256_set1_epi16(-32));	/* Q6_K without VNNI */
 			if (!q6)
 				mn = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
 				    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256i is = block_isum(t, wv, qx[k] + 32 * b,
-				    cx + (size_t)k * 2 * (size_t)nb + 2 * (size_t)b, s0, s1, s01);
+				    cx + (size_t)k * 2 * (size_t)nb + 2 * (size_t)b, s0, s1, s01, true);
 				acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
 				    _mm256_mul_ps(d, _mm256_set1_ps(dx[k][b])), acc[k]);
 				if (!q6)
@@ -344,7 +351,7 @@ group_one_k(enum gguf_dtype t, int nh, const uint8_t *G, int64_t nb, const uint8
 				if (!q6)
 					mn = _mm256_mul_ps(dm[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
 					    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
-				__m256i is = block_isum(t, wv, opaque(qx + 32 * b), cx + 2 * b, s0, s1, s01);
+				__m256i is = block_isum(t, wv, opaque(qx + 32 * b), cx + 2 * b, s0, s1, s01, false);
 				acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d[h], db), acc[h]);
 				if (!q6)
 					acc[h] = _mm256_fnmadd_ps(mn, xb, acc[h]);
