@@ -38,8 +38,16 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
-#define PACK_NT 4	/* tokens per tile */
+/*
+ * Tokens per tile: a block's levels are loaded and unpacked once for
+ * PACK_NT tokens (Q8_0's |w| and w, Q4_0's masks and shifts); 8 rather
+ * than 4 halves their share of the vector ALUs the multiplies need. The
+ * accumulators then spill beside the levels, loads and stores whose ports
+ * have room (docs/BENCHMARKS.md, 2026-11-30).
+ */
+#define PACK_NT 8
 #define PACK_CX 8192	/* int32 corrections of a chunk of tokens (32 KiB of stack) */
+#define PACK_NB (PACK_CX / 4)	/* blocks per row pack_fits takes: 4 tokens' corrections fit */
 
 /*
  * p, as a value the compiler cannot see through: each half of a group then
@@ -317,7 +325,7 @@ packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in
 {
 	const int64_t nb = n_in / 32;
 	const size_t gb = q_pack_group_bytes(t, nb);
-	int32_t cx[PACK_CX / PACK_NT];
+	int32_t cx[PACK_NB];
 
 	corrections(t, (const int8_t *)act + 8 * nb, nb, cx);
 	for (int64_t g = g0; g < g1; g++) {
@@ -339,7 +347,7 @@ packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in
 /*
  * Tokens in chunks whose corrections fit the stack (at most 64, so a
  * chunk's activations stay in L2 while every group passes over them), each
- * chunk through groups [g0, g1), half a group and four tokens at a time.
+ * chunk through groups [g0, g1), half a group and PACK_NT tokens at a time.
  */
 INLINE void
 packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, int64_t n_in, float *y,
@@ -348,10 +356,12 @@ packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, 
 	int64_t nb = n_in / 32;
 	size_t gb = q_pack_group_bytes(t, nb), ab = q_act_bytes(n_in);
 	int32_t cx[PACK_CX];
-	int tc = (int)(PACK_CX / nb) / PACK_NT * PACK_NT;
+	int tc = (int)(PACK_CX / nb);	/* at least 4 (pack_fits) */
 
 	if (tc > 64)
 		tc = 64;
+	if (tc >= PACK_NT)
+		tc = tc / PACK_NT * PACK_NT;
 	for (int t0 = 0; t0 < n_tok; t0 += tc) {
 		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 
@@ -370,6 +380,10 @@ packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, 
 					__m256 acc[PACK_NT];
 
 					switch (nt) {
+					case 8: half_tile(t, 8, G, nb, h, a, ab, c, acc); break;
+					case 7: half_tile(t, 7, G, nb, h, a, ab, c, acc); break;
+					case 6: half_tile(t, 6, G, nb, h, a, ab, c, acc); break;
+					case 5: half_tile(t, 5, G, nb, h, a, ab, c, acc); break;
 					case 4: half_tile(t, 4, G, nb, h, a, ab, c, acc); break;
 					case 3: half_tile(t, 3, G, nb, h, a, ab, c, acc); break;
 					case 2: half_tile(t, 2, G, nb, h, a, ab, c, acc); break;
@@ -409,9 +423,9 @@ kern_packed_fn *const KERN_AVX2_SYM(packed)[KERN_NTYPE] = {
 	[GGML_TYPE_IQ4_XS] = KERN_AVX2_SYM(packed_n),
 };
 
-/* The corrections of a chunk of PACK_NT tokens must fit the stack array. */
+/* The corrections of a chunk of 4 tokens must fit the stack array. */
 bool
 KERN_AVX2_SYM(pack_fits)(int64_t n_in)
 {
-	return n_in > 0 && n_in % 32 == 0 && n_in / 32 * PACK_NT <= PACK_CX;
+	return n_in > 0 && n_in % 32 == 0 && n_in / 32 <= PACK_NB;
 }

@@ -35,7 +35,16 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
-#define KNT 4		/* tokens per tile */
+/*
+ * Tokens per tile: a block's levels and scales are decoded once for KNT
+ * tokens. 8 rather than 4 halves their share of the vector ALUs (Q6_K's
+ * levels are a mask, a shift, a mask and an or per vector after the
+ * nibbles' own mask or shift and mask), which the multiplies need: the
+ * accumulators no longer fit the 16 registers beside the levels, but
+ * their spills are loads and stores, whose ports have room. Q6_K 1.14x,
+ * Q4_K 1.13x in bench/qmm (docs/BENCHMARKS.md, 2026-11-30).
+ */
+#define KNT 8
 #define KCX 16384	/* Q6_K's half sums of x of a chunk of tokens (32 KiB of stack) */
 
 INLINE __m256i
@@ -166,11 +175,14 @@ scales_k(enum gguf_dtype t, const uint8_t *C, int h, __m256i *s0, __m256i *s1, _
 /*
  * Lane r: the block's scaled exact integer sum for row 8h + r and token x
  * (quant_pack.c), ck the token's two half sums (Q6_K), s0/s1 the lanes'
- * scales (int32), s01 (Q6_K without VNNI: (sc0, sc1) as int16 pairs).
+ * scales (int32), s01 (Q6_K without VNNI: (sc0, sc1) as int16 pairs, or
+ * with m32 -32 (sc0, sc1), at most 4096 in size: the tiles form it once
+ * per block for all their tokens, and each token's correction is then one
+ * vpmaddwd and an add instead of a vpmaddwd, a shift and a subtraction).
  */
 INLINE __m256i
 block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t *ck, __m256i s0,
-    __m256i s1, __m256i s01)
+    __m256i s1, __m256i s01, bool m32)
 {
 #ifdef KERN_AVXVNNI
 	const bool q6 = t == GGML_TYPE_Q6_K;
@@ -182,6 +194,7 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 		c = _mm256_dpbusd_avx_epi32(c, wv[v + 4], bcast4(x + 16 + 4 * v));
 	}
 	(void)s01;
+	(void)m32;
 	if (q6)
 		return _mm256_add_epi32(_mm256_mullo_epi32(a, s0), _mm256_mullo_epi32(c, s1));
 	if (t == GGML_TYPE_Q4_K)	/* c: 16 x the high nibbles' sum, exactly divisible */
@@ -212,6 +225,8 @@ block_isum(enum gguf_dtype t, const __m256i *wv, const int8_t *x, const int16_t 
 	    _mm256_madd_epi16(_mm256_add_epi16(p[6], p[7]), sb)));
 	uint32_t xx = (uint32_t)(uint16_t)ck[0] | (uint32_t)(uint16_t)ck[1] << 16;
 	__m256i corr = _mm256_madd_epi16(s01, _mm256_set1_epi32((int)xx));
+	if (m32)
+		return _mm256_add_epi32(is, corr);
 	return _mm256_sub_epi32(is, _mm256_slli_epi32(corr, 5));
 #endif
 }
@@ -250,13 +265,14 @@ half_tile_k(enum gguf_dtype t, int NT, const uint8_t *G, int64_t nb, int h, cons
 
 			levels_k(t, S + 256 * j, H + hb * j, h, wv);
 			scales_k(t, C + 32 * j, h, &s0, &s1, &s01);
+			s01 = _mm256_mullo_epi16(s01, _mm256_set1_epi16(-32));	/* Q6_K without VNNI */
 			if (!q6)
 				mn = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
 				    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
 			UNROLL
 			for (int k = 0; k < NT; k++) {
 				__m256i is = block_isum(t, wv, qx[k] + 32 * b,
-				    cx + (size_t)k * 2 * (size_t)nb + 2 * (size_t)b, s0, s1, s01);
+				    cx + (size_t)k * 2 * (size_t)nb + 2 * (size_t)b, s0, s1, s01, true);
 				acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is),
 				    _mm256_mul_ps(d, _mm256_set1_ps(dx[k][b])), acc[k]);
 				if (!q6)
@@ -335,7 +351,7 @@ group_one_k(enum gguf_dtype t, int nh, const uint8_t *G, int64_t nb, const uint8
 				if (!q6)
 					mn = _mm256_mul_ps(dm[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
 					    _mm_loadl_epi64((const __m128i *)(C + 32 * j + 16 + 8 * h)))));
-				__m256i is = block_isum(t, wv, opaque(qx + 32 * b), cx + 2 * b, s0, s1, s01);
+				__m256i is = block_isum(t, wv, opaque(qx + 32 * b), cx + 2 * b, s0, s1, s01, false);
 				acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d[h], db), acc[h]);
 				if (!q6)
 					acc[h] = _mm256_fnmadd_ps(mn, xb, acc[h]);
@@ -386,8 +402,15 @@ packed_rows_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok
 	int16_t cx[KCX];
 	int tc = 64;
 
-	if (t == GGML_TYPE_Q6_K && (int64_t)tc * 2 * nb > KCX)
-		tc = (int)(KCX / (2 * nb)) / KNT * KNT;
+	/*
+	 * pack_fits (kern_avx2_pack.c) takes nb <= 2048, so at least 4 tokens'
+	 * half sums fit; a chunk is whole tiles when it holds one or more
+	 */
+	if (t == GGML_TYPE_Q6_K && (int64_t)tc * 2 * nb > KCX) {
+		tc = (int)(KCX / (2 * nb));
+		if (tc >= KNT)
+			tc = tc / KNT * KNT;
+	}
 	for (int t0 = 0; t0 < n_tok; t0 += tc) {
 		int nc = n_tok - t0 < tc ? n_tok - t0 : tc;
 
@@ -407,6 +430,10 @@ packed_rows_k(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok
 					__m256 acc[KNT];
 
 					switch (nt) {
+					case 8: half_tile_k(t, 8, G, nb, h, a, ab, c, acc); break;
+					case 7: half_tile_k(t, 7, G, nb, h, a, ab, c, acc); break;
+					case 6: half_tile_k(t, 6, G, nb, h, a, ab, c, acc); break;
+					case 5: half_tile_k(t, 5, G, nb, h, a, ab, c, acc); break;
 					case 4: half_tile_k(t, 4, G, nb, h, a, ab, c, acc); break;
 					case 3: half_tile_k(t, 3, G, nb, h, a, ab, c, acc); break;
 					case 2: half_tile_k(t, 2, G, nb, h, a, ab, c, acc); break;

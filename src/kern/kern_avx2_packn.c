@@ -39,8 +39,10 @@
 #include "kern_x86.h"
 #include "quant/quant_iq.h"
 
-#define PACK_NT 4	/* tokens per tile */
+/* Tokens per tile: 8, as kern_avx2_pack.c's (a block's nibbles turned into levels once for 8) */
+#define PACK_NT 8
 #define PACK_CX 8192	/* int32 corrections of a chunk of tokens (32 KiB of stack) */
+#define PACK_NB (PACK_CX / 4)	/* blocks per row pack_fits takes: 4 tokens' corrections fit */
 
 /* As kern_avx2_pack.c's: broadcasts of x loaded from memory by each half, not spilled. */
 INLINE const int8_t *
@@ -280,7 +282,7 @@ packed_one(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int64_t n_in
 {
 	const int64_t nb = n_in / 32;
 	const size_t gb = q_pack_group_bytes(t, nb);
-	int32_t cx[PACK_CX / PACK_NT];
+	int32_t cx[PACK_NB];
 
 	corrections(t, (const int8_t *)act + 8 * nb, nb, cx);
 	for (int64_t g = g0; g < g1; g++) {
@@ -311,10 +313,12 @@ packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, 
 	int64_t nb = n_in / 32;
 	size_t gb = q_pack_group_bytes(t, nb), ab = q_act_bytes(n_in);
 	int32_t cx[PACK_CX];
-	int tc = (int)(PACK_CX / nb) / PACK_NT * PACK_NT;
+	int tc = (int)(PACK_CX / nb);	/* at least 4 (pack_fits) */
 
 	if (tc > 64)
 		tc = 64;
+	if (tc >= PACK_NT)
+		tc = tc / PACK_NT * PACK_NT;
 	if (n_tok == 1) {
 		packed_one(t, P, act, n_in, y, n_out, g0, g1);
 		return;
@@ -337,6 +341,10 @@ packed_rows(enum gguf_dtype t, const uint8_t *P, const uint8_t *act, int n_tok, 
 					__m256 acc[PACK_NT];
 
 					switch (nt) {
+					case 8: half_tile(t, 8, G, nb, h, a, ab, c, acc); break;
+					case 7: half_tile(t, 7, G, nb, h, a, ab, c, acc); break;
+					case 6: half_tile(t, 6, G, nb, h, a, ab, c, acc); break;
+					case 5: half_tile(t, 5, G, nb, h, a, ab, c, acc); break;
 					case 4: half_tile(t, 4, G, nb, h, a, ab, c, acc); break;
 					case 3: half_tile(t, 3, G, nb, h, a, ab, c, acc); break;
 					case 2: half_tile(t, 2, G, nb, h, a, ab, c, acc); break;

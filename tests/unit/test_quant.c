@@ -903,12 +903,13 @@ block_levels(enum gguf_dtype t, const uint8_t *blk, int *w)
  * number of tokens in the call and any cut of the groups. The shape has a
  * partial last group (105 rows: 7 groups, which one token runs as four,
  * two and one side by side) and an odd block count (96); a Q8_0 row
- * holds the extreme level -128 that a foreign quantiser may write.
+ * holds the extreme level -128 that a foreign quantiser may write. 11
+ * tokens, and 9 of them: a tile of 8 (avx2's and avx512's) and the rest.
  */
 static void
 test_pack_type(const struct kern *k, enum gguf_dtype t)
 {
-	enum { N = 96, N_OUT = 105, N_TOK = 7, NG = (N_OUT + 15) / 16 };
+	enum { N = 96, N_OUT = 105, N_TOK = 11, NG = (N_OUT + 15) / 16 };
 	static float x[N_TOK * N], w[N_OUT * N], wd[N], y[N_TOK * N_OUT], y1[N_OUT], y2[N_TOK * N_OUT];
 	static uint8_t W[N_OUT * 102], act[N_TOK * (N + 8 * N / 32)];
 	size_t ab = q_act_bytes(N), rb = q_row_bytes(t, N), bb = rb / (N / 32), pb;
@@ -1109,6 +1110,71 @@ test_pack_k_type(const struct kern *k, enum gguf_dtype t)
 	free(P);
 }
 
+/*
+ * The widest rows a table packs (kern_packs, up to 65536 values): a
+ * chunk of tokens whose corrections fill the kernel's stack array holds
+ * fewer than a tile of tokens there, so the batch must still advance
+ * and give each token what it gives alone (bitwise), for Q8_0, Q6_K and
+ * IQ4_NL (kern_avx2_pack.c's, kern_avx2_packk.c's and kern_avx2_packn.c's
+ * chunks), 9 tokens over one group of 16 rows.
+ */
+static void
+test_pack_wide(const struct kern *k)
+{
+	enum { N_OUT = 16, N_TOK = 9, NMAX = 65536 };
+	static const enum gguf_dtype types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL };
+	static float x[NMAX], y[N_TOK * N_OUT], y1[N_OUT];
+	float *w = malloc(NMAX * sizeof *w);
+	uint8_t *act = malloc(N_TOK * q_act_bytes(NMAX));
+	int64_t n = NMAX;
+
+	while (n > 256 && !kern_packs(k, GGML_TYPE_Q6_K, n))
+		n -= 256;
+	test_cond(w != NULL && act != NULL && kern_packs(k, GGML_TYPE_Q8_0, n), "%s packs rows of %lld",
+	    k->name, (long long)n);
+	if (w == NULL || act == NULL) {
+		free(w);
+		free(act);
+		return;
+	}
+	size_t ab = q_act_bytes(n);
+	for (int tok = 0; tok < N_TOK; tok++) {
+		for (int64_t i = 0; i < n; i++)
+			x[i] = frand() * (1 + (float)(i % 7));
+		q_act_prepare(x, n, act + (size_t)tok * ab);
+	}
+	for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+		enum gguf_dtype t = types[ti];
+		size_t rb = q_row_bytes(t, n), pb = q_pack_bytes(t, n, N_OUT);
+		uint8_t *W = malloc(N_OUT * rb), *P = aligned_alloc(64, (pb + 63) / 64 * 64);
+		int same = 0;
+
+		if (W == NULL || P == NULL) {
+			test_cond(false, "wide %s: out of memory", tname(t));
+			free(W);
+			free(P);
+			continue;
+		}
+		for (int r = 0; r < N_OUT; r++) {
+			for (int64_t i = 0; i < n; i++)
+				w[i] = frand();
+			q_quantize_row(t, w, W + r * rb, n);
+		}
+		q_pack(t, W, rb, n, N_OUT, P, 0, 1);
+		kern_matmul_packed(k, t, P, act, N_TOK, n, y, N_OUT, 0, 1);
+		for (int tok = 0; tok < N_TOK; tok++) {
+			kern_matmul_packed(k, t, P, act + (size_t)tok * ab, 1, n, y1, N_OUT, 0, 1);
+			same += memcmp(y1, y + tok * N_OUT, sizeof y1) == 0;
+		}
+		test_cond(same == N_TOK, "packed %s %s, rows of %lld, %d tokens: %d alike", tname(t), k->name,
+		    (long long)n, N_TOK, same);
+		free(W);
+		free(P);
+	}
+	free(w);
+	free(act);
+}
+
 static void
 test_pack(const struct kern *k)
 {
@@ -1127,6 +1193,7 @@ test_pack(const struct kern *k)
 	test_pack_k_type(k, GGML_TYPE_Q4_K);
 	test_pack_k_type(k, GGML_TYPE_Q5_K);
 	test_pack_k_type(k, GGML_TYPE_Q6_K);
+	test_pack_wide(k);
 }
 
 /*
