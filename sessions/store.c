@@ -407,13 +407,21 @@ static int touch(struct sess_store *st, int64_t conv, const char *what, char *er
 
 int
 sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
-    const int32_t *ids, int n, char *err, size_t errlen)
+    const int32_t *ids, int n, const struct sess_chunk *chunk, int64_t window, char *err,
+    size_t errlen)
 {
 	static const char what[] = "cannot store the new system prompt";
 	unsigned char *blob;
 	sqlite3_stmt *s = NULL;
+	char *title = NULL;
 	int ret;
 
+	if (window < 0) {
+		kvc_err(err, errlen, "%s: %s: negative window %lld", st->path, what, (long long)window);
+		return KVC_EINVAL;
+	}
+	if (chunk && (ret = sess_chunk_check(st, chunk, err, errlen)) != KVC_OK)
+		return ret;
 	if ((blob = sess_encode_ids(ids, n)) == NULL) {
 		kvc_err(err, errlen, "%s: out of memory", what);
 		return KVC_ENOMEM;
@@ -422,14 +430,17 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 		free(blob);
 		return ret;
 	}
-	ret = sess_prepare(st, &s, "UPDATE conversations SET system = ?2 WHERE id = ?1",
-	    what, err, errlen);
+	ret = sess_conv_title(st, id, &title, what, err, errlen);
+	if (ret == KVC_OK)
+		ret = sess_prepare(st, &s, "UPDATE conversations SET system = ?2, window = ?3 "
+		    "WHERE id = ?1", what, err, errlen);
 	if (ret == KVC_OK) {
 		sqlite3_bind_int64(s, 1, id);
 		if (system)
 			sqlite3_bind_text(s, 2, system, -1, SQLITE_STATIC);
 		else
 			sqlite3_bind_null(s, 2);
+		sqlite3_bind_int64(s, 3, window);
 		ret = sqlite3_step(s) == SQLITE_DONE ? KVC_OK :
 		    sess_db_fail(st, sqlite3_errcode(st->db), what, err, errlen);
 		if (ret == KVC_OK && sqlite3_changes(st->db) != 1) {
@@ -455,9 +466,13 @@ sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
 	if (ret == KVC_OK)
 		ret = sess_exec_ids(st, "DELETE FROM kv_chunks WHERE conv_id = ?1", id, 0,
 		    what, err, errlen);
+	/* The new stream's snapshot with it: written later, a kill in between left none. */
+	if (ret == KVC_OK && chunk)
+		ret = sess_chunk_write(st, id, title, chunk, err, errlen);
 	if (ret == KVC_OK)
 		ret = touch(st, id, what, err, errlen);
 	free(blob);
+	free(title);
 	return sess_tx_end(st, ret, what, err, errlen);
 }
 
@@ -701,7 +716,7 @@ sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct sess_m
 
 int
 sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
-    char *err, size_t errlen)
+    const struct sess_chunk *chunk, char *err, size_t errlen)
 {
 	static const char what[] = "cannot rewind";
 
@@ -709,7 +724,7 @@ sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t w
 		kvc_err(err, errlen, "%s: %s: negative length or window", st->path, what);
 		return KVC_EINVAL;
 	}
-	return write_turn(st, conv, keep_msgs, 0, NULL, 0, NULL, WINDOW_NEW, window, what, err,
+	return write_turn(st, conv, keep_msgs, 0, NULL, 0, chunk, WINDOW_NEW, window, what, err,
 	    errlen);
 }
 

@@ -15,6 +15,7 @@
 #include "core/kvc.h"
 
 struct sess_store;
+struct sess_chunk;	/* a snapshot chunk, below */
 
 /*
  * Open (creating and migrating as needed) the database at path. WAL, foreign keys on.
@@ -139,13 +140,16 @@ int sess_conv_rename(struct sess_store *st, int64_t id, const char *title, char 
 int sess_conv_set_system(struct sess_store *st, int64_t id, const char *system, char *err, size_t errlen);
 /*
  * A new system prompt for a conversation that already has messages, in one
- * transaction: set the prompt, replace the token ids of the first message
- * (the one whose rendering holds the system text) with ids[0..n), and drop
- * every snapshot chunk (they describe the old stream). KVC_ENOTFOUND if
- * the conversation or its first message does not exist.
+ * transaction: set the prompt and the window (conv's key), replace the
+ * token ids of the first message (the one whose rendering holds the system
+ * text) with ids[0..n), drop every snapshot chunk (they describe the old
+ * stream) and, if chunk != NULL, store it (the new stream's cache, from
+ * position 0). KVC_ENOTFOUND if the conversation or its first message does
+ * not exist; on any failure nothing changes.
  */
 int sess_conv_replace_system(struct sess_store *st, int64_t id, const char *system,
-    const int32_t *ids, int n, char *err, size_t errlen);
+    const int32_t *ids, int n, const struct sess_chunk *chunk, int64_t window, char *err,
+    size_t errlen);
 int sess_conv_set_settings(struct sess_store *st, int64_t id, const char *settings, char *err, size_t errlen);
 /*
  * The context window: the index of the first message of the stream the cache
@@ -221,11 +225,13 @@ int sess_turn_commit_window(struct sess_store *st, int64_t conv, const struct se
     int n, const struct sess_chunk *chunk, int64_t window, char *err, size_t errlen);
 
 /*
- * sess_rewind to keep_msgs messages and no chunks, and the window set to
- * window, in one transaction (an /undo that chooses the window again).
+ * sess_rewind to keep_msgs messages and no chunks, the window set to window
+ * and, if chunk != NULL, chunk stored (the new window's cache, from
+ * position 0), in one transaction (an /undo that chooses the window again;
+ * /clear).
  */
 int sess_rewind_window(struct sess_store *st, int64_t conv, int keep_msgs, int64_t window,
-    char *err, size_t errlen);
+    const struct sess_chunk *chunk, char *err, size_t errlen);
 
 /*
  * sess_turn_commit of one message whose durability can wait for the next

@@ -182,6 +182,22 @@ int conv_commit_reply(struct conv *c, const struct sess_msg *msgs, int n, int ke
 int conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char *err,
     size_t errlen);
 /*
+ * An /undo that chose the window again (key), its cache already computed
+ * over msgs[0..keep): in one transaction the messages from keep on and
+ * every chunk go, the window becomes key and a chunk of the whole cache is
+ * stored (sess_rewind_window), so a kill leaves the old conversation or
+ * the new one with its snapshot, never one without.
+ */
+int conv_commit_rewind(struct conv *c, int keep, int64_t key, char *err, size_t errlen);
+/*
+ * A new system prompt, the cache already synced to the stream with the
+ * first message's new ids ids0[0..n0): the prompt, those ids, the window
+ * and a chunk of the whole cache in one transaction, the old chunks gone
+ * (sess_conv_replace_system).
+ */
+int conv_commit_system(struct conv *c, const char *system, const int32_t *ids0, int n0,
+    char *err, size_t errlen);
+/*
  * Make c a stored conversation (no-op if it is one): create its row, titled
  * from first when the title is provisional, and take its lock.
  */

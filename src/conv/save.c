@@ -57,7 +57,37 @@ chunk_start(const struct conv *c, int keep, int n_keep)
 }
 
 /*
- * conv_commit_reply, or with rewindow a turn on a new window: its chunk
+ * The snapshot chunk of the cache's positions [pos0, end) over window win
+ * (its bytes in blob): ch, or NULL when there are none or the engine could
+ * not save them (what is written without it is still stored; the next
+ * chunk covers these positions).
+ */
+static struct sess_chunk *
+make_chunk(struct conv *c, int pos0, int64_t win, struct kvc_buf *blob, struct sess_chunk *ch)
+{
+	struct conv_mgr *m = c->m;
+	char why[256] = "";
+	int pos1 = eng_seq_n_pos(c->seq);
+
+	if (pos1 <= pos0)
+		return NULL;
+	if (eng_seq_kv_save(c->seq, pos0, pos1, blob, why, sizeof why) != 0) {
+		conv_store_failed(c, "snapshot", why);
+		return NULL;
+	}
+	ch->pos0 = pos0;
+	ch->pos1 = pos1;
+	ch->kv_type = conv_kv_type_name(eng_kv_type(m->e));
+	ch->model_fp = eng_fingerprint(m->e);
+	ch->window = win;
+	ch->blob = blob->p;
+	ch->len = blob->n;
+	return ch;
+}
+
+/*
+ * conv_commit_reply, or with rewindow a turn on a new window (keep < 0)
+ * or a rewind to keep messages that chooses the window again: the chunk
  * then covers the cache from 0, and the old chunks go and the window is
  * set in the same transaction.
  */
@@ -67,30 +97,30 @@ commit(struct conv *c, const struct sess_msg *msgs, int n, int keep, int n_keep,
 {
 	struct conv_mgr *m = c->m;
 	struct kvc_buf blob = {0};
-	struct sess_chunk ch, *chp = NULL;
-	char why[256] = "";
+	struct sess_chunk ch, *chp;
 	int pos0 = rewindow ? 0 : chunk_start(c, keep, n_keep), pos1 = eng_seq_n_pos(c->seq), rc;
 
-	if (pos1 > pos0) {
-		/* Without a chunk the reply is still stored; the next chunk covers these positions. */
-		if (eng_seq_kv_save(c->seq, pos0, pos1, &blob, why, sizeof why) == 0) {
-			ch.pos0 = pos0;
-			ch.pos1 = pos1;
-			ch.kv_type = conv_kv_type_name(eng_kv_type(m->e));
-			ch.model_fp = eng_fingerprint(m->e);
-			ch.window = win;
-			ch.blob = blob.p;
-			ch.len = blob.n;
-			chp = &ch;
-		} else {
-			conv_store_failed(c, "snapshot", why);
-		}
-	}
+	chp = make_chunk(c, pos0, win, &blob, &ch);
 	if (n == 0 && chp == NULL && keep < 0 && !rewindow && win == c->win_stored) {
 		kvc_buf_free(&blob);
 		return KVC_OK;	/* nothing to write */
 	}
-	if (rewindow)
+	if (rewindow && keep >= 0) {
+		rc = sess_rewind_window(m->st, c->id, keep, win, chp, err, errlen);
+		if (rc && chp != NULL) {
+			/*
+			 * Refused with its snapshot: the rewind without it, said
+			 * and counted, as when the snapshot was written apart.
+			 */
+			char why[256];
+
+			snprintf(why, sizeof why, "%s", err ? err : "");
+			rc = sess_rewind_window(m->st, c->id, keep, win, NULL, err, errlen);
+			if (rc == 0)
+				conv_store_failed(c, "snapshot", why);
+			chp = NULL;
+		}
+	} else if (rewindow)
 		rc = sess_turn_commit_window(m->st, c->id, msgs, n, chp, win, err, errlen);
 	else if (win != c->win_stored)
 		/*
@@ -130,6 +160,44 @@ conv_commit_window(struct conv *c, const struct sess_msg *msg, int64_t key, char
     size_t errlen)
 {
 	return commit(c, msg, 1, -1, 0, key, true, err, errlen);
+}
+
+int
+conv_commit_rewind(struct conv *c, int keep, int64_t key, char *err, size_t errlen)
+{
+	return commit(c, NULL, 0, keep, 0, key, true, err, errlen);
+}
+
+int
+conv_commit_system(struct conv *c, const char *system, const int32_t *ids0, int n0,
+    char *err, size_t errlen)
+{
+	struct kvc_buf blob = {0};
+	struct sess_chunk ch, *chp;
+	int64_t key = conv_window_key(c, c->win);
+	int pos1 = eng_seq_n_pos(c->seq), rc;
+
+	chp = make_chunk(c, 0, key, &blob, &ch);
+	rc = sess_conv_replace_system(c->m->st, c->id, system, ids0, n0, chp, key, err, errlen);
+	if (rc && chp != NULL) {
+		/* Refused with its snapshot: the prompt without it, said and counted. */
+		char why[256];
+
+		snprintf(why, sizeof why, "%s", err ? err : "");
+		rc = sess_conv_replace_system(c->m->st, c->id, system, ids0, n0, NULL, key, err,
+		    errlen);
+		if (rc == 0)
+			conv_store_failed(c, "snapshot", why);
+		chp = NULL;
+	}
+	kvc_buf_free(&blob);
+	if (rc)
+		return rc;
+	c->win_stored = key;
+	conv_chunks_trim(c, 0);
+	if (chp != NULL && conv_chunks_push(c, pos1) != 0)
+		c->snap_end = pos1;	/* out of memory: at least the next chunk starts right */
+	return KVC_OK;
 }
 
 size_t

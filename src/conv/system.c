@@ -3,7 +3,8 @@
  * first message's ids hold it (every family renders the system text with
  * the first user turn), so those are rendered again, the whole stream is
  * checked against a full rendering, the cache is synced to it (the engine
- * keeps the common prefix, usually just BOS) and a fresh snapshot written.
+ * keeps the common prefix, usually just BOS), and the prompt, those ids and
+ * the fresh snapshot are stored in one transaction.
  */
 #include "config.h"
 
@@ -124,8 +125,13 @@ change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen
 	conv_work_begin(m, "recomputing", NULL);
 	rc = eng_seq_sync(c->seq, win.v, (int)win.n, &es, err, errlen);
 	conv_work_end(m);
+	/*
+	 * The prompt, the first ids and the new cache's snapshot in one
+	 * transaction: with the snapshot written after, a kill in between
+	 * left none, and the next start rebuilt (test_kill_window.sh).
+	 */
 	if (rc == 0)
-		rc = sess_conv_replace_system(m->st, c->id, s, ids0.v, (int)ids0.n, err, errlen);
+		rc = conv_commit_system(c, s, ids0.v, (int)ids0.n, err, errlen);
 	if (rc) {
 		/* The cache may hold the new stream: it is rebuilt from the messages. */
 		conv_drop_seq(c);
@@ -139,7 +145,6 @@ change_system(struct conv *c, char *s, int *n_computed, char *err, size_t errlen
 	free(old);
 	c->reply_logits_pos = -1;
 	c->pend_resumed = c->pend_rebuilt = false;
-	conv_save_snapshot(c);
 	if (n_computed)
 		*n_computed = es.n_computed;
 	goto out;

@@ -135,6 +135,50 @@ stream_len(struct conv *c, int k, int *n_pos, char *err, size_t errlen)
 }
 
 /*
+ * Drop msgs[k..n_msgs) and choose the window again (window w, unslid):
+ * the new window's cache is computed first, then the rewind, the window
+ * and that cache's snapshot are stored in one transaction. Rewound first
+ * and snapshotted after (as this was), a kill in between left no snapshot
+ * and the next start rebuilt from the tokens (test_kill_window.sh). On a
+ * failure nothing is stored and the old cache is restored when next used.
+ */
+static int
+rewindow(struct conv *c, int k, int w, char *err, size_t errlen)
+{
+	struct conv_mgr *m = c->m;
+	struct kvc_tokens s = {0};
+	int rc;
+
+	rc = conv_build_stream(c, w, k, &s, err, errlen);
+	conv_drop_seq(c);	/* the old window's cache: the store still holds its snapshot */
+	c->n_chunk_ends = 0;
+	c->snap_end = 0;
+	if (rc == 0) {
+		conv_mgr_fit(m, c, eng_kv_bytes_for(m->e, s.n));
+		rc = eng_seq_new(m->e, &c->seq, err, errlen);
+	}
+	if (rc == 0 && s.n > 0) {
+		conv_work_begin(m, "recomputing", m->p.interrupt);
+		rc = eng_seq_sync(c->seq, s.v, (int)s.n, NULL, err, errlen);
+		conv_work_end(m);
+		if (rc == KVC_EINTR)
+			kvc_err(err, errlen, "recomputing the cache of conversation %" PRId64 " (%zu "
+			    "positions) was stopped; nothing was taken back", c->id, s.n);
+	}
+	if (rc == 0)
+		rc = conv_commit_rewind(c, k, conv_window_key(c, w), err, errlen);
+	kvc_tokens_free(&s);
+	if (rc) {
+		conv_drop_seq(c);
+		return rc;
+	}
+	conv_msgs_drop(c, k);
+	c->win = w;
+	c->pend_resumed = c->pend_rebuilt = false;
+	return KVC_OK;
+}
+
+/*
  * Drop msgs[k..n_msgs) (msgs[k] a user message) from the store and the
  * cache: one rewind of the store, then the in-memory picture follows.
  */
@@ -149,23 +193,22 @@ drop_tail(struct conv *c, int k, char *err, size_t errlen)
 		 * The window began at a message being dropped, or the message
 		 * begins in the part slid away: choose the window again.
 		 */
-		int n_all = c->n_msgs;
+		int n_all = c->n_msgs, keep = c->slide_keep, cut = c->slide_cut;
 
 		conv_slide_reset(c);
-		/* The window of msgs[0..k), stored with the rewind in one transaction. */
+		/* The window of msgs[0..k). */
 		c->n_msgs = k;
 		if (conv_fit_window(c, 0, eng_n_ctx(c->m->e) - conv_reply_reserve(c), &w,
 		    NULL, 0) != 0)
 			w = c->n_msgs > 0 ? c->n_msgs - 2 : 0;
 		c->n_msgs = n_all;
-		rc = sess_rewind_window(c->m->st, c->id, k, conv_window_key(c, w), err, errlen);
-		if (rc)
-			return rc;
-		c->win_stored = conv_window_key(c, w);
-		conv_msgs_drop(c, k);
-		c->win = w;
-		conv_drop_seq(c);
-		return conv_activate(c, err, errlen);
+		rc = rewindow(c, k, w, err, errlen);
+		if (rc) {
+			/* the stored window, which the stored chunks were made over */
+			c->slide_keep = keep;
+			c->slide_cut = cut;
+		}
+		return rc;
 	}
 	rc = stream_len(c, k, &n_pos, err, errlen);
 	if (rc)
@@ -737,7 +780,7 @@ conv_clear(struct conv *c, char *err, size_t errlen)
 	if (c->id == 0)
 		return KVC_OK;	/* nothing stored, nothing said */
 	/* Messages, chunks and window in one transaction. */
-	rc = sess_rewind_window(c->m->st, c->id, 0, 0, err, errlen);
+	rc = sess_rewind_window(c->m->st, c->id, 0, 0, NULL, err, errlen);
 	if (rc)
 		return rc;
 	conv_msgs_drop(c, 0);

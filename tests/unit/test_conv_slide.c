@@ -121,8 +121,20 @@ main(void)
 		rc = conv_undo(c, err, sizeof err);
 		test_cond(rc == 0, "undo %d: %s", u, err);
 	}
-	/* back past the cut: the window was chosen again and computed from the messages */
-	test_cond(strstr(notices, "rebuilding") != NULL, "undo past the slid part did not recompute");
+	/*
+	 * Back past the cut: the window was chosen again (an unslid key, bit 62
+	 * clear) and its cache computed from the messages, stored with the
+	 * rewind (no rebuild said: the snapshot was there all along).
+	 */
+	{
+		struct sess_conv row;
+
+		test_cond(sess_conv_get(st, id, &row, err, sizeof err) == 0 &&
+		    row.window < ((int64_t)1 << 62), "undo past the slid part kept the slid "
+		    "window (%lld)", (long long)row.window);
+		sess_conv_clear(&row);
+	}
+	test_cond(strstr(notices, "rebuilding") == NULL, "undo past the slid part: '%s'", notices);
 	rc = conv_turn(c, "Start again, please.", NULL, &s, err, sizeof err);
 	test_cond(rc == 0 && s.prefill_tokens == s.prompt_tokens, "turn after the undos: %s", err);
 	after = stream_copy(c, &n_after);

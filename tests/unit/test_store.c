@@ -894,6 +894,78 @@ test_window(void)
 	kvc_buf_free(&col.data);
 }
 
+/*
+ * An /undo that chooses the window again and a new system prompt: the
+ * change, the window and the new cache's chunk in one transaction, and a
+ * refused chunk leaves everything as it was.
+ */
+static void
+test_rewindow(void)
+{
+	const char *db = path_in("rewindow.db");
+	struct sess_store *st;
+	struct collect col = {0};
+	struct sess_conv c;
+	struct sess_msg m[4];
+	int32_t ids[4][2] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}}, sys_ids[3] = {9, 1, 2};
+	struct sess_chunk all = {0, 8, "f16", "model-A", "abcdefgh", 8, 0};
+	struct sess_chunk w3 = {0, 2, "f16", "model-A", "xy", 2, 3};
+	struct sess_chunk bad = {1, 2, "f16", "model-A", "y", 1, 3};
+	struct sess_chunk w3s = {0, 3, "f16", "model-A", "pqr", 3, 3};
+	int64_t conv;
+	int n_pos, ret;
+
+	memset(m, 0, sizeof m);
+	for (int i = 0; i < 4; i++) {
+		m[i].role = i % 2 ? SESS_ASSISTANT : SESS_USER;
+		m[i].text = i % 2 ? "answer" : "question";
+		m[i].ids = ids[i];
+		m[i].n_ids = 2;
+	}
+	test_cond(sess_open(&st, db, ERR) == 0, "%s", errbuf);
+	test_cond(sess_conv_create(st, "rewindow", "model-A", "chatml", "old", "", &conv,
+	    ERR) == 0, "%s", errbuf);
+	test_cond(sess_turn_commit(st, conv, m, 4, &all, ERR) == 0, "%s", errbuf);
+	/* a chunk that does not start at 0 is refused: messages, window, chunks unchanged */
+	test_cond(sess_rewind_window(st, conv, 2, 3, &bad, ERR) == KVC_EINVAL, "refused chunk");
+	test_cond(st_int(st, "SELECT count(*) FROM messages") == 4 &&
+	    st_int(st, "SELECT window FROM conversations") == 0 &&
+	    st_int(st, "SELECT sum(pos1) FROM kv_chunks WHERE window = 0") == 8,
+	    "after a refused rewind nothing changed");
+	test_cond(sess_rewind_window(st, conv, 2, 3, &w3, ERR) == 0, "%s", errbuf);
+	test_cond(st_int(st, "SELECT count(*) FROM messages") == 2 &&
+	    st_int(st, "SELECT window FROM conversations") == 3, "rewound, window 3");
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 3, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == 0 && col.n == 1 && n_pos == 2 && col.data.n == 2 &&
+	    memcmp(col.data.p, "xy", 2) == 0, "the new window's chunk: %d %d %d %s", ret, col.n,
+	    n_pos, errbuf);
+	kvc_buf_free(&col.data);
+	memset(&col, 0, sizeof col);
+	/* a new system prompt: refused with a bad chunk, then stored with its chunk */
+	test_cond(sess_conv_replace_system(st, conv, "new", sys_ids, 3, &bad, 3, ERR) ==
+	    KVC_EINVAL, "refused system chunk");
+	test_cond(sess_conv_get(st, conv, &c, ERR) == 0 && strcmp(c.system, "old") == 0 &&
+	    st_int(st, "SELECT sum(pos1) FROM kv_chunks") == 2, "after a refused one: unchanged");
+	sess_conv_clear(&c);
+	test_cond(sess_conv_replace_system(st, conv, "new", sys_ids, 3, &w3s, 3, ERR) == 0, "%s",
+	    errbuf);
+	test_cond(sess_conv_get(st, conv, &c, ERR) == 0 && strcmp(c.system, "new") == 0 &&
+	    c.window == 3, "the new prompt, window 3");
+	sess_conv_clear(&c);
+	ret = sess_chunks_load(st, conv, "model-A", "f16", 3, collect_chunk, &col, &n_pos, ERR);
+	test_cond(ret == 0 && col.n == 1 && n_pos == 3 && memcmp(col.data.p, "pqr", 3) == 0,
+	    "the new stream's chunk alone: %d %d %d %s", ret, col.n, n_pos, errbuf);
+	test_cond(st_int(st, "SELECT length(tokens) FROM messages ORDER BY seq LIMIT 1") == 12,
+	    "the first message's new ids");
+	/* without a chunk (the engine could not save one): the old chunks still go */
+	test_cond(sess_rewind_window(st, conv, 0, 0, NULL, ERR) == 0 &&
+	    st_int(st, "SELECT count(*) FROM kv_chunks") == 0 &&
+	    st_int(st, "SELECT count(*) FROM messages") == 0, "/clear: %s", errbuf);
+	test_cond(sess_check(st, ERR) == 0, "%s", errbuf);
+	sess_close(st);
+	kvc_buf_free(&col.data);
+}
+
 /* The initial schema as version 1 shipped it (migrations[0] of db.c). */
 static const char schema_v1[] =
 	"CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
@@ -1346,6 +1418,7 @@ main(void)
 	test_chunks();
 	test_schema();
 	test_window();
+	test_rewindow();
 	test_migrate_v1();
 	test_failures();
 	test_locks();
