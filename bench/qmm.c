@@ -118,7 +118,8 @@ job_init(struct job *j)
 	j->W = malloc(j->wb * (size_t)j->copies);
 	j->P = j->packed ? malloc(j->pb * (size_t)j->copies) : NULL;
 	j->act = malloc(ab * (size_t)j->n_tok);
-	j->xf = malloc((size_t)j->n_tok * (size_t)n_in * sizeof *j->xf);
+	/* on a cache line, as the CPU backend's scratch is (cpu.c) */
+	j->xf = aligned_alloc(64, ((size_t)j->n_tok * (size_t)n_in * sizeof *j->xf + 63) / 64 * 64);
 	j->y = malloc((size_t)j->n_tok * (size_t)j->n_out * sizeof *j->y);
 	float *w = malloc((size_t)n_in * sizeof *w);
 	if (!j->W || (j->packed && !j->P) || !j->act || !j->xf || !j->y || !w) {

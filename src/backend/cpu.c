@@ -404,6 +404,20 @@ cpu_free(void *ctx)
 	free(c);
 }
 
+/*
+ * n floats of scratch starting on a cache line: a product's activations
+ * (xb, att, hb) are then read by the float prefill kernels in place with
+ * aligned loads, rows of a multiple of 16 floats each starting on a line,
+ * where malloc's 16-byte alignment made every 512-bit load span two lines
+ * (src/kern's rows_f16p copied them first; docs/BENCHMARKS.md,
+ * "2026-11-30: F16/BF16 prefill").
+ */
+static float *
+scratch_floats(size_t n)
+{
+	return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+}
+
 int
 cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t errlen)
 {
@@ -415,14 +429,14 @@ cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size_t e
 		int wide = hp->n_embd > c->q_dim ? hp->n_embd : c->q_dim;
 
 		free_scratch(c);
-		c->x = malloc(t * hp->n_embd * sizeof(float));
-		c->xb = malloc(t * wide * sizeof(float));
-		c->q = malloc(t * c->q_dim * sizeof(float));
-		c->k = malloc(t * c->kv_dim * sizeof(float));
-		c->v = malloc(t * c->kv_dim * sizeof(float));
-		c->att = malloc(t * c->q_dim * sizeof(float));
-		c->hb = malloc(t * c->ff_max * sizeof(float));
-		c->hb2 = malloc(t * c->ff_max * sizeof(float));
+		c->x = scratch_floats(t * hp->n_embd);
+		c->xb = scratch_floats(t * wide);
+		c->q = scratch_floats(t * c->q_dim);
+		c->k = scratch_floats(t * c->kv_dim);
+		c->v = scratch_floats(t * c->kv_dim);
+		c->att = scratch_floats(t * c->q_dim);
+		c->hb = scratch_floats(t * c->ff_max);
+		c->hb2 = scratch_floats(t * c->ff_max);
 		c->rope_cs = malloc(2 * t * (size_t)(hp->rope_dim + 2) * sizeof(float));
 		c->xq = malloc(t * q_act_bytes(c->act_in));
 		if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb ||

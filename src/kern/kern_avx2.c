@@ -8,6 +8,7 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /*
@@ -178,10 +179,11 @@ dot_f16(const uint8_t *w, const float *x, int64_t n, bool bf)
  * tokens runs over the run in tiles of F_TR rows x F_TT tokens (one tile
  * of tokens per block: the panel's chunk comes from L2 for each block, the
  * block's accumulators stay in L1 between chunks). Where a run has F_XR
- * rows or more, each block's activations are first copied to a 64-byte
- * aligned buffer (the caller's malloc'd rows start 16 bytes past a line,
- * so half of the 256-bit loads of them spanned two lines); a shorter run
- * reads them in place.
+ * rows or more and the activations do not start on a 64-byte boundary,
+ * each block's activations are first copied to a 64-byte aligned buffer
+ * (malloc'd rows start 16 bytes past a line, so half of the 256-bit loads
+ * of them spanned two lines); a shorter run, or aligned activations (the
+ * CPU backend's scratch, cpu.c), are read in place.
  *
  * tile_f keeps two accumulators per (row, token), for the 8-value halves of
  * each 16. They never meet before the end, so the tile runs the chunk twice,
@@ -461,7 +463,8 @@ rows_fp(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_to
 	/* runs of about equal length (whole bands) */
 	nrun = (r1 - r0 + run - 1) / run;
 	run = ((r1 - r0 + nrun - 1) / nrun + F_RB - 1) / F_RB * F_RB;
-	xa_f = run >= F_XR ? (size_t)(n_tok < F_TB ? n_tok : F_TB) * xs : 0;
+	/* activations already on a line (the CPU backend's scratch) are read in place */
+	xa_f = run >= F_XR && ((uintptr_t)x & 63) != 0 ? (size_t)(n_tok < F_TB ? n_tok : F_TB) * xs : 0;
 	pan = aligned_alloc(64, ((size_t)(run / F_RB) * band_f + xa_f) * sizeof *pan);
 	if (pan == NULL) {	/* the same sums without a panel */
 		rows_fs(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);

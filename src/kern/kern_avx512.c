@@ -6,6 +6,7 @@
 #include "kern_int.h"
 #include "kern_x86.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /*
@@ -170,12 +171,14 @@ tile_any(enum gguf_dtype t, int R, int NT, const uint8_t *const *w, const uint8_
  * and the block's accumulators (6 KiB) stay in L1 between chunks (blocks
  * of 12 and 24 tokens, two and four tiles per chunk of the panel, measured
  * a few per cent slower; 48, with 48 KiB of accumulators, slower still).
- * Where a run has F_XR rows or more, each block's activations are first
- * copied to a 64-byte aligned buffer (the caller's rows come from malloc,
- * 16 bytes past a 64-byte boundary, so every 512-bit load of them spans
- * two cache lines); a shorter run (long rows: 48 rows of 4864 values)
- * reads them in place, where the copy, made again for every run, cost more
- * than the split loads.
+ * Where a run has F_XR rows or more and the activations do not start on a
+ * 64-byte boundary, each block's activations are first copied to a 64-byte
+ * aligned buffer (rows from malloc start 16 bytes past a boundary, so every
+ * 512-bit load of them spans two cache lines); a shorter run (long rows: 48
+ * rows of 4864 values) reads them in place, where the copy, made again for
+ * every run, cost more than the split loads. The CPU backend's scratch is
+ * aligned (cpu.c), so there every run reads them in place with aligned
+ * loads (docs/BENCHMARKS.md, "2026-11-30: F16/BF16 prefill").
  *
  * The accumulators go to memory between chunks and come back unchanged, so
  * each (row, token) still sees one FMA per 16 values in order from 0, then
@@ -402,7 +405,8 @@ rows_f16p(enum gguf_dtype t, const uint8_t *W, size_t rb, const float *x, int n_
 	/* runs of about equal length (whole bands) */
 	nrun = (r1 - r0 + run - 1) / run;
 	run = ((r1 - r0 + nrun - 1) / nrun + F_RB - 1) / F_RB * F_RB;
-	xa_f = run >= F_XR ? (size_t)(n_tok < F_TB ? n_tok : F_TB) * xs : 0;
+	/* activations already on a line (the CPU backend's scratch) are read in place */
+	xa_f = run >= F_XR && ((uintptr_t)x & 63) != 0 ? (size_t)(n_tok < F_TB ? n_tok : F_TB) * xs : 0;
 	pan = aligned_alloc(64, ((size_t)(run / F_RB) * band_f + xa_f) * sizeof *pan);
 	if (pan == NULL) {	/* the same sums without a panel */
 		rows_f16s(t, W, rb, x, n_tok, n_in, y, n_out, r0, r1);

@@ -701,9 +701,11 @@ test_matmul_float_runs(const struct kern *k)
 
 /*
  * The panel's runs of 128 rows or more copy each block of tokens'
- * activations to an aligned buffer first (shorter runs read them in
- * place): 150 rows, every (row, token) bitwise the row's kern_dot, with the
- * activations at a 64-byte boundary and 4 bytes past one, at 65 tokens
+ * activations to an aligned buffer first unless they start on a 64-byte
+ * boundary (shorter runs, and aligned activations, are read in place):
+ * 150 rows, every (row, token) bitwise the row's kern_dot, with the
+ * activations at a 64-byte boundary (in place) and 4 bytes past one
+ * (copied), at 65 tokens
  * (the panel on both tables, the last block one token) and at 13 (the
  * short batches' path).
  */
