@@ -441,6 +441,20 @@ experts_packed(void *ctx, int *got, int *of)
 	kvc_buf_free(&d);
 }
 
+/* Until every expert is packed (a minute at most, against a thread that never ends). */
+static void
+wait_packed(void *ctx, int *got, int *of)
+{
+	for (int w = 0; w < 60000; w++) {
+		struct timespec ts = { 0, 1000000 };
+
+		experts_packed(ctx, got, of);
+		if (*got == *of)
+			return;
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * Packing ahead (kvc_backend_params.pack_ahead): the same logits, bit for
  * bit, as with each expert packed when first chosen, from a prefill that
@@ -468,14 +482,8 @@ pack_ahead_same(const struct kvc_model *m, const char *what)
 		lg[run] = malloc((size_t)N * N_VOCAB * sizeof(float));
 		rc = be->init(&ctx, m, &bp, err, sizeof err);
 		/* run 2: the prefill only once every expert is packed */
-		for (int w = 0; rc == 0 && run == 2 && w < 60000; w++) {
-			struct timespec ts = { 0, 1000000 };
-
-			experts_packed(ctx, &got, &of);
-			if (got == of)
-				break;
-			nanosleep(&ts, NULL);
-		}
+		if (rc == 0 && run == 2)
+			wait_packed(ctx, &got, &of);
 		if (run == 2)
 			test_cond(got > 0 && got == of, "%s: packed ahead before the prefill: %d of %d", what,
 			    got, of);
@@ -483,14 +491,8 @@ pack_ahead_same(const struct kvc_model *m, const char *what)
 			rc = be->kv_create(ctx, N, GGML_TYPE_F32, &kv, err, sizeof err);
 		if (rc == 0)
 			rc = be->forward(ctx, kv, tok, N, 0, lg[run], true, err, sizeof err);
-		for (int w = 0; rc == 0 && run == 1 && w < 60000; w++) {
-			struct timespec ts = { 0, 1000000 };
-
-			experts_packed(ctx, &got, &of);
-			if (got == of)
-				break;
-			nanosleep(&ts, NULL);
-		}
+		if (rc == 0 && run == 1)
+			wait_packed(ctx, &got, &of);
 		if (run == 1)
 			test_cond(got > 0 && got == of, "%s: packed ahead after the prefill: %d of %d", what, got,
 			    of);
