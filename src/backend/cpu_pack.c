@@ -464,7 +464,7 @@ xpack_run(void *arg, int ith, int nth)
 		pack_expert(j->c, j->it[it].pk, j->it[it].e, buf);
 }
 
-/* ready[e]: not packed, packed, or being packed (by the thread packing ahead, or by a forward that took it) */
+/* ready[e]: not packed, packed, or being packed (by the thread packing ahead or a forward that took it) */
 enum { X_NONE = 0, X_READY = 1, X_AHEAD = 2 };
 
 void
