@@ -59,7 +59,7 @@ print_backend_lines(struct kvc_repl *r)
 			nl = d.p + d.n;
 		if (strncmp(p, "backend ", 8) == 0)
 			printf("%-12s %.*s\n", "backend", (int)(nl - p - 8), p + 8);
-		else if (strncmp(p, "experts: ", 9) == 0 && strstr(p, " packed so far") != NULL)
+		else if (strncmp(p, "experts: ", 9) == 0 && memmem(p, (size_t)(nl - p), " packed so far", 14) != NULL)
 			printf("%-12s %.*s\n", "experts", (int)(nl - p - 9), p + 9);
 	}
 	kvc_buf_free(&d);

@@ -140,6 +140,19 @@ report(struct kvc_engine *e, const struct bench_opts *o, double *pre, double *de
 		    bytes_per_tok / 1e6, bytes_per_tok * dec_med / 1e9);
 }
 
+/* One decoded token: the model's greedy choice, where a chat makes it (on CUDA the id alone comes back). */
+static int
+decode_one(struct kvc_engine *e, struct kvc_seq *s, char *err, size_t errlen)
+{
+	struct eng_sample_req greedy = { 0 };
+	uint64_t rng;
+	int32_t id;
+
+	if (eng_seq_sample(s, &greedy, &id, &rng, err, errlen) != 0)
+		id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));
+	return eng_seq_append(s, &id, 1, NULL, err, errlen);
+}
+
 int
 sub_bench(int argc, char **argv)
 {
@@ -187,22 +200,12 @@ sub_bench(int argc, char **argv)
 	 * the speed of its prefill or decode.
 	 */
 	eng_seq_truncate(s, (int)o.depth);
-	if (eng_seq_append(s, prompt + o.depth, o.n_p > 0 ? (int)o.n_p : 1, NULL, err, sizeof err) != 0)
+	if (eng_seq_append(s, prompt + o.depth, o.n_p > 0 ? (int)o.n_p : 1, NULL, err, sizeof err) != 0 ||
+	    (o.n_n > 0 && decode_one(e, s, err, sizeof err) != 0))
 		goto fail;
-	if (o.n_n > 0) {
-		struct eng_sample_req greedy = { 0 };
-		uint64_t rng;
-		int32_t id;
-
-		if (eng_seq_sample(s, &greedy, &id, &rng, err, sizeof err) != 0)
-			id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));
-		if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
-			goto fail;
-	}
 	for (int r = 0; r < o.reps; r++) {
 		struct eng_stats st;
 		double t0, t1;
-		int32_t id;
 
 		eng_seq_truncate(s, (int)o.depth);
 		/* With -p 0 decoding starts from one token, which is not timed. */
@@ -210,16 +213,9 @@ sub_bench(int argc, char **argv)
 			goto fail;
 		pre[r] = o.n_p > 0 ? (double)o.n_p / st.t_prefill : 0;
 		t0 = kvc_now();
-		for (long k = 0; k < o.n_n; k++) {
-			/* the model's own choice, where a chat makes it (on CUDA: the id alone comes back) */
-			struct eng_sample_req greedy = { 0 };
-			uint64_t rng;
-
-			if (eng_seq_sample(s, &greedy, &id, &rng, err, sizeof err) != 0)
-				id = smp_argmax(eng_seq_logits(s), eng_n_vocab(e));
-			if (eng_seq_append(s, &id, 1, NULL, err, sizeof err) != 0)
+		for (long k = 0; k < o.n_n; k++)
+			if (decode_one(e, s, err, sizeof err) != 0)
 				goto fail;
-		}
 		t1 = kvc_now();
 		dec[r] = o.n_n > 0 ? (double)o.n_n / (t1 - t0) : 0;
 		n_runs++;
