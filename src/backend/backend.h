@@ -40,6 +40,9 @@ struct kvc_backend_params {
 	/*
 	 * The caller's interrupt flag (optional): set (by a SIGINT handler, say)
 	 * while the weights load, init stops with KVC_EINTR and frees what it made.
+	 * CPU: set while a prefill's forward (more than one token) packs the
+	 * experts its tokens first chose, the forward stops with KVC_EINTR and
+	 * none of its positions count (the packed experts stay packed).
 	 * Last, so that the members before it keep their places for a CUDA
 	 * module built before it (KVC_CUDA_ABI).
 	 */

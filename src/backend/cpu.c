@@ -273,6 +273,7 @@ cpu_init(void **out, const struct kvc_model *m, const struct kvc_backend_params 
 	c->m = m;
 	c->hp = *hp;
 	c->kv_whole = p && p->kv_whole;
+	c->interrupt = p ? p->interrupt : NULL;
 	c->q_dim = hp->n_head * hp->head_dim;
 	c->kv_dim = hp->n_head_kv * hp->head_dim;
 	/* inputs of products: n_embd (Q/K/V, gate/up, output), q_dim (wo), n_ff (down) */
@@ -515,7 +516,7 @@ embed_chunk(struct cpu_ctx *c, const int32_t *tok, const int *pos, int n)
 	}
 }
 
-void
+int
 cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok, const int *pos,
     int n, float *out, int lo)
 {
@@ -545,7 +546,10 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 		cpu_rows_residual(c, n, true, v->bo, v->attn_post_norm, v->ffn_norm, v->ffn_norm_b);
 
 		if (w->gate_inp.data != NULL) {	/* experts (glm4moe's first layers are dense) */
-			cpu_moe_ffn(c, il, n);	/* xb in, xb out */
+			if (cpu_moe_ffn(c, il, n) != KVC_OK) {	/* xb in, xb out */
+				cpu_pack_hold(c, false);
+				return KVC_EINTR;
+			}
 			cpu_rows_residual(c, n, true, NULL, v->ffn_post_norm,
 			    vn ? vn->attn_norm : NULL, vn ? vn->attn_norm_b : NULL);
 			continue;
@@ -580,6 +584,7 @@ cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok
 			cpu_softcap(out, (size_t)(n - lo) * hp->n_vocab, hp->final_softcap);
 	}
 	cpu_pack_hold(c, false);
+	return KVC_OK;
 }
 
 int
@@ -610,6 +615,8 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 		kvs[i] = kv;
 
 	kv->n_valid = pos0;	/* what lies past pos0 is being replaced */
+	/* a prefill's: its first pass may pack many experts (cpu_pack_experts) */
+	c->fwd_stoppable = c->interrupt != NULL && n > 1 && !(logits != NULL && all_logits);
 	for (done = 0; done < n; ) {
 		int nc = n - done < CPU_CHUNK ? n - done : CPU_CHUNK;
 		float *out = NULL;
@@ -625,10 +632,17 @@ cpu_forward(void *ctx, void *kvp, const int32_t *tokens, int n, int pos0, float 
 		cpu_kv_room(c, kv, pos0 + done, nc);
 		for (i = 0; i < nc; i++)
 			pos[i] = pos0 + done + i;
-		cpu_forward_rows(c, kvs, tokens + done, pos, nc, out, lo);
+		if (cpu_forward_rows(c, kvs, tokens + done, pos, nc, out, lo) != KVC_OK) {
+			/* none of this call's positions count: the caller computes them again */
+			c->fwd_stoppable = false;
+			kv->n_valid = pos0;
+			kvc_err(err, errlen, "interrupted while packing the experts the prompt chose");
+			return KVC_EINTR;
+		}
 		done += nc;
 		kv->n_valid = pos0 + done;
 	}
+	c->fwd_stoppable = false;
 	return 0;
 }
 

@@ -103,6 +103,14 @@ struct cpu_ctx {
 	pthread_cond_t xcv;		/* an expert packed, xhold back to 0, or xstop */
 	int xhold;			/* forwards running: it waits */
 	bool xstop;
+	/*
+	 * The caller's interrupt flag (kvc_backend_params.interrupt), and whether
+	 * the forward running may stop at it: a prefill's (cpu_forward, more than
+	 * one token, no logits of every row), whose first pass may pack many
+	 * experts between two looks of the engine at the flag.
+	 */
+	volatile sig_atomic_t *interrupt;
+	bool fwd_stoppable;
 };
 
 struct mm_task {
@@ -145,7 +153,8 @@ void cpu_act_prep(struct cpu_ctx *c, const float *x, void *xq, int n_tok, int64_
  */
 int cpu_moe_reserve(struct cpu_ctx *c, int n_tok, char *err, size_t errlen);
 void cpu_moe_free(struct cpu_ctx *c);
-void cpu_moe_ffn(struct cpu_ctx *c, int il, int n);
+/* cpu_moe_ffn: KVC_OK, or KVC_EINTR when the experts it needed were not packed (cpu_pack_experts) */
+int cpu_moe_ffn(struct cpu_ctx *c, int il, int n);
 
 /* cpu_pack.c: packed copies of the matrices that have a packed kernel here. */
 int cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, size_t errlen);
@@ -157,9 +166,12 @@ const void *cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w);
  * NULL: not packed. cpu_pack_experts packs layer lw's experts of active (of
  * its packed stacks) that no token chose before; a product reads an
  * expert's copy only after it (cpu_moe.c), so it is always the packed copy.
+ * In a forward that may stop (fwd_stoppable) it packs no more experts once
+ * the interrupt flag is set and returns false: the forward must then stop
+ * before any product (the experts it did pack stay packed).
  */
 const void *cpu_pack_expert(const struct cpu_ctx *c, const struct kvc_weight *stack, int e);
-void cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active);
+bool cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active);
 /* A forward starts (on) or ends: the thread packing ahead, if any, waits while one runs. */
 void cpu_pack_hold(struct cpu_ctx *c, bool on);
 void cpu_pack_free(struct cpu_ctx *c);
@@ -185,9 +197,10 @@ int cpu_reserve_scratch(struct cpu_ctx *c, int n_tok, int n_pos, char *err, size
  * each row's result is independent of the others (the kernels are bitwise
  * batch-independent). The caller has checked the rows and reserved caches
  * and scratch. Logits of rows [lo, n) into out ((n - lo) x n_vocab), none
- * when out is NULL.
+ * when out is NULL. KVC_OK, or KVC_EINTR when a forward that may stop
+ * (fwd_stoppable) did: the rows' K and V are then partly stored.
  */
-void cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok,
+int cpu_forward_rows(struct cpu_ctx *c, struct cpu_kv *const *kv, const int32_t *tok,
     const int *pos, int n, float *out, int lo);
 
 /*

@@ -406,7 +406,7 @@ shared_expert(struct cpu_ctx *c, const struct kvc_layer_weights *lw, int n)
 	}
 }
 
-void
+int
 cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 {
 	const struct kvc_hparams *hp = &c->hp;
@@ -442,7 +442,8 @@ cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 			memcpy(mo->x + (size_t)mo->row[(size_t)t * k + r] * E, c->xb + (size_t)t * E,
 			    (size_t)E * sizeof(float));
 		}
-	cpu_pack_experts(c, lw, mo->active, n_active);
+	if (!cpu_pack_experts(c, lw, mo->active, n_active))
+		return KVC_EINTR;	/* a prefill stopped: no product may read an unpacked expert */
 	run_phase(c, lw, false, n_active, n * k);
 	run_phase(c, lw, true, n_active, n * k);
 	if (hp->n_ff_shexp > 0)
@@ -462,4 +463,5 @@ cpu_moe_ffn(struct cpu_ctx *c, int il, int n)
 			for (int i = 0; i < E; i++)
 				o[i] += mo->sh[(size_t)t * E + i];
 	}
+	return KVC_OK;
 }

@@ -49,6 +49,7 @@ struct cpu_pack {
 struct xpack_item {
 	const struct cpu_pack *pk;
 	int e;
+	bool done;	/* packed (not when the forward stopped first) */
 };
 
 /*
@@ -419,7 +420,7 @@ cpu_pack_find(const struct cpu_ctx *c, const struct kvc_weight *w)
 
 struct xpack_job {
 	struct cpu_ctx *c;
-	const struct xpack_item *it;
+	struct xpack_item *it;
 	int n;
 	int next;
 };
@@ -460,22 +461,28 @@ xpack_run(void *arg, int ith, int nth)
 	int it;
 
 	(void)nth;
-	while ((it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n)
+	while ((it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n) {
+		/* each expert is a few milliseconds: the flag is looked at between them */
+		if (j->c->fwd_stoppable && *j->c->interrupt)
+			continue;
 		pack_expert(j->c, j->it[it].pk, j->it[it].e, buf);
+		j->it[it].done = true;
+	}
 }
 
 /* ready[e]: not packed, packed, or being packed (by the thread packing ahead or a forward that took it) */
 enum { X_NONE = 0, X_READY = 1, X_AHEAD = 2 };
 
-void
+bool
 cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const int *active, int n_active)
 {
 	const struct kvc_weight *stacks[] = { &lw->gate_exps, &lw->up_exps, &lw->down_exps };
 	struct xpack_item *items = c->xpack_items;
 	struct xpack_job j = { c, items, 0, 0 };
+	int n_done = 0;
 
 	if (__atomic_load_n(&c->n_xready, __ATOMIC_ACQUIRE) == c->n_xtotal)
-		return;
+		return true;
 	if (c->xahead_on)
 		pthread_mutex_lock(&c->xmu);
 	for (int s = 0; s < 3; s++) {
@@ -487,25 +494,29 @@ cpu_pack_experts(struct cpu_ctx *c, const struct kvc_layer_weights *lw, const in
 				pthread_cond_wait(&c->xcv, &c->xmu);
 			if (pk->ready[active[a]] == X_NONE) {
 				pk->ready[active[a]] = X_AHEAD;
-				items[j.n++] = (struct xpack_item){ pk, active[a] };
+				items[j.n++] = (struct xpack_item){ pk, active[a], false };
 			}
 		}
 	}
 	if (c->xahead_on)
 		pthread_mutex_unlock(&c->xmu);
 	if (j.n == 0)
-		return;
+		return true;
 	if (j.n == 1)
 		xpack_run(&j, 0, 1);
 	else
 		tp_run(c->pool, xpack_run, &j);
 	if (c->xahead_on)
 		pthread_mutex_lock(&c->xmu);
-	for (int i = 0; i < j.n; i++)
-		items[i].pk->ready[items[i].e] = X_READY;
-	__atomic_add_fetch(&c->n_xready, j.n, __ATOMIC_RELEASE);
+	/* those a stopped forward left are not packed, as before: a later forward packs them */
+	for (int i = 0; i < j.n; i++) {
+		items[i].pk->ready[items[i].e] = items[i].done ? X_READY : X_NONE;
+		n_done += items[i].done;
+	}
+	__atomic_add_fetch(&c->n_xready, n_done, __ATOMIC_RELEASE);
 	if (c->xahead_on)
 		pthread_mutex_unlock(&c->xmu);
+	return n_done == j.n;
 }
 
 /*

@@ -382,10 +382,12 @@ void
 eng_describe(const struct kvc_engine *e, struct kvc_buf *out)
 {
 	const struct kvc_hparams *hp = &e->model.hp;
+	char ffn[128];
 
-	kvc_buf_printf(out, "model: %s, %s, %d layers, width %d, %d heads (%d kv, head %d), ffn %d, vocab %d\n",
+	model_ffn_desc(hp, ffn, sizeof ffn);
+	kvc_buf_printf(out, "model: %s, %s, %d layers, width %d, %d heads (%d kv, head %d), %s, vocab %d\n",
 	    gguf_path(e->gf), model_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_head,
-	    hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
+	    hp->n_head_kv, hp->head_dim, ffn, hp->n_vocab);
 	kvc_buf_printf(out, "weights: %.1f M parameters, %.1f MiB\n", (double)e->model.n_params / 1e6,
 	    (double)e->model.weight_bytes / (1024.0 * 1024.0));
 	kvc_buf_printf(out, "backend: %s; context %d; KV cache %s, %zu bytes per position\n",

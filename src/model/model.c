@@ -36,6 +36,24 @@ model_arch_name(enum kvc_arch a)
 	return "?";
 }
 
+void
+model_ffn_desc(const struct kvc_hparams *hp, char *buf, size_t n)
+{
+	int k;
+
+	if (hp->n_expert == 0) {
+		snprintf(buf, n, "ffn %d", hp->n_ff);
+		return;
+	}
+	k = snprintf(buf, n, "ffn %d x %d experts, %d per token", hp->n_ff_exp, hp->n_expert,
+	    hp->n_expert_used);
+	if (k > 0 && (size_t)k < n && hp->n_ff_shexp > 0)
+		k += snprintf(buf + k, n - (size_t)k, ", shared %d", hp->n_ff_shexp);
+	if (k > 0 && (size_t)k < n && hp->n_layer_dense > 0)
+		snprintf(buf + k, n - (size_t)k, ", first %d layers dense (ffn %d)", hp->n_layer_dense,
+		    hp->n_ff);
+}
+
 int
 model_load(struct kvc_model *m, const struct gguf_file *f, char *err, size_t errlen)
 {

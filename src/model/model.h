@@ -185,5 +185,12 @@ void model_free(struct kvc_model *m);
 /* Expert e (< hp.n_expert) of a stacked expert tensor, as a matrix of its own (a view). */
 struct kvc_weight model_expert(const struct kvc_model *m, const struct kvc_weight *stack, int e);
 const char *model_arch_name(enum kvc_arch a);
+/*
+ * The feed-forward part of the one-line description ("ffn 4864"; with
+ * experts "ffn 768 x 128 experts, 8 per token" and any shared expert and
+ * leading dense layers): a mixture's feed_forward_length is the dense
+ * layers' width, not what most of its layers run.
+ */
+void model_ffn_desc(const struct kvc_hparams *hp, char *buf, size_t n);
 
 #endif

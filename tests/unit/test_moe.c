@@ -60,6 +60,7 @@
 #include "fixtures/ref_forward.h"
 #include "test.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -456,6 +457,63 @@ wait_packed(void *ctx, int *got, int *of)
 }
 
 /*
+ * Ctrl-C in a prefill that packs experts (kvc_backend_params.interrupt): a
+ * prompt's forward finds the flag set and stops with KVC_EINTR before it
+ * packs any expert or runs any product on an unpacked one; a one-token
+ * forward (a decode step) runs on; and with the flag clear again the prompt
+ * gives the logits of a backend never interrupted, bit for bit.
+ */
+static void
+stop_in_packing(const struct kvc_model *m, const char *what)
+{
+	const struct kvc_backend_i *be = &kvc_backend_cpu;
+	enum { N = 24 };
+	static volatile sig_atomic_t flag;
+	int32_t tok[N];
+	float lg[2][N_VOCAB];
+	int rc[4] = { -1, -1, -1, -1 }, got[2] = { -1, -1 }, of = -1;
+	char err[256] = "";
+
+	for (int i = 0; i < N; i++)
+		tok[i] = (int32_t)((i * 31 + 5) % N_VOCAB);
+	for (int run = 0; run < 2; run++) {
+		struct kvc_backend_params bp = { .n_threads = 2, .interrupt = run ? &flag : NULL };
+		void *ctx = NULL, *kv = NULL;
+
+		flag = 0;
+		if (be->init(&ctx, m, &bp, err, sizeof err) != 0 ||
+		    be->kv_create(ctx, N, GGML_TYPE_F32, &kv, err, sizeof err) != 0) {
+			test_cond(false, "%s stop in packing: %s", what, err);
+			if (ctx)
+				be->free(ctx);
+			return;
+		}
+		if (run == 0) {
+			rc[0] = be->forward(ctx, kv, tok, N, 0, lg[0], false, err, sizeof err);
+		} else {
+			flag = 1;
+			rc[1] = be->forward(ctx, kv, tok, N, 0, lg[1], false, err, sizeof err);
+			experts_packed(ctx, &got[0], &of);
+			rc[2] = be->forward(ctx, kv, tok, 1, 0, lg[1], false, err, sizeof err);
+			experts_packed(ctx, &got[1], &of);
+			flag = 0;
+			rc[3] = be->forward(ctx, kv, tok, N, 0, lg[1], false, err, sizeof err);
+		}
+		be->kv_destroy(ctx, kv);
+		be->free(ctx);
+	}
+	printf("%s stop in packing: rc %d %d %d %d, packed %d then %d of %d\n", what, rc[0], rc[1], rc[2],
+	    rc[3], got[0], got[1], of);
+	test_cond(rc[0] == 0 && rc[1] == KVC_EINTR && got[0] == 0,
+	    "%s: a prompt with the flag set: rc %d, %d experts packed", what, rc[1], got[0]);
+	test_cond(rc[2] == 0 && got[1] > 0, "%s: one token with the flag set: rc %d, %d packed", what, rc[2],
+	    got[1]);
+	test_cond(rc[3] == 0 && memcmp(lg[0], lg[1], sizeof lg[0]) == 0,
+	    "%s: the prompt again after the stop: rc %d, logits %s", what, rc[3],
+	    rc[3] == 0 ? "differ" : "none");
+}
+
+/*
  * Packing ahead (kvc_backend_params.pack_ahead): the same logits, bit for
  * bit, as with each expert packed when first chosen, from a prefill that
  * runs at once beside the thread packing ahead (the two take experts from
@@ -526,6 +584,12 @@ check_model(const struct kvc_model *m, const struct mspec *s)
 	    hp->n_ff_shexp == (strcmp(s->arch, "qwen2moe") == 0 || glm ? s->n_ff_shexp : 0),
 	    "%s: experts %d/%d of %d, norm %d, shared %d", s->arch, hp->n_expert_used, hp->n_expert,
 	    hp->n_ff_exp, hp->expert_norm, hp->n_ff_shexp);
+	/* the description names the experts' width, not feed_forward_length (the dense layers') */
+	char ffn[128], want[128];
+	model_ffn_desc(hp, ffn, sizeof ffn);
+	snprintf(want, sizeof want, "ffn %d x %d experts, %d per token", s->n_ff_exp_eff, s->n_expert, s->n_used);
+	test_cond(strncmp(ffn, want, strlen(want)) == 0 && (hp->n_ff_shexp > 0) == (strstr(ffn, "shared") != NULL) &&
+	    glm == (strstr(ffn, "dense") != NULL), "%s: described as \"%s\"", s->arch, ffn);
 	/* glm4moe: the trailing block is not a layer, layer 0 is dense, routing by sigmoids, scaled */
 	test_cond(hp->n_layer == N_LAYER && hp->n_layer_dense == n_dense(s) && hp->expert_sigmoid == glm &&
 	    hp->expert_scale == (float)(glm ? s->scale : 1) && (m->layers[0].gate_inp.data == NULL) == glm &&
@@ -682,8 +746,10 @@ run_case(struct mspec s, enum gguf_dtype t, const int32_t *tok, bool check, bool
 	test_cond(e16 <= tol + TOL_F16, "%s F16 cache: %g > %g", what, e16, tol + TOL_F16);
 	if (batch)
 		batch_independence(&m, what);
-	if (batch && packed > 0 && limit == 0)
+	if (batch && packed > 0 && limit == 0) {
 		pack_ahead_same(&m, what);
+		stop_in_packing(&m, what);
+	}
 	model_free(&m);
 	gguf_close(f);
 	free(mem);

@@ -71,15 +71,16 @@ show_info(struct kvc_repl *r)
 	const struct kvc_model *mo = eng_model(r->e);
 	const struct kvc_hparams *hp = &mo->hp;
 	uint64_t wb = file_weight_bytes(eng_gguf(r->e));
-	char b1[32], b2[32], b3[32], t[256];
+	char b1[32], b2[32], b3[32], t[256], ffn[128];
 	int n_open, n_res, n_pos;
 	size_t kv = conv_mgr_kv_bytes(r->mgr, &n_open, &n_res);
 
 	(void)conv_stream(r->cur, &n_pos);
 	printf("%-12s %s\n", "model", r->model_path);
-	printf("%-12s %s, %d layers, width %d, %d heads (%d kv, head %d), ffn %d, vocab %d\n",
+	model_ffn_desc(hp, ffn, sizeof ffn);
+	printf("%-12s %s, %d layers, width %d, %d heads (%d kv, head %d), %s, vocab %d\n",
 	    "architecture", model_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_head,
-	    hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab);
+	    hp->n_head_kv, hp->head_dim, ffn, hp->n_vocab);
 	printf("%-12s %.1f M\n", "parameters", (double)mo->n_params / 1e6);
 	printf("%-12s %s (%" PRIu64 " bytes in the file)\n", "weights", fmt_bytes(wb, b1,
 	    sizeof b1), wb);
