@@ -64,7 +64,8 @@ cpu_forward_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
 			((struct cpu_kv *)kvs[i])->n_valid = pos[i];	/* what lies past pos is replaced */
 			cpu_kv_room(c, kvs[i], pos[i], 1);
 		}
-		cpu_forward_rows(c, (struct cpu_kv *const *)(kvs + done), tokens + done, pos + done, nc,
+		/* KVC_OK: only a prompt's cpu_forward stops at the interrupt flag (fwd_stoppable) */
+		(void)cpu_forward_rows(c, (struct cpu_kv *const *)(kvs + done), tokens + done, pos + done, nc,
 		    logits + (size_t)done * c->hp.n_vocab, 0);
 		for (i = done; i < done + nc; i++)
 			((struct cpu_kv *)kvs[i])->n_valid = pos[i] + 1;
@@ -176,8 +177,8 @@ cpu_prefill_multi(void *ctx, int n_seq, void *const *kvs, const int32_t *tokens,
 			cpu_kv_room(c, kvs[sq], pos0[sq] + kk, m);
 			left -= m;
 		}
-		cpu_forward_rows(c, kvr, tokr, posr, n, n_end ? logits + (size_t)first_end * nv : NULL,
-		    n - n_end);
+		(void)cpu_forward_rows(c, kvr, tokr, posr, n, n_end ? logits + (size_t)first_end * nv : NULL,
+		    n - n_end);	/* KVC_OK, as above */
 		for (j = 0; j < n; j++)
 			if (kvr[j]->n_valid < posr[j] + 1)
 				kvr[j]->n_valid = posr[j] + 1;
