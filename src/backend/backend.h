@@ -61,6 +61,14 @@ struct kvc_backend_params {
 	 * time then hides the packing from their first turns.
 	 */
 	bool pack_ahead;
+	/*
+	 * CPU: pack every expert of packed stacks at init, as part of the load,
+	 * instead of each the first time a token chooses it: for `kvchat bench`,
+	 * whose timed runs are then the speed once packed, as llama-bench's are
+	 * after its load (which repacks). Ctrl-C (interrupt) stops it as it stops
+	 * the load.
+	 */
+	bool pack_experts_now;
 };
 
 enum kvc_kv_part { KVC_KV_K = 0, KVC_KV_V = 1 };

@@ -289,6 +289,47 @@ stack_init(struct cpu_ctx *c, struct cpu_pack *pk, char *err, size_t errlen)
 	return KVC_OK;
 }
 
+/*
+ * Every expert of the packed stacks now, layer by layer on the pool's threads
+ * (kvc_backend_params.pack_experts_now), the load's progress told per layer
+ * and its interrupt flag looked at between layers.
+ */
+static int
+pack_every_expert(struct cpu_ctx *c, struct pack_load *L, char *err, size_t errlen)
+{
+	const struct kvc_hparams *hp = &c->m->hp;
+	int *all;
+
+	if (c->n_xtotal == 0)
+		return KVC_OK;
+	if ((all = malloc((size_t)hp->n_expert * sizeof *all)) == NULL) {
+		kvc_err(err, errlen, "out of memory");
+		return KVC_ENOMEM;
+	}
+	for (int e = 0; e < hp->n_expert; e++)
+		all[e] = e;
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct kvc_layer_weights *lw = &c->m->layers[il];
+		const struct kvc_weight *st[] = { &lw->gate_exps, &lw->up_exps, &lw->down_exps };
+
+		if (L->p->interrupt && *L->p->interrupt) {
+			free(all);
+			kvc_err(err, errlen, "interrupted while packing the experts");
+			return KVC_EINTR;
+		}
+		if (lw->gate_inp.data == NULL)
+			continue;
+		(void)cpu_pack_experts(c, lw, all, hp->n_expert);	/* not a forward: it cannot stop */
+		for (int s = 0; s < 3; s++)
+			if (cpu_pack_find(c, st[s]) != NULL)
+				L->done += q_pack_bytes(st[s]->type, st[s]->n_in, st[s]->n_out);
+		if (L->p->progress)
+			L->p->progress(L->p->progress_arg, L->done < L->total ? L->done : L->total, L->total);
+	}
+	free(all);
+	return KVC_OK;
+}
+
 int
 cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, size_t errlen)
 {
@@ -378,6 +419,8 @@ cpu_pack_init(struct cpu_ctx *c, const struct kvc_backend_params *p, char *err, 
 	free(L.buf);
 	free(ws);
 	qsort(c->packs, (size_t)c->n_packs, sizeof *c->packs, by_weight);
+	if (rc == KVC_OK && p != NULL && p->pack_experts_now)
+		rc = pack_every_expert(c, &L, err, errlen);
 	if (rc == KVC_OK && p != NULL && p->pack_ahead)
 		ahead_start(c);
 	return rc;

@@ -246,6 +246,7 @@ eng_open(struct kvc_engine **out, const char *model_path,
 	bp.interrupt = p.interrupt;
 	bp.kv_type = p.kv_type;
 	bp.pack_ahead = p.pack_ahead;
+	bp.pack_experts_now = p.pack_experts_now;
 	rc = e->be->init(&e->bctx, &e->model, &bp, why, sizeof why);
 	if (rc && e->be != &kvc_backend_cpu && kvc_backend_is_auto(p.device)) {
 		/* "auto" never refuses what the CPU can run: say why, then run there */

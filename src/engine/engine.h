@@ -35,6 +35,8 @@ struct kvc_engine_params {
 	void *notice_arg;
 	/* Pack a mixture of experts' experts ahead while idle (kvc_backend_params.pack_ahead): chat, serve. */
 	bool pack_ahead;
+	/* Pack them all at load instead (kvc_backend_params.pack_experts_now): bench. */
+	bool pack_experts_now;
 };
 struct kvc_engine_params kvc_engine_default_params(void);
 

@@ -514,7 +514,8 @@ stop_in_packing(const struct kvc_model *m, const char *what)
 }
 
 /*
- * Packing ahead (kvc_backend_params.pack_ahead): the same logits, bit for
+ * Packing ahead (kvc_backend_params.pack_ahead), and every expert packed at
+ * init (pack_experts_now, which init finishes before it returns): the same logits, bit for
  * bit, as with each expert packed when first chosen, from a prefill that
  * runs at once beside the thread packing ahead (the two take experts from
  * each other) and from one that runs after it has packed them all; and it
@@ -527,14 +528,16 @@ pack_ahead_same(const struct kvc_model *m, const char *what)
 	const struct kvc_backend_i *be = &kvc_backend_cpu;
 	enum { N = 24 };
 	int32_t tok[N];
-	float *lg[3];
+	float *lg[4];
 	int bad = 0, rc = 0, got = -1, of = -1;
 	char err[256];
 
 	for (int i = 0; i < N; i++)
 		tok[i] = (int32_t)((i * 53 + 7) % N_VOCAB);
-	for (int run = 0; run < 3; run++) {
-		struct kvc_backend_params bp = { .n_threads = 2, .pack_ahead = run > 0 };
+	for (int run = 0; run < 4; run++) {
+		/* run 3: every expert packed at init (pack_experts_now, kvchat bench) */
+		struct kvc_backend_params bp = { .n_threads = 2, .pack_ahead = run == 1 || run == 2,
+		    .pack_experts_now = run == 3 };
 		void *ctx = NULL, *kv = NULL;
 
 		lg[run] = malloc((size_t)N * N_VOCAB * sizeof(float));
@@ -545,6 +548,10 @@ pack_ahead_same(const struct kvc_model *m, const char *what)
 		if (run == 2)
 			test_cond(got > 0 && got == of, "%s: packed ahead before the prefill: %d of %d", what,
 			    got, of);
+		if (rc == 0 && run == 3)
+			experts_packed(ctx, &got, &of);	/* no thread: all of them, or not, as init returned */
+		if (run == 3)
+			test_cond(got > 0 && got == of, "%s: packed at init: %d of %d", what, got, of);
 		if (rc == 0)
 			rc = be->kv_create(ctx, N, GGML_TYPE_F32, &kv, err, sizeof err);
 		if (rc == 0)
@@ -560,12 +567,13 @@ pack_ahead_same(const struct kvc_model *m, const char *what)
 			be->free(ctx);
 		}
 	}
-	for (int run = 1; run < 3; run++)
+	for (int run = 1; run < 4; run++)
 		bad += memcmp(lg[run], lg[0], (size_t)N * N_VOCAB * sizeof(float)) != 0;
-	printf("%s packed ahead: %d of 2 runs differ from packing when chosen (%d of %d experts)\n", what,
-	    bad, got, of);
-	test_cond(bad == 0, "%s: packed ahead, %d of 2 runs differ from packing when chosen", what, bad);
-	for (int run = 0; run < 3; run++)
+	printf("%s packed ahead or at init: %d of 3 runs differ from packing when chosen (%d of %d experts)\n",
+	    what, bad, got, of);
+	test_cond(bad == 0, "%s: packed ahead or at init, %d of 3 runs differ from packing when chosen", what,
+	    bad);
+	for (int run = 0; run < 4; run++)
 		free(lg[run]);
 }
 

@@ -173,6 +173,8 @@ sub_bench(int argc, char **argv)
 	/* Exactly the positions the benchmark uses, whatever the model's own context. */
 	o.ep.n_ctx = (int)(o.depth + o.n_p + o.n_n + 1);
 	o.ep.notice = progress_notice;	/* why --device auto runs on the CPU */
+	/* a mixture's experts all packed with the load, as llama-bench's repacking load does */
+	o.ep.pack_experts_now = true;
 	if ((rc = sub_eng_open(&e, o.model, &o.ep, err, sizeof err)) != 0) {
 		fprintf(stderr, "kvchat: bench: %s\n", err);
 		return rc == KVC_EINTR ? 130 : 1;
@@ -194,10 +196,9 @@ sub_bench(int argc, char **argv)
 
 	/*
 	 * One untimed run first, as llama-bench's warm-up: the prompt's prefill
-	 * and one decoded token. What a model's first tokens do once (a stack of
-	 * experts packs each expert the first time a token chooses it,
-	 * cpu_pack.c; the cache's pages are touched for the first time) is not
-	 * the speed of its prefill or decode.
+	 * and one decoded token. What a model's first tokens do once (the
+	 * cache's pages are touched for the first time) is not the speed of its
+	 * prefill or decode; nor is packing experts, done with the load here.
 	 */
 	eng_seq_truncate(s, (int)o.depth);
 	if (eng_seq_append(s, prompt + o.depth, o.n_p > 0 ? (int)o.n_p : 1, NULL, err, sizeof err) != 0 ||
